@@ -1,0 +1,44 @@
+# hpml: `make train` and `make test` work on a fresh clone; the first call builds .venv.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+ARGS ?=
+HOST ?= 127.0.0.1
+PORT ?= 5000
+
+.PHONY: install train sweep ui test lint format bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --quiet --upgrade pip
+	$(BIN)/pip install --quiet --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+train: $(STAMP)  ## the embedded default: VGG11-CIFAR on synthetic data, offline, into ./mlflow.db
+	$(BIN)/python -m hpml.train $(ARGS)
+
+sweep: $(STAMP)  ## a small demo multirun: one parent run, one child per batch size
+	$(BIN)/python -m hpml.train -m model=lstm trainer.max_epochs=1 data.batch_size=32,64 $(ARGS)
+
+ui: $(STAMP)  ## MLflow UI on the local store (foreground; Ctrl-C stops it)
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db \
+		--default-artifact-root $(CURDIR)/mlartifacts --host $(HOST) --port $(PORT)
+
+test: $(STAMP)
+	$(BIN)/pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+
+bench: $(STAMP)  ## benchmark ratios, measured side by side in one run
+	$(BIN)/python -m hpml.bench $(ARGS)
+
+clean:
+	rm -rf outputs multirun/*/ mlflow.db mlartifacts .pytest_cache .ruff_cache .bench
+	find . -name __pycache__ -not -path './$(VENV)/*' -prune -exec rm -rf {} +

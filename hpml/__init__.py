@@ -1,0 +1,1 @@
+"""hpml: Hydra-composed experiments that profile, prune, quantise and compare deep networks."""

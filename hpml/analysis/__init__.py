@@ -1,0 +1,1 @@
+"""Measurements usable from plain PyTorch: model statistics, memory, step timing."""

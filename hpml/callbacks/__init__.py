@@ -1,0 +1,1 @@
+"""Lightning callbacks: each decides *when* to measure or act; ``hpml.analysis`` decides *how*."""

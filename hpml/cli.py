@@ -1,0 +1,70 @@
+"""Command-line front of ``hpml.train``: cheap checks before Hydra starts, one-line failures after.
+
+Imports nothing heavy: ``--help`` and bad group names answer before torch is loaded.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+trace = logging.getLogger("hpml.trace")  # to the job log file only (conf/hydra/default.yaml)
+
+
+def group_options(group: str, conf_dir: Path = CONF_DIR) -> list[str] | None:
+    """Options of config group ``group`` (file names without .yaml), or None if not a group."""
+    folder = conf_dir / group
+    if not folder.is_dir():
+        return None
+    return sorted(p.stem for p in folder.glob("*.yaml"))
+
+
+def unknown_option(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
+    """A one-line message for the first ``group=option`` whose option has no config file.
+
+    Hydra's own message spans a dozen lines with its search path; this names the bad value and
+    the valid ones. Sweeps (``model=vgg11,lstm``) are checked value by value.
+    """
+    overrides = [a for a in args if not a.startswith("-") and "=" in a]
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception:  # Hydra reports malformed overrides itself
+        return None
+    for override in parsed:
+        group = override.key_or_group
+        options = group_options(group, conf_dir)
+        if options is None or override.is_delete() or override.value() is None:
+            continue
+        if override.is_sweep_override():
+            values = list(override.sweep_string_iterator())
+        else:
+            values = [override.get_value_element_as_str()]
+        for value in values:
+            if value not in options:
+                noun = "option" if group.count("/") else group
+                return f"unknown {noun} '{value}' for {group}= (valid: {', '.join(options)})"
+    return None
+
+
+def check_args(args: list[str]) -> None:
+    """Exit with status 2 and one line if an override names a config option that does not exist."""
+    message = unknown_option(args)
+    if message is not None:
+        print(f"hpml: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def report_failure(exc: BaseException, log_file: Path | None) -> str:
+    """Print ``exc`` as one line (plus where the traceback went) and keep the traceback in the log."""
+    from hpml.tracking.run import one_line
+
+    trace.error("run failed", exc_info=exc)
+    line = f"hpml: error: {one_line(exc)}"
+    if log_file is not None:
+        line += f" (traceback: {log_file})"
+    print(line, file=sys.stderr)
+    return line

@@ -1,0 +1,48 @@
+"""Errors a user can act on: each renders as one line that names the bad value and what is valid."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+class HpmlError(Exception):
+    """Base of the errors hpml reports as one line, without a traceback."""
+
+
+class ConfigError(HpmlError):
+    """A config value is out of range or does not fit the rest of the config."""
+
+    def __init__(self, key: str, value: Any, expected: str) -> None:
+        self.key, self.value, self.expected = key, value, expected
+        super().__init__(f"{key}={value!r} is invalid: expected {expected}")
+
+    def under(self, group: str) -> ConfigError:
+        """The same error with its key prefixed by the config group it came from."""
+        return ConfigError(f"{group}.{self.key}", self.value, self.expected)
+
+
+class DatasetNotFoundError(HpmlError):
+    """Dataset files are missing: says where hpml looked and how to get them."""
+
+    def __init__(self, name: str, path: Path | str, hint: str) -> None:
+        self.path = Path(path)
+        super().__init__(f"{name} not found at {self.path}: {hint}")
+
+
+class IncompatibleError(HpmlError):
+    """Two valid choices do not work together (a model and the data it is given)."""
+
+
+def positive_int(key: str, value: Any) -> int:
+    """Return ``value`` if it is an integer > 0, else raise a ConfigError naming ``key``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(key, value, "a positive integer")
+    return value
+
+
+def non_negative_int(key: str, value: Any) -> int:
+    """Return ``value`` if it is an integer >= 0, else raise a ConfigError naming ``key``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(key, value, "an integer >= 0")
+    return value

@@ -1,0 +1,1 @@
+"""LightningModules by family: image classifier, text classifier, VAE."""

@@ -1,0 +1,1 @@
+"""Plain ``nn.Module`` networks with no Lightning in them, usable from any PyTorch loop."""

@@ -1,0 +1,59 @@
+"""VGG in the two layouts the studies use: CIFAR (32x32, pytorch-cifar) and ImageNet (torchvision)."""
+
+from __future__ import annotations
+
+import torchvision
+from torch import Tensor, nn
+
+from hpml.errors import ConfigError
+
+# Output channels per conv layer, "M" for a 2x2 max pool (Simonyan & Zisserman, configs A, B, D, E).
+CONFIGS: dict[int, list[int | str]] = {
+    11: [64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
+    13: [64, 64, "M", 128, 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
+    16: [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"],
+    19: [64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M",
+         512, 512, 512, 512, "M", 512, 512, 512, 512, "M"],
+}
+LAYOUTS = ("cifar", "imagenet")
+
+
+class CifarVGG(nn.Module):
+    """VGG for 32x32 inputs as in the widely used pytorch-cifar code: conv-BN-ReLU, one Linear.
+
+    Five poolings bring 32x32 down to 1x1, so the classifier is a single ``Linear(512, classes)``
+    (VGG11 has 9.23M parameters, 36.97 MB of fp32 weights, the size study 1 quantised).
+    """
+
+    def __init__(self, depth: int = 11, num_classes: int = 10, batch_norm: bool = True) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        channels = 3
+        for width in CONFIGS[depth]:
+            if width == "M":
+                layers.append(nn.MaxPool2d(kernel_size=2, stride=2))
+                continue
+            layers.append(nn.Conv2d(channels, int(width), kernel_size=3, padding=1))
+            if batch_norm:
+                layers.append(nn.BatchNorm2d(int(width)))
+            layers.append(nn.ReLU(inplace=True))
+            channels = int(width)
+        layers.append(nn.AvgPool2d(kernel_size=1, stride=1))
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Linear(512, num_classes)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.classifier(self.features(x).flatten(1))
+
+
+def vgg(depth: int = 11, num_classes: int = 10, layout: str = "cifar",
+        batch_norm: bool = True) -> nn.Module:
+    """Build VGG-``depth`` in the ``cifar`` or ``imagenet`` (torchvision, 224x224) layout."""
+    if depth not in CONFIGS:
+        raise ConfigError("depth", depth, f"one of {', '.join(map(str, CONFIGS))}")
+    if layout == "cifar":
+        return CifarVGG(depth, num_classes, batch_norm)
+    if layout == "imagenet":
+        name = f"vgg{depth}_bn" if batch_norm else f"vgg{depth}"
+        return getattr(torchvision.models, name)(weights=None, num_classes=num_classes)
+    raise ConfigError("layout", layout, f"one of {', '.join(LAYOUTS)}")

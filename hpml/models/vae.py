@@ -1,0 +1,46 @@
+"""The VAE of study 3 as a LightningModule: loss = BCE reconstruction + KL divergence."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from hpml.data.spec import DataSpec
+from hpml.errors import IncompatibleError
+from hpml.models.base import HpmlModule
+
+
+def vae_loss(logits: Tensor, x: Tensor, mu: Tensor, logvar: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-sample BCE (summed over pixels) and KL divergence to N(0, I), as in Kingma & Welling."""
+    bce = F.binary_cross_entropy_with_logits(logits, x.flatten(1), reduction="sum") / len(x)
+    kld = -0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp()) / len(x)
+    return bce, kld
+
+
+class VAEModule(HpmlModule):
+    """Logs ``<stage>/loss``, ``<stage>/bce`` and ``<stage>/kld``, each per sample, per epoch."""
+
+    modality = "image"
+
+    def build_net(self, net: Callable[..., nn.Module], data: DataSpec) -> nn.Module:
+        if data.value_range != (0.0, 1.0):
+            raise IncompatibleError(
+                "the VAE's BCE loss needs pixels in [0, 1], but the data is normalised; "
+                "use unnormalised data (data=mnist keeps data.normalize=false)")
+        return net(in_features=data.num_features)
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        return self.net(x)
+
+    def _step(self, batch: tuple[Tensor, Tensor], stage: str) -> Tensor:
+        x, _ = batch
+        logits, mu, logvar = self(x)
+        bce, kld = vae_loss(logits, x, mu, logvar)
+        loss = bce + kld
+        self.log(f"{stage}/loss", loss, on_step=False, on_epoch=True, prog_bar=True)
+        self.log(f"{stage}/bce", bce, on_step=False, on_epoch=True)
+        self.log(f"{stage}/kld", kld, on_step=False, on_epoch=True)
+        return loss

@@ -1,0 +1,15 @@
+"""Metric names, built in one place as ``<stage>/<quantity>_<unit>`` so every number says its unit."""
+
+from __future__ import annotations
+
+SAMPLES_PER_S = "samples_per_s"
+MS = "ms"
+S = "s"
+BYTES = "bytes"
+PCT = "pct"
+COUNT = "count"
+
+
+def metric(stage: str, quantity: str, unit: str) -> str:
+    """``metric("train", "throughput", SAMPLES_PER_S)`` -> ``"train/throughput_samples_per_s"``."""
+    return f"{stage}/{quantity}_{unit}"

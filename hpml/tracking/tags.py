@@ -1,0 +1,97 @@
+"""Tags that make a run reproducible and comparable: code version, machine, sweep position."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+
+
+def git_commit(cwd: Path) -> tuple[str, bool] | None:
+    """The commit checked out at ``cwd`` and whether the tree has uncommitted changes."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True,
+                                text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return commit, bool(dirty)
+
+
+def cpu_name() -> str:
+    """The CPU's model name as the kernel reports it (platform.processor() is often empty)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_tags(device: torch.device) -> dict[str, str]:
+    """Name of the device a run computes on, for comparing runs across machines."""
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        return {"hpml.device": f"cuda: {props.name}",
+                "hpml.device_memory_bytes": str(props.total_memory)}
+    return {"hpml.device": f"{device.type}: {cpu_name()}",
+            "hpml.cpu_threads": str(torch.get_num_threads())}
+
+
+def environment_tags() -> dict[str, str]:
+    """Versions, host, load and code revision: what can make two runs of one config differ."""
+    tags = {
+        "hpml.host": socket.gethostname(),
+        "hpml.python_version": platform.python_version(),
+        "hpml.torch_version": torch.__version__,
+        "hpml.cuda_version": str(torch.version.cuda),
+        "hpml.cuda_available": str(torch.cuda.is_available()),
+        "hpml.load_avg_1m_5m_15m": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+    }
+    revision = git_commit(Path(__file__).resolve().parent)
+    if revision is not None:
+        tags["mlflow.source.git.commit"] = revision[0]
+        tags["hpml.git_commit"] = revision[0]
+        tags["hpml.git_dirty"] = str(revision[1])
+    return tags
+
+
+def hydra_tags() -> dict[str, str]:
+    """Choices, the job's own reproducible command and its place in a sweep."""
+    if not HydraConfig.initialized():
+        return {"hpml.command": shlex.join(sys.argv)}
+    hc = HydraConfig.get()
+    overrides = list(hc.overrides.task)
+    tags = {
+        "hpml.command": shlex.join(["python", "-m", "hpml.train", *overrides]),
+        "hpml.output_dir": str(hc.runtime.output_dir),
+    }
+    tags.update({f"hpml.choice.{group}": str(option)
+                 for group, option in hc.runtime.choices.items()
+                 if not group.startswith("hydra") and option is not None})
+    if hc.mode == RunMode.MULTIRUN:
+        tags["hpml.sweep_dir"] = str(hc.sweep.dir)
+        tags["hpml.sweep_command"] = shlex.join(["python", "-m", "hpml.train", *sys.argv[1:]])
+        tags["hpml.job_num"] = str(hc.job.num)
+    return tags
+
+
+def default_run_name() -> str:
+    """``model/data`` plus the job's overrides in a sweep, so sibling runs read apart in the UI."""
+    if not HydraConfig.initialized():
+        return "hpml"
+    hc = HydraConfig.get()
+    name = f"{hc.runtime.choices.get('model')}/{hc.runtime.choices.get('data')}"
+    if hc.mode == RunMode.MULTIRUN and hc.job.override_dirname:
+        name += f" [{hc.job.override_dirname}]"
+    return name

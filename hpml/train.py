@@ -1,0 +1,89 @@
+"""``python -m hpml.train``: compose the config, instantiate the pieces, hand them to Lightning.
+
+Everything heavy is imported inside ``train`` so ``--help`` and config errors answer at once.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import InstantiationException
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from hpml.cli import check_args, report_failure
+
+GROUPS_OF_ONE_CALLBACK = ("prune", "quant", "compile", "profile")
+
+
+def build(group: str, node: DictConfig, **kwargs: Any) -> Any:
+    """Instantiate config group ``group``; errors come back with the group's name in their keys."""
+    from hpml.errors import ConfigError
+
+    try:
+        return hydra.utils.instantiate(node, **kwargs)
+    except InstantiationException as exc:
+        cause = exc.__cause__ or exc
+        if isinstance(cause, ConfigError):
+            raise cause.under(group) from cause
+        raise cause from exc
+
+
+def build_callbacks(cfg: DictConfig) -> list[Any]:
+    """The ``callbacks`` group (a dict of callbacks) and the one-callback optimisation groups."""
+    callbacks = [build("callbacks", node) for node in (cfg.get("callbacks") or {}).values()
+                 if node and "_target_" in node]
+    for group in GROUPS_OF_ONE_CALLBACK:
+        node = cfg.get(group)
+        if node and "_target_" in node:
+            callbacks.append(build(group, node))
+    return callbacks
+
+
+def train(cfg: DictConfig) -> dict[str, float]:
+    """Fit and test the configured model inside one MLflow run; return the final metrics."""
+    import lightning as L
+
+    tracker = build("logger", cfg.logger)
+    with tracker.run(cfg) as run:
+        L.seed_everything(cfg.seed, workers=True, verbose=False)
+        datamodule = build("data", cfg.data)
+        datamodule.prepare_data()
+        model = build("model", cfg.model, data=datamodule.spec)
+        trainer = build("trainer", cfg.trainer, callbacks=build_callbacks(cfg),
+                        logger=run.lightning_logger())
+        run.set_device(trainer.strategy.root_device)
+        if cfg.fit:
+            trainer.fit(model, datamodule=datamodule)
+        if cfg.test:
+            trainer.test(model, datamodule=datamodule, verbose=False)
+        metrics = {name: float(value) for name, value in trainer.callback_metrics.items()}
+    uri = tracker.tracking_uri
+    print(f"hpml: run {run.run_id} finished in {uri}\n"
+          f"hpml: compare runs with `make ui` (or `mlflow ui --backend-store-uri {uri}`), "
+          f"then open http://127.0.0.1:5000/{run.ui_path}")
+    return metrics
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
+def main(cfg: DictConfig) -> float | None:
+    """Hydra task: a failed job prints one line; a sweep records it and goes on to the next job."""
+    hc = HydraConfig.get()
+    try:
+        metrics = train(cfg)
+    except Exception as exc:
+        report_failure(exc, Path(hc.runtime.output_dir) / f"{hc.job.name}.log")
+        if hc.mode == RunMode.MULTIRUN:
+            return math.nan
+        raise SystemExit(1) from None
+    return metrics.get(cfg.optimized_metric) if cfg.optimized_metric else None
+
+
+if __name__ == "__main__":
+    check_args(sys.argv[1:])
+    main()
