@@ -1,0 +1,310 @@
+"""Image datasets read from disk in their official formats, with the transforms papers use.
+
+Missing or unreadable files become one-line hpml errors naming the path looked at, instead of
+torchvision's generic ``RuntimeError("Dataset not found or corrupted")`` traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+from urllib.error import URLError
+
+import torch
+from torch.utils.data import Dataset
+from torchvision import datasets
+from torchvision import transforms as T
+from torchvision.datasets.folder import find_classes
+from torchvision.datasets.utils import check_integrity
+
+from hpml.data.base import HpmlDataModule
+from hpml.data.spec import DataSpec
+from hpml.errors import ConfigError, DatasetNotFoundError, HpmlError, positive_int
+
+log = logging.getLogger(__name__)
+
+CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR10_STD = (0.2470, 0.2435, 0.2616)
+MNIST_MEAN, MNIST_STD = (0.1307,), (0.3081,)
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+MNIST_FILES = (
+    "train-images-idx3-ubyte",
+    "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte",
+    "t10k-labels-idx1-ubyte",
+)
+DOWNLOAD_HINT = "download it with data.download=true"
+
+
+class TransformedSubset(Dataset):
+    """Some samples of a dataset, each passed through ``transform``.
+
+    Lets the train and held-out val split share one decoded dataset while only train is augmented.
+    """
+
+    def __init__(self, dataset: Dataset, indices: Sequence[int], transform: Callable) -> None:
+        self.dataset, self.indices, self.transform = dataset, indices, transform
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, index: int) -> tuple[Any, Any]:
+        image, label = self.dataset[self.indices[index]]
+        return self.transform(image), label
+
+
+def _val_fraction(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
+        raise ConfigError("val_fraction", value, "a number strictly between 0 and 1")
+    return float(value)
+
+
+def _hold_out(
+    full: Dataset, fraction: float, seed: int, train_tf: Callable, eval_tf: Callable
+) -> tuple[TransformedSubset, TransformedSubset]:
+    """Split the official train set into train and val by a seeded permutation (same every run)."""
+    n = len(full)  # type: ignore[arg-type]
+    n_val = max(1, round(n * fraction))
+    if n_val >= n:
+        raise HpmlError(f"{n} training images are too few to hold out val_fraction={fraction}")
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
+    return (
+        TransformedSubset(full, order[n_val:], train_tf),
+        TransformedSubset(full, order[:n_val], eval_tf),
+    )
+
+
+def _download(name: str, fetch: Callable[[], object]) -> None:
+    """Run torchvision's download, turning network and archive failures into one line."""
+    log.info("downloading %s", name)
+    try:
+        fetch()
+    except (URLError, OSError, RuntimeError) as err:
+        raise HpmlError(f"downloading {name} failed: {' '.join(str(err).split())}") from err
+
+
+class _UnverifiedCIFAR10(datasets.CIFAR10):
+    """CIFAR-10 that still requires every file but skips their md5 checks.
+
+    torchvision checks each batch's md5 (``_check_integrity``) and the meta file's (``_load_meta``)
+    through ``check_integrity(path, md5)``, which only tests existence when md5 is None.
+    """
+
+    train_list: ClassVar[list[list[str | None]]] = [
+        [name, None] for name, _ in datasets.CIFAR10.train_list
+    ]
+    test_list: ClassVar[list[list[str | None]]] = [
+        [name, None] for name, _ in datasets.CIFAR10.test_list
+    ]
+    meta: ClassVar[dict[str, str | None]] = {**datasets.CIFAR10.meta, "md5": None}
+
+
+class CIFAR10DataModule(HpmlDataModule):
+    """CIFAR-10 from the pickled ``cifar-10-batches-py`` folder under ``data_dir``.
+
+    val is ``val_fraction`` of the 50k training images (seeded by ``seed``); test is the official
+    test batch. ``verify=False`` skips the md5 checks, for subsets or re-encoded copies.
+    """
+
+    def __init__(
+        self, augment: bool = True, val_fraction: float = 0.1, verify: bool = True, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.augment = bool(augment)
+        self.val_fraction = _val_fraction(val_fraction)
+        self.verify = bool(verify)
+
+    @property
+    def spec(self) -> DataSpec:
+        return DataSpec("image", (3, 32, 32), 10)
+
+    @property
+    def folder(self) -> Path:
+        return self.data_dir / datasets.CIFAR10.base_folder
+
+    def _dataset_cls(self) -> type[datasets.CIFAR10]:
+        return datasets.CIFAR10 if self.verify else _UnverifiedCIFAR10
+
+    def _first_bad(self, check_md5: bool) -> Path | None:
+        """The folder if absent, else the first file that is missing (or fails its md5)."""
+        if not self.folder.is_dir():
+            return self.folder
+        cifar = datasets.CIFAR10
+        files = [*cifar.train_list, *cifar.test_list, [cifar.meta["filename"], cifar.meta["md5"]]]
+        for name, md5 in files:
+            if not check_integrity(self.folder / name, md5 if check_md5 else None):
+                return self.folder / name
+        return None
+
+    def _require_files(self) -> None:
+        missing = self._first_bad(check_md5=False)
+        if missing is not None:
+            raise DatasetNotFoundError("CIFAR-10", missing, DOWNLOAD_HINT)
+
+    def prepare_data(self) -> None:
+        if self.download and self._first_bad(check_md5=self.verify) is not None:
+            cls = self._dataset_cls()
+            _download("CIFAR-10", lambda: cls(self.data_dir, train=False, download=True))
+        self._require_files()
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_set is not None:
+            return
+        self._require_files()
+        normalize = [T.ToTensor(), T.Normalize(CIFAR10_MEAN, CIFAR10_STD)]
+        augment = [T.RandomCrop(32, padding=4), T.RandomHorizontalFlip()] if self.augment else []
+        train_tf, eval_tf = T.Compose(augment + normalize), T.Compose(normalize)
+        cls = self._dataset_cls()
+        try:
+            full = cls(self.data_dir, train=True)
+            test = cls(self.data_dir, train=False, transform=eval_tf)
+        except RuntimeError as err:  # the files exist, so torchvision is reporting an md5 mismatch
+            bad = self._first_bad(check_md5=True) or self.folder
+            raise HpmlError(
+                f"{bad} fails its md5 check (corrupt, or not the official file): delete it and set "
+                "data.download=true, or set data.verify=false to use it anyway"
+            ) from err
+        self.train_set, self.val_set = _hold_out(
+            full, self.val_fraction, self.seed, train_tf, eval_tf
+        )
+        self.test_set = test
+
+
+class MNISTDataModule(HpmlDataModule):
+    """MNIST from the uncompressed idx files in ``data_dir/MNIST/raw``.
+
+    Pixels stay in [0, 1] by default because a Bernoulli VAE reads them as probabilities;
+    ``normalize=True`` standardises them for classifiers. val is held out from the 60k train set.
+    """
+
+    def __init__(self, normalize: bool = False, val_fraction: float = 0.1, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.normalize = bool(normalize)
+        self.val_fraction = _val_fraction(val_fraction)
+
+    @property
+    def spec(self) -> DataSpec:
+        value_range = None if self.normalize else (0.0, 1.0)
+        return DataSpec("image", (1, 28, 28), 10, value_range=value_range)
+
+    @property
+    def folder(self) -> Path:
+        # torchvision derives this from the class name, which is why MNIST is not subclassed here
+        return self.data_dir / "MNIST" / "raw"
+
+    def _first_missing(self) -> Path | None:
+        if not self.folder.is_dir():
+            return self.folder
+        return next((self.folder / f for f in MNIST_FILES if not (self.folder / f).is_file()), None)
+
+    def _require_files(self) -> None:
+        missing = self._first_missing()
+        if missing is not None:
+            raise DatasetNotFoundError(
+                "MNIST", missing, f"{DOWNLOAD_HINT}, or put the uncompressed idx files there"
+            )
+
+    def prepare_data(self) -> None:
+        if self.download and self._first_missing() is not None:
+            _download("MNIST", lambda: datasets.MNIST(self.data_dir, train=False, download=True))
+        self._require_files()
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_set is not None:
+            return
+        self._require_files()
+        steps: list[Callable] = [T.ToTensor()]
+        if self.normalize:
+            steps.append(T.Normalize(MNIST_MEAN, MNIST_STD))
+        transform = T.Compose(steps)
+        try:
+            full = datasets.MNIST(self.data_dir, train=True)
+            test = datasets.MNIST(self.data_dir, train=False, transform=transform)
+        except (AssertionError, TypeError, ValueError, RuntimeError) as err:
+            raise HpmlError(
+                f"MNIST files in {self.folder} are not valid idx files ({type(err).__name__}): "
+                f"delete them and set data.download=true"
+            ) from err
+        self.train_set, self.val_set = _hold_out(
+            full, self.val_fraction, self.seed, transform, transform
+        )
+        self.test_set = test
+
+
+class ImageFolderDataModule(HpmlDataModule):
+    """ImageNet-style folders: ``data_dir/train/<class>/*.JPEG`` and ``data_dir/val/<class>/*``.
+
+    val/ serves as both the val and the test split: ImageNet's test labels are not public, so
+    reported ImageNet accuracy is val accuracy. The class count is read from train/.
+    """
+
+    HINT = (
+        "it cannot be downloaded; place an ImageFolder there laid out as "
+        "train/<class>/*.JPEG and val/<class>/*.JPEG"
+    )
+
+    def __init__(self, image_size: int = 224, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.image_size = positive_int("image_size", image_size)
+        self._classes: list[str] | None = None
+
+    @property
+    def spec(self) -> DataSpec:
+        size = self.image_size
+        return DataSpec("image", (3, size, size), len(self.classes()))
+
+    def classes(self) -> list[str]:
+        """Class folder names, checked to be the same in train/ and val/."""
+        if self._classes is None:
+            found = {}
+            for split in ("train", "val"):
+                folder = self.data_dir / split
+                try:
+                    found[split] = find_classes(folder)[0]
+                except FileNotFoundError as err:
+                    raise DatasetNotFoundError("ImageFolder", folder, self.HINT) from err
+            if found["train"] != found["val"]:
+                only_train = _few(sorted(set(found["train"]) - set(found["val"])))
+                only_val = _few(sorted(set(found["val"]) - set(found["train"])))
+                raise HpmlError(
+                    f"ImageFolder at {self.data_dir}: train/ and val/ have different class "
+                    f"folders (only in train/: {only_train}; only in val/: {only_val})"
+                )
+            self._classes = found["train"]
+        return self._classes
+
+    def prepare_data(self) -> None:
+        self.classes()
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_set is not None:
+            return
+        self.classes()
+        normalize = [T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+        train_tf = T.Compose(
+            [T.RandomResizedCrop(self.image_size), T.RandomHorizontalFlip(), *normalize]
+        )
+        eval_tf = T.Compose(
+            [
+                T.Resize(int(self.image_size * 256 / 224)),
+                T.CenterCrop(self.image_size),
+                *normalize,
+            ]
+        )
+        try:
+            train = datasets.ImageFolder(self.data_dir / "train", transform=train_tf)
+            val = datasets.ImageFolder(self.data_dir / "val", transform=eval_tf)
+        except FileNotFoundError as err:  # a class folder holds no image files
+            raise HpmlError(f"ImageFolder at {self.data_dir}: {err}") from err
+        self.train_set, self.val_set, self.test_set = train, val, val
+
+
+def _few(names: list[str], shown: int = 5) -> str:
+    """Names for a one-line message: the first few, then how many more."""
+    if not names:
+        return "none"
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
