@@ -50,16 +50,64 @@ def unknown_option(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
     return None
 
 
+def first_job(args: list[str]) -> list[str]:
+    """The overrides of a sweep's first job (each sweep replaced by its first value)."""
+    overrides = [a for a in args if not a.startswith("-") and "=" in a]
+    first = []
+    for override in OverridesParser.create().parse_overrides(overrides):
+        if override.is_sweep_override():
+            value = next(iter(override.sweep_string_iterator()))
+            first.append(f"{override.get_key_element()}={value}")
+        else:
+            first.append(override.input_line)
+    return first
+
+
+def sweep_without_multirun(args: list[str]) -> str | None:
+    """A sweep value given without ``-m``: Hydra refuses it in a paragraph, this in a line."""
+    if "-m" in args or "--multirun" in args:
+        return None
+    overrides = [a for a in args if not a.startswith("-") and "=" in a]
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception:
+        return None
+    for override in parsed:
+        if override.is_sweep_override():
+            return (f"{override.input_line} is a sweep: add -m to run one job per value "
+                    f"(for a list write {override.get_key_element()}=[...])")
+    return None
+
+
+def composition_error(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
+    """Hydra's complaint about the overrides (a mistyped key, a bad value type), on one line."""
+    from hydra import compose, initialize_config_dir
+
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+            compose("train", overrides=first_job(args))
+    except Exception as exc:
+        text = str(exc).split("Set the environment variable HYDRA_FULL_ERROR")[0]
+        return " ".join(text.split())
+    return None
+
+
 def check_args(args: list[str]) -> None:
-    """Exit with status 2 and one line if an override names a config option that does not exist."""
-    message = unknown_option(args)
+    """Exit with status 2 and one line if the overrides cannot make a config.
+
+    Hydra would say the same in a dozen lines after its banner; this says it before any job
+    (or any job of a sweep) starts.
+    """
+    if any(a in ("--help", "-h", "--hydra-help", "--info", "-i") for a in args):
+        return
+    message = unknown_option(args) or sweep_without_multirun(args) or composition_error(args)
     if message is not None:
         print(f"hpml: error: {message}", file=sys.stderr)
         raise SystemExit(2)
 
 
 def report_failure(exc: BaseException, log_file: Path | None) -> str:
-    """Print ``exc`` as one line (plus where the traceback went) and keep the traceback in the log."""
+    """Print ``exc`` as one line plus where its traceback went; the traceback goes to the log."""
     from hpml.tracking.run import one_line
 
     trace.error("run failed", exc_info=exc)

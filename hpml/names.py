@@ -1,4 +1,4 @@
-"""Metric names, built in one place as ``<stage>/<quantity>_<unit>`` so every number says its unit."""
+"""Metric names, built in one place as ``<stage>/<quantity>_<unit>``: every number says its unit."""
 
 from __future__ import annotations
 

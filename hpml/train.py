@@ -5,6 +5,7 @@ Everything heavy is imported inside ``train`` so ``--help`` and config errors an
 
 from __future__ import annotations
 
+import logging
 import math
 import sys
 from pathlib import Path
@@ -22,16 +23,22 @@ GROUPS_OF_ONE_CALLBACK = ("prune", "quant", "compile", "profile")
 
 
 def build(group: str, node: DictConfig, **kwargs: Any) -> Any:
-    """Instantiate config group ``group``; errors come back with the group's name in their keys."""
+    """Instantiate config group ``group``, passing live objects (data spec, callbacks) as-is.
+
+    The config becomes a partial first, so ``kwargs`` never pass through OmegaConf; errors come
+    back with the group's name in their keys.
+    """
     from hpml.errors import ConfigError
 
     try:
-        return hydra.utils.instantiate(node, **kwargs)
+        return hydra.utils.instantiate(node, _partial_=True)(**kwargs)
     except InstantiationException as exc:
         cause = exc.__cause__ or exc
         if isinstance(cause, ConfigError):
             raise cause.under(group) from cause
         raise cause from exc
+    except ConfigError as exc:
+        raise exc.under(group) from exc
 
 
 def build_callbacks(cfg: DictConfig) -> list[Any]:
@@ -49,6 +56,9 @@ def train(cfg: DictConfig) -> dict[str, float]:
     """Fit and test the configured model inside one MLflow run; return the final metrics."""
     import lightning as L
 
+    # `import lightning` adds its own console handler; Hydra's job logging already prints and
+    # files every record, so without this each Lightning message shows twice.
+    logging.getLogger("lightning").handlers.clear()
     tracker = build("logger", cfg.logger)
     with tracker.run(cfg) as run:
         L.seed_everything(cfg.seed, workers=True, verbose=False)

@@ -1,4 +1,4 @@
-"""Step timing that synchronises a GPU only at the edges of what it measures."""
+"""Step timing that never stalls a GPU mid-run: host clocks on CPU, CUDA events on GPU."""
 
 from __future__ import annotations
 
@@ -30,63 +30,65 @@ class StepStats:
     data_wait_pct: float
 
 
-class StepTimer:
-    """Times steps and the gaps between them (where the loop waits for the next batch).
+class _Mark:
+    """A point in time: a host clock reading, or a CUDA event the GPU stamps when it gets there."""
 
-    The window starts when the last warm-up step ends and closes at ``stats()``; both edges
-    synchronise the device, nothing in between does. On CUDA each step's duration comes from
-    a pair of CUDA events read after the window closes.
+    def __init__(self, device: torch.device) -> None:
+        self.event = None
+        if device.type == "cuda":
+            self.event = torch.cuda.Event(enable_timing=True)
+            self.event.record()
+        self.host = time.perf_counter()
+
+    def seconds_until(self, later: _Mark) -> float:
+        if self.event is not None and later.event is not None:
+            return self.event.elapsed_time(later.event) / 1e3  # waits for the GPU, then reads
+        return later.host - self.host
+
+
+class StepTimer:
+    """Times steps and the gaps between them, where the loop waits for the next batch.
+
+    The measured window runs from the end of the last warm-up step (or the start of the first
+    step, without warm-up) to the end of the last step. On CUDA its edges and each step are
+    CUDA events, read only in ``stats()``, so the GPU is never synchronised while it trains.
     """
 
     def __init__(self, device: torch.device, warmup_steps: int) -> None:
         self.device, self.warmup = device, warmup_steps
-        self.durations: list[float] = []
-        self.events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+        self.steps: list[tuple[_Mark, _Mark]] = []
         self.gaps: list[float] = []
         self.samples: list[int] = []
-        self._start: float | torch.cuda.Event = 0.0
-        self._last_end: float | None = None
-        self.window_start: float | None = None
+        self._start: _Mark | None = None
+        self.window_start: _Mark | None = None
 
     @property
     def count(self) -> int:
         return len(self.samples)
 
     def begin(self) -> None:
-        now = time.perf_counter()
+        self._start = _Mark(self.device)
+        if self.count >= self.warmup and self.steps:
+            self.gaps.append(self._start.host - self.steps[-1][1].host)
         if self.count == 0 and self.warmup == 0:
-            now = self.window_start = synchronized_now(self.device)
-        if self._last_end is not None and self.count >= self.warmup:
-            self.gaps.append(now - self._last_end)
-        if self.device.type == "cuda":
-            self._start = torch.cuda.Event(enable_timing=True)
-            self._start.record()
-        else:
-            self._start = now
+            self.window_start = self._start
 
     def end(self, samples: int) -> None:
-        if self.device.type == "cuda":
-            stop = torch.cuda.Event(enable_timing=True)
-            stop.record()
-            self.events.append((self._start, stop))  # type: ignore[arg-type]
-        else:
-            self.durations.append(time.perf_counter() - self._start)  # type: ignore[operator]
+        stop = _Mark(self.device)
+        self.steps.append((self._start, stop))  # type: ignore[arg-type]
         self.samples.append(samples)
         if self.count == self.warmup:
-            self.window_start = synchronized_now(self.device)
-        self._last_end = time.perf_counter()
+            self.window_start = stop
 
     def stats(self) -> StepStats | None:
         """Statistics over the steps after warm-up, or None if there were none."""
         if self.window_start is None or self.count <= self.warmup:
             return None
-        seconds = synchronized_now(self.device) - self.window_start
-        if self.device.type == "cuda":
-            self.durations = [start.elapsed_time(stop) / 1e3 for start, stop in self.events]
-        steady = self.durations[self.warmup:]
+        seconds = self.window_start.seconds_until(self.steps[-1][1])
+        steady = [start.seconds_until(stop) for start, stop in self.steps[self.warmup:]]
         samples = sum(self.samples[self.warmup:])
-        deciles = statistics.quantiles(steady, n=10, method="inclusive") if len(steady) > 1 \
-            else [steady[0]] * 9
+        deciles = (statistics.quantiles(steady, n=10, method="inclusive") if len(steady) > 1
+                   else [steady[0]] * 9)
         return StepStats(
             steps=len(steady),
             samples=samples,

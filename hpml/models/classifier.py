@@ -17,7 +17,7 @@ MAX_PROBE_SIZE = 1024
 
 
 class Classifier(HpmlModule):
-    """Cross-entropy classifier; logs ``<stage>/loss`` and ``<stage>/acc`` (top-1, micro) per epoch."""
+    """Cross-entropy classifier; logs ``<stage>/loss`` and ``<stage>/acc`` (top-1) per epoch."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -34,9 +34,10 @@ class Classifier(HpmlModule):
         x, y = batch
         logits = self(x)
         loss = self.criterion(logits, y)
-        self.accuracy[f"{stage}_acc"](logits, y)
+        accuracy = self.accuracy[f"{stage}_acc"]
+        accuracy(logits, y)
         self.log(f"{stage}/loss", loss, on_step=False, on_epoch=True, prog_bar=True)
-        self.log(f"{stage}/acc", self.accuracy[f"{stage}_acc"], on_step=False, on_epoch=True, prog_bar=True)
+        self.log(f"{stage}/acc", accuracy, on_step=False, on_epoch=True, prog_bar=True)
         return loss
 
 
@@ -55,7 +56,7 @@ def check_input_fits(net: Callable[..., nn.Module], data: DataSpec, name: str) -
     """
     channels, height, width = data.input_shape
     with torch.device("meta"):
-        probe = net(num_classes=data.num_classes)
+        probe = net(num_classes=data.num_classes).eval()
     if _fits(probe, channels, min(height, width)):
         return
     low, high = min(height, width), MAX_PROBE_SIZE

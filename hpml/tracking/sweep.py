@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.utils import instantiate
 from omegaconf import DictConfig
@@ -24,6 +25,9 @@ class MlflowSweepCallback(Callback):
     """
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        # The launcher sets this only when jobs start; the sweep dir and the store's path
+        # interpolate `${hydra:...}` values now.
+        HydraConfig.instance().set_config(config)
         tracker = instantiate(config.logger)
         client = tracker.client()
         sweep_dir = Path(str(config.hydra.sweep.dir))

@@ -1,4 +1,4 @@
-"""VGG in the two layouts the studies use: CIFAR (32x32, pytorch-cifar) and ImageNet (torchvision)."""
+"""VGG in the layouts the studies use: CIFAR (32x32, pytorch-cifar) and ImageNet (torchvision)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,48 @@
+"""StepTimer's arithmetic on a controlled clock: exact windows, percentiles and data-wait share."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hpml.analysis import timing
+
+
+class Clock:
+    """A clock that only moves when told, standing in for ``time.perf_counter``."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_window_excludes_warmup_and_splits_step_time_from_data_wait(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(timing.time, "perf_counter", clock)
+    timer = timing.StepTimer(torch.device("cpu"), warmup_steps=2)
+    steps = [9.0, 7.0, 1.0, 2.0, 3.0, 4.0]  # seconds per step; the first two are warm-up
+    waits = [5.0, 5.0, 0.5, 0.5, 1.0, 1.0]  # seconds fetching data before each step
+    for step, wait in zip(steps, waits, strict=True):
+        clock.now += wait
+        timer.begin()
+        clock.now += step
+        timer.end(samples=10)
+    stats = timer.stats()
+    window = sum(steps[2:]) + sum(waits[2:])
+    assert stats.steps == 4 and stats.samples == 40
+    assert stats.seconds == pytest.approx(window)
+    assert stats.throughput_samples_per_s == pytest.approx(40 / window)
+    assert stats.step_mean_ms == pytest.approx(2500.0)
+    assert stats.step_p50_ms == pytest.approx(2500.0)
+    assert stats.step_p90_ms == pytest.approx(3700.0)  # inclusive deciles of 1, 2, 3, 4 s
+    assert stats.data_wait_pct == pytest.approx(100 * 3.0 / window)
+
+
+def test_no_statistics_without_steps_after_warmup():
+    timer = timing.StepTimer(torch.device("cpu"), warmup_steps=3)
+    for _ in range(3):
+        timer.begin()
+        timer.end(samples=1)
+    assert timer.stats() is None

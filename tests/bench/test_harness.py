@@ -1,0 +1,169 @@
+"""The bench's arithmetic and plumbing, fed fixed numbers: nothing here measures any time."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpml.bench.__main__ import CASES, Case, main, parse_args, select_cases, table
+from hpml.bench.harness import (
+    CaseResult,
+    Measurement,
+    Ratio,
+    Report,
+    Round,
+    Settings,
+    interleave,
+    round_order,
+    run_case,
+    summarize,
+    write_json,
+)
+
+RATIO = Ratio("throughput (wall)", "tput", "samples/s", "A", "B", goal=0.98)
+
+
+def rounds_of(pairs: list[tuple[float, float]]) -> list[Round]:
+    return [Round(("A", "B"), {"A": {"tput": a}, "B": {"tput": b}}) for a, b in pairs]
+
+
+def fixed(value: float, log: list[str], name: str):
+    def variant() -> Measurement:
+        log.append(name)
+        return {"tput": value}
+    return variant
+
+
+def fake_case(name: str, a: float, b: float, ran: list[str]) -> Case:
+    """A registry entry whose variants return fixed numbers."""
+    def case(settings: Settings, bench_dir: Path, report: Report) -> CaseResult:
+        ran.append(name)
+        log: list[str] = []
+        variants = {"A": fixed(a, log, "A"), "B": fixed(b, log, "B")}
+        return run_case(name, variants, [RATIO], settings, report)
+    return case
+
+
+def test_round_order_alternates_which_variant_goes_first():
+    assert [round_order(["A", "B"], i) for i in range(4)] == [
+        ["A", "B"], ["B", "A"], ["A", "B"], ["B", "A"]]
+    assert [round_order(["A", "B", "C"], i)[0] for i in range(4)] == ["A", "B", "C", "A"]
+
+
+def test_interleave_runs_each_variant_once_per_round_in_rotating_order():
+    log: list[str] = []
+    reported: list[tuple[int, str, Measurement]] = []
+    done = interleave({"A": fixed(1.0, log, "A"), "B": fixed(2.0, log, "B")}, rounds=3,
+                      report=lambda i, name, m: reported.append((i, name, m)))
+    assert log == ["A", "B", "B", "A", "A", "B"]
+    assert [r.order for r in done] == [("A", "B"), ("B", "A"), ("A", "B")]
+    assert all(r.measurements == {"A": {"tput": 1.0}, "B": {"tput": 2.0}} for r in done)
+    assert [(i, name) for i, name, _ in reported] == [
+        (0, "A"), (0, "B"), (1, "B"), (1, "A"), (2, "A"), (2, "B")]
+
+
+def test_interleave_refuses_no_variants():
+    with pytest.raises(ValueError, match="at least one variant"):
+        interleave({}, rounds=1)
+
+
+def test_summarize_pairs_ratios_within_rounds():
+    # A rises with the load while B falls: per-round ratios, not ratios of medians
+    summary = summarize(RATIO, rounds_of([(90.0, 100.0), (50.0, 50.0), (120.0, 100.0)]))
+    assert summary.values == pytest.approx((0.9, 1.0, 1.2))
+    assert (summary.min, summary.median, summary.max) == pytest.approx((0.9, 1.0, 1.2))
+    assert summary.numerator_median == 90.0
+    assert summary.denominator_median == 100.0
+    assert summary.meets_goal is True
+
+
+def test_goal_is_judged_on_the_median():
+    below = summarize(RATIO, rounds_of([(97.0, 100.0), (99.0, 100.0), (90.0, 100.0)]))
+    assert below.median == pytest.approx(0.97)
+    assert below.meets_goal is False
+    no_goal = Ratio("cpu", "tput", "samples/CPU-s", "A", "B")
+    assert summarize(no_goal, rounds_of([(1.0, 1.0)])).meets_goal is None
+
+
+def test_run_case_writes_json_with_rounds_ratios_and_load(tmp_path: Path):
+    settings = Settings(rounds=2, steps=3, warmup=1, threads=1)
+    result = fake_case("demo", 98.0, 100.0, [])(settings, tmp_path, lambda *_: None)
+    path = write_json(result, tmp_path / "results")
+    assert path == tmp_path / "results" / "demo.json"
+    saved = json.loads(path.read_text())
+    assert saved["case"] == "demo"
+    assert saved["settings"] == {"rounds": 2, "steps": 3, "warmup": 1, "threads": 1}
+    assert [r["order"] for r in saved["rounds"]] == [["A", "B"], ["B", "A"]]
+    (ratio,) = saved["ratios"]
+    assert ratio["values"] == pytest.approx([0.98, 0.98])
+    assert ratio["median"] == pytest.approx(0.98)
+    assert ratio["meets_goal"] is True
+    assert len(saved["load_avg_before_1m_5m_15m"]) == len(saved["load_avg_after_1m_5m_15m"]) == 3
+
+
+def test_table_shows_spread_goal_verdict_and_units():
+    settings = Settings(rounds=3)
+    result = CaseResult("demo", settings, [], [summarize(RATIO, rounds_of(
+        [(96.0, 100.0), (97.0, 100.0), (99.0, 100.0)]))], (1.0, 2.0, 3.0), (1.5, 2.0, 3.0),
+        12.0, {})
+    text = table([result])
+    row = next(line for line in text.splitlines() if line.startswith("demo "))
+    for cell in ("A / B", "0.960", "0.970", "0.990", ">= 0.98", "NO", "97.0 samples/s",
+                 "100.0 samples/s"):
+        assert cell in row
+    assert "1.00 2.00 3.00 before, 1.50 2.00 3.00 after" in text
+
+
+def test_main_runs_selected_cases_once_each_and_writes_their_json(tmp_path: Path, capsys):
+    ran: list[str] = []
+    cases = {"one": fake_case("one", 99.0, 100.0, ran), "two": fake_case("two", 1.0, 2.0, ran)}
+    main(["--case", "two", "--case", "two", "--rounds", "1"], cases, tmp_path)
+    assert ran == ["two"]
+    assert (tmp_path / "results" / "two.json").is_file()
+    assert not (tmp_path / "results" / "one.json").exists()
+    main(["--rounds", "1"], cases, tmp_path)
+    assert ran == ["two", "one", "two"]
+    assert "meets" in capsys.readouterr().out
+
+
+def test_unknown_case_is_one_line_naming_the_valid_ones(capsys):
+    cases = {"overhead": fake_case("overhead", 1.0, 1.0, []), "profiler": CASES["overhead"]}
+    with pytest.raises(SystemExit) as exc:
+        main(["--case", "overhead", "--case", "nope"], cases)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err == "hpml.bench: error: unknown case 'nope' (valid: overhead, profiler)\n"
+
+
+def test_select_cases_defaults_to_all_in_registry_order():
+    assert select_cases(None, {"b": CASES["overhead"], "a": CASES["overhead"]}) == ["b", "a"]
+
+
+def test_registry_holds_overhead():
+    assert "overhead" in CASES
+
+
+@pytest.mark.parametrize("args", [["--rounds", "0"], ["--steps", "0"], ["--warmup", "-1"],
+                                  ["--threads", "0"]])
+def test_counts_out_of_range_are_refused(args: list[str]):
+    with pytest.raises(SystemExit):
+        parse_args(args)
+
+
+def test_defaults_are_the_documented_ones():
+    args = parse_args([])
+    assert (args.case, args.rounds, args.steps, args.warmup, args.threads) == (None, 5, 8, 2, 1)
+
+
+def test_cli_answers_a_bad_case_without_loading_torch():
+    script = ("import sys, runpy; sys.argv = ['hpml.bench', '--case', 'nope']\n"
+              "try: runpy.run_module('hpml.bench', run_name='__main__')\n"
+              "except SystemExit as e: print(e.code, 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)
+    assert done.stdout.split() == ["2", "False"]
+    assert done.stderr.count("\n") == 1

@@ -1,0 +1,124 @@
+"""PerformanceMonitor against an independent recorder timing the same hooks in the same run."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from functools import partial
+
+import lightning as L
+import pytest
+import torch
+
+from hpml.callbacks.model_stats import ModelStats
+from hpml.callbacks.perf import PerformanceMonitor, batch_size
+from hpml.data.synthetic import SyntheticDataModule, SyntheticImages
+from hpml.models.classifier import ImageClassifier
+from hpml.models.nets.vgg import vgg
+
+
+class SlowImages(SyntheticImages):
+    """Synthetic images that take a while to load, so there is real data wait to measure."""
+
+    def __getitem__(self, index: int):
+        time.sleep(0.01)
+        return super().__getitem__(index)
+
+
+class SlowData(SyntheticDataModule):
+    def setup(self, stage=None):
+        super().setup(stage)
+        train = self.train_set
+        self.train_set = SlowImages(train.size, train.shape, train.num_classes, train.noise,
+                                    train.seed, train.templates)
+
+
+class Recorder(L.Callback):
+    """Its own clock readings at the hooks PerformanceMonitor uses: the independent measurement."""
+
+    def __init__(self) -> None:
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+        self.samples: list[int] = []
+        self.epoch_start = self.val_start = self.val_end = self.last_train_end = 0.0
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        self.epoch_start = time.perf_counter()
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.starts.append(time.perf_counter())
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.ends.append(time.perf_counter())
+        self.samples.append(len(batch[0]))
+
+    def on_validation_epoch_start(self, trainer, pl_module):
+        self.val_start = time.perf_counter()
+
+    def on_validation_epoch_end(self, trainer, pl_module):
+        self.val_end = time.perf_counter()
+
+
+@pytest.fixture(scope="module")
+def measured():
+    L.seed_everything(0)
+    data = SlowData(train_samples=24 * 16, val_samples=64, test_samples=64, batch_size=16)
+    model = ImageClassifier(partial(vgg, depth=11), data.spec,
+                            partial(torch.optim.SGD, lr=0.01))
+    recorder = Recorder()
+    trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False,
+                        num_sanity_val_steps=0,
+                        callbacks=[PerformanceMonitor(warmup_steps=4), recorder, ModelStats()])
+    trainer.fit(model, datamodule=data)
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    trainer.test(model, datamodule=data, verbose=False)
+    metrics |= {k: float(v) for k, v in trainer.callback_metrics.items()}
+    return metrics, recorder
+
+
+def test_throughput_is_samples_over_the_recorded_window(measured):
+    metrics, rec = measured
+    window = rec.ends[-1] - rec.ends[3]  # from the end of the 4th (last warm-up) step
+    expected = sum(rec.samples[4:]) / window
+    assert metrics["train/throughput_samples_per_s"] == pytest.approx(expected, rel=0.02)
+
+
+def test_step_time_percentiles_match_recorded_steps(measured):
+    metrics, rec = measured
+    steps_ms = [(end - start) * 1e3 for start, end in zip(rec.starts, rec.ends, strict=True)][4:]
+    assert metrics["train/step_time_p50_ms"] == pytest.approx(statistics.median(steps_ms),
+                                                              rel=0.05, abs=0.5)
+    assert metrics["train/step_time_mean_ms"] == pytest.approx(statistics.fmean(steps_ms),
+                                                               rel=0.05, abs=0.5)
+    assert metrics["train/step_time_p90_ms"] >= metrics["train/step_time_p50_ms"]
+
+
+def test_data_wait_share_matches_recorded_gaps(measured):
+    metrics, rec = measured
+    gaps = [start - end for start, end in zip(rec.starts[4:], rec.ends[3:-1], strict=True)]
+    expected = 100 * sum(gaps) / (rec.ends[-1] - rec.ends[3])
+    assert expected > 5  # 16 samples x 10 ms of loading per step is a visible share
+    assert metrics["train/data_wait_pct"] == pytest.approx(expected, abs=2.0)
+
+
+def test_train_epoch_time_leaves_validation_out(measured):
+    metrics, rec = measured
+    train_only = rec.ends[-1] - rec.epoch_start
+    assert rec.val_end - rec.val_start > 0
+    assert metrics["train/epoch_time_s"] == pytest.approx(train_only, rel=0.05, abs=0.02)
+
+
+def test_inference_throughput_and_memory_are_reported_with_units(measured):
+    metrics, _ = measured
+    for name in ("val/throughput_samples_per_s", "test/throughput_samples_per_s",
+                 "val/epoch_time_s", "test/epoch_time_s", "train/peak_memory_bytes"):
+        assert metrics[name] > 0, name
+    assert metrics["train/peak_memory_bytes"] > 100 * 2**20  # a process with torch loaded
+
+
+def test_batch_size_reads_nested_batches():
+    x = torch.zeros(7, 3)
+    assert batch_size((x, torch.zeros(7))) == 7
+    assert batch_size({"input": x}) == 7
+    assert batch_size([[x]]) == 7

@@ -1,0 +1,90 @@
+"""Shared fixtures: one MLflow SQLite store made per session and copied per test, CLI runners."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, open_dict
+
+REPO = Path(__file__).resolve().parent.parent
+CONF = REPO / "conf"
+# Small, quick runs: a few batches per split, no progress bar in captured output.
+QUICK = [
+    "trainer.max_epochs=1",
+    "data.train_samples=128",
+    "data.val_samples=64",
+    "data.test_samples=64",
+    "data.batch_size=32",
+    "trainer.enable_progress_bar=false",
+    "callbacks.perf.warmup_steps=1",
+    "logger.system_metrics_interval_s=0.5",
+]
+
+
+@pytest.fixture(scope="session")
+def store_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An initialised MLflow SQLite store: creating the schema is the slow part, done once."""
+    from mlflow import MlflowClient
+
+    path = tmp_path_factory.mktemp("store") / "mlflow.db"
+    MlflowClient(f"sqlite:///{path}").search_experiments()
+    return path
+
+
+@pytest.fixture
+def root(tmp_path: Path, store_template: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project root (HPML_ROOT) with its own copy of the store; MLFLOW_TRACKING_URI unset."""
+    shutil.copy(store_template, tmp_path / "mlflow.db")
+    monkeypatch.setenv("HPML_ROOT", str(tmp_path))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    return tmp_path
+
+
+@pytest.fixture
+def client(root: Path):
+    from mlflow import MlflowClient
+
+    return MlflowClient(f"sqlite:///{root}/mlflow.db")
+
+
+def run_cli(args: list[str], root: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m hpml.train ARGS`` as a user runs it, against the project root ``root``."""
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env |= {"HPML_ROOT": str(root), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, "-m", "hpml.train", *args], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def stderr_lines(result: subprocess.CompletedProcess, prefix: str = "hpml:") -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.startswith(prefix)]
+
+
+@pytest.fixture
+def composed(root: Path) -> Iterator:
+    """Compose ``conf/train.yaml`` in-process as ``@hydra.main`` would, for fast in-process runs."""
+
+    def make(overrides: list[str]) -> DictConfig:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            cfg = compose("train", overrides=overrides, return_hydra_config=True)
+        out = root / "outputs" / "job"
+        out.mkdir(parents=True, exist_ok=True)
+        with open_dict(cfg):
+            cfg.hydra.runtime.output_dir = str(out)
+            cfg.hydra.job.name = "train"
+            cfg.hydra.mode = RunMode.RUN
+        HydraConfig.instance().set_config(cfg)
+        with open_dict(cfg):
+            del cfg["hydra"]
+        return cfg
+
+    yield make
+    HydraConfig.instance().cfg = None

@@ -1,0 +1,38 @@
+"""Override checks that answer in one line before Hydra, Lightning or torch start."""
+
+from __future__ import annotations
+
+from hpml.cli import composition_error, first_job, sweep_without_multirun, unknown_option
+
+
+def test_unknown_group_option_names_the_valid_ones():
+    message = unknown_option(["model=vgg12"])
+    assert message == ("unknown model 'vgg12' for model= (valid: alexnet, lstm, resnet18, vae, "
+                       "vgg11, vgg13, vgg16, vgg19)")
+
+
+def test_every_value_of_a_sweep_is_checked():
+    assert "unknown data 'cifar100'" in unknown_option(["-m", "data=cifar10,cifar100"])
+    assert unknown_option(["-m", "data=cifar10,mnist", "model=vgg11"]) is None
+
+
+def test_nested_groups_and_plain_keys():
+    assert "unknown option 'adamw' for model/optimizer=" in unknown_option(
+        ["model/optimizer=adamw"])
+    assert unknown_option(["model/optimizer=adam", "data.batch_size=3", "+x=1"]) is None
+
+
+def test_sweep_without_multirun_flag_says_how_to_run_it():
+    assert "add -m" in sweep_without_multirun(["data.batch_size=32,64"])
+    assert sweep_without_multirun(["-m", "data.batch_size=32,64"]) is None
+
+
+def test_first_job_takes_the_first_value_of_each_sweep():
+    assert first_job(["-m", "model=vgg11,lstm", "+a.b=1,2", "seed=3"]) == [
+        "model=vgg11", "+a.b=1", "seed=3"]
+
+
+def test_mistyped_key_is_one_line_naming_it():
+    message = composition_error(["trainer.max_epoch=3"])
+    assert "trainer.max_epoch" in message and "\n" not in message
+    assert composition_error(["trainer.max_epochs=3"]) is None

@@ -1,0 +1,176 @@
+"""``python -m hpml.train`` as users run it: runs, sweeps and failures as MLflow records them."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import QUICK, REPO, run_cli, stderr_lines
+
+pytestmark = pytest.mark.slow
+
+
+def only_run(client, experiment: str = "hpml"):
+    exp = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([exp.experiment_id])
+    assert len(runs) == 1, [r.info.run_name for r in runs]
+    return runs[0]
+
+
+def artifact_paths(client, run_id: str, path: str = "") -> set[str]:
+    found = set()
+    for item in client.list_artifacts(run_id, path):
+        found |= artifact_paths(client, run_id, item.path) if item.is_dir else {item.path}
+    return found
+
+
+def test_single_run_is_recorded_with_params_metrics_tags_and_artifacts(root, client):
+    result = run_cli(["model=vae", *QUICK, "trainer.max_epochs=2",
+                      "logger.system_metrics_interval_s=0.1"], root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = only_run(client)
+    assert run.info.status == "FINISHED"
+    assert f"hpml: run {run.info.run_id} finished" in result.stdout
+    assert "make ui" in result.stdout
+
+    params = run.data.params
+    assert params["model._target_"] == "hpml.models.vae.VAEModule"
+    assert params["data.batch_size"] == "32"
+    assert params["data.channels"] == "1"  # the VAE picked MNIST-shaped synthetic data
+
+    metrics = run.data.metrics
+    for name in ("train/throughput_samples_per_s", "train/step_time_p50_ms",
+                 "train/step_time_p90_ms", "train/data_wait_pct", "train/epoch_time_s",
+                 "train/peak_memory_bytes", "test/throughput_samples_per_s", "val/loss",
+                 "val/bce", "val/kld", "model/params_count", "model/size_bytes"):
+        assert name in metrics, name
+    assert metrics["model/params_count"] == 784 * 400 + 400 + 2 * (400 * 20 + 20) \
+        + 20 * 400 + 400 + 400 * 784 + 784
+    history = client.get_metric_history(run.info.run_id, "train/loss")
+    assert len(history) == 2  # one point per epoch
+    assert history[1].value < history[0].value
+
+    tags = run.data.tags
+    assert tags["hpml.command"].startswith("python -m hpml.train model=vae")
+    assert tags["hpml.choice.model"] == "vae"
+    assert tags["hpml.device"].startswith("cpu")
+    assert tags["hpml.peak_memory_source"] == "process peak RSS"
+    assert len(tags["hpml.git_commit"]) == 40
+    assert "system/cpu_utilization_percentage" in metrics  # MLflow's system metrics ran
+
+    arts = artifact_paths(client, run.info.run_id)
+    assert {"config/config_resolved.yaml", "config/hydra/overrides.yaml", "logs/train.log",
+            "model/architecture.txt"} <= arts
+    artifact_dir = root / "mlartifacts" / "hpml"
+    assert artifact_dir.is_dir()  # artifacts beside the store, not in the working directory
+
+
+def test_multirun_gives_one_parent_and_a_child_per_job(root, client):
+    result = run_cli(["-m", "model=lstm", *QUICK, "data.batch_size=16,32"], root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    exp = client.get_experiment_by_name("hpml")
+    runs = client.search_runs([exp.experiment_id])
+    parents = [r for r in runs if r.data.tags.get("hpml.sweep_parent") == "true"]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1 and len(children) == 2
+    parent = parents[0]
+    assert parent.info.status == "FINISHED"
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
+    assert sorted(c.data.params["data.batch_size"] for c in children) == ["16", "32"]
+    assert sorted(c.data.tags["hpml.job_num"] for c in children) == ["0", "1"]
+    for child in children:
+        assert child.info.status == "FINISHED"
+        for name in ("train/throughput_samples_per_s", "train/step_time_mean_ms",
+                     "train/peak_memory_bytes", "val/acc", "test/acc"):
+            assert name in child.data.metrics, name
+    sweep_dir = Path(parent.data.tags["hpml.sweep_dir"])
+    assert sweep_dir.parent.parent == root / "multirun"
+    assert json.loads((sweep_dir / "mlflow_parent_run.json").read_text())["run_id"] \
+        == parent.info.run_id
+
+
+def test_failure_mid_training_keeps_earlier_metrics_and_ends_failed(root, client):
+    result = run_cli(["model=vae", *QUICK, "trainer.max_epochs=3",
+                      "+callbacks.fail._target_=tests.helpers.FailAtEpoch",
+                      "+callbacks.fail.epoch=1"], root)
+    assert result.returncode == 1
+    lines = stderr_lines(result)
+    assert len(lines) == 1, result.stderr[-3000:]
+    assert "RuntimeError: injected failure at epoch 1" in lines[0]
+    assert "Traceback" not in result.stderr
+    log_file = Path(lines[0].split("(traceback: ")[1].rstrip(")"))
+    assert "injected failure" in log_file.read_text()
+
+    run = only_run(client)
+    assert run.info.status == "FAILED"
+    assert "injected failure at epoch 1" in run.data.tags["hpml.error"]
+    history = client.get_metric_history(run.info.run_id, "train/loss")
+    assert len(history) == 1  # epoch 0 was logged before the failure, and kept
+    assert "val/loss" in run.data.metrics
+    assert {"error/traceback.txt", "logs/train.log"} <= artifact_paths(client, run.info.run_id)
+
+
+def test_failed_job_in_a_sweep_does_not_stop_the_others(root, client):
+    result = run_cli(["-m", "model=vae", *QUICK, "data.batch_size=-1,32"], root)
+    assert result.returncode == 1  # the sweep reports its failure once all jobs ran
+    assert any("data.batch_size=-1 is invalid" in line for line in stderr_lines(result))
+    exp = client.get_experiment_by_name("hpml")
+    runs = client.search_runs([exp.experiment_id])
+    statuses = sorted((r.data.params.get("data.batch_size"), r.info.status) for r in runs
+                      if "mlflow.parentRunId" in r.data.tags)
+    assert statuses == [("-1", "FAILED"), ("32", "FINISHED")]
+    parent = next(r for r in runs if r.data.tags.get("hpml.sweep_parent") == "true")
+    assert parent.info.status == "FAILED"
+
+
+def test_negative_batch_size_is_one_line_and_a_failed_run(root, client):
+    result = run_cli(["data.batch_size=-1"], root)
+    assert result.returncode == 1
+    lines = stderr_lines(result)
+    assert len(lines) == 1, result.stderr
+    assert "data.batch_size=-1 is invalid: expected a positive integer" in lines[0]
+    assert "Traceback" not in result.stderr
+    assert only_run(client).info.status == "FAILED"
+
+
+def test_unknown_model_is_one_line_listing_valid_models(root):
+    result = run_cli(["model=resnet9000"], root)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "hpml: error: unknown model 'resnet9000' for model= (valid: alexnet, lstm, resnet18, "
+        "vae, vgg11, vgg13, vgg16, vgg19)"]
+
+
+def test_too_small_input_names_the_smallest_size_that_works(root):
+    result = run_cli(["model=alexnet", *QUICK], root)
+    assert result.returncode == 1
+    lines = stderr_lines(result)
+    assert len(lines) == 1
+    assert "input 32x32 is too small for alexnet: it needs at least 63x63 pixels" in lines[0]
+
+
+def test_two_sweeps_started_together_do_not_collide(root, client):
+    args = ["-m", "model=vae", *QUICK, "data.batch_size=32", "test=false"]
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda _: run_cli(args, root), range(2)))
+    for result in results:
+        assert result.returncode == 0, result.stderr[-3000:]
+    sweep_dirs = {p for p in (root / "multirun").glob("*/*") if p.is_dir()}
+    assert len(sweep_dirs) == 2
+    parents = [r for r in client.search_runs([client.get_experiment_by_name("hpml")
+                                              .experiment_id])
+               if r.data.tags.get("hpml.sweep_parent") == "true"]
+    assert len({p.data.tags["hpml.sweep_dir"] for p in parents}) == 2
+
+
+def test_help_and_config_errors_do_not_import_torch():
+    code = ("import sys, hpml.train, hpml.cli; "
+            "print(sorted(m for m in ('torch', 'lightning', 'mlflow') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"
