@@ -92,6 +92,16 @@ def composition_error(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
     return None
 
 
+# Hydra's flags that take no value; argparse refuses overrides that follow them unless moved.
+BARE_FLAGS = ("-m", "--multirun", "-r", "--run", "--resolve", "--help", "-h", "--hydra-help",
+              "--version", "--shell-completion", "-sc")
+
+
+def hoist_flags(args: list[str]) -> list[str]:
+    """``model=lstm -m a=1`` -> ``-m model=lstm a=1``: flags anywhere, as users type them."""
+    return [a for a in args if a in BARE_FLAGS] + [a for a in args if a not in BARE_FLAGS]
+
+
 def check_args(args: list[str]) -> None:
     """Exit with status 2 and one line if the overrides cannot make a config.
 

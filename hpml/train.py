@@ -17,7 +17,7 @@ from hydra.errors import InstantiationException
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from hpml.cli import check_args, report_failure
+from hpml.cli import check_args, hoist_flags, report_failure
 
 GROUPS_OF_ONE_CALLBACK = ("prune", "quant", "compile", "profile")
 
@@ -95,5 +95,6 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    sys.argv[1:] = hoist_flags(sys.argv[1:])
     check_args(sys.argv[1:])
     main()

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from hpml.cli import composition_error, first_job, sweep_without_multirun, unknown_option
+from hpml.cli import (
+    composition_error,
+    first_job,
+    hoist_flags,
+    sweep_without_multirun,
+    unknown_option,
+)
 
 
 def test_unknown_group_option_names_the_valid_ones():
@@ -36,3 +42,9 @@ def test_mistyped_key_is_one_line_naming_it():
     message = composition_error(["trainer.max_epoch=3"])
     assert "trainer.max_epoch" in message and "\n" not in message
     assert composition_error(["trainer.max_epochs=3"]) is None
+
+
+def test_flags_may_come_anywhere_among_overrides():
+    assert hoist_flags(["model=lstm", "-m", "data.batch_size=32,64"]) == [
+        "-m", "model=lstm", "data.batch_size=32,64"]
+    assert hoist_flags(["--cfg", "job", "a=1"]) == ["--cfg", "job", "a=1"]

@@ -174,3 +174,13 @@ def test_help_and_config_errors_do_not_import_torch():
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_missing_dataset_is_one_line_naming_the_path_looked_at(root, client):
+    result = run_cli(["model=vgg11", "data=cifar10", "data.data_dir=/nonexistent"], root)
+    assert result.returncode == 1
+    lines = stderr_lines(result)
+    assert len(lines) == 1, result.stderr
+    assert "CIFAR-10 not found at /nonexistent/cifar-10-batches-py" in lines[0]
+    assert "data.download=true" in lines[0]
+    assert only_run(client).info.status == "FAILED"
