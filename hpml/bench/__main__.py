@@ -1,0 +1,140 @@
+"""``python -m hpml.bench``: run benchmark cases, print their ratios, write ``.bench/results``.
+
+Cases are imported only when they run, so ``--help`` and a bad ``--case`` answer at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from hpml.bench.harness import CaseResult, Measurement, Report, Settings, write_json
+
+Case = Callable[[Settings, Path, Report], CaseResult]
+BENCH_DIR = Path(".bench")  # git-ignored: results and the bench's own MLflow store
+
+
+def lazy(module: str) -> Case:
+    """The ``run`` of ``module``, imported on first call (cases pull in torch and Lightning)."""
+    def case(settings: Settings, bench_dir: Path, report: Report) -> CaseResult:
+        return importlib.import_module(module).run(settings, bench_dir, report)
+    return case
+
+
+CASES: dict[str, Case] = {
+    "overhead": lazy("hpml.bench.overhead"),
+}
+
+
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
+    return value
+
+
+def parse_args(argv: Sequence[str], cases: Mapping[str, Case] = CASES) -> argparse.Namespace:
+    defaults = Settings()
+    parser = argparse.ArgumentParser(
+        prog="python -m hpml.bench",
+        description="Benchmark ratios, the variants of each case interleaved in one process.")
+    parser.add_argument("--case", action="append", metavar="NAME",
+                        help=f"case to run, repeatable (default: all of {', '.join(cases)})")
+    parser.add_argument("--rounds", type=positive, default=defaults.rounds,
+                        help="rounds; each runs every variant once (default %(default)s)")
+    parser.add_argument("--steps", type=positive, default=defaults.steps,
+                        help="timed steps per variant and round (default %(default)s)")
+    parser.add_argument("--warmup", type=non_negative, default=defaults.warmup,
+                        help="untimed steps before them (default %(default)s)")
+    parser.add_argument("--threads", type=positive, default=defaults.threads,
+                        help="torch intra-op threads for every variant (default %(default)s)")
+    return parser.parse_args(argv)
+
+
+class UnknownCase(ValueError):
+    """A ``--case`` that is not in the registry; the message names the valid ones."""
+
+
+def select_cases(names: Sequence[str] | None, cases: Mapping[str, Case]) -> list[str]:
+    """The cases asked for, in the order asked and once each; all when none was asked for."""
+    if not names:
+        return list(cases)
+    for name in names:
+        if name not in cases:
+            raise UnknownCase(f"unknown case '{name}' (valid: {', '.join(cases)})")
+    return list(dict.fromkeys(names))
+
+
+def fmt(value: float) -> str:
+    """Three significant decimals for ratios near 1, fewer digits for large throughputs."""
+    return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
+
+
+def table(results: Sequence[CaseResult]) -> str:
+    """One row per ratio: its spread over rounds, the goal, and what each side measured."""
+    header = ("case", "metric", "ratio", "min", "median", "max", "goal", "meets",
+              "numerator median", "denominator median", "rounds", "threads")
+    rows = [header]
+    for result in results:
+        for s in result.summaries:
+            r = s.ratio
+            goal = "-" if r.goal is None else f">= {r.goal:g}"
+            meets = {None: "-", True: "yes", False: "NO"}[s.meets_goal]
+            rows.append((result.case, r.metric, f"{r.numerator} / {r.denominator}",
+                         fmt(s.min), fmt(s.median), fmt(s.max), goal, meets,
+                         f"{fmt(s.numerator_median)} {r.unit}",
+                         f"{fmt(s.denominator_median)} {r.unit}",
+                         str(result.settings.rounds), str(result.settings.threads)))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+             for row in rows]
+    for result in results:
+        before = " ".join(f"{x:.2f}" for x in result.load_before)
+        after = " ".join(f"{x:.2f}" for x in result.load_after)
+        s = result.settings
+        lines.append(f"{result.case}: {s.rounds} rounds x ({s.warmup} warm-up + {s.steps} timed "
+                     f"steps) per variant in {result.seconds:.0f} s; load average 1/5/15 min "
+                     f"{before} before, {after} after")
+    return "\n".join(lines)
+
+
+def progress(case: str, rounds: int) -> Report:
+    """A line per variant and round on stderr: a bench takes minutes, and drift shows here."""
+    def report(index: int, name: str, measurement: Measurement) -> None:
+        values = ", ".join(f"{key} {fmt(value)}" for key, value in measurement.items())
+        print(f"{case} round {index + 1}/{rounds}: {name}: {values}", file=sys.stderr, flush=True)
+    return report
+
+
+def main(argv: Sequence[str] | None = None, cases: Mapping[str, Case] = CASES,
+         bench_dir: Path = BENCH_DIR) -> list[CaseResult]:
+    """Run the selected cases in turn; print the table and where the JSON went."""
+    args = parse_args(sys.argv[1:] if argv is None else argv, cases)
+    try:
+        names = select_cases(args.case, cases)
+    except UnknownCase as exc:
+        print(f"hpml.bench: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    settings = Settings(args.rounds, args.steps, args.warmup, args.threads)
+    results = []
+    for name in names:
+        result = cases[name](settings, bench_dir, progress(name, settings.rounds))
+        results.append(result)
+        print(f"hpml.bench: {name} -> {write_json(result, bench_dir / 'results')}",
+              file=sys.stderr)
+    print(table(results))
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""Side-by-side rounds: the variants of a case interleaved in one process, ratios paired per round.
+
+On a shared machine the load swings wall-clock by 2-4x within minutes, so numbers taken in separate
+runs cannot be compared. Here every round runs each variant once, the order rotates each round
+(A B, B A, ...) so neither always meets the cache and load the other left, and a ratio is taken
+within a round before the rounds are summarised (min / median / max). Pure Python: no torch,
+Lightning or Hydra, so the arithmetic is tested without measuring anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+Measurement = dict[str, float]
+Variant = Callable[[], Measurement]
+Report = Callable[[int, str, Measurement], None]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How much to run: the same for every variant of a case, so their windows are alike."""
+
+    rounds: int = 5
+    steps: int = 8
+    warmup: int = 2
+    threads: int = 1
+
+
+def round_order(names: Sequence[str], index: int) -> list[str]:
+    """Variants in round ``index``: each round starts one variant later (A B, B A, A B, ...)."""
+    shift = index % len(names)
+    return [*names[shift:], *names[:shift]]
+
+
+@dataclass(frozen=True)
+class Round:
+    """What each variant measured in one round, and the order they ran in."""
+
+    order: tuple[str, ...]
+    measurements: dict[str, Measurement]
+
+
+def interleave(variants: Mapping[str, Variant], rounds: int,
+               report: Report | None = None) -> list[Round]:
+    """Run every variant once per round in rotating order; ``report(round, name, m)`` after each."""
+    if not variants:
+        raise ValueError("interleave needs at least one variant")
+    names = list(variants)
+    done: list[Round] = []
+    for index in range(rounds):
+        order = round_order(names, index)
+        measurements: dict[str, Measurement] = {}
+        for name in order:
+            measurements[name] = variants[name]()
+            if report is not None:
+                report(index, name, measurements[name])
+        done.append(Round(tuple(order), measurements))
+    return done
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """``numerator / denominator`` of measurement ``key``, with the median's goal if it has one."""
+
+    metric: str
+    key: str
+    unit: str
+    numerator: str
+    denominator: str
+    goal: float | None = None
+
+
+@dataclass(frozen=True)
+class RatioSummary:
+    """One ratio per round (paired: both sides saw the same stretch of load) and their spread."""
+
+    ratio: Ratio
+    values: tuple[float, ...]
+    numerator_median: float
+    denominator_median: float
+
+    @property
+    def min(self) -> float:
+        return min(self.values)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+    @property
+    def max(self) -> float:
+        return max(self.values)
+
+    @property
+    def meets_goal(self) -> bool | None:
+        """Whether the median reaches the goal; None when the ratio has no goal."""
+        return None if self.ratio.goal is None else self.median >= self.ratio.goal
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self.ratio), "values": list(self.values), "min": self.min,
+                "median": self.median, "max": self.max, "meets_goal": self.meets_goal,
+                "numerator_median": self.numerator_median,
+                "denominator_median": self.denominator_median}
+
+
+def summarize(ratio: Ratio, rounds: Sequence[Round]) -> RatioSummary:
+    """Per-round ``numerator / denominator`` of ``ratio.key`` over ``rounds``."""
+    if not rounds:
+        raise ValueError("summarize needs at least one round")
+    tops = [r.measurements[ratio.numerator][ratio.key] for r in rounds]
+    bottoms = [r.measurements[ratio.denominator][ratio.key] for r in rounds]
+    return RatioSummary(ratio, tuple(t / b for t, b in zip(tops, bottoms, strict=True)),
+                        statistics.median(tops), statistics.median(bottoms))
+
+
+def load_average() -> tuple[float, float, float]:
+    """1, 5 and 15 minute load averages: how busy the shared machine was around a case."""
+    one, five, fifteen = os.getloadavg()
+    return one, five, fifteen
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """Everything a case measured, with the settings and load it was measured under."""
+
+    case: str
+    settings: Settings
+    rounds: list[Round]
+    summaries: list[RatioSummary]
+    load_before: tuple[float, float, float]
+    load_after: tuple[float, float, float]
+    seconds: float
+    notes: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "case": self.case,
+            "settings": asdict(self.settings),
+            "ratios": [s.to_dict() for s in self.summaries],
+            "rounds": [{"order": list(r.order), "measurements": r.measurements}
+                       for r in self.rounds],
+            "load_avg_before_1m_5m_15m": list(self.load_before),
+            "load_avg_after_1m_5m_15m": list(self.load_after),
+            "seconds": self.seconds,
+            "notes": self.notes,
+        }
+
+
+def run_case(case: str, variants: Mapping[str, Variant], ratios: Sequence[Ratio],
+             settings: Settings, report: Report | None = None,
+             notes: Mapping[str, Any] | None = None) -> CaseResult:
+    """Interleave ``variants`` for ``settings.rounds`` rounds and summarise ``ratios``."""
+    load_before, start = load_average(), time.perf_counter()
+    rounds = interleave(variants, settings.rounds, report)
+    seconds, load_after = time.perf_counter() - start, load_average()
+    return CaseResult(case, settings, rounds, [summarize(r, rounds) for r in ratios],
+                      load_before, load_after, seconds, dict(notes or {}))
+
+
+def write_json(result: CaseResult, folder: Path) -> Path:
+    """``folder/<case>.json``; the folder is created if missing."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{result.case}.json"
+    path.write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+    return path
