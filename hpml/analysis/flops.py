@@ -1,0 +1,145 @@
+"""FLOPs of a model on an example input: ``FlopCounterMode`` plus the rules it lacks.
+
+Convention: 1 multiply-accumulate = 2 FLOPs, as ``torch.utils.flop_counter`` counts conv and
+matmul. Only those products are counted (the work that dominates and that peaks are quoted
+for); element-wise ops, norms and activations count 0, in every rule alike.
+
+``FlopCounterMode`` counts nothing for ``nn.LSTM`` on CPU (it runs as ``aten.mkldnn_rnn_layer``)
+or on CUDA (``aten._cudnn_rnn``), nor for CPU scaled-dot-product attention; the rules below
+give those ops the same count their matmul decomposition would get.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from math import prod
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
+
+aten = torch.ops.aten
+Shape = Sequence[int]
+
+
+def _rnn_flops(input_shape: Shape, weights: Sequence[Shape]) -> int:
+    """2 x (time steps x batch) x (elements of the input-to-hidden and hidden-to-hidden matrices).
+
+    ``input_shape`` ends in the feature size, whatever its layout (``T x B x I``, ``B x T x I``
+    or packed ``sum(T) x I``), so the other dimensions multiply to the number of cell steps.
+    """
+    steps = prod(input_shape[:-1])
+    return 2 * steps * sum(prod(w) for w in weights if len(w) == 2)
+
+
+def mkldnn_rnn_layer_flop(input_shape: Shape, w_ih: Shape, w_hh: Shape, *args: Any,
+                          **kwargs: Any) -> int:
+    """One LSTM layer (one direction) on CPU: ``4H x I`` and ``4H x H`` products per step."""
+    return _rnn_flops(input_shape, [w_ih, w_hh])
+
+
+def mkldnn_rnn_layer_backward_flop(input_shape: Shape, w_ih: Shape, w_hh: Shape, *args: Any,
+                                   **kwargs: Any) -> int:
+    """Gradients for inputs and for weights: two products per forward product."""
+    return 2 * _rnn_flops(input_shape, [w_ih, w_hh])
+
+
+def cudnn_rnn_flop(input_shape: Shape, weights: Sequence[Shape], *args: Any,
+                   **kwargs: Any) -> int:
+    """All layers and directions of a cuDNN RNN in one op: every 2-D weight is one product."""
+    return _rnn_flops(input_shape, weights)
+
+
+def cudnn_rnn_backward_flop(input_shape: Shape, weights: Sequence[Shape], *args: Any,
+                            **kwargs: Any) -> int:
+    return 2 * _rnn_flops(input_shape, weights)
+
+
+def cpu_sdpa_flop(query: Shape, key: Shape, value: Shape, *args: Any, **kwargs: Any) -> int:
+    """``Q K^T`` and ``softmax(.) V``: 4 x B x H x S_q x S_kv x D, as torch counts it on CUDA."""
+    return sdpa_flop_count(query, key, value)
+
+
+def cpu_sdpa_backward_flop(grad_out: Shape, query: Shape, key: Shape, value: Shape,
+                           *args: Any, **kwargs: Any) -> int:
+    return sdpa_backward_flop_count(grad_out, query, key, value)
+
+
+MISSING_RULES = {
+    aten.mkldnn_rnn_layer: mkldnn_rnn_layer_flop,
+    aten.mkldnn_rnn_layer_backward: mkldnn_rnn_layer_backward_flop,
+    aten._cudnn_rnn: cudnn_rnn_flop,
+    aten._cudnn_rnn_backward: cudnn_rnn_backward_flop,
+    aten._scaled_dot_product_flash_attention_for_cpu: cpu_sdpa_flop,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward: cpu_sdpa_backward_flop,
+}
+
+
+@dataclass(frozen=True)
+class FlopCount:
+    """FLOPs (2 x MAC) of one pass over a batch, in total and by module and by operator.
+
+    ``by_module`` maps module paths (``features.0``; ``""`` is the whole model) to the FLOPs of
+    everything run inside that module, so a parent includes its children.
+    """
+
+    total: int
+    batch_size: int
+    by_module: dict[str, int] = field(default_factory=dict)
+    by_op: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def per_sample(self) -> float:
+        return self.total / self.batch_size
+
+
+def _outputs(result: Any) -> list[torch.Tensor]:
+    if isinstance(result, torch.Tensor):
+        return [result]
+    if isinstance(result, list | tuple):
+        return [t for item in result for t in _outputs(item)]
+    if isinstance(result, dict):
+        return [t for item in result.values() for t in _outputs(item)]
+    return []
+
+
+def _module_path(name: str, root: str) -> str | None:
+    """FlopCounterMode names modules ``Root.child.grandchild``; hpml uses ``child.grandchild``."""
+    if name == root:
+        return ""
+    if name.startswith(root + "."):
+        return name[len(root) + 1:]
+    return None
+
+
+def count_flops(model: nn.Module, example: Any, with_backward: bool = False) -> FlopCount:
+    """FLOPs of ``model(example)`` (and of its backward with ``with_backward``), batch included.
+
+    Runs in eval mode, so BatchNorm statistics are not updated, and the backward pass uses
+    ``torch.autograd.grad``, so no ``.grad`` is touched: the model is left as it was.
+    """
+    args = example if isinstance(example, tuple) else (example,)
+    batch = _outputs(args)[0].shape[0]
+    was_training = model.training
+    model.eval()
+    counter = FlopCounterMode(display=False, custom_mapping=MISSING_RULES)
+    try:
+        with counter, torch.set_grad_enabled(with_backward):
+            outputs = _outputs(model(*args))
+            if with_backward:
+                params = [p for p in model.parameters() if p.requires_grad]
+                total = sum(out.float().sum() for out in outputs if out.requires_grad)
+                torch.autograd.grad(total, params, allow_unused=True)
+    finally:
+        model.train(was_training)
+    counts = counter.get_flop_counts()
+    root = type(model).__name__
+    by_module = {}
+    for name, ops in counts.items():
+        path = _module_path(name, root)
+        if path is not None:
+            by_module[path] = int(sum(ops.values()))
+    by_op = {str(op): int(n) for op, n in counts.get("Global", {}).items()}
+    return FlopCount(int(counter.get_total_flops()), int(batch), by_module, by_op)

@@ -1,0 +1,66 @@
+"""Inference latency of a model on a fixed input: the before/after figure of every optimisation."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class LatencyStats:
+    """Milliseconds per forward pass over ``rounds`` timed calls (warm-up calls excluded)."""
+
+    median_ms: float
+    p90_ms: float
+    min_ms: float
+    rounds: int
+    batch_size: int
+    device: str
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.batch_size / (self.median_ms / 1e3)
+
+
+def _first_tensor(example: Any) -> torch.Tensor:
+    while isinstance(example, list | tuple):
+        example = example[0]
+    return example
+
+
+def measure_latency(model: nn.Module, example: Any, rounds: int = 20,
+                    warmup: int = 3) -> LatencyStats:
+    """Time ``model(example)`` in eval mode under ``torch.inference_mode``.
+
+    Each call is a measurement point, so CUDA is synchronised after every call; the median is
+    the figure to quote on a shared machine. ``example`` may be a tensor or a tuple of inputs.
+    The model's train/eval mode is restored afterwards.
+    """
+    if rounds < 1:
+        raise ValueError(f"rounds={rounds} must be at least 1")
+    args = example if isinstance(example, tuple) else (example,)
+    tensor = _first_tensor(example)
+    cuda = tensor.device.type == "cuda"
+    was_training = model.training
+    model.eval()
+    times: list[float] = []
+    try:
+        with torch.inference_mode():
+            for index in range(warmup + rounds):
+                start = time.perf_counter()
+                model(*args)
+                if cuda:
+                    torch.cuda.synchronize(tensor.device)
+                if index >= warmup:
+                    times.append((time.perf_counter() - start) * 1e3)
+    finally:
+        model.train(was_training)
+    deciles = statistics.quantiles(times, n=10, method="inclusive") if len(times) > 1 \
+        else [times[0]] * 9
+    return LatencyStats(statistics.median(times), deciles[8], min(times), rounds,
+                        int(tensor.shape[0]), str(tensor.device))

@@ -1,0 +1,100 @@
+"""FLOP counts against independent hand counts, in the 2 x multiply-accumulate convention."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torchvision
+from torch import nn
+
+from hpml.analysis.flops import count_flops
+from hpml.models.nets.lstm import LSTMClassifier
+from hpml.models.nets.vae import VAE
+from hpml.models.nets.vgg import vgg
+
+
+def analytic_macs(model: nn.Module, example: torch.Tensor) -> int:
+    """Multiply-accumulates of every Conv2d and Linear, from the shapes forward hooks see."""
+    macs = 0
+
+    def conv(module: nn.Conv2d, inputs, output) -> None:
+        nonlocal macs
+        kh, kw = module.kernel_size
+        macs += output.numel() * (module.in_channels // module.groups) * kh * kw
+
+    def linear(module: nn.Linear, inputs, output) -> None:
+        nonlocal macs
+        macs += output.numel() * module.in_features
+
+    hooks = [m.register_forward_hook(conv if isinstance(m, nn.Conv2d) else linear)
+             for m in model.modules() if isinstance(m, nn.Conv2d | nn.Linear)]
+    with torch.no_grad():
+        model.eval()(example)
+    for hook in hooks:
+        hook.remove()
+    return macs
+
+
+@pytest.mark.parametrize("build", [
+    lambda: vgg(11, 1000, layout="imagenet"),
+    lambda: vgg(13, 1000, layout="imagenet"),
+    lambda: vgg(19, 1000, layout="imagenet"),
+    lambda: torchvision.models.resnet18(),
+    lambda: torchvision.models.alexnet(),
+], ids=["vgg11", "vgg13", "vgg19", "resnet18", "alexnet"])
+def test_imagenet_models_count_twice_the_analytic_macs(build):
+    model = build()
+    example = torch.randn(2, 3, 224, 224)
+    assert count_flops(model, example).total == 2 * analytic_macs(model, example)
+
+
+def test_vgg11_at_224_per_image():
+    assert count_flops(vgg(11, 1000, layout="imagenet"),
+                       torch.randn(1, 3, 224, 224)).total == 15_218_180_096
+
+
+def test_lstm_on_cpu_counts_its_gate_products():
+    lstm = nn.LSTM(400, 256, num_layers=2, batch_first=True)
+    count = count_flops(lstm, torch.randn(1, 200, 400))
+    # per step: layer 1 4H x (I + H) = 1024 x 656, layer 2 1024 x 512; 200 steps; 2 FLOPs per MAC
+    assert count.total == 2 * 200 * (1024 * 656 + 1024 * 512) == 478_412_800
+    assert count.by_op == {"aten.mkldnn_rnn_layer": 478_412_800}
+
+
+def test_lstm_classifier_adds_its_head_and_scales_with_batch():
+    net = LSTMClassifier(1000, num_classes=2, embedding_dim=400, hidden_size=256, num_layers=2)
+    count = count_flops(net, torch.randint(1, 1000, (3, 200)))
+    assert count.total == 3 * (478_412_800 + 2 * 256 * 2)
+    assert count.per_sample == 478_412_800 + 1024
+    assert count.by_module["lstm"] == 3 * 478_412_800 and count.by_module["fc"] == 3 * 1024
+
+
+def test_backward_of_lstm_is_twice_its_forward():
+    lstm = nn.LSTM(8, 16, batch_first=True)
+    x = torch.randn(4, 5, 8)
+    assert count_flops(lstm, x, with_backward=True).total == 3 * count_flops(lstm, x).total
+
+
+def test_cpu_attention_counts_both_products():
+    class Attention(nn.Module):
+        def forward(self, q, k, v):
+            return nn.functional.scaled_dot_product_attention(q, k, v)
+
+    b, h, s, d = 2, 4, 16, 8
+    q = k = v = torch.randn(b, h, s, d)
+    assert count_flops(Attention(), (q, k, v)).total == 4 * b * h * s * s * d
+
+
+def test_vae_of_study_3():
+    count = count_flops(VAE(), torch.rand(1, 784))
+    assert count.total == 2 * 651_200  # study 3: sum of in x out over Linear layers
+
+
+def test_counting_leaves_the_model_untouched():
+    model = vgg(11)
+    model.train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    count_flops(model, torch.randn(4, 3, 32, 32), with_backward=True)
+    assert model.training
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert all(p.grad is None for p in model.parameters())
