@@ -68,11 +68,13 @@ def train(cfg: DictConfig) -> dict[str, float]:
         trainer = build("trainer", cfg.trainer, callbacks=build_callbacks(cfg),
                         logger=run.lightning_logger())
         run.set_device(trainer.strategy.root_device)
+        metrics: dict[str, float] = {}
         if cfg.fit:
             trainer.fit(model, datamodule=datamodule)
-        if cfg.test:
+            metrics |= {name: float(value) for name, value in trainer.callback_metrics.items()}
+        if cfg.test:  # test starts callback_metrics afresh: keep what fit left
             trainer.test(model, datamodule=datamodule, verbose=False)
-        metrics = {name: float(value) for name, value in trainer.callback_metrics.items()}
+            metrics |= {name: float(value) for name, value in trainer.callback_metrics.items()}
     uri = tracker.tracking_uri
     print(f"hpml: run {run.run_id} finished in {uri}\n"
           f"hpml: compare runs with `make ui` (or `mlflow ui --backend-store-uri {uri}`), "

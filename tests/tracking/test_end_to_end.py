@@ -184,3 +184,10 @@ def test_missing_dataset_is_one_line_naming_the_path_looked_at(root, client):
     assert "CIFAR-10 not found at /nonexistent/cifar-10-batches-py" in lines[0]
     assert "data.download=true" in lines[0]
     assert only_run(client).info.status == "FAILED"
+
+
+def test_train_returns_fit_and_test_metrics_for_sweepers(composed):
+    from hpml.train import train
+
+    metrics = train(composed(["model=vae", *QUICK]))
+    assert {"val/loss", "train/loss", "test/loss"} <= set(metrics)  # val/loss: optimized_metric

@@ -1,0 +1,82 @@
+"""Execution summary of a profiled window: where the step time went, in shares that sum to 100%.
+
+Every instant of the profiled steps is given to the highest-priority activity running then, the
+rule of the PyTorch profiler's TensorBoard plugin ("step time breakdown"), so the categories
+never double count. On CUDA: kernel > memcpy > memset > runtime (CUDA API calls) > data loading >
+CPU execution (operators) > other. On CPU: data loading > operator compute > framework overhead
+(inside hpml's step regions but in no operator: Python, Lightning) > other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from itertools import pairwise
+
+Interval = tuple[float, float]
+
+DATA_REGION = "hpml/data"
+STEP_REGIONS = ("hpml/forward", "hpml/zero_grad", "hpml/backward", "hpml/optimizer_step")
+CUDA_CATEGORIES = ("kernel", "memcpy", "memset", "runtime", "data_loading", "cpu_exec")
+CPU_CATEGORIES = ("data_loading", "operator_compute", "framework_overhead")
+
+
+def _clip(intervals: Iterable[Interval], window: Interval) -> list[Interval]:
+    lo, hi = window
+    return [(max(a, lo), min(b, hi)) for a, b in intervals if b > lo and a < hi]
+
+
+def breakdown(window: Interval, categories: Sequence[tuple[str, Iterable[Interval]]]
+              ) -> dict[str, float]:
+    """Seconds of ``window`` owned by each category (highest priority first) and ``other``."""
+    clipped = [(name, _clip(spans, window)) for name, spans in categories]
+    edges = sorted({window[0], window[1], *(t for _, spans in clipped for s in spans for t in s)})
+    owned = {name: 0.0 for name, _ in categories} | {"other": 0.0}
+    for start, end in pairwise(edges):
+        middle = (start + end) / 2
+        owner = next((name for name, spans in clipped
+                      if any(a <= middle < b for a, b in spans)), "other")
+        owned[owner] += end - start
+    return owned
+
+
+def shares_pct(seconds: dict[str, float]) -> dict[str, float]:
+    total = sum(seconds.values())
+    return {name: 100.0 * value / total if total else 0.0 for name, value in seconds.items()}
+
+
+def _span(event) -> Interval:
+    return (event.time_range.start, event.time_range.end)
+
+
+def _is_op(event) -> bool:
+    return event.name.startswith("aten::")
+
+
+def summarise_events(events: Iterable, cuda: bool) -> dict[str, float]:
+    """Shares (percent) of the profiled steps' time per category, from ``profiler.events()``.
+
+    The window is the span of the ``ProfilerStep*`` regions that ``profiler.step()`` records.
+    """
+    events = list(events)
+    steps = [_span(e) for e in events if e.name.startswith("ProfilerStep")]
+    if not steps:
+        return {}
+    window = (min(s for s, _ in steps), max(e for _, e in steps))
+    data = [_span(e) for e in events
+            if e.name == DATA_REGION or e.name.startswith("enumerate(DataLoader)")]
+    cpu_ops = [_span(e) for e in events if _is_op(e) and str(e.device_type).endswith("CPU")]
+    if cuda:
+        device = [e for e in events if str(e.device_type).endswith("CUDA")]
+        memcpy = [_span(e) for e in device if "memcpy" in e.name.lower()]
+        memset = [_span(e) for e in device if "memset" in e.name.lower()]
+        kernels = [_span(e) for e in device
+                   if "memcpy" not in e.name.lower() and "memset" not in e.name.lower()]
+        runtime = [_span(e) for e in events
+                   if e.name.startswith("cuda") and str(e.device_type).endswith("CPU")]
+        categories = [("kernel", kernels), ("memcpy", memcpy), ("memset", memset),
+                      ("runtime", runtime), ("data_loading", data), ("cpu_exec", cpu_ops)]
+    else:
+        framework = [_span(e) for e in events if e.name in STEP_REGIONS]
+        categories = [("data_loading", data), ("operator_compute", cpu_ops),
+                      ("framework_overhead", framework)]
+    return shares_pct(breakdown(window, categories))

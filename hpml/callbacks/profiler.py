@@ -1,0 +1,193 @@
+"""``profile=torch``: torch.profiler over a window of training steps, with labelled step regions.
+
+Only the steps the schedule selects are recorded (study 2 profiled sampled steps, not epochs).
+Each step is cut into regions named ``hpml/data`` (waiting for the batch), ``hpml/forward``,
+``hpml/zero_grad``, ``hpml/backward`` and ``hpml/optimizer_step`` (record_function ranges, and
+NVTX ranges on CUDA so Nsight Systems and Compute line up). When a window closes its artifacts
+go to MLflow under ``profiler/window_<n>/``: the Chrome/Perfetto trace, key-averages tables
+(top-k by self CPU time, self device time and memory, and grouped by input shape) as text and
+CSV, and the execution summary, also logged as ``profile/<category>_pct`` metrics.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.loggers import MLFlowLogger
+from torch.autograd.profiler import record_function
+from torch.profiler import ProfilerActivity, profile, schedule
+
+from hpml.analysis.profile_summary import DATA_REGION, summarise_events
+from hpml.callbacks.logging import log_metrics, log_text
+from hpml.names import PCT, metric
+
+log = logging.getLogger(__name__)
+
+CSV_FIELDS = ("name", "input_shapes", "count", "self_cpu_time_total_us", "cpu_time_total_us",
+              "self_device_time_total_us", "device_time_total_us", "self_cpu_memory_usage_bytes",
+              "cpu_memory_usage_bytes", "self_device_memory_usage_bytes", "flops")
+
+
+class StepRegions:
+    """Consecutive named ranges: opening one closes the previous (record_function, and NVTX)."""
+
+    def __init__(self, nvtx: bool) -> None:
+        self.nvtx = nvtx
+        self.current: record_function | None = None
+
+    def open(self, name: str) -> None:
+        self.close()
+        self.current = record_function(name)
+        self.current.__enter__()
+        if self.nvtx:
+            torch.cuda.nvtx.range_push(name)
+
+    def close(self) -> None:
+        if self.current is not None:
+            self.current.__exit__(None, None, None)
+            self.current = None
+            if self.nvtx:
+                torch.cuda.nvtx.range_pop()
+
+
+def _sort_keys(cuda: bool) -> dict[str, str]:
+    keys = {"self_cpu_time": "self_cpu_time_total", "memory": "self_cpu_memory_usage"}
+    if cuda:
+        keys |= {"self_device_time": "self_device_time_total",
+                 "device_memory": "self_device_memory_usage"}
+    return keys
+
+
+def _csv(averages: Any) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(CSV_FIELDS)
+    for e in averages:
+        writer.writerow([e.key, e.input_shapes, e.count, e.self_cpu_time_total, e.cpu_time_total,
+                         e.self_device_time_total, e.device_time_total,
+                         e.self_cpu_memory_usage, e.cpu_memory_usage,
+                         e.self_device_memory_usage, e.flops])
+    return out.getvalue()
+
+
+class TorchProfilerWindow(L.Callback):
+    """Profiles training steps ``skip_first + wait + warmup`` onwards for ``active`` steps,
+    ``repeat`` times (0: until training ends), with ``torch.profiler``'s schedule.
+
+    ``row_limit`` rows per table. ``record_shapes``, ``profile_memory``, ``with_flops`` and
+    ``with_stack`` are torch.profiler's own switches; ``nvtx`` adds NVTX ranges on CUDA.
+    """
+
+    def __init__(self, skip_first: int = 5, wait: int = 1, warmup: int = 1, active: int = 3,
+                 repeat: int = 1, record_shapes: bool = True, profile_memory: bool = True,
+                 with_flops: bool = True, with_stack: bool = False, row_limit: int = 25,
+                 nvtx: bool = True) -> None:
+        self.schedule = schedule(skip_first=skip_first, wait=wait, warmup=warmup, active=active,
+                                 repeat=repeat)
+        self.options = {"record_shapes": record_shapes, "profile_memory": profile_memory,
+                        "with_flops": with_flops, "with_stack": with_stack}
+        self.row_limit, self.nvtx = row_limit, nvtx
+        self.profiler: profile | None = None
+        self.regions = StepRegions(nvtx=False)
+        self.trainer: L.Trainer | None = None
+        self.windows = 0
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        cuda = pl_module.device.type == "cuda"
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        self.trainer, self.cuda = trainer, cuda
+        self.regions = StepRegions(nvtx=self.nvtx and cuda)
+        self.profiler = profile(activities=activities, schedule=self.schedule,
+                                on_trace_ready=self._window_done, **self.options)
+        self.profiler.start()
+        self.regions.open(DATA_REGION)
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule,
+                             batch: Any, batch_idx: int) -> None:
+        self.regions.open("hpml/forward")
+
+    def on_before_zero_grad(self, trainer: L.Trainer, pl_module: L.LightningModule,
+                            optimizer: Any) -> None:
+        self.regions.open("hpml/zero_grad")
+
+    def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule,
+                           loss: torch.Tensor) -> None:
+        self.regions.open("hpml/backward")
+
+    def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule,
+                                 optimizer: Any) -> None:
+        self.regions.open("hpml/optimizer_step")
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule,
+                           outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.regions.close()
+        if self.profiler is not None:
+            self.profiler.step()
+        self.regions.open(DATA_REGION)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.regions.close()
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.regions.close()
+        if self.profiler is not None:
+            self.profiler.stop()
+            self.profiler = None
+        if self.windows == 0:
+            log.warning("the profiler window never opened: training had fewer steps than "
+                        "skip_first + wait + warmup + active")
+
+    def _window_done(self, prof: profile) -> None:
+        """Trace, tables and execution summary of the window that just closed, into MLflow."""
+        trainer = self.trainer
+        assert trainer is not None
+        prefix = f"profiler/window_{self.windows}"
+        self.windows += 1
+        averages = prof.key_averages()
+        for title, key in _sort_keys(self.cuda).items():
+            log_text(trainer, averages.table(sort_by=key, row_limit=self.row_limit),
+                     f"{prefix}/top_by_{title}.txt")
+        log_text(trainer, _csv(averages), f"{prefix}/ops.csv")
+        if self.options["record_shapes"]:
+            by_shape = prof.key_averages(group_by_input_shape=True)
+            log_text(trainer, by_shape.table(sort_by="self_cpu_time_total",
+                                             row_limit=self.row_limit),
+                     f"{prefix}/top_by_input_shape.txt")
+            log_text(trainer, _csv(by_shape), f"{prefix}/ops_by_input_shape.csv")
+        summary = summarise_events(prof.events(), cuda=self.cuda)
+        if summary:
+            log_metrics(trainer, {metric("profile", name, PCT): value
+                                  for name, value in summary.items()})
+            lines = [f"{name:<20} {value:6.2f} %" for name, value in summary.items()]
+            log_text(trainer, "\n".join(lines) + "\n", f"{prefix}/execution_summary.txt")
+        self._log_trace(trainer, prof, prefix)
+
+    @staticmethod
+    def _log_trace(trainer: L.Trainer, prof: profile, prefix: str) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "trace.json"
+            prof.export_chrome_trace(str(path))
+            for logger in trainer.loggers:
+                if isinstance(logger, MLFlowLogger):
+                    logger.experiment.log_artifact(logger.run_id, str(path), prefix)
+
+
+class ProfilerReport(L.Callback):
+    """Stores a Lightning profiler's report (``profile=simple|advanced``) as a run artifact."""
+
+    def _store(self, trainer: L.Trainer, stage: str) -> None:
+        if trainer.profiler is not None:
+            log_text(trainer, trainer.profiler.summary(), f"profiler/lightning_{stage}.txt")
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._store(trainer, "fit")
+
+    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._store(trainer, "test")
