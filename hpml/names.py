@@ -8,6 +8,9 @@ S = "s"
 BYTES = "bytes"
 PCT = "pct"
 COUNT = "count"
+FLOPS = "flops"  # 2 x multiply-accumulate, see hpml.analysis.flops
+FLOPS_PER_SAMPLE = "flops_per_sample"
+FLOPS_PER_S = "flops_per_s"
 
 
 def metric(stage: str, quantity: str, unit: str) -> str:

@@ -40,6 +40,19 @@ def store_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def peak_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One measured-peak cache for the session: the GEMM micro-benchmark runs once, not per run."""
+    path = tmp_path_factory.mktemp("peaks")
+    previous = os.environ.get("HPML_PEAK_CACHE")
+    os.environ["HPML_PEAK_CACHE"] = str(path)
+    yield path
+    if previous is None:
+        os.environ.pop("HPML_PEAK_CACHE", None)
+    else:
+        os.environ["HPML_PEAK_CACHE"] = previous
+
+
 @pytest.fixture
 def root(tmp_path: Path, store_template: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A project root (HPML_ROOT) with its own copy of the store; MLFLOW_TRACKING_URI unset."""

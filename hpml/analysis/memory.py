@@ -1,11 +1,14 @@
-"""Peak memory of the process (host) and of the CUDA caching allocator (device)."""
+"""Memory: process and CUDA peaks, and the training breakdown (weights, gradients, optimiser
+state, activations saved for backward), each in bytes."""
 
 from __future__ import annotations
 
 import resource
 import sys
+from collections.abc import Iterable
 
 import torch
+from torch import nn
 
 
 def peak_rss_bytes() -> int:
@@ -19,3 +22,48 @@ def peak_memory_bytes(device: torch.device) -> tuple[int, str]:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device), "torch.cuda.max_memory_allocated"
     return peak_rss_bytes(), "process peak RSS"
+
+
+def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of ``tensors``, each storage once: views and shared storages are not doubled."""
+    seen: dict[int, int] = {}
+    for t in tensors:
+        storage = t.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+    return sum(seen.values())
+
+
+def optimizer_state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """Tensors an optimiser keeps per parameter (momentum, Adam's moments and step counts)."""
+    return [value for state in optimizer.state.values() for value in state.values()
+            if isinstance(value, torch.Tensor)]
+
+
+class SavedActivations:
+    """Context manager recording what autograd saves for backward during a forward pass.
+
+    Activations are the saved tensors that are not parameters, each storage counted once: the
+    feature maps study 4 says dominate training memory. ``bytes`` is valid after the block.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        self.exclude = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        self.saved: dict[int, int] = {}
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+
+    def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in self.exclude:
+            self.saved[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    def __enter__(self) -> SavedActivations:
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._hooks.__exit__(*exc)
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.saved.values())

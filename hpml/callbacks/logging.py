@@ -16,3 +16,17 @@ def log_text(trainer: L.Trainer, text: str, artifact_file: str) -> None:
     for logger in trainer.loggers:
         if isinstance(logger, MLFlowLogger):
             logger.experiment.log_text(logger.run_id, text, artifact_file)
+
+
+def log_file(trainer: L.Trainer, path: str, artifact_dir: str) -> None:
+    """Copy the file at ``path`` into the run's artifacts under ``artifact_dir``."""
+    for logger in trainer.loggers:
+        if isinstance(logger, MLFlowLogger):
+            logger.experiment.log_artifact(logger.run_id, path, artifact_dir)
+
+
+def log_figure(trainer: L.Trainer, figure: object, artifact_file: str) -> None:
+    """Store a matplotlib figure as an image artifact (PNG or SVG by the file's suffix)."""
+    for logger in trainer.loggers:
+        if isinstance(logger, MLFlowLogger):
+            logger.experiment.log_figure(logger.run_id, figure, artifact_file)

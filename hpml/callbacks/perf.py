@@ -1,7 +1,10 @@
-"""Throughput, step-time percentiles, data-wait share, epoch times and peak memory, per epoch."""
+"""Throughput, FLOP/s and MFU, step-time percentiles, data-wait share, epoch times, peak memory."""
 
 from __future__ import annotations
 
+import logging
+import os
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -9,9 +12,13 @@ import torch
 from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.trainer.states import TrainerFn
 
+from hpml.analysis.flops import FlopCount, count_flops
 from hpml.analysis.memory import peak_memory_bytes, peak_rss_bytes
 from hpml.analysis.timing import StepTimer, synchronized_now
-from hpml.names import BYTES, MS, PCT, SAMPLES_PER_S, S, metric
+from hpml.callbacks.logging import log_metrics, log_text
+from hpml.names import BYTES, FLOPS_PER_S, FLOPS_PER_SAMPLE, MS, PCT, SAMPLES_PER_S, S, metric
+
+log = logging.getLogger(__name__)
 
 
 def batch_size(batch: Any) -> int:
@@ -22,7 +29,7 @@ def batch_size(batch: Any) -> int:
 
 
 class PerformanceMonitor(L.Callback):
-    """Speed and memory of training and inference, as Composer's speed monitor does for training.
+    """Speed, memory, FLOP/s and MFU of training and inference, as Composer's speed monitor does.
 
     Per training epoch: ``train/throughput_samples_per_s`` (samples after ``warmup_steps`` over the
     wall time they took, data loading included), ``train/step_time_{mean,p50,p90}_ms``,
@@ -30,11 +37,26 @@ class PerformanceMonitor(L.Callback):
     ``train/epoch_time_s`` (validation excluded) and ``train/peak_memory_bytes``. For validation
     and test: ``{val,test}/epoch_time_s`` and the inference ``{val,test}/throughput_samples_per_s``
     after ``inference_warmup_steps``. The GPU is synchronised only at the edges of a window.
+
+    With ``count_flops`` the model's FLOPs (2 x MAC) are counted once, on one sample, at fit start:
+    ``model/fwd_flops_per_sample`` and ``model/fwd_bwd_flops_per_sample`` (a per-module table as
+    ``flops/by_module.csv``). Each throughput then also gives ``<stage>/achieved_flops_per_s``
+    (FLOPs per sample x samples/s; forward+backward for training, forward for inference) and MFU,
+    the share of a peak: ``<stage>/mfu_table_pct`` against the device's datasheet peak for the
+    trainer's precision, when hpml knows the device, and ``<stage>/mfu_measured_pct`` against a
+    GEMM micro-benchmark of this device, cached per host in ``peak_cache_dir``.
+    ``machine/load_avg_1m_procs`` records how busy the machine was: shared machines skew timings.
     """
 
-    def __init__(self, warmup_steps: int = 3, inference_warmup_steps: int = 1) -> None:
+    def __init__(self, warmup_steps: int = 3, inference_warmup_steps: int = 1,
+                 count_flops: bool = True, measured_peak: bool = True,
+                 peak_cache_dir: str | Path | None = None) -> None:
         self.warmup_steps = warmup_steps
         self.inference_warmup_steps = inference_warmup_steps
+        self.count_flops, self.measured_peak = count_flops, measured_peak
+        self.peak_cache_dir = Path(peak_cache_dir) if peak_cache_dir else None
+        self.flops: dict[str, float] = {}  # FLOPs per sample by stage: train, val, test
+        self.peaks: dict[str, float] = {}  # FLOP/s by kind: table, measured
         self.timers: dict[str, StepTimer] = {}
         self.epoch_start: dict[str, float] = {}
         self.val_seconds_in_train_epoch = 0.0
@@ -57,11 +79,51 @@ class PerformanceMonitor(L.Callback):
                     metric(stage, "step_time_p90", MS): stats.step_p90_ms,
                     metric(stage, "data_wait", PCT): stats.data_wait_pct,
                 }
+            metrics |= self._flops_metrics(stage, stats.throughput_samples_per_s)
         peak, _ = peak_memory_bytes(pl_module.device)
         metrics[metric(stage, "peak_memory", BYTES)] = peak
         if pl_module.device.type == "cuda":
             metrics[metric(stage, "peak_rss", BYTES)] = peak_rss_bytes()
         return metrics
+
+    def _flops_metrics(self, stage: str, throughput: float) -> dict[str, float]:
+        per_sample = self.flops.get(stage)
+        if per_sample is None:
+            return {}
+        achieved = per_sample * throughput
+        metrics = {metric(stage, "achieved", FLOPS_PER_S): achieved}
+        for kind, peak in self.peaks.items():
+            metrics[metric(stage, f"mfu_{kind}", PCT)] = 100.0 * achieved / peak
+        return metrics
+
+    def _count(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """FLOPs per sample on one example sample, and the peaks MFU is measured against."""
+        example = pl_module.example_input(1)
+        forward: FlopCount = count_flops(pl_module, example)
+        both = count_flops(pl_module, example, with_backward=True)
+        self.flops = {"train": both.per_sample, "val": forward.per_sample,
+                      "test": forward.per_sample}
+        log_metrics(trainer, {metric("model", "fwd", FLOPS_PER_SAMPLE): forward.per_sample,
+                              metric("model", "fwd_bwd", FLOPS_PER_SAMPLE): both.per_sample})
+        total = forward.by_module.get("", forward.total) or 1
+        rows = ["module,fwd_flops_per_sample,fwd_bwd_flops_per_sample,share_of_fwd_pct"]
+        rows += [f"{name or '(model)'},{flops / forward.batch_size:.0f},"
+                 f"{both.by_module.get(name, 0) / both.batch_size:.0f},{100 * flops / total:.2f}"
+                 for name, flops in forward.by_module.items()]
+        log_text(trainer, "\n".join(rows) + "\n", "flops/by_module.csv")
+        self.peaks = self._peaks(trainer, pl_module.device)
+
+    def _peaks(self, trainer: L.Trainer, device: torch.device) -> dict[str, float]:
+        from hpml.analysis.devices import measure_peak, table_peak
+
+        peaks: dict[str, float] = {}
+        table = table_peak(device)
+        if table is not None:
+            peaks["table"] = table.peak_for_precision(str(trainer.precision))
+        if self.measured_peak:
+            cache = self.peak_cache_dir or Path(trainer.default_root_dir) / ".hpml" / "peaks"
+            peaks["measured"] = measure_peak(device, cache).fp32_flops_per_s
+        return peaks
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if pl_module.device.type == "cuda":
@@ -70,6 +132,8 @@ class PerformanceMonitor(L.Callback):
         for logger in trainer.loggers:
             if isinstance(logger, MLFlowLogger):
                 logger.experiment.set_tag(logger.run_id, "hpml.peak_memory_source", source)
+        if self.count_flops and hasattr(pl_module, "example_input"):
+            self._count(trainer, pl_module)
 
     # training
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -87,6 +151,7 @@ class PerformanceMonitor(L.Callback):
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         metrics = self._finish("train", pl_module)
         metrics[metric("train", "epoch_time", S)] -= self.val_seconds_in_train_epoch
+        metrics[metric("machine", "load_avg_1m", "procs")] = os.getloadavg()[0]
         pl_module.log_dict(metrics, on_step=False, on_epoch=True)
 
     # validation and test: inference speed

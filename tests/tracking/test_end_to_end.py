@@ -44,6 +44,17 @@ def test_single_run_is_recorded_with_params_metrics_tags_and_artifacts(root, cli
     assert params["data.channels"] == "1"  # the VAE picked MNIST-shaped synthetic data
 
     metrics = run.data.metrics
+    for name in ("model/fwd_flops_per_sample", "model/fwd_bwd_flops_per_sample",
+                 "train/achieved_flops_per_s", "train/mfu_measured_pct",
+                 "test/achieved_flops_per_s", "memory/weights_bytes", "memory/gradients_bytes",
+                 "memory/optimizer_state_bytes", "memory/activations_bytes",
+                 "memory/training_total_bytes", "machine/load_avg_1m_procs"):
+        assert name in metrics, name
+    assert metrics["model/fwd_flops_per_sample"] == 2 * 651_200  # study 3's MACs, 2 x MAC
+    assert metrics["train/achieved_flops_per_s"] == pytest.approx(
+        metrics["model/fwd_bwd_flops_per_sample"] * metrics["train/throughput_samples_per_s"],
+        rel=1e-6)
+    assert metrics["memory/weights_bytes"] == 4 * metrics["model/params_count"]
     for name in ("train/throughput_samples_per_s", "train/step_time_p50_ms",
                  "train/step_time_p90_ms", "train/data_wait_pct", "train/epoch_time_s",
                  "train/peak_memory_bytes", "test/throughput_samples_per_s", "val/loss",
@@ -65,7 +76,7 @@ def test_single_run_is_recorded_with_params_metrics_tags_and_artifacts(root, cli
 
     arts = artifact_paths(client, run.info.run_id)
     assert {"config/config_resolved.yaml", "config/hydra/overrides.yaml", "logs/train.log",
-            "model/architecture.txt"} <= arts
+            "model/architecture.txt", "flops/by_module.csv", "memory/breakdown.png"} <= arts
     artifact_dir = root / "mlartifacts" / "hpml"
     assert artifact_dir.is_dir()  # artifacts beside the store, not in the working directory
 

@@ -1,0 +1,100 @@
+"""Where training memory goes: weights, gradients, optimiser state, saved activations, peak."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+
+from hpml.analysis.memory import (
+    SavedActivations,
+    optimizer_state_tensors,
+    peak_memory_bytes,
+    tensor_bytes,
+)
+from hpml.callbacks.logging import log_figure, log_file, log_metrics, log_text
+from hpml.names import BYTES, metric
+
+PARTS = ("weights", "gradients", "optimizer_state", "activations")
+
+
+class MemoryBreakdown(L.Callback):
+    """Measures the first training step of the run and logs ``memory/<part>_bytes`` for
+    weights, gradients, optimiser state and activations (what autograd saved for backward, each
+    storage once), ``memory/training_total_bytes`` (their sum: a lower bound of what training
+    holds, before allocator slack and workspaces) and ``memory/peak_bytes``.
+
+    Also a stacked bar of the parts (``memory/breakdown.png``) and, on CUDA with
+    ``cuda_snapshot``, the allocator's memory snapshot (``memory/cuda_snapshot.pickle``, for
+    pytorch.org/memory_viz).
+    """
+
+    def __init__(self, cuda_snapshot: bool = False) -> None:
+        self.cuda_snapshot = cuda_snapshot
+        self.saved: SavedActivations | None = None
+        self.activations = 0
+        self.done = False
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule,
+                             batch: Any, batch_idx: int) -> None:
+        if self.done:
+            return
+        if self.cuda_snapshot and pl_module.device.type == "cuda":
+            torch.cuda.memory._record_memory_history()
+        self.saved = SavedActivations(pl_module)
+        self.saved.__enter__()
+
+    def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule,
+                           loss: torch.Tensor) -> None:
+        if self.saved is not None:
+            self.saved.__exit__(None, None, None)
+            self.activations = self.saved.bytes
+            self.saved = None
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule,
+                           outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.done:
+            return
+        self.done = True
+        params = list(pl_module.parameters())
+        parts = {
+            "weights": tensor_bytes(params),
+            "gradients": tensor_bytes(p.grad for p in params if p.grad is not None),
+            "optimizer_state": tensor_bytes(t for opt in trainer.optimizers
+                                            for t in optimizer_state_tensors(opt)),
+            "activations": self.activations,
+        }
+        metrics = {metric("memory", part, BYTES): float(value) for part, value in parts.items()}
+        metrics[metric("memory", "training_total", BYTES)] = float(sum(parts.values()))
+        metrics[metric("memory", "peak", BYTES)] = float(peak_memory_bytes(pl_module.device)[0])
+        log_metrics(trainer, metrics)
+        self._plot(trainer, parts)
+        if self.cuda_snapshot and pl_module.device.type == "cuda":
+            with tempfile.TemporaryDirectory() as tmp:
+                path = str(Path(tmp) / "cuda_snapshot.pickle")
+                torch.cuda.memory._dump_snapshot(path)
+                torch.cuda.memory._record_memory_history(enabled=None)
+                log_file(trainer, path, "memory")
+
+    @staticmethod
+    def _plot(trainer: L.Trainer, parts: dict[str, int]) -> None:
+        """One stacked bar in MiB: the picture study 4 draws for each model."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from matplotlib import pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(3.2, 4.0))
+        bottom = 0.0
+        for part in PARTS:
+            mib = parts[part] / 2**20
+            ax.bar(["run"], [mib], bottom=bottom, label=f"{part} {mib:.1f} MiB")
+            bottom += mib
+        ax.set_ylabel("MiB (first training step)")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        log_figure(trainer, fig, "memory/breakdown.png")
+        plt.close(fig)
+        log_text(trainer, "".join(f"{p},{parts[p]}\n" for p in PARTS), "memory/breakdown.csv")
