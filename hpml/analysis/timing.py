@@ -28,6 +28,7 @@ class StepStats:
     step_p50_ms: float
     step_p90_ms: float
     data_wait_pct: float
+    step_cpu_p50_ms: float  # process CPU time (all threads) per step: steadier on a busy host
 
 
 class _Mark:
@@ -59,6 +60,8 @@ class StepTimer:
         self.steps: list[tuple[_Mark, _Mark]] = []
         self.gaps: list[float] = []
         self.samples: list[int] = []
+        self.cpu: list[float] = []
+        self._cpu_start = 0.0
         self._start: _Mark | None = None
         self.window_start: _Mark | None = None
 
@@ -67,6 +70,7 @@ class StepTimer:
         return len(self.samples)
 
     def begin(self) -> None:
+        self._cpu_start = time.process_time()
         self._start = _Mark(self.device)
         if self.count >= self.warmup and self.steps:
             self.gaps.append(self._start.host - self.steps[-1][1].host)
@@ -75,6 +79,7 @@ class StepTimer:
 
     def end(self, samples: int) -> None:
         stop = _Mark(self.device)
+        self.cpu.append(time.process_time() - self._cpu_start)
         self.steps.append((self._start, stop))  # type: ignore[arg-type]
         self.samples.append(samples)
         if self.count == self.warmup:
@@ -98,4 +103,5 @@ class StepTimer:
             step_p50_ms=statistics.median(steady) * 1e3,
             step_p90_ms=deciles[8] * 1e3,
             data_wait_pct=100.0 * sum(self.gaps) / seconds,
+            step_cpu_p50_ms=statistics.median(self.cpu[self.warmup:]) * 1e3,
         )

@@ -34,6 +34,8 @@ class PerformanceMonitor(L.Callback):
     Per training epoch: ``train/throughput_samples_per_s`` (samples after ``warmup_steps`` over the
     wall time they took, data loading included), ``train/step_time_{mean,p50,p90}_ms``,
     ``train/data_wait_pct`` (share of that wall time spent between steps, fetching data),
+    ``train/step_cpu_time_p50_ms`` (process CPU time per step, all threads: on a shared machine
+    it moves less than wall time),
     ``train/epoch_time_s`` (validation excluded) and ``train/peak_memory_bytes``. For validation
     and test: ``{val,test}/epoch_time_s`` and the inference ``{val,test}/throughput_samples_per_s``
     after ``inference_warmup_steps``. The GPU is synchronised only at the edges of a window.
@@ -77,6 +79,7 @@ class PerformanceMonitor(L.Callback):
                     metric(stage, "step_time_mean", MS): stats.step_mean_ms,
                     metric(stage, "step_time_p50", MS): stats.step_p50_ms,
                     metric(stage, "step_time_p90", MS): stats.step_p90_ms,
+                    metric(stage, "step_cpu_time_p50", MS): stats.step_cpu_p50_ms,
                     metric(stage, "data_wait", PCT): stats.data_wait_pct,
                 }
             metrics |= self._flops_metrics(stage, stats.throughput_samples_per_s)

@@ -38,6 +38,7 @@ def test_window_excludes_warmup_and_splits_step_time_from_data_wait(monkeypatch)
     assert stats.step_p50_ms == pytest.approx(2500.0)
     assert stats.step_p90_ms == pytest.approx(3700.0)  # inclusive deciles of 1, 2, 3, 4 s
     assert stats.data_wait_pct == pytest.approx(100 * 3.0 / window)
+    assert stats.step_cpu_p50_ms >= 0.0  # the fake clock moves wall time only
 
 
 def test_no_statistics_without_steps_after_warmup():

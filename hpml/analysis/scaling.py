@@ -1,0 +1,71 @@
+"""Batch-size scaling (Skyline-style): fit step time and memory against batch size, predict others.
+
+Both are modelled as straight lines in the batch size ``B``: step time ``a + b B`` (``a``: fixed
+per-step cost, launches and framework; ``b``: per-sample compute) and memory ``c + d B`` (``c``:
+weights, gradients, optimiser state; ``d``: activations per sample). Throughput then follows as
+``B / (a + b B)`` and the largest batch that fits a memory capacity as ``floor((M - c) / d)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hpml.errors import HpmlError
+
+
+@dataclass(frozen=True)
+class Line:
+    """``intercept + slope * x``, fitted by least squares."""
+
+    intercept: float
+    slope: float
+
+    def __call__(self, x: float) -> float:
+        return self.intercept + self.slope * x
+
+
+def fit_line(xs: Sequence[float], ys: Sequence[float]) -> Line:
+    if len(set(xs)) < 2:
+        raise HpmlError(f"scaling needs runs at two or more batch sizes, got {sorted(set(xs))}")
+    n = len(xs)
+    mean_x, mean_y = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mean_x) ** 2 for x in xs)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sxx
+    return Line(mean_y - slope * mean_x, slope)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    batch_size: int
+    step_time_s: float
+    throughput_samples_per_s: float
+    memory_bytes: float
+    fits: bool | None
+
+
+@dataclass(frozen=True)
+class ScalingModel:
+    """Step time (seconds) and memory (bytes) as lines in the batch size."""
+
+    step_time_s: Line
+    memory_bytes: Line
+
+    @classmethod
+    def fit(cls, batch_sizes: Sequence[int], step_times_s: Sequence[float],
+            memory_bytes: Sequence[float]) -> ScalingModel:
+        return cls(fit_line(batch_sizes, step_times_s), fit_line(batch_sizes, memory_bytes))
+
+    def predict(self, batch_size: int, capacity_bytes: float | None = None) -> Prediction:
+        step = self.step_time_s(batch_size)
+        memory = self.memory_bytes(batch_size)
+        fits = None if capacity_bytes is None else memory <= capacity_bytes
+        return Prediction(batch_size, step, batch_size / step, memory, fits)
+
+    def largest_batch(self, capacity_bytes: float) -> int | None:
+        """The largest batch whose predicted memory fits ``capacity_bytes`` (None if unbounded)."""
+        if self.memory_bytes.slope <= 0:
+            return None
+        return max(0, math.floor((capacity_bytes - self.memory_bytes.intercept)
+                                 / self.memory_bytes.slope))

@@ -1,0 +1,97 @@
+"""``python -m hpml.predict``: throughput and memory at other batch sizes, from measured runs.
+
+Fits the runs of a sweep (or ``--runs``) over ``data.batch_size`` and prints, for each
+``--batch``, predicted step time, throughput (samples/s) and memory (bytes), and the largest batch
+that fits the device's memory. Memory is CUDA's peak allocation where the runs used a GPU, else
+``memory/training_total_bytes`` (weights + gradients + optimiser state + saved activations).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+STEP = {"wall": "train/step_time_p50_ms", "cpu": "train/step_cpu_time_p50_ms"}
+CUDA_PEAK = "train/peak_memory_bytes"
+TRAINING_TOTAL = "memory/training_total_bytes"
+
+
+def observations(runs: list, clock: str = "wall") -> tuple[list[int], list[float], list[float],
+                                                         str]:
+    """Batch sizes, step times (s, by ``clock``) and memory (bytes) of ``runs``, and which
+    memory figure was used."""
+    from hpml.errors import HpmlError
+
+    on_cuda = all(r.data.tags.get("hpml.peak_memory_source", "").startswith("torch.cuda")
+                  for r in runs)
+    memory_metric = CUDA_PEAK if on_cuda else TRAINING_TOTAL
+    batches, steps, memory = [], [], []
+    for run in runs:
+        missing = [m for m in (STEP[clock], memory_metric) if m not in run.data.metrics]
+        if missing or "data.batch_size" not in run.data.params:
+            raise HpmlError(f"run {run.info.run_id} lacks {', '.join(missing) or 'data.batch_size'}"
+                            ": it needs the default perf and memory callbacks")
+        batches.append(int(run.data.params["data.batch_size"]))
+        steps.append(run.data.metrics[STEP[clock]] / 1e3)
+        memory.append(run.data.metrics[memory_metric])
+    return batches, steps, memory, memory_metric
+
+
+def capacity_bytes(runs: list) -> float:
+    """Device memory from the runs' tags (CUDA), else this host's RAM."""
+    tagged = [r.data.tags.get("hpml.device_memory_bytes") for r in runs]
+    if all(tagged):
+        return float(tagged[0])
+    import psutil
+
+    return float(psutil.virtual_memory().total)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hpml.predict", description=__doc__)
+    parser.add_argument("--sweep", default=None, help="'last' (default) or a parent run id")
+    parser.add_argument("--runs", nargs="+", help="run ids instead of a sweep")
+    parser.add_argument("--experiment", default=None, help="where to look for the last sweep")
+    parser.add_argument("--batch", nargs="+", type=int, default=[1, 8, 32, 128, 512],
+                        help="batch sizes to predict")
+    parser.add_argument("--clock", choices=sorted(STEP), default="wall",
+                        help="step time to fit: wall (default) or process CPU time, which a "
+                             "busy shared machine disturbs less (one-thread runs)")
+    parser.add_argument("--tracking-uri", default=None)
+    args = parser.parse_args(argv)
+
+    from mlflow import MlflowClient
+
+    from hpml.analysis.scaling import ScalingModel
+    from hpml.errors import HpmlError
+    from hpml.report.runs import default_tracking_uri, select_runs
+
+    try:
+        client = MlflowClient(args.tracking_uri or default_tracking_uri())
+        runs, parent = select_runs(client, args.sweep, args.runs, args.experiment)
+        batches, steps, memory, memory_metric = observations(runs, args.clock)
+        model = ScalingModel.fit(batches, steps, memory)
+    except HpmlError as exc:
+        print(f"hpml.predict: error: {exc}", file=sys.stderr)
+        return 2
+    capacity = capacity_bytes(runs)
+    print(f"fitted on batch sizes {sorted(batches)}: step time ({args.clock}) = "
+          f"{model.step_time_s.intercept * 1e3:.2f} ms + {model.step_time_s.slope * 1e3:.3f} "
+          f"ms/sample; memory ({memory_metric}) = {model.memory_bytes.intercept:.0f} B + "
+          f"{model.memory_bytes.slope:.0f} B/sample")
+    print(f"{'batch':>7} {'step_ms':>10} {'samples/s':>11} {'memory_bytes':>14} fits")
+    lines = []
+    for batch in args.batch:
+        p = model.predict(batch, capacity)
+        lines.append(f"{batch:>7} {p.step_time_s * 1e3:>10.2f} {p.throughput_samples_per_s:>11.1f} "
+                     f"{p.memory_bytes:>14.0f} {'yes' if p.fits else 'no'}")
+    print("\n".join(lines))
+    largest = model.largest_batch(capacity)
+    print(f"largest batch that fits {capacity:.0f} bytes: {largest}")
+    if parent is not None:
+        client.log_text(parent.info.run_id, "\n".join(lines) + "\n", "predict/scaling.txt")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Reading runs back from MLflow for reports, plots and predictions."""

@@ -1,0 +1,50 @@
+"""python -m hpml.predict against real runs: within 15% of a measured run at an unseen batch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hpml.predict import main, observations
+from hpml.train import train
+
+pytestmark = pytest.mark.slow
+
+RUN = ["model=vgg11", "trainer.max_epochs=1", "trainer.enable_progress_bar=false",
+       "callbacks.perf.warmup_steps=2", "data.val_samples=32", "data.test_samples=32",
+       "test=false", "logger.system_metrics_interval_s=5"]
+
+
+@pytest.fixture
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # steadier step times on a shared machine
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_prediction_at_an_unseen_batch_size_is_within_15_percent(composed, client, one_thread,
+                                                                 capsys):
+    ids = {}
+    for batch in (8, 16, 24):  # the unseen size between the fitted ones, run in between
+        train(composed([*RUN, f"data.batch_size={batch}", f"data.train_samples={batch * 18}"]))
+        runs = client.search_runs([client.get_experiment_by_name("hpml").experiment_id],
+                                  order_by=["attributes.start_time DESC"], max_results=1)
+        ids[batch] = runs[0].info.run_id
+    # CPU time of a one-thread run: three other processes share this 2-core machine in testing
+    assert main(["--runs", ids[8], ids[24], "--batch", "16", "--clock", "cpu"]) == 0
+    out = capsys.readouterr().out
+    row = next(line.split() for line in out.splitlines() if line.split()[:1] == ["16"])
+    predicted_ms, predicted_bytes = float(row[1]), float(row[3])
+    measured = client.get_run(ids[16])
+    _, steps, memory, metric = observations([measured], "cpu")
+    assert metric == "memory/training_total_bytes"
+    assert predicted_ms == pytest.approx(steps[0] * 1e3, rel=0.15)
+    assert predicted_bytes == pytest.approx(memory[0], rel=0.15)
+    assert "largest batch that fits" in out
+
+
+def test_without_a_sweep_it_says_so_in_one_line(root, capsys):
+    assert main(["--sweep", "last"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no sweep in sqlite:///" in err[0]
