@@ -17,15 +17,17 @@ Case = Callable[[Settings, Path, Report], CaseResult]
 BENCH_DIR = Path(".bench")  # git-ignored: results and the bench's own MLflow store
 
 
-def lazy(module: str) -> Case:
-    """The ``run`` of ``module``, imported on first call (cases pull in torch and Lightning)."""
+def lazy(module: str, function: str = "run") -> Case:
+    """``module.function``, imported on first call (cases pull in torch and Lightning)."""
     def case(settings: Settings, bench_dir: Path, report: Report) -> CaseResult:
-        return importlib.import_module(module).run(settings, bench_dir, report)
+        return getattr(importlib.import_module(module), function)(settings, bench_dir, report)
     return case
 
 
 CASES: dict[str, Case] = {
     "overhead": lazy("hpml.bench.overhead"),
+    "profiler_idle": lazy("hpml.bench.analysis", "run_profiler_idle"),
+    "analysis_callbacks": lazy("hpml.bench.analysis", "run_analysis_callbacks"),
 }
 
 

@@ -15,6 +15,7 @@ import logging
 import os
 import time
 import warnings
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -90,15 +91,17 @@ def overrides(settings: Settings, root: Path) -> list[str]:
     ]
 
 
-def compose_config(settings: Settings, root: Path) -> DictConfig:
+def compose_config(settings: Settings, root: Path, extra: Sequence[str] = ()) -> DictConfig:
     """Compose ``conf/train.yaml`` in-process as ``@hydra.main`` would, outputs under ``root``.
 
     ``compose`` leaves the runtime fields that a launched job gets unset; ``hpml.train`` reads
-    the output dir, job name and mode from them, so they are filled in here.
+    the output dir, job name and mode from them, so they are filled in here. ``extra`` overrides
+    come last (other cases' variants).
     """
     os.environ["HPML_ROOT"] = str(root)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=overrides(settings, root), return_hydra_config=True)
+        cfg = compose("train", overrides=[*overrides(settings, root), *extra],
+                      return_hydra_config=True)
     out_dir = root / "outputs" / datetime.now().strftime("%Y-%m-%d/%H-%M-%S_%f")
     out_dir.mkdir(parents=True, exist_ok=True)
     cfg.hydra.runtime.output_dir = str(out_dir)
