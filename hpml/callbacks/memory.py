@@ -71,7 +71,7 @@ class MemoryBreakdown(L.Callback):
         metrics[metric("memory", "training_total", BYTES)] = float(sum(parts.values()))
         metrics[metric("memory", "peak", BYTES)] = float(peak_memory_bytes(pl_module.device)[0])
         log_metrics(trainer, metrics)
-        self._plot(trainer, parts)
+        self._plot(trainer, parts, type(getattr(pl_module, "net", pl_module)).__name__)
         if self.cuda_snapshot and pl_module.device.type == "cuda":
             with tempfile.TemporaryDirectory() as tmp:
                 path = str(Path(tmp) / "cuda_snapshot.pickle")
@@ -80,21 +80,25 @@ class MemoryBreakdown(L.Callback):
                 log_file(trainer, path, "memory")
 
     @staticmethod
-    def _plot(trainer: L.Trainer, parts: dict[str, int]) -> None:
+    def _plot(trainer: L.Trainer, parts: dict[str, int], label: str) -> None:
         """One stacked bar in MiB: the picture study 4 draws for each model."""
         import matplotlib
 
         matplotlib.use("Agg")
         from matplotlib import pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(3.2, 4.0))
+        fig, ax = plt.subplots(figsize=(6.0, 4.0))
+        fig.subplots_adjust(left=0.15, right=0.55)
         bottom = 0.0
         for part in PARTS:
             mib = parts[part] / 2**20
-            ax.bar(["run"], [mib], bottom=bottom, label=f"{part} {mib:.1f} MiB")
+            ax.bar([label], [mib], bottom=bottom, label=f"{part.replace('_', ' ')}: {mib:.1f} MiB")
             bottom += mib
-        ax.set_ylabel("MiB (first training step)")
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        ax.set_ylabel("MiB")
+        ax.set_title("Training memory, first step", fontsize=10)
+        handles, labels = ax.get_legend_handles_labels()
+        ax.legend(handles[::-1], labels[::-1], fontsize=8, loc="upper left",
+                  bbox_to_anchor=(1.02, 1.0), frameon=False)
         log_figure(trainer, fig, "memory/breakdown.png")
         plt.close(fig)
         log_text(trainer, "".join(f"{p},{parts[p]}\n" for p in PARTS), "memory/breakdown.csv")
