@@ -11,6 +11,7 @@ COUNT = "count"
 FLOPS = "flops"  # 2 x multiply-accumulate, see hpml.analysis.flops
 FLOPS_PER_SAMPLE = "flops_per_sample"
 FLOPS_PER_S = "flops_per_s"
+X = "x"  # a ratio of two like quantities: before / after
 
 
 def metric(stage: str, quantity: str, unit: str) -> str:

@@ -28,6 +28,7 @@ CASES: dict[str, Case] = {
     "overhead": lazy("hpml.bench.overhead"),
     "profiler_idle": lazy("hpml.bench.analysis", "run_profiler_idle"),
     "analysis_callbacks": lazy("hpml.bench.analysis", "run_analysis_callbacks"),
+    "prune": lazy("hpml.bench.prune"),
 }
 
 

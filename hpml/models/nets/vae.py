@@ -13,6 +13,10 @@ class VAE(nn.Module):
     ``binary_cross_entropy_with_logits``; ``torch.sigmoid`` of them is the reconstruction.
     """
 
+    # mu and logvar describe the same latent units: structured pruning removes them together
+    # (in eval mode the reparameterisation that pairs them is not traced).
+    prune_coupled = (("fc21", "fc22"),)
+
     def __init__(self, in_features: int = 784, hidden: int = 400, latent: int = 20) -> None:
         super().__init__()
         self.fc1 = nn.Linear(in_features, hidden)

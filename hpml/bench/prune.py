@@ -1,0 +1,85 @@
+"""Case ``prune``: inference latency of pruned models against the unpruned ones, side by side.
+
+Variants (eval mode, ``torch.inference_mode``, one forward pass timed ``settings.steps`` times
+after ``settings.warmup`` untimed ones; the median per round):
+
+- VGG11-CIFAR at batch 32: unpruned, 50% of every conv's filters removed physically (L1 filter
+  norms, torch-pruning; the classifier keeps its 10 outputs), and 50% L1 masks on the same layers
+  (folded into the weights: what a user would ship). Goals: physical >= 3x faster, masks ~1.0x
+  (no goal: they change no shape, so dense kernels do the same work).
+- Study 1's LSTM (embedding 400, hidden 256, 2 layers, sequences of 200 tokens) at batch 32:
+  unpruned, and half its hidden units removed by hpml's LSTM pruner. Goal: >= 2x faster.
+
+Ratios are unpruned / pruned latency, paired within each round (harness.py), min/median/max.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from hpml.analysis.latency import measure_latency
+from hpml.bench.harness import CaseResult, Measurement, Ratio, Report, Settings, run_case
+from hpml.models.nets.lstm import LSTMClassifier
+from hpml.models.nets.vgg import vgg
+from hpml.optimize.prune import Pruner
+from hpml.optimize.prune.mask import folded_copy
+
+BATCH_SIZE = 32
+AMOUNT = 0.5
+LATENCY = "latency_ms"
+VGG, VGG_PHYSICAL, VGG_MASK = "vgg11", "vgg11 physical 50%", "vgg11 mask 50%"
+LSTM, LSTM_HALF = "lstm", "lstm half hidden"
+RATIOS = (
+    Ratio("VGG11 physical 50% speedup", LATENCY, "ms", VGG, VGG_PHYSICAL, goal=3.0),
+    Ratio("VGG11 mask 50% speedup (~1.0)", LATENCY, "ms", VGG, VGG_MASK),
+    Ratio("LSTM half hidden speedup", LATENCY, "ms", LSTM, LSTM_HALF, goal=2.0),
+)
+
+
+def pruned(build, example: torch.Tensor, method: str, mode: str) -> nn.Module:
+    model = build().eval()
+    pruner = Pruner(method, mode)
+    pruner.attach(model, example[:2])
+    pruner.prune(model, AMOUNT)
+    return folded_copy(model).eval() if mode == "mask" else model
+
+
+def timer(model: nn.Module, example: torch.Tensor, settings: Settings):
+    def measure() -> Measurement:
+        torch.set_num_threads(settings.threads)
+        stats = measure_latency(model, example, settings.steps, settings.warmup)
+        return {LATENCY: stats.median_ms}
+    return measure
+
+
+def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> CaseResult:
+    torch.set_num_threads(settings.threads)
+    torch.manual_seed(0)
+    images = torch.randn(BATCH_SIZE, 3, 32, 32)
+    tokens = torch.randint(1, 20_000, (BATCH_SIZE, 200))
+
+    def build_vgg() -> nn.Module:
+        return vgg(11)
+
+    def build_lstm() -> nn.Module:
+        return LSTMClassifier(20_000, embedding_dim=400, hidden_size=256, num_layers=2)
+
+    models = {
+        VGG: (build_vgg().eval(), images),
+        VGG_PHYSICAL: (pruned(build_vgg, images, "l1_structured", "physical"), images),
+        VGG_MASK: (pruned(build_vgg, images, "l1_structured", "mask"), images),
+        LSTM: (build_lstm().eval(), tokens),
+        LSTM_HALF: (pruned(build_lstm, tokens, "l2_structured", "physical"), tokens),
+    }
+    variants = {name: timer(model, example, settings) for name, (model, example) in models.items()}
+    notes = {
+        "batch_size": BATCH_SIZE, "amount": AMOUNT, "device": "cpu", "torch": torch.__version__,
+        "params": {name: sum(p.numel() for p in m.parameters()) for name, (m, _) in models.items()},
+        "vgg": "vgg11 cifar layout, batch norm; L1 filter norms; classifier excluded",
+        "lstm": "embedding 400, hidden 256 -> 128, 2 layers, seq 200, vocab 20000; L2 unit norms",
+        "timing": "median ms of settings.steps eval forward passes per round (inference_mode)",
+    }
+    return run_case("prune", variants, RATIOS, settings, report, notes)

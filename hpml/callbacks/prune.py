@@ -1,0 +1,329 @@
+"""When to prune, and what it did: the ``prune`` config group's callback.
+
+How to prune lives in :mod:`hpml.optimize.prune` (plain PyTorch); this callback decides when:
+
+- ``before_fit``: once, when fit starts; the whole of ``trainer.max_epochs`` trains the pruned net.
+- ``after_fit``: train ``trainer.max_epochs`` epochs, prune, then fine-tune ``finetune_epochs``
+  more (the trainer's ``max_epochs`` is raised by that many).
+- ``gradual``: at the start of each of the ``trainer.max_epochs`` epochs, prune to
+  ``amount * (epoch + 1) / max_epochs`` of the *original* weights (no compounding), then fine-tune
+  ``finetune_epochs`` more.
+
+After physical pruning the optimisers and schedulers are rebuilt on the new parameters
+(``trainer.strategy.setup_optimizers``; scheduler state restarts). Masks are folded into the
+weights when training ends, before test and before anything is saved.
+
+Metrics (``<stage>/<quantity>_<unit>``, all via :func:`hpml.names.metric`). Stages:
+``prune_before`` (just before the first pruning step), ``prune_after`` (right after the last
+one, before any fine-tuning) and ``prune_final`` (when training ends, after fine-tuning):
+
+- ``params_count``, ``nonzero_params_count`` (elements), ``size_bytes`` (``torch.save`` of the
+  state dict with masks folded in: the file a user ships);
+- ``fwd_flops_per_sample``: FLOPs of one forward pass per sample, 1 multiply-accumulate
+  = 2 FLOPs (:func:`hpml.analysis.flops.count_flops`; dense kernels, so masks do not lower it);
+- ``latency_b1_ms``, ``latency_b<N>_ms`` (median) and ``..._p90_ms``: eval-mode forward pass at
+  batch 1 and at the data's batch size N (:func:`hpml.analysis.latency.measure_latency`);
+- ``sparsity_pct``: share of the original targeted weight elements removed or zero;
+  ``row_sparsity_pct``: share of their original rows (output channels, LSTM gate rows) removed or
+  all zero;
+- ``val_loss_nats``, ``val_acc_pct`` (top-1, percent) or the VAE's ``val_{loss,bce,kld}_nats``
+  (per sample): the model's own validation step over ``eval_batches`` validation batches.
+
+Also ``prune/target_sparsity_pct`` (``amount``), ``prune/speedup_b1_x`` and ``prune/speedup_b<N>_x``
+(latency before / after pruning), ``prune/flops_reduction_x`` and ``prune/size_reduction_x``
+(before / after); per weight, ``prune_layer/<weight>_sparsity_pct`` and
+``prune_layer/<weight>_row_sparsity_pct`` after pruning; with ``sensitivity`` amounts,
+``prune_sensitivity/<weight>_val_<quantity>_<unit>`` at step = amount in percent (that weight
+alone pruned by the method's mask, on the trained model). Artifacts:
+``prune/architecture_before.txt`` and ``prune/architecture_after.txt`` (``print(net)``),
+``prune/layers.json`` (shapes and sparsity per weight), ``prune/sensitivity.json``, and with
+``save_model`` ``prune/model.pt`` (see :mod:`hpml.optimize.prune.io`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.fabric.utilities.apply_func import move_data_to_device
+from lightning.pytorch.loggers import MLFlowLogger
+from torch import nn
+from torchmetrics import Metric
+
+from hpml.analysis.flops import count_flops
+from hpml.analysis.latency import measure_latency
+from hpml.analysis.model_stats import nonzero_param_count, param_count, state_dict_bytes
+from hpml.callbacks.logging import log_metrics, log_text
+from hpml.errors import ConfigError, HpmlError, non_negative_int, positive_int
+from hpml.names import BYTES, COUNT, FLOPS_PER_SAMPLE, MS, PCT, X, metric
+from hpml.optimize.prune import io as prune_io
+from hpml.optimize.prune.amount import check_amount
+from hpml.optimize.prune.mask import folded_copy, one_shot_mask
+from hpml.optimize.prune.pruner import Pruner, PruneReport
+from hpml.optimize.prune.targets import DEFAULT_EXCLUDE, DEFAULT_TARGETS
+
+log = logging.getLogger(__name__)
+SCHEDULES = ("before_fit", "after_fit", "gradual")
+NATS = "nats"
+
+
+def quality_name(name: str, value: float) -> tuple[str, float]:
+    """``val/acc`` -> (``val_acc_pct``, percent); losses -> ``..._nats``; others unit-less."""
+    quantity = name.replace("/", "_")
+    if quantity.endswith("acc"):
+        return f"{quantity}_{PCT}", 100.0 * value
+    if any(word in quantity for word in ("loss", "bce", "kld")):
+        return f"{quantity}_{NATS}", value
+    return quantity, value
+
+
+def evaluate(pl_module: L.LightningModule, loader: Any,
+             max_batches: int | None) -> dict[str, float]:
+    """Run the module's own ``validation_step`` over ``loader``, capturing what it logs.
+
+    Tensors are averaged weighted by batch size; torchmetrics objects are computed and reset.
+    """
+    sums: dict[str, float] = defaultdict(float)
+    weights: dict[str, int] = defaultdict(int)
+    metrics: dict[str, Metric] = {}
+    current = {"size": 1}
+
+    def capture(name: str, value: Any, *args: Any, **kwargs: Any) -> None:
+        if isinstance(value, Metric):
+            metrics[name] = value
+        else:
+            sums[name] += float(value) * current["size"]
+            weights[name] += current["size"]
+
+    was_training = pl_module.training
+    pl_module.eval()
+    pl_module.log = capture  # type: ignore[method-assign]
+    try:
+        with torch.no_grad():
+            for index, batch in enumerate(loader):
+                if max_batches is not None and index >= max_batches:
+                    break
+                batch = move_data_to_device(batch, pl_module.device)
+                first = batch[0] if isinstance(batch, list | tuple) else batch
+                current["size"] = int(first.shape[0])
+                pl_module.validation_step(batch, index)
+    finally:
+        del pl_module.log
+        pl_module.train(was_training)
+    result = {name: sums[name] / weights[name] for name in sums if weights[name]}
+    for name, value in metrics.items():
+        result[name] = float(value.compute())
+        value.reset()
+    return result
+
+
+class Prune(L.Callback):
+    """Prune ``pl_module.net`` by ``method`` to ``amount`` on ``schedule``; log before and after.
+
+    See the module docstring for the schedules and the metrics. ``targets``/``exclude``: see
+    :mod:`hpml.optimize.prune.targets` (``exclude: [output_layer]`` keeps the output size).
+    """
+
+    def __init__(self, method: str = "l1_structured", amount: float = 0.5,
+                 mode: str | None = None, targets: Sequence[str] | None = DEFAULT_TARGETS,
+                 exclude: Sequence[str] | None = DEFAULT_EXCLUDE, schedule: str = "after_fit",
+                 finetune_epochs: int = 1, min_channels: int = 1, embedding: bool = False,
+                 latency_rounds: int = 10, latency_warmup: int = 2,
+                 eval_batches: int | None = None, sensitivity: Sequence[float] = (),
+                 save_model: bool = False) -> None:
+        self.amount = check_amount(amount)
+        if schedule not in SCHEDULES:
+            raise ConfigError("schedule", schedule, f"one of {', '.join(SCHEDULES)}")
+        self.schedule = schedule
+        self.finetune_epochs = non_negative_int("finetune_epochs", finetune_epochs)
+        self.latency_rounds = positive_int("latency_rounds", latency_rounds)
+        self.latency_warmup = non_negative_int("latency_warmup", latency_warmup)
+        self.eval_batches = None if eval_batches is None else \
+            positive_int("eval_batches", eval_batches)
+        self.sensitivity = [check_amount(a, "sensitivity") for a in (sensitivity or [])]
+        self.save_model = bool(save_model)
+        self.pruner = Pruner(method, mode, list(targets or DEFAULT_TARGETS),
+                             None if exclude is None else list(exclude), min_channels,
+                             embedding)
+        self.train_epochs = 0
+        self.steps: dict[int, float] = {}  # epoch -> absolute amount
+        self.before: dict[str, float] = {}
+        self.after: dict[str, float] = {}
+        self.report: PruneReport | None = None
+        self.pruned = False
+
+    # -- when -----------------------------------------------------------------------------
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage != "fit":
+            return
+        epochs = trainer.fit_loop.max_epochs
+        if epochs is None or epochs < 1:
+            raise ConfigError("trainer.max_epochs", epochs,
+                              "a positive number of epochs when pruning (it sets the schedule)")
+        self.train_epochs = epochs
+        if self.schedule == "after_fit":
+            self.steps = {epochs: self.amount}
+        elif self.schedule == "gradual":
+            self.steps = {e: self.amount * (e + 1) / epochs for e in range(epochs)}
+        if self.schedule != "before_fit":
+            trainer.fit_loop.max_epochs = epochs + self.finetune_epochs
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        try:
+            self.pruner.attach(pl_module.net, pl_module.example_input(2))
+        except ConfigError as exc:
+            raise exc.under("prune") from exc
+        log_text(trainer, str(pl_module.net), "prune/architecture_before.txt")
+        log_metrics(trainer, {metric("prune", "target_sparsity", PCT): 100 * self.amount})
+        if self.schedule == "before_fit":
+            self._prune(trainer, pl_module, self.amount, first=True, last=True)
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        epoch = trainer.current_epoch
+        if epoch in self.steps:
+            first, last = epoch == min(self.steps), epoch == max(self.steps)
+            self._prune(trainer, pl_module, self.steps[epoch], first, last)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self.pruned and self.steps:  # after_fit without fine-tuning: prune at the end
+            self._prune(trainer, pl_module, self.amount, first=True, last=True)
+        elif self.pruned and (self.schedule != "after_fit" or self.finetune_epochs > 0):
+            final = self.measure(trainer, pl_module, "prune_final")
+            log_metrics(trainer, final)
+        self.pruner.finalize(pl_module.net)
+        if self.save_model:
+            self._save(trainer, pl_module.net)
+
+    # -- what -----------------------------------------------------------------------------
+    def _prune(self, trainer: L.Trainer, pl_module: L.LightningModule, amount: float,
+               first: bool, last: bool) -> None:
+        if first:
+            self.before = self.measure(trainer, pl_module, "prune_before")
+            log_metrics(trainer, self.before)
+            if self.sensitivity:
+                self._sensitivity(trainer, pl_module)
+        self.report = self.pruner.prune(pl_module.net, amount)
+        self.pruned = True
+        log.info("pruned %s to %.3f: sparsity %.4f, rows %.4f", type(pl_module.net).__name__,
+                 amount, self.report.sparsity, self.report.row_sparsity)
+        if self.pruner.mode == "physical" and trainer.optimizers:
+            trainer.strategy.setup_optimizers(trainer)  # the old ones hold removed parameters
+        if not last:
+            return
+        self.after = self.measure(trainer, pl_module, "prune_after")
+        metrics = dict(self.after)
+        for name, stats in self.report.layers.items():
+            metrics[metric("prune_layer", f"{name}_sparsity", PCT)] = 100 * stats.sparsity
+            metrics[metric("prune_layer", f"{name}_row_sparsity", PCT)] = \
+                100 * stats.row_sparsity
+        metrics |= self._ratios()
+        log_metrics(trainer, metrics)
+        log_text(trainer, str(pl_module.net), "prune/architecture_after.txt")
+        table = {"method": self.pruner.method, "mode": self.pruner.mode, "amount": amount,
+                 "sparsity": self.report.sparsity, "row_sparsity": self.report.row_sparsity,
+                 "widths": {k: list(v) for k, v in self.report.widths.items()},
+                 "layers": {k: v.to_dict() for k, v in self.report.layers.items()}}
+        log_text(trainer, json.dumps(table, indent=2), "prune/layers.json")
+
+    def _ratios(self) -> dict[str, float]:
+        ratios = {}
+        for name in self.after:
+            _, _, quantity = name.partition("/")
+            if quantity.startswith("latency_b") and quantity.endswith(f"_{MS}") \
+                    and "_p90" not in quantity:
+                key = quantity.removesuffix(f"_{MS}").replace("latency_", "speedup_")
+                ratios[metric("prune", key, X)] = self.before[f"prune_before/{quantity}"] / \
+                    self.after[name]
+        for quantity, key in (("fwd", "flops_reduction"), ("size", "size_reduction")):
+            unit = FLOPS_PER_SAMPLE if quantity == "fwd" else BYTES
+            b = self.before.get(metric("prune_before", quantity, unit))
+            a = self.after.get(metric("prune_after", quantity, unit))
+            if a and b:
+                ratios[metric("prune", key, X)] = b / a
+        return ratios
+
+    def measure(self, trainer: L.Trainer, pl_module: L.LightningModule,
+                stage: str) -> dict[str, float]:
+        """Size, FLOPs, latency, sparsity and validation quality of the net as it is now."""
+        net = pl_module.net
+        shipped = self._shipped(net)
+        found = {
+            metric(stage, "params", COUNT): param_count(shipped),
+            metric(stage, "nonzero_params", COUNT): nonzero_param_count(shipped),
+            metric(stage, "size", BYTES): state_dict_bytes(shipped),
+        }
+        example = pl_module.example_input(1)
+        found[metric(stage, "fwd", FLOPS_PER_SAMPLE)] = \
+            count_flops(shipped, example).per_sample
+        batch = getattr(trainer.datamodule, "batch_size", None) or 32
+        for size in dict.fromkeys((1, int(batch))):
+            stats = measure_latency(shipped, pl_module.example_input(size),
+                                    self.latency_rounds, self.latency_warmup)
+            found[metric(stage, f"latency_b{size}", MS)] = stats.median_ms
+            found[metric(stage, f"latency_b{size}_p90", MS)] = stats.p90_ms
+        report = self.pruner.report(net, self.amount)
+        found[metric(stage, "sparsity", PCT)] = 100 * report.sparsity
+        found[metric(stage, "row_sparsity", PCT)] = 100 * report.row_sparsity
+        loader = self._val_loader(trainer)
+        if loader is not None:
+            for name, value in evaluate(pl_module, loader, self.eval_batches).items():
+                quantity, value = quality_name(name, value)
+                found[f"{stage}/{quantity}"] = value
+        return found
+
+    def _shipped(self, net: nn.Module) -> nn.Module:
+        """The net as deployed: masks folded in (a copy) in mask mode, itself otherwise."""
+        if self.pruner.mode == "mask" and self.pruned:
+            return folded_copy(net)
+        return net
+
+    @staticmethod
+    def _val_loader(trainer: L.Trainer) -> Any:
+        datamodule = trainer.datamodule
+        if datamodule is None or not hasattr(datamodule, "val_dataloader"):
+            return None
+        try:
+            return datamodule.val_dataloader()
+        except HpmlError:
+            raise
+        except Exception:  # no validation split: quality is simply not measured
+            return None
+
+    def _sensitivity(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Each target alone pruned at each ``sensitivity`` amount (a mask, then restored)."""
+        loader = self._val_loader(trainer)
+        if loader is None:
+            return
+        net, results = pl_module.net, {}
+        for target in self.pruner.targets:
+            weight = getattr(target.module(net), target.param_name)
+            saved = weight.detach().clone()
+            results[target.name] = {}
+            for amount in self.sensitivity:
+                with torch.no_grad():
+                    weight.mul_(one_shot_mask(self.pruner.method, saved, amount))
+                quality = evaluate(pl_module, loader, self.eval_batches)
+                with torch.no_grad():
+                    weight.copy_(saved)
+                pct = round(100 * amount)
+                named = dict(quality_name(k, v) for k, v in quality.items())
+                results[target.name][pct] = named
+                values = {metric("prune_sensitivity", f"{target.name}_{q.rsplit('_', 1)[0]}",
+                                 q.rsplit("_", 1)[1]): v for q, v in named.items()}
+                for logger in trainer.loggers:
+                    logger.log_metrics(values, step=pct)
+        log_text(trainer, json.dumps(results, indent=2), "prune/sensitivity.json")
+
+    def _save(self, trainer: L.Trainer, net: nn.Module) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = prune_io.save(net, Path(tmp) / "model.pt")
+            for logger in trainer.loggers:
+                if isinstance(logger, MLFlowLogger):
+                    logger.experiment.log_artifact(logger.run_id, str(path), "prune")

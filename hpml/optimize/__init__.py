@@ -1,0 +1,1 @@
+"""Model optimisations in plain PyTorch: pruning, quantisation, compilation (no Lightning here)."""

@@ -1,0 +1,28 @@
+"""Pruning amounts as users read them: fractions in [0, 1), counts rounded to the nearest unit.
+
+``int(400 * (1 - 0.8))`` is 79 in floating point; hpml removes ``round(400 * 0.8) = 320`` units and
+keeps 80, as a user expects.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hpml.errors import ConfigError
+
+
+def check_amount(value: Any, key: str = "amount") -> float:
+    """``value`` as a float in [0, 1), else a ConfigError naming ``key``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
+        raise ConfigError(key, value, "a fraction in [0, 1) (the share of weights to remove)")
+    return float(value)
+
+
+def units_to_remove(total: int, amount: float) -> int:
+    """Units (weights, channels, hidden units) that ``amount`` removes from ``total``."""
+    return min(total, max(0, round(total * amount)))
+
+
+def units_to_keep(total: int, amount: float, minimum: int = 1) -> int:
+    """Units left of ``total`` after removing ``amount``, never fewer than ``minimum`` (or all)."""
+    return max(min(minimum, total), total - units_to_remove(total, amount))

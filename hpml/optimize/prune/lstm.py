@@ -1,0 +1,235 @@
+"""Physical pruning of ``nn.LSTM`` hidden units (and optionally embedding dimensions).
+
+torch-pruning cannot trace multi-layer LSTMs nor an LSTM fed by an embedding (open upstream
+issues), so hpml slices them itself. Hidden unit ``j`` of a layer owns rows ``j``, ``H + j``,
+``2H + j`` and ``3H + j`` (the input, forget, cell and output gates) of ``weight_ih``,
+``weight_hh`` and both biases, column ``j`` of ``weight_hh`` and the matching input column of the
+next layer (or of the Linear that reads the LSTM). A unit's importance is the L1 or L2 norm of its
+rows across the four gate blocks (FPGM: its distance to the other units; random: chance). Every
+layer and direction keeps the same number of units (``nn.LSTM`` has one ``hidden_size``), each
+chosen by its own ranking. A new ``nn.LSTM`` of the smaller size takes the kept weights, so the
+pruned model computes exactly what a freshly built model of that size with those weights does.
+
+The Linear reading the LSTM and the Embedding feeding it are found by running the model once with
+forward hooks: the first parameterised module called after the LSTM whose input width is the LSTM's
+output width, and the module called just before it whose output width is the LSTM's input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from hpml.errors import IncompatibleError
+from hpml.optimize.prune.amount import units_to_keep
+
+NORMS = ("l1", "l2", "fpgm", "random")
+
+
+def _suffix(layer: int, direction: int) -> str:
+    return f"_l{layer}" + ("_reverse" if direction else "")
+
+
+def unit_rows(lstm: nn.LSTM, layer: int, direction: int) -> Tensor:
+    """``H x (4 * (I + H))``: each hidden unit's incoming weights across the four gate blocks."""
+    hidden = lstm.hidden_size
+    w_ih = getattr(lstm, "weight_ih" + _suffix(layer, direction)).detach()
+    w_hh = getattr(lstm, "weight_hh" + _suffix(layer, direction)).detach()
+    gates = torch.cat([w_ih, w_hh], dim=1).reshape(4, hidden, -1)
+    return gates.permute(1, 0, 2).reshape(hidden, -1)
+
+
+def unit_importance(lstm: nn.LSTM, layer: int, direction: int, norm: str) -> Tensor:
+    """Importance of each hidden unit of one layer and direction; the lowest go first."""
+    rows = unit_rows(lstm, layer, direction).float()
+    if norm == "l1":
+        return rows.abs().sum(1)
+    if norm == "l2":
+        return rows.pow(2).sum(1).sqrt()
+    if norm == "fpgm":
+        return torch.cdist(rows.unsqueeze(0), rows.unsqueeze(0))[0].sum(1)
+    if norm == "random":
+        return torch.rand(rows.shape[0])
+    raise ValueError(f"unknown norm {norm!r} (valid: {', '.join(NORMS)})")
+
+
+def top_units(importance: Tensor, keep: int) -> Tensor:
+    """Indices of the ``keep`` most important units, in their original order."""
+    return torch.sort(torch.argsort(importance, descending=True)[:keep]).values
+
+
+def _gate_rows(keep: Tensor, hidden: int) -> Tensor:
+    return torch.cat([keep + gate * hidden for gate in range(4)])
+
+
+def shrink_lstm(lstm: nn.LSTM, keep: dict[tuple[int, int], Tensor],
+                input_keep: Tensor | None = None) -> nn.LSTM:
+    """A new LSTM with hidden units ``keep[(layer, direction)]`` and input features ``input_keep``.
+
+    All ``keep`` entries must have the same length (the new ``hidden_size``).
+    """
+    if lstm.proj_size:
+        raise IncompatibleError("physical pruning of an LSTM with proj_size is not supported; "
+                                "use prune.mode=mask")
+    sizes = {len(k) for k in keep.values()}
+    if len(sizes) != 1:
+        raise ValueError(f"every layer and direction must keep as many units, got {sizes}")
+    new_hidden = sizes.pop()
+    hidden, dirs = lstm.hidden_size, 2 if lstm.bidirectional else 1
+    device = lstm.weight_ih_l0.device
+    input_keep = None if input_keep is None else input_keep.to(device)
+    new_input = lstm.input_size if input_keep is None else len(input_keep)
+    new = nn.LSTM(new_input, new_hidden, num_layers=lstm.num_layers, bias=lstm.bias,
+                  batch_first=lstm.batch_first, dropout=lstm.dropout,
+                  bidirectional=lstm.bidirectional, device=device,
+                  dtype=lstm.weight_ih_l0.dtype)
+    new.train(lstm.training)
+    with torch.no_grad():
+        for layer in range(lstm.num_layers):
+            if layer == 0:
+                columns = input_keep
+            else:
+                columns = torch.cat([keep[(layer - 1, d)].to(device) + d * hidden
+                                     for d in range(dirs)])
+            for direction in range(dirs):
+                units = keep[(layer, direction)].to(device)
+                rows = _gate_rows(units, hidden)
+                sfx = _suffix(layer, direction)
+                w_ih = getattr(lstm, "weight_ih" + sfx)[rows]
+                if columns is not None:
+                    w_ih = w_ih[:, columns]
+                getattr(new, "weight_ih" + sfx).copy_(w_ih)
+                getattr(new, "weight_hh" + sfx).copy_(getattr(lstm, "weight_hh" + sfx)[rows][
+                    :, units])
+                if lstm.bias:
+                    for name in ("bias_ih", "bias_hh"):
+                        getattr(new, name + sfx).copy_(getattr(lstm, name + sfx)[rows])
+    return new
+
+
+def _output_columns(lstm: nn.LSTM, keep: dict[tuple[int, int], Tensor]) -> Tensor:
+    """Columns of the LSTM's output features that survive: the top layer's units per direction."""
+    top, dirs = lstm.num_layers - 1, 2 if lstm.bidirectional else 1
+    return torch.cat([keep[(top, d)] + d * lstm.hidden_size for d in range(dirs)])
+
+
+def _set_child(model: nn.Module, name: str, new: nn.Module) -> None:
+    parent_name, _, attr = name.rpartition(".")
+    setattr(model.get_submodule(parent_name), attr, new)
+
+
+def _call_order(model: nn.Module, example: Any) -> list[str]:
+    """Names of the modules with own parameters, in the order a forward pass calls them."""
+    order: list[str] = []
+    handles = [m.register_forward_pre_hook(lambda _m, _a, n=name: order.append(n))
+               for name, m in model.named_modules()
+               if name and any(True for _ in m.parameters(recurse=False))]
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(example)
+    finally:
+        model.train(was_training)
+        for handle in handles:
+            handle.remove()
+    return order
+
+
+@dataclass
+class LSTMPlan:
+    """What one LSTM lost: kept hidden units per (layer, direction), kept embedding dims."""
+
+    name: str
+    hidden_before: int
+    hidden_after: int
+    keep: dict[tuple[int, int], Tensor]
+    consumer: str
+    embedding: str | None = None
+    embedding_keep: Tensor | None = None
+
+
+class LSTMPruner:
+    """Remove hidden units of each named ``nn.LSTM`` of ``model`` (in place: modules are swapped).
+
+    Build it on the unpruned model; ``prune(amount)`` keeps ``round``-ed ``hidden * (1 - amount)``
+    units of the original width (never fewer than ``min_channels``), also when called repeatedly.
+    With ``embedding=True`` the Embedding feeding the LSTM loses the same share of its dimensions
+    (ranked by the norm of their columns of ``weight_ih_l0``).
+    """
+
+    def __init__(self, model: nn.Module, example: Any, lstms: list[str], norm: str = "l2",
+                 min_channels: int = 1, embedding: bool = False) -> None:
+        if norm not in NORMS:
+            raise ValueError(f"unknown norm {norm!r} (valid: {', '.join(NORMS)})")
+        self.model, self.example, self.norm = model, example, norm
+        self.min_channels, self.embedding = min_channels, embedding
+        order = _call_order(model, example)
+        self.links: dict[str, tuple[str, str | None]] = {}
+        self.original: dict[str, tuple[int, int]] = {}
+        for name in lstms:
+            lstm = model.get_submodule(name)
+            if not isinstance(lstm, nn.LSTM):
+                raise ValueError(f"{name} is a {type(lstm).__name__}, not an nn.LSTM")
+            if name not in order:
+                raise IncompatibleError(f"{name} is not called by {type(model).__name__}'s "
+                                        f"forward; nothing to prune")
+            width = lstm.hidden_size * (2 if lstm.bidirectional else 1)
+            at = order.index(name)
+            consumer = next((n for n in order[at + 1:]
+                             if isinstance(model.get_submodule(n), nn.Linear)
+                             and model.get_submodule(n).in_features == width), None)
+            if consumer is None:
+                raise IncompatibleError(
+                    f"physical LSTM pruning found no Linear reading {name}'s {width} output "
+                    f"features in {type(model).__name__}; use prune.mode=mask")
+            feeder = order[at - 1] if at > 0 else None
+            if feeder is not None:
+                module = model.get_submodule(feeder)
+                if not (isinstance(module, nn.Embedding)
+                        and module.embedding_dim == lstm.input_size):
+                    feeder = None
+            self.links[name] = (consumer, feeder)
+            self.original[name] = (lstm.hidden_size, lstm.input_size)
+
+    def prune(self, amount: float) -> list[LSTMPlan]:
+        plans = []
+        for name, (consumer_name, feeder_name) in self.links.items():
+            lstm = self.model.get_submodule(name)
+            hidden0, input0 = self.original[name]
+            keep_n = min(lstm.hidden_size, units_to_keep(hidden0, amount, self.min_channels))
+            dirs = 2 if lstm.bidirectional else 1
+            keep = {(layer, d): top_units(unit_importance(lstm, layer, d, self.norm), keep_n)
+                    for layer in range(lstm.num_layers) for d in range(dirs)}
+            input_keep = None
+            if self.embedding and feeder_name is not None:
+                keep_e = min(lstm.input_size, units_to_keep(input0, amount, self.min_channels))
+                columns = lstm.weight_ih_l0.detach().float()
+                if lstm.bidirectional:
+                    columns = torch.cat([columns, lstm.weight_ih_l0_reverse.detach().float()])
+                score = columns.abs().sum(0) if self.norm == "l1" else \
+                    columns.pow(2).sum(0).sqrt()
+                if self.norm == "random":
+                    score = torch.rand(lstm.input_size)
+                input_keep = top_units(score.cpu(), keep_e)
+            plan = LSTMPlan(name, lstm.hidden_size, keep_n, keep, consumer_name, feeder_name,
+                            input_keep)
+            columns_out = _output_columns(lstm, keep)
+            new = shrink_lstm(lstm, keep, input_keep)
+            consumer = self.model.get_submodule(consumer_name)
+            with torch.no_grad():
+                consumer.weight = nn.Parameter(
+                    consumer.weight[:, columns_out.to(consumer.weight.device)].clone())
+            consumer.in_features = len(columns_out)
+            if input_keep is not None and feeder_name is not None:
+                feeder = self.model.get_submodule(feeder_name)
+                with torch.no_grad():
+                    feeder.weight = nn.Parameter(
+                        feeder.weight[:, input_keep.to(feeder.weight.device)].clone())
+                feeder.embedding_dim = len(input_keep)
+            _set_child(self.model, name, new)
+            plans.append(plan)
+        return plans

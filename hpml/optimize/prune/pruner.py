@@ -1,0 +1,163 @@
+"""``Pruner``: one object for every method and mode, usable from plain PyTorch.
+
+    pruner = Pruner("l2_structured", mode="physical")
+    pruner.attach(net, example)          # resolve targets, record the original widths
+    report = pruner.prune(net, 0.5)      # to 50% of the original, in place; call again to go on
+    pruner.finalize(net)                 # masks folded into the weights (mask mode)
+
+Methods: ``l1_unstructured``, ``random_unstructured``, ``global_l1_unstructured`` (mask only),
+``l1_structured``, ``l2_structured``, ``random_structured``, ``fpgm`` (mask or physical; physical
+by default). Physical mode removes output channels of Conv/Linear layers through torch-pruning and
+hidden units of ``nn.LSTM`` through :mod:`hpml.optimize.prune.lstm`; mask mode zeroes weights
+through ``torch.nn.utils.prune``. The amount is always measured against the original model, so
+repeated calls (a gradual schedule) never compound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+from hpml.errors import ConfigError, IncompatibleError
+from hpml.optimize.prune import mask as masks
+from hpml.optimize.prune.amount import check_amount
+from hpml.optimize.prune.lstm import LSTMPruner
+from hpml.optimize.prune.stats import LayerStats, layer_stats
+from hpml.optimize.prune.structured import ChannelPruner, check_runs, output_shapes
+from hpml.optimize.prune.targets import DEFAULT_EXCLUDE, DEFAULT_TARGETS, Target, resolve
+
+UNSTRUCTURED = ("l1_unstructured", "random_unstructured", "global_l1_unstructured")
+STRUCTURED = ("l1_structured", "l2_structured", "random_structured", "fpgm")
+METHODS = (*UNSTRUCTURED, *STRUCTURED)
+MODES = ("mask", "physical")
+# structured method -> how physical mode ranks channels
+IMPORTANCE = {"l1_structured": "l1", "l2_structured": "l2", "random_structured": "random",
+              "fpgm": "fpgm"}
+
+
+def default_mode(method: str) -> str:
+    return "physical" if method in STRUCTURED else "mask"
+
+
+@dataclass
+class PruneReport:
+    """Where the targets stand after a ``prune`` call, against the original model."""
+
+    amount: float
+    layers: dict[str, LayerStats]
+    widths: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    @property
+    def sparsity(self) -> float:
+        """Share of the original targeted weight elements now removed or zero."""
+        total = sum(s.numel_before for s in self.layers.values())
+        alive = sum(s.nonzero for s in self.layers.values())
+        return 1 - alive / total if total else 0.0
+
+    @property
+    def row_sparsity(self) -> float:
+        """Share of the original targeted rows (output channels, gate rows) removed or all zero."""
+        total = sum(s.rows_before for s in self.layers.values())
+        alive = sum(s.rows_alive for s in self.layers.values())
+        return 1 - alive / total if total else 0.0
+
+
+class Pruner:
+    """Prune ``targets`` minus ``exclude`` of a model by ``method`` in ``mode``."""
+
+    def __init__(self, method: str = "l1_structured", mode: str | None = None,
+                 targets: Sequence[str] | None = DEFAULT_TARGETS,
+                 exclude: Sequence[str] | None = DEFAULT_EXCLUDE, min_channels: int = 1,
+                 embedding: bool = False,
+                 coupled: Sequence[Sequence[str]] | None = None) -> None:
+        if method not in METHODS:
+            raise ConfigError("method", method, f"one of {', '.join(METHODS)}")
+        mode = mode or default_mode(method)
+        if mode not in MODES:
+            raise ConfigError("mode", mode, f"one of {', '.join(MODES)}")
+        if mode == "physical" and method in UNSTRUCTURED:
+            raise ConfigError("mode", mode, (
+                f"mask for {method}: single weights cannot be removed from a dense layer, only "
+                f"whole channels ({', '.join(STRUCTURED)})"))
+        if isinstance(min_channels, bool) or not isinstance(min_channels, int) \
+                or min_channels < 1:
+            raise ConfigError("min_channels", min_channels, "a positive integer")
+        self.method, self.mode = method, mode
+        self.targets_spec = list(targets) if targets else list(DEFAULT_TARGETS)
+        self.exclude_spec = list(exclude) if exclude is not None else []
+        self.min_channels, self.embedding, self.coupled = min_channels, embedding, coupled
+        self.targets: list[Target] = []
+        self.before: dict[str, LayerStats] = {}
+        self._engines: list[Any] = []
+        self._shapes: list[Any] = []
+        self._example: Any = None
+
+    def attach(self, model: nn.Module, example: Any) -> list[Target]:
+        """Resolve the targets on the unpruned ``model`` and set up the engines."""
+        self.targets = resolve(model, self.targets_spec, self.exclude_spec)
+        self.before = layer_stats(model, self.targets)
+        self._example = example
+        if self.mode == "mask":
+            self._engines = [masks.MaskPruner(self.method, self.targets)]
+            return self.targets
+        self._shapes = output_shapes(model, example)
+        modules = list(dict.fromkeys(t.module_name for t in self.targets))
+        lstms = [n for n in modules if isinstance(model.get_submodule(n), nn.LSTM)]
+        rnns = [n for n in modules if isinstance(model.get_submodule(n), nn.RNNBase)
+                and n not in lstms]
+        others = [n for n in modules if n not in lstms and n not in rnns]
+        layers = [n for n in others if isinstance(model.get_submodule(n), nn.Linear
+                                                  | nn.modules.conv._ConvNd)]
+        if rnns:
+            raise IncompatibleError(f"physical pruning supports nn.LSTM, not "
+                                    f"{type(model.get_submodule(rnns[0])).__name__} ({rnns[0]}); "
+                                    f"use prune.mode=mask")
+        if set(others) - set(layers):
+            name = sorted(set(others) - set(layers))[0]
+            raise IncompatibleError(
+                f"physical pruning removes channels of Conv, Linear and LSTM layers, not of "
+                f"{type(model.get_submodule(name)).__name__} ({name}); leave it out of "
+                f"prune.targets or use prune.mode=mask")
+        if lstms and layers:
+            raise IncompatibleError(
+                f"physical pruning of {', '.join(layers)} beside an nn.LSTM is not supported "
+                f"(torch-pruning cannot trace multi-layer LSTMs): add them to prune.exclude, "
+                f"or use prune.mode=mask")
+        if lstms:
+            self._engines = [LSTMPruner(model, example, lstms, IMPORTANCE[self.method],
+                                        self.min_channels, self.embedding)]
+        else:
+            self._engines = [ChannelPruner(model, example, layers, IMPORTANCE[self.method],
+                                           self.min_channels, self.coupled)]
+        return self.targets
+
+    def prune(self, model: nn.Module, amount: float) -> PruneReport:
+        """Bring the targets of ``model`` to ``amount`` of the original, in place."""
+        amount = check_amount(amount)
+        if not self._engines:
+            raise RuntimeError("call attach(model, example) before prune")
+        widths: dict[str, tuple[int, int]] = {}
+        for engine in self._engines:
+            if isinstance(engine, masks.MaskPruner):
+                engine.prune(model, amount)
+            elif isinstance(engine, LSTMPruner):
+                for plan in engine.prune(amount):
+                    widths[plan.name] = (plan.hidden_before, plan.hidden_after)
+            else:
+                widths |= engine.prune(amount)
+        if self.mode == "physical":
+            check_runs(model, self._example, self._shapes)
+        return self.report(model, amount, widths)
+
+    def report(self, model: nn.Module, amount: float,
+               widths: dict[str, tuple[int, int]] | None = None) -> PruneReport:
+        return PruneReport(amount, layer_stats(model, self.targets, self.before), widths or {})
+
+    def finalize(self, model: nn.Module) -> nn.Module:
+        """Make masks permanent (mask mode); physical pruning is permanent already."""
+        if self.mode == "mask":
+            masks.make_permanent(model)
+        return model

@@ -1,0 +1,177 @@
+"""Physical channel pruning of Conv and Linear layers through torch-pruning's dependency graph.
+
+torch-pruning traces the model once (autograd graph of one forward pass on an example input) and
+groups the layers whose channels must go together: a conv's filters with the next BatchNorm and
+the next conv's input channels, a Linear's outputs with every consumer. Each group is ranked by
+torch-pruning's group importance (``MagnitudeImportance(p=1|2)``, ``FPGMImportance``,
+``RandomImportance``) and the lowest-ranked channels are cut out, so ``print(model)`` shows the
+smaller layers and inference really gets faster.
+
+hpml plans the cut itself rather than calling ``MetaPruner.step``: channel counts are rounded as a
+user expects (``400`` at 0.8 keeps 80, where MetaPruner keeps ``int(400 * 0.2) = 79``), no layer
+drops below ``min_channels``, and a gradual schedule reaches its target relative to the original
+width, without compounding. ``coupled`` names layers whose outputs are combined element-wise in a
+way the trace does not show (a VAE's ``mu`` and ``logvar`` heads): they lose the same channels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch_pruning as tp
+from torch import Tensor, nn
+
+from hpml.errors import IncompatibleError
+from hpml.optimize.prune.amount import units_to_keep
+from hpml.optimize.prune.targets import LAYER_TYPES
+
+IMPORTANCES: dict[str, Callable[[], Any]] = {
+    "l1": lambda: tp.importance.MagnitudeImportance(p=1),
+    "l2": lambda: tp.importance.MagnitudeImportance(p=2),
+    "fpgm": lambda: tp.importance.FPGMImportance(p=2),
+    "random": lambda: tp.importance.RandomImportance(),
+}
+
+def default_coupling(model: nn.Module) -> tuple[tuple[str, ...], ...]:
+    """Layers whose outputs the model combines element-wise where tracing in eval mode cannot
+    see it, as the model declares them in ``prune_coupled`` (layer names, pruned together)."""
+    return tuple(tuple(group) for group in getattr(model, "prune_coupled", ()))
+
+
+def _outputs(result: Any) -> list[Tensor]:
+    if isinstance(result, Tensor):
+        return [result]
+    if isinstance(result, list | tuple):
+        return [t for item in result for t in _outputs(item)]
+    if isinstance(result, dict):
+        return [t for item in result.values() for t in _outputs(item)]
+    return []
+
+
+class ChannelPruner:
+    """Remove output channels of the targeted Conv/Linear layers of ``model``, in place.
+
+    ``layers`` are module names to prune; every other Conv/Linear layer keeps its outputs (its
+    inputs shrink when the layer before it is pruned). Build it on the unpruned model: the widths
+    it sees first are the ones ``amount`` is measured against.
+    """
+
+    def __init__(self, model: nn.Module, example: Any, layers: Sequence[str],
+                 importance: str = "l1", min_channels: int = 1,
+                 coupled: Sequence[Sequence[str]] | None = None) -> None:
+        if importance not in IMPORTANCES:
+            raise ValueError(f"unknown importance {importance!r} (valid: {', '.join(IMPORTANCES)})")
+        self.model, self.example = model, example
+        self.layers = list(layers)
+        self.importance = IMPORTANCES[importance]()
+        self.min_channels = min_channels
+        self.coupled = [tuple(g) for g in (default_coupling(model) if coupled is None
+                                           else coupled)]
+        names = {module: name for name, module in model.named_modules()}
+        self.names = names
+        ignored = [m for n, m in model.named_modules()
+                   if isinstance(m, LAYER_TYPES) and n not in self.layers]
+        ignored += [m for m in model.modules() if isinstance(m, nn.RNNBase)]
+        self.ignored = ignored
+        self.graph = self._trace()
+        self.original = {name: self._width(model.get_submodule(name)) for name in self.roots()}
+        if not self.original:
+            raise IncompatibleError(
+                f"physical pruning found no channels it can remove in {type(model).__name__}: "
+                f"the trace shows none of {', '.join(self.layers)} feeding a prunable layer; "
+                f"use prune.mode=mask")
+
+    def _trace(self) -> tp.DependencyGraph:
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.enable_grad():
+                return tp.DependencyGraph().build_dependency(self.model, self.example)
+        except Exception as exc:
+            raise IncompatibleError(
+                f"physical pruning cannot trace {type(self.model).__name__} "
+                f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); "
+                f"use prune.mode=mask") from exc
+        finally:
+            self.model.train(was_training)
+
+    @staticmethod
+    def _width(module: nn.Module) -> int:
+        return module.out_channels if isinstance(module, nn.modules.conv._ConvNd) \
+            else module.out_features
+
+    def _groups(self) -> list[Any]:
+        groups = self.graph.get_all_groups(ignored_layers=self.ignored,
+                                           root_module_types=list(LAYER_TYPES))
+        return [g for g in groups if self.names.get(g[0].dep.target.module) in self.layers]
+
+    def roots(self) -> list[str]:
+        return [self.names[g[0].dep.target.module] for g in self._groups()]
+
+    def prune(self, amount: float) -> dict[str, tuple[int, int]]:
+        """Cut each group to ``amount`` of its original width; ``{root: (before, after)}``."""
+        scored: dict[str, tuple[Any, Tensor]] = {}
+        for group in self._groups():
+            imp = self.importance(group)
+            if imp is not None:
+                scored[self.names[group[0].dep.target.module]] = (group, imp.float().cpu())
+        sets: list[tuple[str, ...]] = []
+        for names in self.coupled:
+            present = tuple(n for n in names if n in scored)
+            widths = {len(scored[n][1]) for n in present}
+            if len(present) > 1 and len(widths) == 1:
+                sets.append(present)
+        sets += [(n,) for n in scored if not any(n in s for s in sets)]
+        plan: list[tuple[nn.Module, Any, list[int]]] = []
+        widths: dict[str, tuple[int, int]] = {}
+        for names in sets:
+            imp = sum(scored[n][1] / scored[n][1].abs().mean().clamp_min(1e-12) for n in names)
+            current = len(imp)
+            keep = units_to_keep(self.original[names[0]], amount, self.min_channels)
+            n_cut = max(0, current - keep)
+            drop = torch.argsort(imp)[:n_cut].tolist()
+            for name in names:
+                widths[name] = (current, current - n_cut)
+                if drop:
+                    group = scored[name][0]
+                    plan.append((group[0].dep.target.module, group[0].dep.handler, drop))
+        for module, handler, drop in plan:
+            self.graph.get_pruning_group(module, handler, drop).prune()
+        return widths
+
+
+def check_runs(model: nn.Module, example: Any, reference: Sequence[torch.Size]) -> None:
+    """Fail in one line if the pruned model no longer runs or its (first) output changed shape.
+
+    Only the first output is the model's output proper: a VAE also returns its latent ``mu`` and
+    ``logvar``, which pruning the latent layers shrinks on purpose.
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            shapes = [t.shape for t in _outputs(model(example))]
+    except Exception as exc:
+        raise IncompatibleError(
+            f"{type(model).__name__} no longer runs after physical pruning "
+            f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]}): it hard-codes a width "
+            f"the pruner changed; exclude that layer or use prune.mode=mask") from exc
+    finally:
+        model.train(was_training)
+    if shapes[:1] != list(reference)[:1]:
+        raise IncompatibleError(
+            f"physical pruning changed {type(model).__name__}'s output shape from "
+            f"{tuple(reference[0])} to {tuple(shapes[0])}; exclude the output layer "
+            f"(prune.exclude=[output_layer])")
+
+
+def output_shapes(model: nn.Module, example: Any) -> list[torch.Size]:
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            return [t.shape for t in _outputs(model(example))]
+    finally:
+        model.train(was_training)

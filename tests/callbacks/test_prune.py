@@ -1,0 +1,94 @@
+"""The ``prune`` group end to end in-process: schedules, metrics in MLflow, one-line errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpml.errors import ConfigError
+from tests.conftest import QUICK, run_cli, stderr_lines
+
+FAST = [*QUICK, "prune.latency_rounds=2", "prune.latency_warmup=0"]
+
+
+def only_run(client):
+    exp = client.get_experiment_by_name("hpml")
+    (run,) = client.search_runs([exp.experiment_id])
+    return run
+
+
+def test_after_fit_physical_logs_before_after_final_and_fine_tunes(composed, client):
+    from hpml.train import train
+
+    train(composed(["model=vae", "prune=l1_structured", "prune.amount=0.5", *FAST]))
+    run = only_run(client)
+    m = run.data.metrics
+    for stage in ("prune_before", "prune_after", "prune_final"):
+        for quantity in ("params_count", "nonzero_params_count", "size_bytes",
+                         "fwd_flops_per_sample", "latency_b1_ms", "latency_b32_ms",
+                         "sparsity_pct", "row_sparsity_pct", "val_loss_nats", "val_bce_nats",
+                         "val_kld_nats"):
+            assert f"{stage}/{quantity}" in m, f"{stage}/{quantity}"
+    assert m["prune/target_sparsity_pct"] == 50
+    assert abs(m["prune_after/row_sparsity_pct"] - 50) < 1
+    assert m["prune_after/params_count"] < m["prune_before/params_count"]
+    assert m["prune/flops_reduction_x"] > 1.9
+    assert "prune/speedup_b1_x" in m and "prune_layer/fc1.weight_row_sparsity_pct" in m
+    # the optimiser was rebuilt on the pruned parameters: fine-tuning lowers the loss
+    assert m["prune_final/val_loss_nats"] < m["prune_after/val_loss_nats"]
+    assert m["model_final/params_count"] == m["prune_after/params_count"]
+    assert len(client.get_metric_history(run.info.run_id, "train/loss")) == 2  # 1 + 1 epochs
+    arts = {a.path for a in client.list_artifacts(run.info.run_id, "prune")}
+    assert {"prune/architecture_before.txt", "prune/architecture_after.txt",
+            "prune/layers.json"} <= arts
+
+
+def test_gradual_mask_reaches_the_target_without_compounding(composed, client):
+    from hpml.train import train
+
+    train(composed(["model=vae", "prune=l1_unstructured", "prune.amount=0.6",
+                    "prune.schedule=gradual", "prune.finetune_epochs=0",
+                    "prune.sensitivity=[0.5]", "prune.save_model=true", *FAST,
+                    "trainer.max_epochs=2"]))
+    m = only_run(client).data.metrics
+    assert abs(m["prune_after/sparsity_pct"] - 60) < 1  # 0.3 then 0.6, not 1 - 0.7 * 0.4
+    assert abs(m["prune_final/sparsity_pct"] - 60) < 1
+    assert m["prune_after/params_count"] == m["prune_before/params_count"]  # masks: same shapes
+    assert m["prune_after/size_bytes"] == m["prune_before/size_bytes"]  # masks folded in
+    assert "prune_sensitivity/fc1.weight_val_loss_nats" in m
+
+
+def test_lstm_physical_before_fit(composed, client):
+    from hpml.train import train
+
+    train(composed(["model=lstm", "prune=l2_structured", "prune.amount=0.5",
+                    "prune.schedule=before_fit", *FAST]))
+    m = only_run(client).data.metrics
+    assert m["prune_after/row_sparsity_pct"] == 50
+    assert m["prune/flops_reduction_x"] > 2.5
+    assert "prune_after/val_acc_pct" in m and "prune_final/val_acc_pct" in m
+
+
+@pytest.mark.parametrize("override,key", [
+    ("prune.amount=1.0", "prune.amount"),
+    ("prune.amount=-0.2", "prune.amount"),
+    ("prune.targets=[Nope]", "prune.targets"),
+    ("prune.exclude=[Linear]", "prune.exclude"),
+    ("prune.mode=physical", "prune.mode"),
+])
+def test_bad_prune_settings_are_config_errors(composed, override, key):
+    from hpml.train import train
+
+    method = "prune=l1_unstructured" if "mode" in override else "prune=l1_structured"
+    with pytest.raises(ConfigError) as info:
+        train(composed(["model=vae", method, override, *FAST]))
+    assert info.value.key == key
+
+
+@pytest.mark.slow
+def test_bad_amount_on_the_command_line_is_one_line_and_a_failed_run(root, client):
+    result = run_cli(["model=vae", "prune=fpgm", "prune.amount=1.5", *QUICK], root)
+    assert result.returncode == 1
+    lines = stderr_lines(result)
+    assert len(lines) == 1, result.stderr[-2000:]
+    assert "prune.amount=1.5 is invalid: expected a fraction in [0, 1)" in lines[0]
+    assert only_run(client).info.status == "FAILED"
