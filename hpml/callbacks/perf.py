@@ -117,11 +117,11 @@ class PerformanceMonitor(L.Callback):
         self.peaks = self._peaks(trainer, pl_module.device)
 
     def _peaks(self, trainer: L.Trainer, device: torch.device) -> dict[str, float]:
-        from hpml.analysis.devices import measure_peak, table_peak
+        from hpml.analysis.devices import PRECISIONS, measure_peak, table_peak
 
         peaks: dict[str, float] = {}
         table = table_peak(device)
-        if table is not None:
+        if table is not None and str(trainer.precision) in PRECISIONS:  # no figure for 64-true
             peaks["table"] = table.peak_for_precision(str(trainer.precision))
         if self.measured_peak:
             cache = self.peak_cache_dir or Path(trainer.default_root_dir) / ".hpml" / "peaks"

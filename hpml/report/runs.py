@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-
-from mlflow import MlflowClient
-from mlflow.entities import Run
+from typing import TYPE_CHECKING
 
 from hpml.errors import HpmlError
+
+if TYPE_CHECKING:  # mlflow takes seconds to import: CLIs answer --help without it
+    from mlflow import MlflowClient
+    from mlflow.entities import Run
+
+
+def project_root() -> Path:
+    """``paths.root_dir`` as ``hpml.train`` resolves it: HPML_ROOT, else the working directory."""
+    return Path(os.environ.get("HPML_ROOT") or Path.cwd()).resolve()
 
 
 def default_tracking_uri() -> str:
     """The store ``hpml.train`` writes to by default (see conf/logger/mlflow.yaml)."""
-    if uri := os.environ.get("MLFLOW_TRACKING_URI"):
-        return uri
-    root = Path(os.environ.get("HPML_ROOT", ".")).resolve()
-    return f"sqlite:///{root / 'mlflow.db'}"
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{project_root() / 'mlflow.db'}"
 
 
 def _experiment_ids(client: MlflowClient, experiment: str | None) -> list[str]:
@@ -25,20 +29,24 @@ def _experiment_ids(client: MlflowClient, experiment: str | None) -> list[str]:
     found = client.get_experiment_by_name(experiment)
     if found is None:
         names = ", ".join(e.name for e in client.search_experiments())
-        raise HpmlError(f"no experiment '{experiment}' in {client.tracking_uri} "
-                        f"(experiments: {names})")
+        raise HpmlError(f"no experiment '{experiment}' in {client.tracking_uri} (have: {names})")
     return [found.experiment_id]
 
 
 def sweep_parent(client: MlflowClient, sweep: str, experiment: str | None = None) -> Run:
     """The parent run of sweep ``sweep``: ``"last"`` for the newest, or the parent's run id."""
     if sweep != "last":
-        return run_by_id(client, sweep)
+        parent = run_by_id(client, sweep)
+        if parent.data.tags.get("hpml.sweep_parent") != "true":
+            raise HpmlError(f"run {sweep} is not a sweep's parent run (use --runs for single "
+                            "runs)")
+        return parent
     parents = client.search_runs(_experiment_ids(client, experiment),
-                                 "tags.hpml.sweep_parent = 'true'",
+                                 "tags.`hpml.sweep_parent` = 'true'",
                                  order_by=["attributes.start_time DESC"], max_results=1)
     if not parents:
-        raise HpmlError(f"no sweep in {client.tracking_uri}: run one with "
+        where = f" in experiment '{experiment}'" if experiment else ""
+        raise HpmlError(f"no sweep in {client.tracking_uri}{where}: run one with "
                         "`python -m hpml.train -m ...` first")
     return parents[0]
 
@@ -47,14 +55,18 @@ def sweep_children(client: MlflowClient, parent: Run) -> list[Run]:
     """The jobs of a sweep, in job order."""
     children = client.search_runs([parent.info.experiment_id],
                                   f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    if not children:
+        raise HpmlError(f"sweep {parent.info.run_id} has no runs")
     return sorted(children, key=lambda r: int(r.data.tags.get("hpml.job_num", 0)))
 
 
 def run_by_id(client: MlflowClient, run_id: str) -> Run:
+    from mlflow.exceptions import MlflowException
+
     try:
         return client.get_run(run_id)
-    except Exception as exc:
-        raise HpmlError(f"no run '{run_id}' in {client.tracking_uri}") from exc
+    except MlflowException:
+        raise HpmlError(f"unknown run id '{run_id}' in {client.tracking_uri}") from None
 
 
 def select_runs(client: MlflowClient, sweep: str | None, run_ids: list[str] | None,

@@ -14,6 +14,8 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
+from hpml.analysis.devices import device_name
+
 
 def git_commit(cwd: Path) -> tuple[str, bool] | None:
     """The commit checked out at ``cwd`` and whether the tree has uncommitted changes."""
@@ -27,24 +29,13 @@ def git_commit(cwd: Path) -> tuple[str, bool] | None:
     return commit, bool(dirty)
 
 
-def cpu_name() -> str:
-    """The CPU's model name as the kernel reports it (platform.processor() is often empty)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def device_tags(device: torch.device) -> dict[str, str]:
     """Name of the device a run computes on, for comparing runs across machines."""
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         return {"hpml.device": f"cuda: {props.name}",
                 "hpml.device_memory_bytes": str(props.total_memory)}
-    return {"hpml.device": f"{device.type}: {cpu_name()}",
+    return {"hpml.device": f"{device.type}: {device_name(device)}",
             "hpml.cpu_threads": str(torch.get_num_threads())}
 
 

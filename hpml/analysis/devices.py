@@ -1,0 +1,342 @@
+"""Peak compute and memory bandwidth of a device: the roofs that MFU and rooflines use.
+
+Two sources, each saying where its numbers come from (``DevicePeak.source``):
+
+- ``KNOWN_DEVICES``: vendor datasheet figures for common NVIDIA accelerators. All are *dense*
+  peaks: NVIDIA quotes Ampere-and-later tensor-core figures "with sparsity", which are twice
+  the dense rate, so those are halved here. Peaks are per CUDA device (one K80 board is two).
+- ``measure_peak``: a short micro-benchmark of any device (fp32 GEMM and a large copy), cached
+  as JSON per host, device and thread count, with the load average it ran under.
+
+torch is imported only where a function needs it, so command-line tools can list the table
+(``--help``) without paying for ``import torch``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import socket
+import time
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import torch
+
+T = 1e12  # TFLOP/s
+GB = 1e9  # GB/s (decimal, as datasheets quote bandwidth)
+MIB = 1 << 20
+RELOAD_LOAD_DROP = 1.0  # re-measure a cached peak once the 1-minute load is this much lower
+
+FP32 = ("32", "32-true")
+FP16 = ("16", "16-mixed", "16-true")
+BF16 = ("bf16", "bf16-mixed", "bf16-true")
+PRECISIONS = FP32 + FP16 + BF16  # the Lightning precision settings a peak is known for
+
+
+@dataclass(frozen=True)
+class DevicePeak:
+    """Dense peak throughputs of one device, in FLOP/s and bytes/s, and where they come from.
+
+    ``fp16_flops_per_s`` and ``bf16_flops_per_s`` are the dense tensor-core rates with fp32
+    accumulation (what mixed precision uses); None where the device has no such units.
+    """
+
+    name: str
+    fp32_flops_per_s: float
+    tf32_flops_per_s: float | None
+    fp16_flops_per_s: float | None
+    bf16_flops_per_s: float | None
+    memory_bytes_per_s: float
+    source: str
+
+    @property
+    def ridge_flop_per_byte(self) -> float:
+        """Arithmetic intensity where the fp32 roof meets the bandwidth slope."""
+        return self.fp32_flops_per_s / self.memory_bytes_per_s
+
+    def peak_for_precision(self, precision: str | int = "32-true",
+                           tf32: bool | None = None) -> float:
+        """The compute roof for a Lightning ``precision`` setting, in FLOP/s.
+
+        ``"32-true"``: the tf32 peak when ``tf32`` (default: torch's current CUDA matmul setting,
+        ``torch.backends.cuda.matmul.fp32_precision == "tf32"``, which
+        ``torch.set_float32_matmul_precision("high")`` turns on) and the device has tf32 units,
+        else fp32. ``"16-mixed"``/``"16-true"``: the fp16 tensor peak; ``"bf16-mixed"``/
+        ``"bf16-true"``: the bf16 one. A device without those units is held to its fp32 peak.
+        Other settings (``"64-true"``, ``"transformer-engine"``) have no figure here: ValueError.
+        """
+        text = str(precision)
+        if text in FP32:
+            if tf32 is None:
+                import torch
+
+                tf32 = torch.backends.cuda.matmul.fp32_precision == "tf32"
+            return (self.tf32_flops_per_s if tf32 and self.tf32_flops_per_s
+                    else self.fp32_flops_per_s)
+        if text in FP16:
+            return self.fp16_flops_per_s or self.fp32_flops_per_s
+        if text in BF16:
+            return self.bf16_flops_per_s or self.fp32_flops_per_s
+        raise ValueError(f"no peak for precision {text!r}: expected one of "
+                         f"{', '.join(PRECISIONS)}")
+
+    def ridge_for_precision(self, precision: str | int = "32-true",
+                            tf32: bool | None = None) -> float:
+        """Ridge point (FLOP/byte) under the compute roof of ``precision``."""
+        return self.peak_for_precision(precision, tf32) / self.memory_bytes_per_s
+
+
+def _peak(name: str, fp32: float, memory: float, source: str, tf32: float | None = None,
+          fp16: float | None = None, bf16: float | None = None) -> DevicePeak:
+    """A table entry from figures in TFLOP/s and GB/s, as datasheets print them."""
+    return DevicePeak(name, fp32 * T, tf32 and tf32 * T, fp16 and fp16 * T, bf16 and bf16 * T,
+                      memory * GB, source)
+
+
+_SPARSE_HALVED = "; tensor figures are the datasheet's 'with sparsity' values halved (dense)"
+
+KNOWN_DEVICES: dict[str, DevicePeak] = {
+    "k80": _peak("Tesla K80 (one GK210)", 4.37, 240,
+                 "NVIDIA Tesla K80 datasheet: 8.73 TFLOP/s fp32 with GPU Boost and 480 GB/s per "
+                 "board of two GK210 GPUs, halved per CUDA device"),
+    "p40": _peak("Tesla P40", 12.0, 346, "NVIDIA Tesla P40 datasheet"),
+    "p100-sxm2": _peak("Tesla P100 SXM2", 10.6, 732,
+                       "NVIDIA Tesla P100 datasheet (fp16: native half2 rate, no tensor cores)",
+                       fp16=21.2),
+    "p100-pcie-16gb": _peak("Tesla P100 PCIe 16GB", 9.3, 732,
+                            "NVIDIA Tesla P100 datasheet (fp16: native half2 rate)", fp16=18.7),
+    "p100-pcie-12gb": _peak("Tesla P100 PCIe 12GB", 9.3, 549,
+                            "NVIDIA Tesla P100 datasheet (fp16: native half2 rate)", fp16=18.7),
+    "v100": _peak("Tesla V100 SXM2", 15.7, 900,
+                  "NVIDIA Tesla V100 datasheet, https://www.nvidia.com/en-us/data-center/v100/",
+                  fp16=125),
+    "v100-pcie": _peak("Tesla V100 PCIe", 14.0, 900,
+                       "NVIDIA Tesla V100 datasheet, https://www.nvidia.com/en-us/data-center/v100/",
+                       fp16=112),
+    "v100s-pcie": _peak("Tesla V100S PCIe", 16.4, 1134,
+                        "NVIDIA Tesla V100S datasheet", fp16=130),
+    "t4": _peak("Tesla T4", 8.1, 320,
+                "NVIDIA T4 datasheet, https://www.nvidia.com/en-us/data-center/tesla-t4/",
+                fp16=65),
+    "rtx2060-super": _peak(
+        "GeForce RTX 2060 SUPER", 7.18, 448,
+        "NVIDIA RTX 2060 SUPER specifications (2176 CUDA cores x 2 x 1.65 GHz boost; 14 Gbps x "
+        "256-bit), https://www.nvidia.com/en-us/geforce/graphics-cards/rtx-2060-super/; fp16: "
+        "272 tensor cores x 128 FLOP x 1.65 GHz, halved for fp32 accumulate on GeForce Turing "
+        "(NVIDIA Turing architecture whitepaper)",
+        fp16=28.7),
+    "a100-40gb": _peak("A100 40GB", 19.5, 1555,
+                       "NVIDIA A100 datasheet, https://www.nvidia.com/en-us/data-center/a100/"
+                       + _SPARSE_HALVED, tf32=156, fp16=312, bf16=312),
+    "a100-80gb": _peak("A100 80GB SXM", 19.5, 2039,
+                       "NVIDIA A100 datasheet, https://www.nvidia.com/en-us/data-center/a100/"
+                       + _SPARSE_HALVED, tf32=156, fp16=312, bf16=312),
+    "a100-80gb-pcie": _peak("A100 80GB PCIe", 19.5, 1935,
+                            "NVIDIA A100 datasheet, https://www.nvidia.com/en-us/data-center/a100/"
+                            + _SPARSE_HALVED, tf32=156, fp16=312, bf16=312),
+    "l4": _peak("L4", 30.3, 300,
+                "NVIDIA L4 datasheet, https://www.nvidia.com/en-us/data-center/l4/"
+                + _SPARSE_HALVED, tf32=60, fp16=121, bf16=121),
+    "h100-sxm": _peak("H100 SXM", 67.0, 3350,
+                      "NVIDIA H100 datasheet, https://www.nvidia.com/en-us/data-center/h100/"
+                      + _SPARSE_HALVED, tf32=494.5, fp16=989.5, bf16=989.5),
+    "h100-pcie": _peak("H100 PCIe", 51.0, 2000,
+                       "NVIDIA H100 datasheet, https://www.nvidia.com/en-us/data-center/h100/"
+                       + _SPARSE_HALVED, tf32=378, fp16=756.5, bf16=756.5),
+    "h200": _peak("H200 SXM", 67.0, 4800,
+                  "NVIDIA H200 datasheet, https://www.nvidia.com/en-us/data-center/h200/"
+                  + _SPARSE_HALVED, tf32=494.5, fp16=989.5, bf16=989.5),
+}
+
+# What torch.cuda.get_device_name() reports for each entry, after _normalise (full match).
+CUDA_NAMES: dict[str, str] = {
+    "k80": r"K80",
+    "p40": r"P40",
+    "p100-sxm2": r"P100-SXM2-\d+GB",
+    "p100-pcie-16gb": r"P100-PCIE-16GB",
+    "p100-pcie-12gb": r"P100-PCIE-12GB",
+    "v100": r"V100-SXM2-\d+GB",
+    "v100-pcie": r"V100-PCIE-\d+GB",
+    "v100s-pcie": r"V100S-PCIE-\d+GB",
+    "t4": r"T4",
+    "rtx2060-super": r"RTX 2060 SUPER",
+    "a100-40gb": r"A100-(SXM4|PCIE)-40GB",
+    "a100-80gb": r"A100-SXM4-80GB",
+    "a100-80gb-pcie": r"A100 80GB PCIE",
+    "l4": r"L4",
+    "h100-sxm": r"H100 80GB HBM3|H100 SXM5 80GB",
+    "h100-pcie": r"H100 PCIE",
+    "h200": r"H200",
+}
+
+
+def _normalise(name: str) -> str:
+    """``"NVIDIA GeForce RTX 2060 SUPER"`` -> ``"RTX 2060 SUPER"``: vendor and brand words off."""
+    words = [w for w in name.upper().split() if w not in ("NVIDIA", "TESLA", "GEFORCE")]
+    return " ".join(words)
+
+
+def match_device_name(name: str) -> DevicePeak | None:
+    """The table entry for a CUDA device name (``"Tesla V100-SXM2-16GB"``), or None if unknown.
+
+    Names must match a whole pattern, so a variant with other figures (``"H200 NVL"``, ``"RTX
+    2060"``) is unknown rather than given a neighbour's peak.
+    """
+    normal = _normalise(name)
+    for key, pattern in CUDA_NAMES.items():
+        if re.fullmatch(pattern, normal):
+            return KNOWN_DEVICES[key]
+    return None
+
+
+def device_name(device: torch.device) -> str:
+    """CUDA device name, or the CPU's model name as the kernel reports it."""
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def table_peak(device: torch.device) -> DevicePeak | None:
+    """Datasheet peak of a CUDA device; None for CPUs and GPUs not in ``KNOWN_DEVICES``."""
+    if device.type != "cuda":
+        return None
+    return match_device_name(device_name(device))
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-")
+
+
+def _best_seconds(work: Callable[[], Any], device: torch.device, budget_s: float,
+                  min_repeats: int = 3, max_repeats: int = 50) -> float:
+    """Shortest of repeated timings of ``work`` (after one untimed call), until ``budget_s``.
+
+    Best-of, not median: on a shared machine other load only ever slows a repeat down.
+    """
+    import torch
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    work()
+    sync()
+    best, spent, repeats = float("inf"), 0.0, 0
+    while repeats < min_repeats or (spent < budget_s and repeats < max_repeats):
+        start = time.perf_counter()
+        work()
+        sync()
+        elapsed = time.perf_counter() - start
+        best, spent, repeats = min(best, elapsed), spent + elapsed, repeats + 1
+    return best
+
+
+def _gemm_flops_per_s(device: torch.device, budget_s: float) -> tuple[float, int]:
+    """fp32 ``n x n @ n x n`` FLOP/s (2 n^3 FLOPs per product) and the ``n`` used.
+
+    ``n`` doubles from 256 until one product takes an eighth of the budget (or 8192 is reached),
+    so the matrix is large enough to run at full rate and the repeats still fit the budget.
+    """
+    import torch
+
+    for n in (256, 512, 1024, 2048, 4096, 8192):
+        a = torch.randn(n, n, device=device)
+        b = torch.randn(n, n, device=device)
+        if _best_seconds(lambda a=a, b=b: a @ b, device, 0.0, min_repeats=1) >= budget_s / 8:
+            break
+    seconds = _best_seconds(lambda: a @ b, device, budget_s)
+    return 2 * n**3 / seconds, n
+
+
+def _copy_bytes_per_s(device: torch.device, budget_s: float) -> tuple[float, int]:
+    """Bytes per second of ``dst.copy_(src)``, counting bytes read + bytes written (2 x size).
+
+    The tensor (256 MiB on CPU, 1 GiB on GPU) is far larger than any cache, so it streams
+    through DRAM / HBM; STREAM's "copy" counts bytes the same way.
+    """
+    import torch
+
+    size = (1024 if device.type == "cuda" else 256) * MIB
+    src = torch.ones(size // 4, device=device)
+    dst = torch.empty_like(src)
+    seconds = _best_seconds(lambda: dst.copy_(src), device, budget_s)
+    return 2 * size / seconds, size
+
+
+def measure_peak(device: torch.device, cache_dir: Path | str, seconds: float = 1.0,
+                 refresh: bool = False) -> DevicePeak:
+    """Measured fp32 GEMM FLOP/s and copy bandwidth of ``device``, cached across runs.
+
+    About ``seconds`` of benchmarking (half GEMM, half copy), best of the repeats, at torch's
+    current thread count and matmul precision (tf32 on CUDA if it is enabled). The record in
+    ``cache_dir/<host>__<device>__<threads>threads.json`` keeps the load average the numbers
+    were taken under; the next call (this run or a later one) reads it instead of measuring,
+    unless the machine is now quieter (1-minute load lower by more than ``RELOAD_LOAD_DROP``):
+    other work only lowers a measured peak, so a record taken under load is replaced then.
+    """
+    import torch
+
+    name = device_name(device)
+    host = socket.gethostname()
+    threads = torch.get_num_threads()
+    path = Path(cache_dir) / f"{_slug(host)}__{_slug(name)}__{threads}threads.json"
+    load = os.getloadavg()
+    if path.is_file() and not refresh:
+        try:
+            cached = json.loads(path.read_text())
+            if cached["load_avg_1m_5m_15m"][0] <= load[0] + RELOAD_LOAD_DROP:
+                return DevicePeak(**cached["peak"])
+        except (ValueError, KeyError, TypeError, IndexError):
+            pass  # a damaged record is measured again and overwritten
+    flops_per_s, n = _gemm_flops_per_s(device, seconds / 2)
+    bytes_per_s, size = _copy_bytes_per_s(device, seconds / 2)
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    loads = " ".join(f"{x:.2f}" for x in load)
+    peak = DevicePeak(
+        name=f"{name} (measured)", fp32_flops_per_s=flops_per_s, tf32_flops_per_s=None,
+        fp16_flops_per_s=None, bf16_flops_per_s=None, memory_bytes_per_s=bytes_per_s,
+        source=f"measured on {host} {when}: fp32 GEMM n={n}, copy of {size // MIB} MiB "
+               f"(read + write bytes), best of repeats, {threads} torch threads, "
+               f"load average {loads}")
+    record = {
+        "peak": asdict(peak), "host": host, "device": name, "device_type": device.type,
+        "torch_threads": threads, "load_avg_1m_5m_15m": list(load), "gemm_n": n,
+        "copy_tensor_bytes": size, "copy_bytes_convention": "read + written (2 x tensor bytes)",
+        "matmul_fp32_precision": torch.backends.cuda.matmul.fp32_precision,
+        "seconds_budget": seconds, "measured_at": when, "torch_version": torch.__version__,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(f".{os.getpid()}.tmp")
+    partial.write_text(json.dumps(record, indent=2))
+    partial.replace(path)  # atomic: a concurrent run reads the old record or the new, never half
+    return peak
+
+
+def resolve_peak(choice: str | None, device: torch.device, cache_dir: Path | str,
+                 seconds: float = 1.0) -> DevicePeak:
+    """The roof to draw: ``choice`` a ``KNOWN_DEVICES`` key or ``"measured"``; None means the
+    device's table entry if it has one, else a measured peak."""
+    if choice == "measured":
+        return measure_peak(device, cache_dir, seconds)
+    if choice is not None:
+        if choice not in KNOWN_DEVICES:
+            raise ValueError(f"unknown device {choice!r} (valid: {', '.join(KNOWN_DEVICES)}, "
+                           "measured)")
+        return KNOWN_DEVICES[choice]
+    return table_peak(device) or measure_peak(device, cache_dir, seconds)

@@ -1,0 +1,150 @@
+"""A roofline of the model on the run's device, once per run, as metrics, a CSV and a plot."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.loggers import MLFlowLogger
+
+from hpml.analysis.devices import KNOWN_DEVICES, PRECISIONS, DevicePeak, resolve_peak
+from hpml.analysis.flops import count_flops
+from hpml.analysis.roofline import (
+    RooflineAnalysis,
+    analyse,
+    classify,
+    describe_peak,
+    plot_roofline,
+    points_csv,
+)
+from hpml.callbacks.logging import log_metrics, log_text
+from hpml.errors import ConfigError
+from hpml.roofline import (
+    BYTES_PER_SAMPLE,
+    FORWARD_ACHIEVED,
+    FWD_BWD_FLOPS_PER_SAMPLE,
+    FWD_FLOPS_PER_SAMPLE,
+    INTENSITY,
+    PEAK_BANDWIDTH,
+    PEAK_FP32,
+    PEAK_SOURCE_TAG,
+    PEAK_TAG,
+    RIDGE,
+    STAGE,
+)
+
+log = logging.getLogger(__name__)
+
+
+
+class RooflineCallback(L.Callback):
+    """Arithmetic intensity and achieved FLOP/s of every layer and of the model, at fit start.
+
+    Runs once, on ``pl_module.example_input(batch_size)`` (the data's shape and dtype; else
+    ``example_input_array``), inside the trainer's precision context so autocast dtypes are the
+    ones measured. Logs (conventions in ``hpml.analysis.roofline``):
+
+    - ``roofline/intensity_flop_per_byte``: forward FLOPs / minimum bytes of the batch. A training
+      step's backward does about twice the forward's FLOPs and moves about twice its bytes, so
+      this is also the training step's intensity, to that approximation.
+    - ``roofline/bytes_per_sample_bytes``, ``roofline/fwd_flops_per_sample``,
+      ``roofline/fwd_bwd_flops_per_sample`` (x ``train/throughput_samples_per_s`` = achieved
+      training FLOP/s), ``roofline/forward_achieved_flops_per_s`` (timed inference passes).
+    - the roof used: ``roofline/peak_fp32_flops_per_s``, ``roofline/peak_memory_bandwidth_
+      bytes_per_s``, ``roofline/ridge_flop_per_byte`` (at the run's precision) and tags
+      ``hpml.roofline.peak`` / ``hpml.roofline.peak_source``.
+    - artifacts ``roofline/layers.csv``, ``roofline/roofline.png`` and ``.svg``.
+
+    ``device``: a ``KNOWN_DEVICES`` key or ``"measured"`` to choose the roof; None uses the
+    datasheet of the GPU the run is on, else a measured peak cached under ``cache_dir``.
+    ``timing_passes=0`` skips timing (points drawn on their roof).
+    """
+
+    def __init__(self, device: str | None = None, cache_dir: str | Path = ".hpml/peaks",
+                 timing_passes: int = 3, batch_size: int | None = None,
+                 peak_seconds: float = 1.0) -> None:
+        if device is not None and device != "measured" and device not in KNOWN_DEVICES:
+            raise ConfigError("device", device,
+                              f"one of {', '.join(KNOWN_DEVICES)}, measured or null")
+        if timing_passes < 0:
+            raise ConfigError("timing_passes", timing_passes, "an integer >= 0")
+        self.device = device
+        self.cache_dir = Path(cache_dir)
+        self.timing_passes = timing_passes
+        self.batch_size = batch_size
+        self.peak_seconds = peak_seconds
+        self.done = False
+
+    def _example(self, trainer: L.Trainer, pl_module: L.LightningModule) -> Any:
+        batch_size = self.batch_size or getattr(trainer.datamodule, "batch_size", None) or 1
+        if hasattr(pl_module, "example_input"):
+            return pl_module.example_input(batch_size)
+        example = pl_module.example_input_array
+        if example is None:
+            return None
+        return trainer.strategy.batch_to_device(example)
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.done or not trainer.is_global_zero:
+            return
+        self.done = True
+        example = self._example(trainer, pl_module)
+        if example is None:
+            log.warning("roofline: skipped: the model has neither example_input() nor "
+                        "example_input_array")
+            return
+        example = trainer.precision_plugin.convert_input(example)  # as batches are: 64/16-true
+        precision = str(trainer.precision)
+        if precision not in PRECISIONS:  # 64-true, transformer-engine: no table figure
+            log.warning("roofline: no peak for precision %s: drawn against the fp32 roof",
+                        precision)
+            precision = "32-true"
+        with trainer.precision_plugin.forward_context():
+            analysis = analyse(pl_module, example, self.timing_passes)
+            fwd_bwd = count_flops(pl_module, example, with_backward=True)
+        peak = resolve_peak(self.device, pl_module.device, self.cache_dir, self.peak_seconds)
+        metrics = {
+            INTENSITY: analysis.model.intensity,
+            BYTES_PER_SAMPLE: analysis.bytes_per_sample,
+            FWD_FLOPS_PER_SAMPLE: analysis.flops_per_sample,
+            FWD_BWD_FLOPS_PER_SAMPLE: fwd_bwd.per_sample,
+            PEAK_FP32: peak.fp32_flops_per_s,
+            PEAK_BANDWIDTH: peak.memory_bytes_per_s,
+            RIDGE: peak.ridge_for_precision(precision),
+        }
+        if analysis.model.flops_per_s is not None:
+            metrics[FORWARD_ACHIEVED] = analysis.model.flops_per_s
+        log_metrics(trainer, metrics)
+        self._report(trainer, analysis, peak, precision)
+
+    def _report(self, trainer: L.Trainer, analysis: RooflineAnalysis, peak: DevicePeak,
+                precision: str) -> None:
+        """Log which layers are bound by what, and store the table and the plot in MLflow."""
+        points = [*analysis.layers, analysis.model]
+        counted = [p for p in analysis.layers if p.flops > 0]
+        for bound in ("memory-bound", "compute-bound"):
+            names = [p.label for p in counted if classify(p, peak, precision) == bound]
+            log.info("roofline: %s layers: %s", bound, ", ".join(names) or "none")
+        moving = sorted({p.kind for p in analysis.layers if p.flops == 0})
+        if moving:
+            log.info("roofline: memory-bound, no counted FLOPs (data movement only): %d layers "
+                     "(%s)", len(analysis.layers) - len(counted), ", ".join(moving))
+        log.info("roofline: model %.3g FLOP/byte, %s on %s", analysis.model.intensity,
+                 classify(analysis.model, peak, precision), describe_peak(peak, precision))
+        log_text(trainer, points_csv(points, peak, precision), "roofline/layers.csv")
+        loggers = [lg for lg in trainer.loggers if isinstance(lg, MLFlowLogger)]
+        if not loggers:
+            return
+        with tempfile.TemporaryDirectory() as tmp:
+            net = getattr(trainer.lightning_module, "net", trainer.lightning_module)
+            title = f"{type(net).__name__}, batch {analysis.batch_size}, forward, on {peak.name}"
+            paths = plot_roofline(points, peak, Path(tmp) / "roofline", precision, title)
+            for logger in loggers:
+                logger.experiment.set_tag(logger.run_id, PEAK_TAG, peak.name)
+                logger.experiment.set_tag(logger.run_id, PEAK_SOURCE_TAG, peak.source[:5000])
+                for path in paths:
+                    logger.experiment.log_artifact(logger.run_id, str(path), STAGE)
+

@@ -1,0 +1,214 @@
+"""``python -m hpml.roofline``: MLflow runs on one roofline, each memory- or compute-bound.
+
+Each run is one point: its arithmetic intensity (``roofline/intensity_flop_per_byte``, logged by
+``hpml.callbacks.roofline.RooflineCallback``) against its achieved training FLOP/s (forward +
+backward FLOPs per sample x ``train/throughput_samples_per_s``; the timed forward pass when a
+run has no training throughput). torch, MLflow and matplotlib are imported only once the
+arguments are parsed, so ``--help`` answers at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hpml.analysis.devices import KNOWN_DEVICES, PRECISIONS, DevicePeak, match_device_name
+from hpml.errors import HpmlError
+from hpml.names import (
+    BYTES,
+    BYTES_PER_S,
+    FLOP_PER_BYTE,
+    FLOPS_PER_S,
+    FLOPS_PER_SAMPLE,
+    SAMPLES_PER_S,
+    metric,
+)
+from hpml.report.runs import project_root
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
+
+    from hpml.analysis.roofline import RooflinePoint
+
+# What the roofline callback logs and this command reads back.
+STAGE = "roofline"
+INTENSITY = metric(STAGE, "intensity", FLOP_PER_BYTE)
+BYTES_PER_SAMPLE = metric(STAGE, "bytes_per_sample", BYTES)
+FWD_FLOPS_PER_SAMPLE = metric(STAGE, "fwd", FLOPS_PER_SAMPLE)
+FWD_BWD_FLOPS_PER_SAMPLE = metric(STAGE, "fwd_bwd", FLOPS_PER_SAMPLE)
+FORWARD_ACHIEVED = metric(STAGE, "forward_achieved", FLOPS_PER_S)
+PEAK_FP32 = metric(STAGE, "peak_fp32", FLOPS_PER_S)
+PEAK_BANDWIDTH = metric(STAGE, "peak_memory_bandwidth", BYTES_PER_S)
+RIDGE = metric(STAGE, "ridge", FLOP_PER_BYTE)
+PEAK_TAG = "hpml.roofline.peak"
+PEAK_SOURCE_TAG = "hpml.roofline.peak_source"
+TRAIN_THROUGHPUT = metric("train", "throughput", SAMPLES_PER_S)
+
+
+class RooflineError(HpmlError):
+    """Nothing to draw: no such sweep or run, or runs without roofline metrics."""
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m hpml.roofline",
+        description="Draw MLflow runs (a sweep, or chosen runs) on one roofline: intensity "
+                    "(FLOP/byte) against achieved FLOP/s, each point memory- or compute-bound. "
+                    "Runs need the roofline callback (callbacks/roofline.yaml).")
+    pick = parser.add_mutually_exclusive_group()
+    pick.add_argument("--sweep", metavar="last|RUN_ID",
+                      help="a sweep's parent run (its children are drawn); 'last' = the most "
+                           "recent sweep (default)")
+    pick.add_argument("--runs", nargs="+", metavar="RUN_ID", help="these runs")
+    parser.add_argument("--experiment", metavar="NAME",
+                        help="look for the last sweep in this experiment only")
+    parser.add_argument("--device", choices=[*KNOWN_DEVICES, "measured"],
+                        help="roof to draw (default: the datasheet of the GPU the runs ran on "
+                             "(tag hpml.device), else the peak the runs measured; 'measured' "
+                             "measures this machine)")
+    parser.add_argument("--out", type=Path, metavar="DIR",
+                        help="where roofline.png/.svg go (default: "
+                             "<HPML_ROOT or cwd>/outputs/roofline/<sweep or first run id>)")
+    parser.add_argument("--tracking-uri", default=None,
+                        help="MLflow store (default: MLFLOW_TRACKING_URI, else "
+                             "sqlite:///<HPML_ROOT or cwd>/mlflow.db)")
+    args = parser.parse_args(argv)
+    if args.runs is None and args.sweep is None:
+        args.sweep = "last"
+    return args
+
+
+def labels(runs: list[Run]) -> list[str]:
+    """The model choice of each run, or run names where that would not tell runs apart."""
+    chosen = [r.data.tags.get("hpml.choice.model") or r.info.run_name for r in runs]
+    if len(set(chosen)) == len(chosen):
+        return chosen
+    return [r.info.run_name or r.info.run_id[:8] for r in runs]
+
+
+def run_point(run: Run, label: str) -> tuple[RooflinePoint, str]:
+    """A run's point and what its performance is: training (fwd+bwd) or timed forward pass."""
+    from hpml.analysis.roofline import RooflinePoint
+
+    m = run.data.metrics
+    intensity = m[INTENSITY]
+    if FWD_BWD_FLOPS_PER_SAMPLE in m and m.get(TRAIN_THROUGHPUT):
+        flops, basis = m[FWD_BWD_FLOPS_PER_SAMPLE], "train fwd+bwd"
+        seconds = 1 / m[TRAIN_THROUGHPUT]
+    elif m.get(FORWARD_ACHIEVED):
+        flops, basis = m[FWD_FLOPS_PER_SAMPLE], "forward"
+        seconds = flops / m[FORWARD_ACHIEVED]
+    else:
+        flops, basis, seconds = m[FWD_FLOPS_PER_SAMPLE], "not timed", None
+    nbytes = flops / intensity if intensity else m[BYTES_PER_SAMPLE]
+    return RooflinePoint(label, flops, nbytes, seconds), basis
+
+
+def logged_peak(run: Run) -> DevicePeak | None:
+    """The roof the run's callback used (a measured peak, usually), from its metrics and tags."""
+    m, tags = run.data.metrics, run.data.tags
+    if PEAK_FP32 not in m or PEAK_BANDWIDTH not in m:
+        return None
+    return DevicePeak(tags.get(PEAK_TAG, "device of run " + run.info.run_id[:8]), m[PEAK_FP32],
+                      None, None, None, m[PEAK_BANDWIDTH],
+                      tags.get(PEAK_SOURCE_TAG, f"logged by run {run.info.run_id}"))
+
+
+def choose_peak(choice: str | None, runs: list[Run]) -> DevicePeak:
+    """``--device``, else the first run's GPU in the table, its logged peak, or this machine's."""
+    from hpml.analysis.devices import measure_peak
+
+    if choice in KNOWN_DEVICES:
+        return KNOWN_DEVICES[choice]
+    if choice is None:
+        devices = sorted({r.data.tags.get("hpml.device", "?") for r in runs})
+        if len(devices) > 1:
+            print(f"hpml: note: the runs ran on {len(devices)} devices ({'; '.join(devices)}); "
+                  "drawing the first run's roof", file=sys.stderr)
+        kind, _, name = runs[0].data.tags.get("hpml.device", "").partition(": ")
+        found = (match_device_name(name) if kind == "cuda" else None) or logged_peak(runs[0])
+        if found is not None:
+            return found
+    import torch
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return measure_peak(device, os.environ.get("HPML_PEAK_CACHE") or
+                        project_root() / ".hpml" / "peaks")
+
+
+def table(rows: list[tuple[str, str, RooflinePoint, str]], peak: DevicePeak,
+          precision: str) -> str:
+    """One line per run: intensity, achieved FLOP/s, share of the roof there, and the bound."""
+    from hpml.analysis.roofline import attainable_flops_per_s, classify
+
+    header = (f"{'run':<32} {'point':<16} {'FLOP/byte':>10} {'FLOP/s':>10} {'% of roof':>9}  "
+              f"{'bound':<13}  performance")
+    lines = [header, "-" * len(header)]
+    for run_id, label, point, basis in rows:
+        achieved = point.flops_per_s
+        roof = attainable_flops_per_s(point.intensity, peak, precision)
+        lines.append(
+            f"{run_id:<32} {label[:16]:<16} {point.intensity:>10.3g} "
+            f"{'-' if achieved is None else f'{achieved:.3g}':>10} "
+            f"{'-' if achieved is None else f'{100 * achieved / roof:.1f}':>9}  "
+            f"{classify(point, peak, precision):<13}  {basis}")
+    return "\n".join(lines)
+
+
+def draw(args: argparse.Namespace) -> list[Path]:
+    from mlflow import MlflowClient
+
+    from hpml.analysis.roofline import describe_peak, plot_roofline
+    from hpml.report.runs import default_tracking_uri, select_runs
+
+    client = MlflowClient(args.tracking_uri or default_tracking_uri())
+    runs, parent = select_runs(client, args.sweep, args.runs, args.experiment)
+    lacking = [r for r in runs if INTENSITY not in r.data.metrics]
+    runs = [r for r in runs if INTENSITY in r.data.metrics]
+    if lacking:
+        named = ", ".join(f"{r.info.run_name} ({r.info.run_id})" for r in lacking)
+        message = (f"runs without roofline metrics ({INTENSITY}): {named}; train them with "
+                   "callbacks=analysis (or add callbacks/roofline.yaml)")
+        if not runs:
+            raise RooflineError(message)
+        print(f"hpml: warning: skipping {message}", file=sys.stderr)
+    precision = runs[0].data.params.get("trainer.precision", "32-true")
+    if precision not in PRECISIONS:  # 64-true and the like: no table figure, the fp32 roof
+        precision = "32-true"
+    peak = choose_peak(args.device, runs)
+    rows = []
+    for run, label in zip(runs, labels(runs), strict=True):
+        point, basis = run_point(run, label)
+        rows.append((run.info.run_id, label, point, basis))
+    print(f"roof: {describe_peak(peak, precision)}\n  source: {peak.source}")
+    print(table(rows, peak, precision))
+    name = parent.info.run_id if parent else runs[0].info.run_id
+    out = args.out or project_root() / "outputs" / "roofline" / name
+    what = parent.info.run_name if parent else f"{len(runs)} runs"
+    paths = plot_roofline([row[2] for row in rows], peak, Path(out) / "roofline", precision,
+                          f"{what} on {peak.name}")
+    if parent is not None:
+        for path in paths:
+            client.log_artifact(parent.info.run_id, str(path), STAGE)
+    for path in paths:
+        print(f"hpml: wrote {path}" + (f" (and to run {parent.info.run_id})" if parent else ""))
+    return paths
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        draw(args)
+    except HpmlError as exc:
+        print(f"hpml: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
