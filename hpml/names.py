@@ -11,6 +11,9 @@ COUNT = "count"
 FLOPS = "flops"  # 2 x multiply-accumulate, see hpml.analysis.flops
 FLOPS_PER_SAMPLE = "flops_per_sample"
 FLOPS_PER_S = "flops_per_s"
+FLOP_PER_BYTE = "flop_per_byte"  # arithmetic intensity
+BYTES_PER_S = "bytes_per_s"
+NATS = "nats"  # cross-entropy and KL divergence, natural log
 X = "x"  # a ratio of two like quantities: before / after
 
 

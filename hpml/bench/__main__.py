@@ -29,6 +29,7 @@ CASES: dict[str, Case] = {
     "profiler_idle": lazy("hpml.bench.analysis", "run_profiler_idle"),
     "analysis_callbacks": lazy("hpml.bench.analysis", "run_analysis_callbacks"),
     "prune": lazy("hpml.bench.prune"),
+    "quant": lazy("hpml.bench.quant"),
 }
 
 

@@ -62,7 +62,7 @@ from hpml.analysis.latency import measure_latency
 from hpml.analysis.model_stats import nonzero_param_count, param_count, state_dict_bytes
 from hpml.callbacks.logging import log_metrics, log_text
 from hpml.errors import ConfigError, HpmlError, non_negative_int, positive_int
-from hpml.names import BYTES, COUNT, FLOPS_PER_SAMPLE, MS, PCT, X, metric
+from hpml.names import BYTES, COUNT, FLOPS_PER_SAMPLE, MS, NATS, PCT, X, metric
 from hpml.optimize.prune import io as prune_io
 from hpml.optimize.prune.amount import check_amount
 from hpml.optimize.prune.mask import folded_copy, one_shot_mask
@@ -71,9 +71,6 @@ from hpml.optimize.prune.targets import DEFAULT_EXCLUDE, DEFAULT_TARGETS
 
 log = logging.getLogger(__name__)
 SCHEDULES = ("before_fit", "after_fit", "gradual")
-NATS = "nats"
-
-
 def quality_name(name: str, value: float) -> tuple[str, float]:
     """``val/acc`` -> (``val_acc_pct``, percent); losses -> ``..._nats``; others unit-less."""
     quantity = name.replace("/", "_")

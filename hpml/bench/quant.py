@@ -1,0 +1,111 @@
+"""Case ``quant``: what int8 and compilation buy at inference on CPU, side by side.
+
+Variants, each built (and quantised or compiled) once before the rounds, so no round pays for it:
+
+- VGG11-CIFAR fp32, static int8 (``hpml.optimize.quant``, fused, per-channel, calibrated on 8
+  batches of random images) and ``torch.compile`` (default mode, inductor cache under
+  ``.bench/inductor``, compile time recorded in the notes, never in a ratio);
+- VGG11-CIFAR physically pruned to 50% of each conv's output channels (``hpml.optimize.prune``,
+  L1 structured; about 25% of the conv weights remain), then static int8;
+- the LSTM classifier at study 1's scale (vocabulary 83,828, embedding 400, hidden 256, two
+  layers; sequences of 200 tokens) fp32 and dynamic int8 (LSTM, Linear, embedding).
+
+Each variant, each round: median milliseconds of ``steps`` forward calls at batch ``BATCH`` after
+``warmup`` untimed calls (``hpml.analysis.latency``), and the bytes of its saved state dict.
+Ratios are fp32 / variant, so larger is better: the speed-up, and the size reduction whose goal is
+the inverse of the issue's size goal (size <= 0.26x fp32 is a reduction >= 3.85x).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from hpml.analysis.latency import measure_latency
+from hpml.analysis.model_stats import state_dict_bytes
+from hpml.bench.harness import CaseResult, Measurement, Ratio, Report, Settings, run_case
+from hpml.models.nets.lstm import LSTMClassifier
+from hpml.models.nets.vgg import CifarVGG
+from hpml.optimize.compile import compile_model
+from hpml.optimize.quant import make_quantizer
+
+BATCH = 32
+VOCAB, SEQ_LEN = 83828, 200
+VGG, VGG_INT8, VGG_COMPILED = "vgg11 fp32", "vgg11 static int8", "vgg11 torch.compile"
+VGG_PRUNED_INT8 = "vgg11 pruned 50% + static int8"
+LSTM, LSTM_INT8 = "lstm fp32", "lstm dynamic int8"
+LATENCY, SIZE = "latency_ms", "size_bytes"
+RATIOS = (
+    Ratio("VGG11 static int8 speed-up", LATENCY, "ms", VGG, VGG_INT8, goal=4.0),
+    Ratio("VGG11 static int8 size reduction (size <= 0.26x)", SIZE, "bytes", VGG, VGG_INT8,
+          goal=1 / 0.26),
+    Ratio("LSTM dynamic int8 speed-up", LATENCY, "ms", LSTM, LSTM_INT8, goal=1.5),
+    Ratio("LSTM dynamic int8 size reduction (size <= 0.27x)", SIZE, "bytes", LSTM, LSTM_INT8,
+          goal=1 / 0.27),
+    Ratio("VGG11 torch.compile speed-up", LATENCY, "ms", VGG, VGG_COMPILED, goal=1.2),
+    Ratio("VGG11 pruned 50% + static int8 speed-up", LATENCY, "ms", VGG, VGG_PRUNED_INT8,
+          goal=15.0),
+)
+
+
+def variant(model: nn.Module, example: Any, settings: Settings, size: int):
+    def measure() -> Measurement:
+        torch.set_num_threads(settings.threads)
+        stats = measure_latency(model, example, settings.steps, settings.warmup)
+        return {LATENCY: stats.median_ms, SIZE: float(size)}
+    return measure
+
+
+def pruned_int8(vgg: nn.Module, calibration: list[torch.Tensor]) -> nn.Module:
+    """A copy of ``vgg`` with half the channels of every conv removed, then static int8."""
+    from hpml.optimize.prune import Pruner
+
+    pruned = CifarVGG(11).eval()
+    pruned.load_state_dict(vgg.state_dict())
+    pruner = Pruner("l1_structured", mode="physical")
+    pruner.attach(pruned, calibration[0][:1])
+    pruner.prune(pruned, 0.5)
+    return make_quantizer("static_int8").quantize(pruned.eval(), calibration)
+
+
+def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> CaseResult:
+    torch.set_num_threads(settings.threads)
+    torch.manual_seed(0)
+    images = torch.randn(BATCH, 3, 32, 32)
+    tokens = torch.randint(1, VOCAB, (BATCH, SEQ_LEN))
+
+    vgg = CifarVGG(11).eval()
+    vgg_int8 = CifarVGG(11).eval()
+    vgg_int8.load_state_dict(vgg.state_dict())
+    calibration = [torch.randn(BATCH, 3, 32, 32) for _ in range(8)]
+    vgg_int8 = make_quantizer("static_int8").quantize(vgg_int8, calibration)
+    vgg_pruned_int8 = pruned_int8(vgg, calibration)
+    start = time.perf_counter()
+    compiled = compile_model(vgg, "torch_compile", [images], bench_dir / "inductor")
+    compile_s = time.perf_counter() - start
+
+    lstm = LSTMClassifier(VOCAB, 2, embedding_dim=400, hidden_size=256, num_layers=2).eval()
+    lstm_int8 = LSTMClassifier(VOCAB, 2, embedding_dim=400, hidden_size=256).eval()
+    lstm_int8.load_state_dict(lstm.state_dict())
+    lstm_int8 = make_quantizer("dynamic_int8").quantize(lstm_int8)
+
+    vgg_bytes = state_dict_bytes(vgg)
+    variants = {
+        VGG: variant(vgg, images, settings, vgg_bytes),
+        VGG_INT8: variant(vgg_int8, images, settings, state_dict_bytes(vgg_int8)),
+        VGG_COMPILED: variant(compiled.module, images, settings, vgg_bytes),
+        VGG_PRUNED_INT8: variant(vgg_pruned_int8, images, settings,
+                                 state_dict_bytes(vgg_pruned_int8)),
+        LSTM: variant(lstm, tokens, settings, state_dict_bytes(lstm)),
+        LSTM_INT8: variant(lstm_int8, tokens, settings, state_dict_bytes(lstm_int8)),
+    }
+    notes = {"batch_size": BATCH, "device": "cpu", "torch": torch.__version__,
+             "quantized_engine": torch.backends.quantized.engine,
+             "torch_compile_seconds": compile_s, "compile_output_max_abs_diff":
+             compiled.max_abs_diff, "lstm": f"vocab {VOCAB}, embedding 400, hidden 256, "
+             f"2 layers, {SEQ_LEN} tokens"}
+    return run_case("quant", variants, RATIOS, settings, report, notes)

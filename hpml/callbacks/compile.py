@@ -1,0 +1,102 @@
+"""When to compile: after fit, before test, so the test stage runs (and times) the compiled model.
+
+How is up to ``hpml.optimize.compile``. The eager model is measured first, then compiled for batch
+1 and batch N (``latency_batch_size``), checked against eager, and measured again:
+
+=========================================  ===============================================
+``compile_{before,after}/size_bytes``      saved state dict; after: the saved TorchScript
+                                           file or exported program where there is one
+``compile_{before,after}/latency_b1_ms``   median forward time at batch 1, eager / compiled,
+``compile_{before,after}/latency_bN_ms``   and at batch N; ``..._p90_ms`` beside each
+``compile_{before,after}/val_acc_pct``     top-1 accuracy, percent, on ``eval_batches`` val batches
+``compile_{before,after}/val_loss_nats``   mean cross-entropy on them
+``compile/time_s``                         seconds compiling (first calls per shape included),
+                                           never part of any latency or throughput
+``compile/output_diff_max_abs``            largest |compiled - eager| output on the examples
+=========================================  ===============================================
+
+Tags: ``hpml.compile.method``, ``hpml.compile.mode``, ``hpml.compile.device`` and, for
+torch.compile, ``hpml.compile.cache_dir`` (per run, under the run's output dir). ``export`` saves
+the program as the artifact ``compile/model.pt2``. The test stage's throughput then measures the
+compiled model after its warm-up steps; the compile already happened here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+from lightning.pytorch.loggers import MLFlowLogger
+
+from hpml.callbacks.logging import log_metrics
+from hpml.callbacks.quant import set_tags, take
+from hpml.errors import ConfigError, non_negative_int, positive_int
+from hpml.names import S, metric
+from hpml.optimize.compile import METHODS, MODES, compile_model
+from hpml.optimize.quant.compare import measure
+
+BEFORE, AFTER = "compile_before", "compile_after"
+
+
+class Compile(L.Callback):
+    """Compile the LightningModule's ``net`` with ``method`` after fit (see the module)."""
+
+    def __init__(self, method: str, mode: str = "default", dynamic: bool | None = None,
+                 fullgraph: bool = False, tolerance: float = 1e-3, latency_batch_size: int = 64,
+                 latency_rounds: int = 20, latency_warmup: int = 3, eval_batches: int = 4) -> None:
+        if method not in METHODS:
+            raise ConfigError("method", method, f"one of {', '.join(METHODS)}")
+        if mode not in MODES:
+            raise ConfigError("mode", mode, f"one of {', '.join(MODES)}")
+        self.method, self.mode, self.dynamic, self.fullgraph = method, mode, dynamic, fullgraph
+        self.tolerance = tolerance
+        self.batch_sizes = (1, positive_int("latency_batch_size", latency_batch_size))
+        self.rounds = positive_int("latency_rounds", latency_rounds)
+        self.warmup = non_negative_int("latency_warmup", latency_warmup)
+        self.eval_batches = non_negative_int("eval_batches", eval_batches)
+        self.done = False
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self.done:
+            self._compile(trainer, pl_module)
+
+    def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self.done:
+            self._compile(trainer, pl_module)
+
+    def _compile(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        device = pl_module.device
+        batches = take(trainer.datamodule.val_dataloader(), self.eval_batches) \
+            if trainer.datamodule is not None else []
+        criterion = getattr(pl_module, "criterion", None)
+
+        def example(batch: int):
+            return pl_module.example_input(batch).to(device)
+
+        def run(net):
+            return measure(net, example, self.batch_sizes, device, self.rounds, self.warmup,
+                           batches, criterion)
+
+        net = pl_module.net.eval()
+        log_metrics(trainer, run(net).metrics(BEFORE))
+        workdir = Path(trainer.default_root_dir) / "compile"
+        compiled = compile_model(net, self.method, [example(b) for b in self.batch_sizes],
+                                 workdir, self.mode, self.dynamic, self.fullgraph, self.tolerance)
+        after = run(compiled.module)
+        if compiled.size_bytes is not None:
+            after.size_bytes = compiled.size_bytes
+        pl_module.net = compiled.module
+        self.done = True
+        log_metrics(trainer, after.metrics(AFTER) | {
+            metric("compile", "time", S): compiled.seconds,
+            metric("compile", "output_diff", "max_abs"): compiled.max_abs_diff})
+        tags = {"hpml.compile.method": self.method, "hpml.compile.device": str(device)}
+        if self.method == "torch_compile":
+            tags |= {"hpml.compile.mode": self.mode,
+                     "hpml.compile.cache_dir": str(workdir / "inductor_cache")}
+        set_tags(trainer, tags)
+        if compiled.artifact is not None:
+            for logger in trainer.loggers:
+                if isinstance(logger, MLFlowLogger):
+                    logger.experiment.log_artifact(logger.run_id, str(compiled.artifact),
+                                                   "compile")

@@ -1,0 +1,182 @@
+"""When to quantise: after fit for post-training methods, around a final fine-tune for QAT.
+
+How is up to the engine (``hpml.optimize.quant``); this callback measures the model just before
+and just after, on the same batches and inputs, and logs (``N`` = ``latency_batch_size``):
+
+========================================  ==================================================
+``quant_before/size_bytes``               saved state dict of the float model, bytes
+``quant_after/size_bytes``                the same for the quantised model
+``quant_{before,after}/latency_b1_ms``    median forward time at batch 1 (``latency_rounds``
+                                          calls after ``latency_warmup`` untimed ones)
+``quant_{before,after}/latency_bN_ms``    the same at batch N; ``..._p90_ms`` beside each
+``quant_{before,after}/val_acc_pct``      top-1 accuracy, percent, on ``eval_batches`` val batches
+``quant_{before,after}/val_loss_nats``    mean cross-entropy on those batches
+========================================  ==================================================
+
+Tags: ``hpml.quant.method``, ``hpml.quant.backend``, ``hpml.quant.device_before``,
+``hpml.quant.device_after``, and ``hpml.quant.fallback`` (why) when the quantised model runs on
+CPU although the trainer asked for CUDA: torch.ao int8 kernels exist for CPU only, so such a model
+is evaluated (and tested) on CPU instead of failing. The test stage then measures the quantised
+model: ``test/acc`` and ``model_final/size_bytes`` are its figures.
+
+For ``qat`` the float model is measured when fake quantisation starts, ``qat_epochs`` before the
+end of fit (from the start when fit has no more epochs than that); it is converted after fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.loggers import MLFlowLogger
+
+from hpml.callbacks.logging import log_metrics, log_text
+from hpml.errors import ConfigError, IncompatibleError, non_negative_int, positive_int
+from hpml.optimize.quant import OnDevice, Quantizer, make_quantizer
+from hpml.optimize.quant.compare import Variant, measure
+
+BEFORE, AFTER = "quant_before", "quant_after"
+
+
+def set_tags(trainer: L.Trainer, tags: dict[str, str]) -> None:
+    for logger in trainer.loggers:
+        if isinstance(logger, MLFlowLogger):
+            for key, value in tags.items():
+                logger.experiment.set_tag(logger.run_id, key, value)
+
+
+def requested_device(trainer: L.Trainer, pl_module: L.LightningModule) -> torch.device:
+    """The device the trainer runs the model on: where a variant should be evaluated."""
+    return pl_module.device
+
+
+def choose_device(requested: torch.device, quantizer: Quantizer,
+                  cuda_available: Callable[[], bool] = torch.cuda.is_available
+                  ) -> tuple[torch.device, str | None]:
+    """Where the quantised model runs, and why it is not ``requested`` when it is not."""
+    if requested.type != "cuda":
+        return requested, None
+    cpu = torch.device("cpu")
+    if not quantizer.cuda_capable:
+        return cpu, (f"{quantizer.method} ({quantizer.backend}) kernels run on CPU only: "
+                     f"evaluated on cpu instead of {requested}")
+    if not cuda_available():
+        return cpu, f"{requested} was requested but CUDA is not available: evaluated on cpu"
+    return requested, None
+
+
+def take(loader: Any, count: int) -> list[Any]:
+    batches = []
+    if count <= 0:
+        return batches
+    for batch in loader:
+        batches.append(batch)
+        if len(batches) >= count:
+            break
+    return batches
+
+
+def inputs_of(batch: Any) -> Any:
+    return batch[0] if isinstance(batch, list | tuple) else batch
+
+
+class Quantize(L.Callback):
+    """Quantise the LightningModule's ``net`` with ``method`` on ``backend`` (see the module)."""
+
+    def __init__(self, method: str, backend: str = "auto", engine: str = "x86",
+                 per_channel: bool = True, fuse: bool = True, embeddings: bool = True,
+                 calibration_batches: int = 8, qat_epochs: int = 1,
+                 latency_batch_size: int = 64, latency_rounds: int = 20, latency_warmup: int = 3,
+                 eval_batches: int = 4) -> None:
+        self.quantizer = make_quantizer(method, backend, engine, per_channel, fuse, embeddings)
+        self.calibration_batches = non_negative_int("calibration_batches", calibration_batches)
+        if self.quantizer.needs_calibration and calibration_batches == 0:
+            raise ConfigError("calibration_batches", 0, "a positive integer: static int8 "
+                              "calibrates activation ranges on that many training batches")
+        self.qat_epochs = positive_int("qat_epochs", qat_epochs)
+        self.batch_sizes = (1, positive_int("latency_batch_size", latency_batch_size))
+        self.rounds = positive_int("latency_rounds", latency_rounds)
+        self.warmup = non_negative_int("latency_warmup", latency_warmup)
+        self.eval_batches = non_negative_int("eval_batches", eval_batches)
+        self.before: Variant | None = None
+        self.before_device: torch.device | None = None
+        self.done = False
+
+    # -- when ---------------------------------------------------------------------------------
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """Fail before training when the model has nothing this method can quantise."""
+        if self.done or self.before is not None:
+            return
+        q = self.quantizer
+        q.check(pl_module.net)
+        q.check_inputs(pl_module.net, pl_module.example_input(1))
+        set_tags(trainer, {"hpml.quant.method": q.method, "hpml.quant.backend": q.backend})
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self.quantizer.trains or self.before is not None:
+            return
+        max_epochs = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else 1
+        if trainer.current_epoch < max(0, max_epochs - self.qat_epochs):
+            return
+        self._measure_before(trainer, pl_module)
+        pl_module.net = self.quantizer.prepare_qat(pl_module.net, pl_module.example_input(1))
+        set_tags(trainer, {"hpml.quant.qat_start_epoch": str(trainer.current_epoch)})
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self.done:
+            self._quantize(trainer, pl_module)
+
+    def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.done:
+            return
+        if self.quantizer.trains:
+            raise IncompatibleError(f"quant={self.quantizer.method} fine-tunes during fit: "
+                                    "run with fit=true")
+        self._quantize(trainer, pl_module)
+
+    # -- what is measured ---------------------------------------------------------------------
+    def _measure(self, trainer: L.Trainer, pl_module: L.LightningModule, net: torch.nn.Module,
+                 device: torch.device) -> Variant:
+        batches = take(trainer.datamodule.val_dataloader(), self.eval_batches) \
+            if trainer.datamodule is not None else []
+        criterion = getattr(pl_module, "criterion", None)
+        return measure(net, lambda b: pl_module.example_input(b).to(device), self.batch_sizes,
+                       device, self.rounds, self.warmup, batches, criterion)
+
+    def _measure_before(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.before_device = pl_module.device
+        self.before = self._measure(trainer, pl_module, pl_module.net, pl_module.device)
+        log_metrics(trainer, self.before.metrics(BEFORE))
+
+    def _calibration(self, trainer: L.Trainer) -> list[Any]:
+        if not self.quantizer.needs_calibration:
+            return []
+        datamodule = trainer.datamodule
+        try:
+            loader = datamodule.train_dataloader()
+        except Exception:  # test-only runs: the training split was never set up
+            datamodule.setup("fit")
+            loader = datamodule.train_dataloader()
+        return [inputs_of(b) for b in take(loader, self.calibration_batches)]
+
+    def _quantize(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        q = self.quantizer
+        if self.before is None:
+            self._measure_before(trainer, pl_module)
+        device, reason = choose_device(requested_device(trainer, pl_module), q)
+        if q.trains:
+            qnet = q.convert(pl_module.net)  # torch.ao QAT converts to CPU kernels
+        else:
+            qnet = q.quantize(pl_module.net.to(device), self._calibration(trainer))
+        after = self._measure(trainer, pl_module, qnet, device)
+        pl_module.net = qnet if device == pl_module.device else OnDevice(qnet, device)
+        self.done = True
+        log_metrics(trainer, after.metrics(AFTER))
+        tags = {"hpml.quant.device_before": str(self.before_device),
+                "hpml.quant.device_after": str(device)}
+        if reason:
+            tags["hpml.quant.fallback"] = reason
+        set_tags(trainer, tags)
+        log_text(trainer, str(qnet), "quant/architecture_after.txt")

@@ -1,0 +1,116 @@
+"""The one interface every quantisation backend implements, and helpers they share.
+
+A ``Quantizer`` says HOW (which layers, which kernels, which device they run on); a Lightning
+callback decides WHEN (after fit for post-training methods, around a fine-tune for QAT). Configs
+name a method (``dynamic_int8``, ``static_int8``, ``qat``, ``weight_only_int8``) and a backend
+(``torch_ao`` or ``torchao``), never a backend's classes, so a backend can change underneath them.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import nn
+
+from hpml.errors import IncompatibleError
+
+log = logging.getLogger(__name__)
+_NOTICES: set[str] = set()
+
+
+def notice_once(key: str, message: str) -> None:
+    """Log ``message`` once per process (upstream deprecations: shown, not repeated per call)."""
+    if key not in _NOTICES:
+        _NOTICES.add(key)
+        log.warning(message)
+
+
+class Quantizer(ABC):
+    """Turns a float ``nn.Module`` into a quantised one.
+
+    Post-training methods: ``check`` then ``quantize`` (``calibration`` batches of inputs are used
+    by methods whose ``needs_calibration`` is true). QAT: ``check``, ``prepare_qat`` (fake-quantised
+    modules to fine-tune), train, then ``convert``. ``cuda_capable`` says whether the quantised
+    model's kernels run on CUDA; where not, callers evaluate it on CPU.
+    """
+
+    method: str
+    backend: str
+    needs_calibration: bool = False
+    trains: bool = False
+    cuda_capable: bool = False
+    supported: tuple[type[nn.Module], ...] = ()
+
+    def check(self, net: nn.Module) -> None:
+        """Raise ``IncompatibleError`` (one line) when ``net`` has no layer this method handles."""
+        if not any(isinstance(m, self.supported) for m in net.modules()):
+            names = ", ".join(t.__name__ for t in self.supported)
+            raise IncompatibleError(
+                f"quant={self.method} ({self.backend}) quantises {names} layers, and "
+                f"{type(net).__name__} has none; choose another quant method")
+
+    def check_inputs(self, net: nn.Module, example: Any) -> None:
+        """Raise ``IncompatibleError`` when inputs like ``example`` cannot be quantised."""
+        return None  # every input kind suits weight-only and dynamic methods
+
+    @abstractmethod
+    def quantize(self, net: nn.Module, calibration: Iterable[Any] = ()) -> nn.Module:
+        """The quantised model (``net`` may be modified in place and returned)."""
+
+    def prepare_qat(self, net: nn.Module) -> nn.Module:
+        raise NotImplementedError(f"{self.method} is not trained")
+
+    def convert(self, net: nn.Module) -> nn.Module:
+        raise NotImplementedError(f"{self.method} is not trained")
+
+
+def as_args(inputs: Any) -> tuple[Any, ...]:
+    return inputs if isinstance(inputs, tuple) else (inputs,)
+
+
+def first_tensor(value: Any) -> torch.Tensor | None:
+    while isinstance(value, list | tuple) and value:
+        value = value[0]
+    if isinstance(value, dict) and value:
+        return first_tensor(next(iter(value.values())))
+    return value if isinstance(value, torch.Tensor) else None
+
+
+def _to(value: Any, device: torch.device, float32: bool = False) -> Any:
+    if isinstance(value, torch.Tensor):
+        value = value.to(device)
+        return value.float() if float32 and value.is_floating_point() else value
+    if isinstance(value, list | tuple):
+        return type(value)(_to(v, device, float32) for v in value)
+    if isinstance(value, dict):
+        return {k: _to(v, device, float32) for k, v in value.items()}
+    return value
+
+
+class OnDevice(nn.Module):
+    """Runs ``module`` on ``device`` whatever device its caller's tensors are on.
+
+    Inputs go to ``device`` (floats as float32, autocast off), outputs come back to the caller's
+    device. ``.to()``/``.cuda()`` on a parent leave ``module`` where it is: a CPU-only quantised
+    model stays on CPU inside a LightningModule that a GPU trainer moves around.
+    """
+
+    def __init__(self, module: nn.Module, device: torch.device | str) -> None:
+        super().__init__()
+        self.module = module
+        self.run_device = torch.device(device)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> OnDevice:
+        return self
+
+    def forward(self, *args: Any) -> Any:
+        tensor = first_tensor(args)
+        caller = tensor.device if tensor is not None else self.run_device
+        with torch.autocast(caller.type, enabled=False), \
+                torch.autocast(self.run_device.type, enabled=False):
+            out = self.module(*_to(args, self.run_device, float32=True))
+        return _to(out, caller)

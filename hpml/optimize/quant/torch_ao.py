@@ -1,0 +1,179 @@
+"""Backend ``torch_ao``: ``torch.ao.quantization`` (eager mode), int8 kernels for x86/ARM CPUs.
+
+- dynamic int8: weights int8, activations quantised on the fly (Linear, LSTM, GRU); embeddings
+  weight-only int8 with per-row float scales, so an embedding-heavy LSTM really shrinks ~4x;
+- static int8: conv+bn(+relu) and linear+relu fused, observers calibrated on N batches, weights
+  per-channel, activations per-tensor, then converted; the model is wrapped in quant/dequant stubs;
+- qat: the same fused layout with fake quantisation, fine-tuned, then converted.
+
+torch.ao.quantization is deprecated upstream in favour of torchao; it still works in torch 2.14
+and is what gives int8 conv kernels on CPU today. The notice is logged once per process; torch's
+own warnings are left alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+import torch.ao.quantization as tq
+from torch import nn
+
+from hpml.errors import ConfigError, IncompatibleError
+from hpml.optimize.quant.base import Quantizer, as_args, first_tensor, notice_once
+
+ENGINES = ("x86", "fbgemm", "onednn", "qnnpack")
+CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+BNS = {nn.Conv1d: nn.BatchNorm1d, nn.Conv2d: nn.BatchNorm2d, nn.Conv3d: nn.BatchNorm3d}
+STATIC_LAYERS = (*CONVS, nn.Linear)
+
+
+def use_engine(engine: str) -> None:
+    """Select the quantised kernel library (x86 = fbgemm + onednn; qnnpack for ARM)."""
+    if engine not in ENGINES:
+        raise ConfigError("engine", engine, f"one of {', '.join(ENGINES)}")
+    if engine not in torch.backends.quantized.supported_engines:
+        raise ConfigError("engine", engine, "an engine this torch build supports: "
+                          + ", ".join(torch.backends.quantized.supported_engines))
+    torch.backends.quantized.engine = engine
+    notice_once("torch.ao", "torch.ao.quantization is deprecated upstream (torchao replaces it); "
+                "hpml uses it for CPU int8 kernels. quant.backend=torchao selects torchao.")
+
+
+def fusable_groups(net: nn.Module) -> list[list[str]]:
+    """Qualified names of conv-bn-relu, conv-bn, conv-relu and linear-relu runs in Sequentials.
+
+    Only consecutive children of an ``nn.Sequential`` are fused: there the data flow between them
+    is known without tracing the model.
+    """
+    groups: list[list[str]] = []
+    for prefix, module in net.named_modules():
+        if not isinstance(module, nn.Sequential):
+            continue
+        children = list(module.named_children())
+        index = 0
+        while index < len(children):
+            _, child = children[index]
+            kinds = [type(c) for _, c in children[index:index + 3]]
+            size = 1
+            if isinstance(child, CONVS):
+                bn = BNS[type(child)]
+                if kinds[1:3] == [bn, nn.ReLU]:
+                    size = 3
+                elif kinds[1:2] in ([bn], [nn.ReLU]):
+                    size = 2
+            elif isinstance(child, nn.Linear) and kinds[1:2] == [nn.ReLU]:
+                size = 2
+            if size > 1:
+                base = f"{prefix}." if prefix else ""
+                groups.append([base + n for n, _ in children[index:index + size]])
+            index += size
+    return groups
+
+
+class Dynamic(Quantizer):
+    method, backend = "dynamic_int8", "torch_ao"
+    supported = (nn.Linear, nn.LSTM, nn.GRU, nn.Embedding)
+
+    def __init__(self, engine: str = "x86", embeddings: bool = True) -> None:
+        self.engine, self.embeddings = engine, embeddings
+        if not embeddings:
+            self.supported = (nn.Linear, nn.LSTM, nn.GRU)
+
+    def quantize(self, net: nn.Module, calibration: Iterable[Any] = ()) -> nn.Module:
+        use_engine(self.engine)
+        spec: dict[type[nn.Module], Any] = {
+            nn.Linear: tq.default_dynamic_qconfig,
+            nn.LSTM: tq.default_dynamic_qconfig,
+            nn.GRU: tq.default_dynamic_qconfig,
+        }
+        if self.embeddings:
+            spec[nn.Embedding] = tq.float_qparams_weight_only_qconfig
+        return tq.quantize_dynamic(net.cpu().eval(), spec, dtype=torch.qint8, inplace=False)
+
+
+def _float_inputs(method: str, net: nn.Module, sample: Any) -> None:
+    tensor = first_tensor(sample)
+    if tensor is not None and not tensor.is_floating_point():
+        raise IncompatibleError(
+            f"quant={method} quantises the activations that {type(net).__name__} computes "
+            f"from its inputs, but they are {tensor.dtype} ids (an embedding model): "
+            "use quant=dynamic_int8")
+
+
+class Static(Quantizer):
+    """Post-training static int8 in eager mode: fuse, observe, calibrate, convert."""
+
+    method, backend = "static_int8", "torch_ao"
+    needs_calibration = True
+    supported = STATIC_LAYERS
+
+    def __init__(self, engine: str = "x86", per_channel: bool = True, fuse: bool = True) -> None:
+        self.engine, self.per_channel, self.fuse = engine, per_channel, fuse
+
+    def check_inputs(self, net: nn.Module, example: Any) -> None:
+        _float_inputs(self.method, net, example)
+
+    def qconfig(self) -> tq.QConfig:
+        if self.per_channel:
+            return tq.get_default_qconfig(self.engine)  # per-channel weights for x86/fbgemm/onednn
+        return tq.QConfig(activation=tq.HistogramObserver.with_args(reduce_range=False),
+                          weight=tq.default_weight_observer)
+
+    def wrap(self, net: nn.Module, train: bool) -> tq.QuantWrapper:
+        use_engine(self.engine)
+        wrapped = tq.QuantWrapper(net)
+        wrapped.train(train)
+        if self.fuse:
+            groups = [[f"module.{n}" for n in g] for g in fusable_groups(net)]
+            if groups:
+                fuse = tq.fuse_modules_qat if train else tq.fuse_modules
+                wrapped = fuse(wrapped, groups, inplace=True)
+        return wrapped
+
+    def quantize(self, net: nn.Module, calibration: Iterable[Any] = ()) -> nn.Module:
+        wrapped = self.wrap(net.cpu().eval(), train=False)
+        wrapped.qconfig = self.qconfig()
+        tq.prepare(wrapped, inplace=True)
+        seen = 0
+        with torch.inference_mode():
+            for batch in calibration:
+                if seen == 0:
+                    _float_inputs(self.method, net, batch)
+                wrapped(*as_args(_cpu(batch)))
+                seen += 1
+        if seen == 0:
+            raise ConfigError("calibration_batches", 0, "a positive integer: static int8 "
+                              "calibrates activation ranges on that many training batches")
+        return tq.convert(wrapped, inplace=True)
+
+
+class QAT(Static):
+    """Quantisation-aware training: fused layers with fake quantisation, trained, then converted."""
+
+    method = "qat"
+    needs_calibration = False
+    trains = True
+
+    def quantize(self, net: nn.Module, calibration: Iterable[Any] = ()) -> nn.Module:
+        raise NotImplementedError("qat quantises by prepare_qat, training, then convert")
+
+    def prepare_qat(self, net: nn.Module, example: Any = None) -> nn.Module:
+        if example is not None:
+            _float_inputs(self.method, net, example)
+        device = next((p.device for p in net.parameters()), torch.device("cpu"))
+        wrapped = self.wrap(net, train=True)
+        wrapped.qconfig = tq.get_default_qat_qconfig(self.engine) if self.per_channel else \
+            tq.default_qat_qconfig
+        tq.prepare_qat(wrapped, inplace=True)
+        return wrapped.to(device)
+
+    def convert(self, net: nn.Module) -> nn.Module:
+        return tq.convert(net.cpu().eval(), inplace=True)
+
+
+def _cpu(batch: Any) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.cpu()
+    return tuple(b.cpu() if isinstance(b, torch.Tensor) else b for b in batch)

@@ -1,0 +1,50 @@
+"""Backend ``torchao``: ``torchao.quantization.quantize_`` on ``nn.Linear`` layers, CUDA and CPU.
+
+Weight-only int8 (``weight_only_int8``) and dynamic int8 activations with int8 weights
+(``dynamic_int8``). torchao swaps Linear weights for int8 tensor subclasses; other layer types are
+left in float, so a model with no Linear has nothing to quantise. Tested with torchao 0.18 on
+torch 2.14.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from typing import Any
+
+from torch import nn
+
+from hpml.errors import HpmlError
+from hpml.optimize.quant.base import Quantizer
+
+VERSION_HINT = "pip install 'torchao==0.18.*'"
+
+
+class BackendMissingError(HpmlError):
+    """The selected backend's package is not installed."""
+
+
+def load_torchao() -> Any:
+    try:
+        return importlib.import_module("torchao.quantization")
+    except ImportError as exc:
+        raise BackendMissingError(
+            f"quant.backend=torchao needs the torchao package ({exc.msg}): {VERSION_HINT}, "
+            "or use quant.backend=torch_ao") from None
+
+
+class TorchaoInt8(Quantizer):
+    backend = "torchao"
+    cuda_capable = True
+    supported = (nn.Linear,)
+
+    def __init__(self, method: str) -> None:
+        self.method = method
+        load_torchao()  # fail when the config is built, not after training
+
+    def quantize(self, net: nn.Module, calibration: Iterable[Any] = ()) -> nn.Module:
+        tq = load_torchao()
+        config = (tq.Int8WeightOnlyConfig() if self.method == "weight_only_int8"
+                  else tq.Int8DynamicActivationInt8WeightConfig())
+        tq.quantize_(net.eval(), config)
+        return net

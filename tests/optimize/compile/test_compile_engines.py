@@ -1,0 +1,62 @@
+"""TorchScript, torch.compile and export give eager's outputs; untraceable models fail in a line."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from hpml.errors import IncompatibleError
+from hpml.optimize.compile import compile_model
+
+
+def small_cnn() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                         nn.MaxPool2d(2), nn.Flatten(), nn.Linear(8 * 8 * 8, 10)).eval()
+
+
+def examples() -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(3)
+    return [torch.randn(1, 3, 16, 16, generator=g), torch.randn(8, 3, 16, 16, generator=g)]
+
+
+@pytest.mark.parametrize("method", ["torchscript", "torch_compile", "export"])
+def test_compiled_outputs_equal_eager(method, tmp_path):
+    net = small_cnn()
+    compiled = compile_model(net, method, examples(), tmp_path)
+    assert compiled.seconds > 0
+    x = torch.randn(4, 3, 16, 16)  # a batch size it was not compiled for
+    with torch.inference_mode():
+        torch.testing.assert_close(compiled.module(x), net(x), rtol=1e-4, atol=1e-4)
+    if method == "export":
+        assert compiled.artifact == tmp_path / "model.pt2"
+        loaded = torch.export.load(compiled.artifact).module()
+        with torch.inference_mode():
+            torch.testing.assert_close(loaded(x), net(x), rtol=1e-4, atol=1e-4)
+    if method == "torch_compile":
+        assert (tmp_path / "inductor_cache").is_dir()
+
+
+class ReturnsText(nn.Module):
+    def forward(self, x: torch.Tensor):
+        return {"logits": x.sum(1), "label": "text"}
+
+
+def test_torchscript_on_an_untraceable_model_is_one_line(tmp_path):
+    with pytest.raises(IncompatibleError) as info:
+        compile_model(ReturnsText(), "torchscript", examples(), tmp_path)
+    message = str(info.value)
+    assert message.startswith("torchscript cannot compile ReturnsText: ")
+    assert "\n" not in message and "compile=torch_compile" in message
+
+
+class BranchOnValue(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2 if float(x.sum()) > 0 else x - 1
+
+
+def test_torchscript_that_traces_wrong_outputs_is_caught(tmp_path):
+    xs = [torch.ones(1, 3), -torch.ones(2, 3)]
+    with pytest.raises(IncompatibleError, match="torchscript"):
+        compile_model(BranchOnValue(), "torchscript", xs, tmp_path)
