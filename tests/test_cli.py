@@ -14,7 +14,7 @@ from hpml.cli import (
 def test_unknown_group_option_names_the_valid_ones():
     message = unknown_option(["model=vgg12"])
     assert message == ("unknown model 'vgg12' for model= (valid: alexnet, lstm, resnet18, vae, "
-                       "vgg11, vgg13, vgg16, vgg19)")
+                       "vgg11, vgg13, vgg16, vgg16_imagenet, vgg19)")
 
 
 def test_every_value_of_a_sweep_is_checked():

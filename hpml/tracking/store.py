@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from urllib.parse import urlparse
 
 from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
+
+log = logging.getLogger(__name__)
 
 
 def is_local(tracking_uri: str) -> bool:
@@ -25,4 +29,11 @@ def experiment_id(client: MlflowClient, name: str, artifact_root: str | None) ->
     location = None
     if artifact_root and is_local(client.tracking_uri):
         location = (Path(artifact_root).resolve() / name).as_uri()
-    return client.create_experiment(name, artifact_location=location)
+    try:
+        return client.create_experiment(name, artifact_location=location)
+    except MlflowException as exc:  # another job or sweep created it between the two calls
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        log.debug("experiment %s was created concurrently: %s", name, exc)
+        return found.experiment_id

@@ -154,7 +154,7 @@ def test_unknown_model_is_one_line_listing_valid_models(root):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "hpml: error: unknown model 'resnet9000' for model= (valid: alexnet, lstm, resnet18, "
-        "vae, vgg11, vgg13, vgg16, vgg19)"]
+        "vae, vgg11, vgg13, vgg16, vgg16_imagenet, vgg19)"]
 
 
 def test_too_small_input_names_the_smallest_size_that_works(root):
@@ -176,7 +176,8 @@ def test_two_sweeps_started_together_do_not_collide(root, client):
     parents = [r for r in client.search_runs([client.get_experiment_by_name("hpml")
                                               .experiment_id])
                if r.data.tags.get("hpml.sweep_parent") == "true"]
-    assert len({p.data.tags["hpml.sweep_dir"] for p in parents}) == 2
+    assert len({p.data.tags["hpml.sweep_dir"] for p in parents}) == 2, [
+        (p.info.run_id, p.data.tags["hpml.sweep_dir"], p.info.experiment_id) for p in parents]
 
 
 def test_help_and_config_errors_do_not_import_torch():
