@@ -82,6 +82,31 @@ def train(cfg: DictConfig) -> dict[str, float]:
     return metrics
 
 
+def compose_job(overrides: list[str], output_dir: Path) -> DictConfig:
+    """The job config ``@hydra.main`` would hand ``main``, composed in-process (tests, benches).
+
+    ``compose`` leaves the runtime fields a launched job gets unset; ``train`` reads the output
+    dir, job name and mode from them, so they are filled in, and HydraConfig is set for the
+    ``${hydra:...}`` interpolations.
+    """
+    from hydra import compose, initialize_config_dir
+    from omegaconf import open_dict
+
+    from hpml.cli import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=overrides, return_hydra_config=True)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    with open_dict(cfg):
+        cfg.hydra.runtime.output_dir = str(output_dir)
+        cfg.hydra.job.name = "train"
+        cfg.hydra.mode = RunMode.RUN
+    HydraConfig.instance().set_config(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
     """Hydra task: a failed job prints one line; a sweep records it and goes on to the next job."""

@@ -10,10 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
-from omegaconf import DictConfig, open_dict
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
@@ -84,20 +81,7 @@ def stderr_lines(result: subprocess.CompletedProcess, prefix: str = "hpml:") -> 
 @pytest.fixture
 def composed(root: Path) -> Iterator:
     """Compose ``conf/train.yaml`` in-process as ``@hydra.main`` would, for fast in-process runs."""
+    from hpml.train import compose_job
 
-    def make(overrides: list[str]) -> DictConfig:
-        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            cfg = compose("train", overrides=overrides, return_hydra_config=True)
-        out = root / "outputs" / "job"
-        out.mkdir(parents=True, exist_ok=True)
-        with open_dict(cfg):
-            cfg.hydra.runtime.output_dir = str(out)
-            cfg.hydra.job.name = "train"
-            cfg.hydra.mode = RunMode.RUN
-        HydraConfig.instance().set_config(cfg)
-        with open_dict(cfg):
-            del cfg["hydra"]
-        return cfg
-
-    yield make
+    yield lambda overrides: compose_job(overrides, root / "outputs" / "job")
     HydraConfig.instance().cfg = None

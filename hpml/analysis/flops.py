@@ -95,13 +95,14 @@ class FlopCount:
         return self.total / self.batch_size
 
 
-def _outputs(result: Any) -> list[torch.Tensor]:
+def tensors_in(result: Any) -> list[torch.Tensor]:
+    """Every tensor in a model's output (a tensor, or nested tuples, lists and dicts of them)."""
     if isinstance(result, torch.Tensor):
         return [result]
     if isinstance(result, list | tuple):
-        return [t for item in result for t in _outputs(item)]
+        return [t for item in result for t in tensors_in(item)]
     if isinstance(result, dict):
-        return [t for item in result.values() for t in _outputs(item)]
+        return [t for item in result.values() for t in tensors_in(item)]
     return []
 
 
@@ -121,13 +122,13 @@ def count_flops(model: nn.Module, example: Any, with_backward: bool = False) -> 
     ``torch.autograd.grad``, so no ``.grad`` is touched: the model is left as it was.
     """
     args = example if isinstance(example, tuple) else (example,)
-    batch = _outputs(args)[0].shape[0]
+    batch = tensors_in(args)[0].shape[0]
     was_training = model.training
     model.eval()
     counter = FlopCounterMode(display=False, custom_mapping=MISSING_RULES)
     try:
         with counter, torch.set_grad_enabled(with_backward):
-            outputs = _outputs(model(*args))
+            outputs = tensors_in(model(*args))
             if with_backward:
                 params = [p for p in model.parameters() if p.requires_grad]
                 total = sum(out.float().sum() for out in outputs if out.requires_grad)

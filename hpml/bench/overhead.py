@@ -23,15 +23,11 @@ from typing import Any
 import hydra
 import lightning as L
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 from torch import nn
 
 from hpml.analysis.timing import StepTimer
 from hpml.bench.harness import CaseResult, Measurement, Ratio, Report, Settings, run_case
-from hpml.cli import CONF_DIR
 from hpml.names import SAMPLES_PER_S, S, metric
 
 BATCH_SIZE = 128
@@ -92,25 +88,12 @@ def overrides(settings: Settings, root: Path) -> list[str]:
 
 
 def compose_config(settings: Settings, root: Path, extra: Sequence[str] = ()) -> DictConfig:
-    """Compose ``conf/train.yaml`` in-process as ``@hydra.main`` would, outputs under ``root``.
+    """The bench job's config, outputs and store under ``root``; ``extra`` overrides come last."""
+    from hpml.train import compose_job
 
-    ``compose`` leaves the runtime fields that a launched job gets unset; ``hpml.train`` reads
-    the output dir, job name and mode from them, so they are filled in here. ``extra`` overrides
-    come last (other cases' variants).
-    """
     os.environ["HPML_ROOT"] = str(root)
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=[*overrides(settings, root), *extra],
-                      return_hydra_config=True)
     out_dir = root / "outputs" / datetime.now().strftime("%Y-%m-%d/%H-%M-%S_%f")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    cfg.hydra.runtime.output_dir = str(out_dir)
-    cfg.hydra.job.name = "train"
-    cfg.hydra.mode = RunMode.RUN
-    HydraConfig.instance().set_config(cfg)
-    with open_dict(cfg):
-        del cfg["hydra"]
-    return cfg
+    return compose_job([*overrides(settings, root), *extra], out_dir)
 
 
 def check_threads(settings: Settings) -> None:

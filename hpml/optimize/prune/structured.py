@@ -23,6 +23,7 @@ import torch
 import torch_pruning as tp
 from torch import Tensor, nn
 
+from hpml.analysis.flops import tensors_in
 from hpml.errors import IncompatibleError
 from hpml.optimize.prune.amount import units_to_keep
 from hpml.optimize.prune.targets import LAYER_TYPES
@@ -38,16 +39,6 @@ def default_coupling(model: nn.Module) -> tuple[tuple[str, ...], ...]:
     """Layers whose outputs the model combines element-wise where tracing in eval mode cannot
     see it, as the model declares them in ``prune_coupled`` (layer names, pruned together)."""
     return tuple(tuple(group) for group in getattr(model, "prune_coupled", ()))
-
-
-def _outputs(result: Any) -> list[Tensor]:
-    if isinstance(result, Tensor):
-        return [result]
-    if isinstance(result, list | tuple):
-        return [t for item in result for t in _outputs(item)]
-    if isinstance(result, dict):
-        return [t for item in result.values() for t in _outputs(item)]
-    return []
 
 
 class ChannelPruner:
@@ -152,7 +143,7 @@ def check_runs(model: nn.Module, example: Any, reference: Sequence[torch.Size]) 
     model.eval()
     try:
         with torch.no_grad():
-            shapes = [t.shape for t in _outputs(model(example))]
+            shapes = [t.shape for t in tensors_in(model(example))]
     except Exception as exc:
         raise IncompatibleError(
             f"{type(model).__name__} no longer runs after physical pruning "
@@ -172,6 +163,6 @@ def output_shapes(model: nn.Module, example: Any) -> list[torch.Size]:
     model.eval()
     try:
         with torch.no_grad():
-            return [t.shape for t in _outputs(model(example))]
+            return [t.shape for t in tensors_in(model(example))]
     finally:
         model.train(was_training)
