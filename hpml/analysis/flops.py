@@ -126,12 +126,19 @@ def count_flops(model: nn.Module, example: Any, with_backward: bool = False) -> 
     was_training = model.training
     model.eval()
     counter = FlopCounterMode(display=False, custom_mapping=MISSING_RULES)
+    # cuDNN refuses an RNN's backward in eval mode: count RNN backwards through the native
+    # kernels, whose gate matmuls are counted the same way.
+    has_rnn = any(isinstance(m, nn.RNNBase) for m in model.modules())
+    native = torch.backends.cudnn.flags(enabled=not (with_backward and has_rnn))
     try:
-        with counter, torch.set_grad_enabled(with_backward):
-            outputs = tensors_in(model(*args))
-            if with_backward:
-                params = [p for p in model.parameters() if p.requires_grad]
-                total = sum(out.float().sum() for out in outputs if out.requires_grad)
+        # callers may sit in Lightning's validation or test loop, under inference_mode
+        with torch.inference_mode(False), native, counter, torch.set_grad_enabled(with_backward):
+            args = tuple(a.clone() if isinstance(a, torch.Tensor) and a.is_inference() else a
+                         for a in args)
+            outputs = [out for out in tensors_in(model(*args)) if out.requires_grad]
+            params = [p for p in model.parameters() if p.requires_grad]
+            if with_backward and outputs and params:
+                total = sum(out.float().sum() for out in outputs)
                 torch.autograd.grad(total, params, allow_unused=True)
     finally:
         model.train(was_training)

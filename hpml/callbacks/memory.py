@@ -47,18 +47,29 @@ class MemoryBreakdown(L.Callback):
         self.saved = SavedActivations(pl_module)
         self.saved.__enter__()
 
-    def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule,
-                           loss: torch.Tensor) -> None:
+    def _stop_recording(self) -> None:
         if self.saved is not None:
             self.saved.__exit__(None, None, None)
             self.activations = self.saved.bytes
             self.saved = None
+
+    def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule,
+                           loss: torch.Tensor) -> None:
+        self._stop_recording()
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule,
+                     exception: BaseException) -> None:
+        """Never leave the saved-tensor hooks (process-wide) on after a failed step."""
+        self._stop_recording()
+        if self.cuda_snapshot and pl_module.device.type == "cuda":
+            torch.cuda.memory._record_memory_history(enabled=None)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule,
                            outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.done:
             return
         self.done = True
+        self._stop_recording()  # a step with no backward (manual optimisation) ends it here
         params = list(pl_module.parameters())
         parts = {
             "weights": tensor_bytes(params),

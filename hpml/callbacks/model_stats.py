@@ -18,12 +18,19 @@ class ModelStats(L.Callback):
     """
 
     def stats(self, module: L.LightningModule, stage: str) -> dict[str, float]:
-        return {
-            metric(stage, "params", COUNT): param_count(module),
-            metric(stage, "trainable_params", COUNT): param_count(module, trainable_only=True),
-            metric(stage, "nonzero_params", COUNT): nonzero_param_count(module),
-            metric(stage, "size", BYTES): state_dict_bytes(module),
-        }
+        """Counts and size; a quantised or compiled net keeps no parameters in the module tree,
+        so its counts are left out rather than logged as 0 (its saved size still counts)."""
+        found: dict[str, float] = {}
+        if param_count(module) > 0:
+            found |= {
+                metric(stage, "params", COUNT): param_count(module),
+                metric(stage, "trainable_params", COUNT): param_count(module,
+                                                                      trainable_only=True),
+                metric(stage, "nonzero_params", COUNT): nonzero_param_count(module),
+            }
+        if module.state_dict():
+            found[metric(stage, "size", BYTES)] = state_dict_bytes(module)
+        return found
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         log_metrics(trainer, self.stats(pl_module, "model"))

@@ -46,7 +46,8 @@ class PerformanceMonitor(L.Callback):
     (FLOPs per sample x samples/s; forward+backward for training, forward for inference) and MFU,
     the share of a peak: ``<stage>/mfu_table_pct`` against the device's datasheet peak for the
     trainer's precision, when hpml knows the device, and ``<stage>/mfu_measured_pct`` against a
-    GEMM micro-benchmark of this device, cached per host in ``peak_cache_dir``.
+    fp32 GEMM micro-benchmark of this device, cached per host in ``peak_cache_dir`` (under mixed
+    precision the table figure is the one to compare with).
     ``machine/load_avg_1m_procs`` records how busy the machine was: shared machines skew timings.
     """
 
@@ -58,12 +59,18 @@ class PerformanceMonitor(L.Callback):
         self.count_flops, self.measured_peak = count_flops, measured_peak
         self.peak_cache_dir = Path(peak_cache_dir) if peak_cache_dir else None
         self.flops: dict[str, float] = {}  # FLOPs per sample by stage: train, val, test
-        self.peaks: dict[str, float] = {}  # FLOP/s by kind: table, measured
+        self.counted_shapes: tuple | None = None  # parameter shapes the FLOPs were counted for
+        self.peaks: dict[str, float] | None = None  # FLOP/s by kind: table, measured
         self.timers: dict[str, StepTimer] = {}
         self.epoch_start: dict[str, float] = {}
         self.val_seconds_in_train_epoch = 0.0
 
-    def _start(self, stage: str, device: torch.device) -> None:
+    def _start(self, stage: str, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        device = pl_module.device
+        if self.count_flops and hasattr(pl_module, "example_input"):
+            self._count(trainer, pl_module)
+        if device.type == "cuda":  # each stage's peak, not the peak since the process began
+            torch.cuda.reset_peak_memory_stats(device)
         warmup = self.warmup_steps if stage == "train" else self.inference_warmup_steps
         self.timers[stage] = StepTimer(device, warmup)
         self.epoch_start[stage] = synchronized_now(device)
@@ -95,12 +102,21 @@ class PerformanceMonitor(L.Callback):
             return {}
         achieved = per_sample * throughput
         metrics = {metric(stage, "achieved", FLOPS_PER_S): achieved}
-        for kind, peak in self.peaks.items():
+        for kind, peak in (self.peaks or {}).items():
             metrics[metric(stage, f"mfu_{kind}", PCT)] = 100.0 * achieved / peak
         return metrics
 
     def _count(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """FLOPs per sample on one example sample, and the peaks MFU is measured against."""
+        """FLOPs per sample on one sample, again whenever the parameter shapes changed since.
+
+        Physical pruning changes them between stages. A quantised or compiled net keeps no
+        parameters in the module tree: it keeps the fp32 model's count (MFU's convention).
+        """
+        shapes = tuple((name, tuple(p.shape)) for name, p in pl_module.named_parameters())
+        if shapes == self.counted_shapes or (not shapes and self.flops):
+            return
+        first = self.counted_shapes is None
+        self.counted_shapes = shapes
         example = pl_module.example_input(1)
         forward: FlopCount = count_flops(pl_module, example)
         both = count_flops(pl_module, example, with_backward=True)
@@ -108,13 +124,15 @@ class PerformanceMonitor(L.Callback):
                       "test": forward.per_sample}
         log_metrics(trainer, {metric("model", "fwd", FLOPS_PER_SAMPLE): forward.per_sample,
                               metric("model", "fwd_bwd", FLOPS_PER_SAMPLE): both.per_sample})
-        total = forward.by_module.get("", forward.total) or 1
-        rows = ["module,fwd_flops_per_sample,fwd_bwd_flops_per_sample,share_of_fwd_pct"]
-        rows += [f"{name or '(model)'},{flops / forward.batch_size:.0f},"
-                 f"{both.by_module.get(name, 0) / both.batch_size:.0f},{100 * flops / total:.2f}"
-                 for name, flops in forward.by_module.items()]
-        log_text(trainer, "\n".join(rows) + "\n", "flops/by_module.csv")
-        self.peaks = self._peaks(trainer, pl_module.device)
+        if first:
+            total = forward.by_module.get("", forward.total) or 1
+            rows = ["module,fwd_flops_per_sample,fwd_bwd_flops_per_sample,share_of_fwd_pct"]
+            rows += [f"{name or '(model)'},{flops / forward.batch_size:.0f},"
+                     f"{both.by_module.get(name, 0) / both.batch_size:.0f},"
+                     f"{100 * flops / total:.2f}" for name, flops in forward.by_module.items()]
+            log_text(trainer, "\n".join(rows) + "\n", "flops/by_module.csv")
+        if self.peaks is None:
+            self.peaks = self._peaks(trainer, pl_module.device)
 
     def _peaks(self, trainer: L.Trainer, device: torch.device) -> dict[str, float]:
         from hpml.analysis.devices import PRECISIONS, measure_peak, table_peak
@@ -128,20 +146,16 @@ class PerformanceMonitor(L.Callback):
             peaks["measured"] = measure_peak(device, cache).fp32_flops_per_s
         return peaks
 
-    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if pl_module.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(pl_module.device)
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         _, source = peak_memory_bytes(pl_module.device)
         for logger in trainer.loggers:
             if isinstance(logger, MLFlowLogger):
                 logger.experiment.set_tag(logger.run_id, "hpml.peak_memory_source", source)
-        if self.count_flops and hasattr(pl_module, "example_input"):
-            self._count(trainer, pl_module)
 
     # training
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.val_seconds_in_train_epoch = 0.0
-        self._start("train", pl_module.device)
+        self._start("train", trainer, pl_module)
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule,
                              batch: Any, batch_idx: int) -> None:
@@ -160,7 +174,7 @@ class PerformanceMonitor(L.Callback):
     # validation and test: inference speed
     def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.sanity_checking:
-            self._start("val", pl_module.device)
+            self._start("val", trainer, pl_module)
 
     def on_validation_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule,
                                   batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
@@ -182,7 +196,7 @@ class PerformanceMonitor(L.Callback):
         pl_module.log_dict(metrics, on_step=False, on_epoch=True)
 
     def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._start("test", pl_module.device)
+        self._start("test", trainer, pl_module)
 
     def on_test_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule,
                             batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:

@@ -135,11 +135,19 @@ class TorchProfilerWindow(L.Callback):
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.regions.close()
 
-    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def _stop(self) -> None:
         self.regions.close()
         if self.profiler is not None:
             self.profiler.stop()
             self.profiler = None
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule,
+                     exception: BaseException) -> None:
+        """A failed run stops the profiler and closes its open range (both process-wide)."""
+        self._stop()
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._stop()
         if self.windows == 0:
             log.warning("the profiler window never opened: training had fewer steps than "
                         "skip_first + wait + warmup + active")

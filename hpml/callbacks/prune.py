@@ -61,7 +61,7 @@ from hpml.analysis.flops import count_flops
 from hpml.analysis.latency import measure_latency
 from hpml.analysis.model_stats import nonzero_param_count, param_count, state_dict_bytes
 from hpml.callbacks.logging import log_metrics, log_text
-from hpml.errors import ConfigError, HpmlError, non_negative_int, positive_int
+from hpml.errors import ConfigError, non_negative_int, positive_int
 from hpml.names import BYTES, COUNT, FLOPS_PER_SAMPLE, MS, NATS, PCT, X, metric
 from hpml.optimize.prune import io as prune_io
 from hpml.optimize.prune.amount import check_amount
@@ -288,9 +288,7 @@ class Prune(L.Callback):
             return None
         try:
             return datamodule.val_dataloader()
-        except HpmlError:
-            raise
-        except Exception:  # no validation split: quality is simply not measured
+        except ConfigError:  # no validation split: quality is simply not measured
             return None
 
     def _sensitivity(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -156,7 +156,7 @@ class Quantize(L.Callback):
         datamodule = trainer.datamodule
         try:
             loader = datamodule.train_dataloader()
-        except Exception:  # test-only runs: the training split was never set up
+        except ConfigError:  # test-only runs: the training split was never set up
             datamodule.setup("fit")
             loader = datamodule.train_dataloader()
         return [inputs_of(b) for b in take(loader, self.calibration_batches)]

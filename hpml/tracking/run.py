@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -110,16 +110,17 @@ class MlflowTracker:
             tags={**environment_tags(), **hydra_tags()},
             log_system_metrics=self.log_system_metrics,
         )
+        status = "FINISHED"
         try:
             _log_config(cfg)
             yield TrackedRun(self, active)
         except BaseException as exc:
-            _log_failure(exc)
-            _log_job_log()
-            mlflow.end_run("KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+            status = "KILLED" if interrupted(exc) else "FAILED"
+            _best_effort(_log_failure, exc)
             raise
-        _log_job_log()
-        mlflow.end_run("FINISHED")
+        finally:  # the run always ends, or the next job in this process could not start one
+            _best_effort(_log_job_log)
+            mlflow.end_run(status)
 
 
 def _log_config(cfg: DictConfig) -> None:
@@ -131,6 +132,19 @@ def _log_config(cfg: DictConfig) -> None:
         hydra_dir = Path(HydraConfig.get().runtime.output_dir) / HydraConfig.get().output_subdir
         if hydra_dir.is_dir():
             mlflow.log_artifacts(str(hydra_dir), "config/hydra")
+
+
+def interrupted(exc: BaseException) -> bool:
+    """Ctrl-C: Lightning turns KeyboardInterrupt into SystemExit(1), keeping it as the context."""
+    return isinstance(exc, KeyboardInterrupt) or isinstance(exc.__context__, KeyboardInterrupt)
+
+
+def _best_effort(action: Callable[..., None], *args: Any) -> None:
+    """Record what can be recorded of a run that is ending; never mask the run's own error."""
+    try:
+        action(*args)
+    except Exception:
+        log.warning("could not record %s in MLflow", action.__name__, exc_info=True)
 
 
 def _log_failure(exc: BaseException) -> None:

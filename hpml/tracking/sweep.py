@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 import json
+import math
 import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from hpml.tracking.run import PARENT_FILE
+
+
+def job_failed(job_return: JobReturn) -> bool:
+    """A job that raised, or that hpml's task reported failed by returning NaN."""
+    if job_return.status == JobStatus.FAILED:
+        return True
+    value = job_return.return_value  # safe: raises only for FAILED, handled above
+    return isinstance(value, float) and math.isnan(value)
 
 
 class MlflowSweepCallback(Callback):
@@ -23,6 +33,12 @@ class MlflowSweepCallback(Callback):
     ``<sweep dir>/mlflow_parent_run.json``. The parent ends FAILED if any child failed, and the
     command then exits 1 so scripts notice.
     """
+
+    def __init__(self) -> None:
+        self.failed_jobs = 0  # seen in this process; jobs that failed before their run existed
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        self.failed_jobs += job_failed(job_return)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         # The launcher sets this only when jobs start; the sweep dir and the store's path
@@ -51,9 +67,9 @@ class MlflowSweepCallback(Callback):
         client = instantiate(config.logger).client()
         children = client.search_runs(
             [record["experiment_id"]], f"tags.mlflow.parentRunId = '{record['run_id']}'")
-        failed = [run for run in children if run.info.status != "FINISHED"]
+        failed = max(sum(run.info.status != "FINISHED" for run in children), self.failed_jobs)
         client.set_terminated(record["run_id"], "FAILED" if failed else "FINISHED")
-        print(f"hpml: sweep {record['run_id']}: {len(children)} runs, {len(failed)} failed",
+        print(f"hpml: sweep {record['run_id']}: {len(children)} runs, {failed} failed",
               file=sys.stderr)
         if failed:
             raise SystemExit(1)
