@@ -10,6 +10,22 @@ class HpmlError(Exception):
     """Base of the errors hpml reports as one line, without a traceback."""
 
 
+def one_line(exc: BaseException) -> str:
+    """``Type: message`` on a single line, for tags and terminals.
+
+    Here rather than in ``hpml.tracking.run`` so reporting a failure never imports torch. An
+    error raised in a DataLoader worker comes back with the worker's traceback in its message:
+    only the original error's last line is kept.
+    """
+    text = str(exc)
+    if "\nOriginal Traceback (most recent call last):" in text:
+        last = text.rstrip().splitlines()[-1]  # "<module>.<Type>: <message>"
+        kind, _, rest = last.partition(": ")
+        text = rest if kind.rsplit(".", 1)[-1] == type(exc).__name__ else last
+    message = " ".join(text.split())
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
 class ConfigError(HpmlError):
     """A config value is out of range or does not fit the rest of the config."""
 

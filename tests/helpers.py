@@ -1,6 +1,9 @@
-"""Fault injection for end-to-end tests: a callback that raises part-way through training."""
+"""Fault injection for end-to-end tests: callbacks that fail or stall part-way through training."""
 
 from __future__ import annotations
+
+import time
+from pathlib import Path
 
 import lightning as L
 
@@ -14,3 +17,41 @@ class FailAtEpoch(L.Callback):
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.current_epoch == self.epoch:
             raise RuntimeError(f"injected failure at epoch {self.epoch}")
+
+
+class SlowBatches(L.Callback):
+    """Sleeps ``seconds`` after each training batch from epoch ``from_epoch`` on.
+
+    Slows training just enough for a test to signal the process mid-epoch; Lightning checks for
+    SIGTERM after every batch, so the run stops within one batch of the signal.
+    """
+
+    def __init__(self, seconds: float = 0.3, from_epoch: int = 1) -> None:
+        self.seconds, self.from_epoch = seconds, from_epoch
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule,
+                           outputs: object, batch: object, batch_idx: int) -> None:
+        if trainer.current_epoch >= self.from_epoch:
+            time.sleep(self.seconds)
+
+
+class WaitAtEpoch(L.Callback):
+    """Holds training at the start of epoch ``epoch`` until the test creates ``<gate_dir>/go``.
+
+    Writes ``<gate_dir>/reached`` first: by then every earlier epoch's metrics have been sent, so
+    a test can take the tracking server down at a known point and release the run into it.
+    """
+
+    def __init__(self, gate_dir: str, epoch: int = 1, timeout_s: float = 300.0) -> None:
+        self.gate_dir, self.epoch, self.timeout_s = Path(gate_dir), epoch, timeout_s
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.current_epoch != self.epoch:
+            return
+        self.gate_dir.mkdir(parents=True, exist_ok=True)
+        (self.gate_dir / "reached").touch()
+        deadline = time.monotonic() + self.timeout_s
+        while not (self.gate_dir / "go").exists():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no {self.gate_dir / 'go'} within {self.timeout_s} s")
+            time.sleep(0.05)

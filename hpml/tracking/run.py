@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,14 +17,18 @@ from hydra.types import RunMode
 from mlflow import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
+from hpml.errors import one_line  # re-exported: callers import it from here too
+from hpml.tracking.jobs import PARENT_FILE  # re-exported likewise
 from hpml.tracking.logger import AttachedMLFlowLogger
-from hpml.tracking.store import experiment_id
+from hpml.tracking.redact import redact_config, redact_text
+from hpml.tracking.remote import PREFLIGHT_TIMEOUT_S, RETRY_S, fail_fast_if_server_gone
+from hpml.tracking.store import StoreError, experiment_id, prepare_store, retry_locked
 from hpml.tracking.tags import default_run_name, device_tags, environment_tags, hydra_tags
 
-PARENT_FILE = "mlflow_parent_run.json"
 MAX_PARAM_CHARS = 6000  # MLflow 3's limit on one param value
 
 log = logging.getLogger(__name__)
+trace = logging.getLogger("hpml.trace")  # to the job log file only (conf/hydra/default.yaml)
 # MLflow announces every start and stop of its system-metrics thread at INFO: noise on every run.
 logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
 
@@ -41,12 +46,6 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, str]:
     return {prefix.rstrip("."): text}
 
 
-def one_line(exc: BaseException) -> str:
-    """``Type: message`` on a single line, for tags and terminals."""
-    message = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-
-
 class TrackedRun:
     """The active run: its id, a Lightning logger bound to it, and where it lives."""
 
@@ -56,7 +55,8 @@ class TrackedRun:
         self.experiment_id: str = run.info.experiment_id
 
     def lightning_logger(self) -> AttachedMLFlowLogger:
-        return AttachedMLFlowLogger(tracking_uri=self.tracker.tracking_uri, run_id=self.run_id)
+        return AttachedMLFlowLogger(tracking_uri=self.tracker.tracking_uri, run_id=self.run_id,
+                                    checkpoint_max_bytes=self.tracker.checkpoint_max_bytes)
 
     def set_device(self, device: Any) -> None:
         """Tag the device the trainer actually chose (known only once the trainer exists)."""
@@ -77,23 +77,34 @@ class MlflowTracker:
 
     def __init__(self, tracking_uri: str, experiment_name: str = "hpml",
                  artifact_root: str | None = None, run_name: str | None = None,
-                 log_system_metrics: bool = True, system_metrics_interval_s: float = 1.0) -> None:
+                 log_system_metrics: bool = True, system_metrics_interval_s: float = 1.0,
+                 retry_s: float | None = RETRY_S,
+                 preflight_timeout_s: float = PREFLIGHT_TIMEOUT_S,
+                 checkpoint_max_bytes: int | None = None) -> None:
         self.tracking_uri = tracking_uri
+        self.retry_s = retry_s  # how long a request to a server that went away is retried
+        self.preflight_timeout_s = preflight_timeout_s
         self.experiment_name = experiment_name
         self.artifact_root = artifact_root
         self.run_name = run_name
         self.log_system_metrics = log_system_metrics
         self.system_metrics_interval_s = system_metrics_interval_s
+        self.checkpoint_max_bytes = checkpoint_max_bytes  # larger checkpoints stay on disk only
 
     def client(self) -> MlflowClient:
+        """A client of the store, which is created first if it is a new local file."""
+        prepare_store(self.tracking_uri)
         return MlflowClient(self.tracking_uri)
 
     def experiment_id(self) -> str:
         return experiment_id(self.client(), self.experiment_name, self.artifact_root)
 
     @contextmanager
-    def run(self, cfg: DictConfig) -> Iterator[TrackedRun]:
-        """Run ``cfg`` inside a fresh MLflow run (a child of its sweep's parent, if any)."""
+    def run(self, cfg: DictConfig, resume: str | None = None) -> Iterator[TrackedRun]:
+        """Run ``cfg`` inside a fresh MLflow run (a child of its sweep's parent, if any).
+
+        ``resume``: the id of a stopped run to reopen instead (``resume=<run id>``).
+        """
         mlflow.set_tracking_uri(self.tracking_uri)
         if self.log_system_metrics:
             from mlflow.system_metrics import (
@@ -103,53 +114,109 @@ class MlflowTracker:
 
             set_system_metrics_sampling_interval(self.system_metrics_interval_s)
             set_system_metrics_samples_before_logging(1)
-        active = mlflow.start_run(
-            experiment_id=self.experiment_id(),
-            run_name=self.run_name or default_run_name(),
-            parent_run_id=sweep_parent(),
-            tags={**environment_tags(), **hydra_tags()},
-            log_system_metrics=self.log_system_metrics,
-        )
+        tags = {**environment_tags(), **hydra_tags()}
+        run_name = self.run_name or default_run_name()
+        try:
+            record = sweep_record()
+            parent = record["run_id"] if record else None
+            active = retry_locked(lambda: mlflow.start_run(
+                run_id=resume, experiment_id=None if resume else self.experiment_id(),
+                run_name=None if resume else run_name, parent_run_id=parent,
+                tags=tags, log_system_metrics=self.log_system_metrics))
+        except Exception as exc:  # no run to record the failure in: make one, if the store works
+            fail_fast_if_server_gone(exc)
+            if not isinstance(exc, StoreError):
+                _best_effort(self._record_unstarted, cfg, run_name, tags, exc)
+            raise
         status = "FINISHED"
         try:
-            _log_config(cfg)
+            _log_config(cfg, resumed=resume is not None)
             yield TrackedRun(self, active)
         except BaseException as exc:
             status = "KILLED" if interrupted(exc) else "FAILED"
+            fail_fast_if_server_gone(exc)  # retried for logger.retry_s already: once is enough
             _best_effort(_log_failure, exc)
             raise
         finally:  # the run always ends, or the next job in this process could not start one
             _best_effort(_log_job_log)
-            mlflow.end_run(status)
+            _best_effort(mlflow.end_run, status)
+
+    def record_refused(self, cfg: DictConfig, exc: BaseException) -> None:
+        """A job of a sweep refused before its run started, as a FAILED child of the sweep, so
+        the sweep's page lists every job. Outside a sweep the one line on the terminal is all."""
+        if _sweep_record_or_none() is None or isinstance(exc, StoreError):
+            return
+        mlflow.set_tracking_uri(self.tracking_uri)
+        _best_effort(self._record_unstarted, cfg, self.run_name or default_run_name(),
+                     {**environment_tags(), **hydra_tags()}, exc)
+
+    def _record_unstarted(self, cfg: DictConfig, run_name: str, tags: dict[str, str],
+                          exc: BaseException) -> None:
+        """A FAILED run for a job whose own run could not start, so no job leaves no trace.
+
+        In a sweep it goes under the parent, in the parent's experiment: the job's own
+        experiment may be what failed.
+        """
+        client = self.client()
+        record = _sweep_record_or_none()
+        if record is not None:
+            tags = {**tags, "mlflow.parentRunId": record["run_id"]}
+        error = redact_text(one_line(exc))[:5000]
+        run = client.create_run(record["experiment_id"] if record else self.experiment_id(),
+                                run_name=run_name, tags={**tags, "hpml.error": error})
+        mlflow.start_run(run_id=run.info.run_id, log_system_metrics=False)
+        try:
+            _best_effort(_log_config, cfg)
+            _best_effort(_log_failure, exc)
+            _best_effort(_log_job_log)
+        finally:
+            mlflow.end_run("FAILED")
 
 
-def _log_config(cfg: DictConfig) -> None:
-    """The resolved config as params and as a file, plus Hydra's own record of the job."""
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    mlflow.log_params(flatten(resolved))
-    mlflow.log_text(OmegaConf.to_yaml(resolved), "config/config_resolved.yaml")
+def _log_config(cfg: DictConfig, resumed: bool = False) -> None:
+    """The resolved config as params and as a file, plus Hydra's own record of the job.
+
+    A resumed run keeps the params it has (MLflow refuses changed values) and gains new ones;
+    each resume's config goes under ``config/resumed_<time>/``.
+    """
+    resolved = redact_config(OmegaConf.to_container(cfg, resolve=True),
+                             OmegaConf.to_container(cfg, resolve=False))
+    params, folder = flatten(resolved), "config"
+    if resumed:
+        known = MlflowClient().get_run(mlflow.active_run().info.run_id).data.params
+        params = {key: value for key, value in params.items() if key not in known}
+        folder = f"config/resumed_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
+    mlflow.log_params(params)
+    mlflow.log_text(OmegaConf.to_yaml(resolved), f"{folder}/config_resolved.yaml")
     if HydraConfig.initialized():
         hydra_dir = Path(HydraConfig.get().runtime.output_dir) / HydraConfig.get().output_subdir
-        if hydra_dir.is_dir():
-            mlflow.log_artifacts(str(hydra_dir), "config/hydra")
+        for path in sorted(hydra_dir.glob("*.yaml")):  # overrides may carry a URI's password
+            mlflow.log_text(redact_text(path.read_text()), f"{folder}/hydra/{path.name}")
 
 
 def interrupted(exc: BaseException) -> bool:
-    """Ctrl-C: Lightning turns KeyboardInterrupt into SystemExit(1), keeping it as the context."""
-    return isinstance(exc, KeyboardInterrupt) or isinstance(exc.__context__, KeyboardInterrupt)
+    """Ctrl-C or SIGTERM: Lightning turns KeyboardInterrupt into SystemExit(1), keeping it as
+    the context, and a signal into SIGTERMException at the next batch (hpml.tracking.stop)."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from hpml.tracking.stop import stopping  # here: stop imports this module
+
+    return (isinstance(exc, KeyboardInterrupt | SIGTERMException)
+            or isinstance(exc.__context__, KeyboardInterrupt) or stopping())
 
 
 def _best_effort(action: Callable[..., None], *args: Any) -> None:
     """Record what can be recorded of a run that is ending; never mask the run's own error."""
     try:
         action(*args)
-    except Exception:
-        log.warning("could not record %s in MLflow", action.__name__, exc_info=True)
+    except Exception as exc:  # the traceback goes to the job log, the terminal gets one line
+        log.warning("could not record %s in MLflow: %s", action.__name__, one_line(exc))
+        trace.warning("could not record %s in MLflow", action.__name__, exc_info=True)
 
 
 def _log_failure(exc: BaseException) -> None:
-    mlflow.set_tag("hpml.error", one_line(exc)[:5000])
-    mlflow.log_text("".join(traceback.format_exception(exc)), "error/traceback.txt")
+    mlflow.set_tag("hpml.error", redact_text(one_line(exc))[:5000])
+    mlflow.log_text(redact_text("".join(traceback.format_exception(exc))), "error/traceback.txt")
 
 
 def _log_job_log() -> None:
@@ -161,15 +228,26 @@ def _log_job_log() -> None:
     hc = HydraConfig.get()
     path = Path(hc.runtime.output_dir) / f"{hc.job.name}.log"
     if path.is_file():
-        mlflow.log_artifact(str(path), "logs")
+        mlflow.log_text(redact_text(path.read_text(errors="replace")), f"logs/{path.name}")
 
 
-def sweep_parent() -> str | None:
-    """Id of the sweep's parent run, written by ``MlflowSweepCallback`` into the sweep dir."""
+def sweep_record() -> dict[str, str] | None:
+    """The sweep's parent run (``run_id``, ``experiment_id``), as ``MlflowSweepCallback`` wrote
+    it into the sweep dir; None outside a sweep.
+
+    A job of a sweep without that record fails rather than log a stray top-level run.
+    """
     if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
         return None
     path = Path(HydraConfig.get().sweep.dir) / PARENT_FILE
     if not path.is_file():
-        log.warning("no parent run recorded at %s: this job is logged as a top-level run", path)
+        raise StoreError(f"no sweep parent run recorded at {path}: the sweep callback "
+                         "(hydra.callbacks.mlflow_sweep) must stay enabled for multiruns")
+    return json.loads(path.read_text())
+
+
+def _sweep_record_or_none() -> dict[str, str] | None:
+    try:
+        return sweep_record()
+    except StoreError:
         return None
-    return json.loads(path.read_text())["run_id"]

@@ -1,20 +1,96 @@
-"""Where runs go: experiments with an explicit artifact location next to a local store."""
+"""Where runs go: a local store made safely under concurrency, experiments placed beside it."""
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
+import random
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import urlparse
 
+from filelock import FileLock
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
+from hpml.errors import HpmlError
+
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+LOCK_TIMEOUT_S = 300.0  # creating a store's schema takes seconds; minutes means a stuck peer
+LOCKED_RETRIES = 8  # ~13 s of backoff on top of SQLite's own 20 s busy timeout per attempt
+
+
+class StoreError(HpmlError):
+    """The tracking store cannot be created or written."""
 
 
 def is_local(tracking_uri: str) -> bool:
     """True for stores on this machine (SQLite files), whose artifacts must be placed explicitly."""
     return urlparse(tracking_uri).scheme in ("sqlite", "file", "")
+
+
+def sqlite_path(tracking_uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI (None for servers and in-memory stores)."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    path = tracking_uri.removeprefix("sqlite:///").split("?")[0]
+    return None if path in ("", ":memory:") else Path("/" + path.lstrip("/"))
+
+
+@functools.cache
+def prepare_store(tracking_uri: str) -> None:
+    """Create and migrate a local SQLite store once, under an inter-process lock.
+
+    MLflow creates its schema on first use without a lock (``SqlAlchemyStore.__init__``); processes
+    starting on a fresh file at once then race (``table ... already exists``, ``duplicate column
+    name``). Holding a file lock beside the database while this process opens the store serialises
+    the creation; MLflow caches the opened store per URI, so later clients skip the check.
+    """
+    path = sqlite_path(tracking_uri)
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"cannot create the MLflow store at {path}: {exc.strerror}; "
+                         "set logger.tracking_uri=sqlite:///<writable dir>/mlflow.db "
+                         "(or HPML_ROOT)") from None
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise StoreError(f"the MLflow store {path} is not writable; set "
+                         "logger.tracking_uri=sqlite:///<writable dir>/mlflow.db (or HPML_ROOT)")
+    with FileLock(f"{path}.lock", timeout=LOCK_TIMEOUT_S):
+        retry_locked(lambda: MlflowClient(tracking_uri).search_experiments(max_results=1))
+
+
+def is_locked_error(exc: BaseException) -> bool:
+    """SQLite's ``database is locked``, however MLflow or SQLAlchemy wrapped it."""
+    while exc is not None:
+        if "database is locked" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def retry_locked(action: Callable[[], T], retries: int = LOCKED_RETRIES) -> T:
+    """Run ``action``, again with jittered backoff while SQLite says the database is locked.
+
+    SQLite's busy timeout does not cover every case: a reader upgrading to a writer gets
+    ``database is locked`` at once when another process writes, so sweeps in parallel need this.
+    """
+    for attempt in range(retries):
+        try:
+            return action()
+        except Exception as exc:
+            if not is_locked_error(exc):
+                raise
+            delay = min(0.1 * 2**attempt, 5.0) * (0.5 + random.random())
+            log.debug("database is locked; retrying in %.2f s", delay)
+            time.sleep(delay)
+    return action()
 
 
 def experiment_id(client: MlflowClient, name: str, artifact_root: str | None) -> str:
@@ -23,14 +99,18 @@ def experiment_id(client: MlflowClient, name: str, artifact_root: str | None) ->
     For a local store its artifacts go to ``artifact_root/<name>``: without an explicit location
     MLflow would put them under the current directory. A server picks its own location.
     """
-    found = client.get_experiment_by_name(name)
+    found = retry_locked(lambda: client.get_experiment_by_name(name))
+    if found is not None and found.lifecycle_stage == "deleted":
+        raise HpmlError(f"experiment '{name}' is deleted in this store: restore it "
+                        f"(mlflow experiments restore --experiment-id {found.experiment_id}) "
+                        "or set logger.experiment_name=<another name>")
     if found is not None:
         return found.experiment_id
     location = None
     if artifact_root and is_local(client.tracking_uri):
         location = (Path(artifact_root).resolve() / name).as_uri()
     try:
-        return client.create_experiment(name, artifact_location=location)
+        return retry_locked(lambda: client.create_experiment(name, artifact_location=location))
     except MlflowException as exc:  # another job or sweep created it between the two calls
         found = client.get_experiment_by_name(name)
         if found is None:

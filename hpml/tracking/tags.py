@@ -15,6 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
 from hpml.analysis.devices import device_name
+from hpml.tracking.redact import redact_text
 
 
 def git_commit(cwd: Path) -> tuple[str, bool] | None:
@@ -60,11 +61,11 @@ def environment_tags() -> dict[str, str]:
 def hydra_tags() -> dict[str, str]:
     """Choices, the job's own reproducible command and its place in a sweep."""
     if not HydraConfig.initialized():
-        return {"hpml.command": shlex.join(sys.argv)}
+        return {"hpml.command": redact_text(shlex.join(sys.argv))}
     hc = HydraConfig.get()
     overrides = list(hc.overrides.task)
     tags = {
-        "hpml.command": shlex.join(["python", "-m", "hpml.train", *overrides]),
+        "hpml.command": redact_text(shlex.join(["python", "-m", "hpml.train", *overrides])),
         "hpml.output_dir": str(hc.runtime.output_dir),
     }
     tags.update({f"hpml.choice.{group}": str(option)
@@ -72,7 +73,8 @@ def hydra_tags() -> dict[str, str]:
                  if not group.startswith("hydra") and option is not None})
     if hc.mode == RunMode.MULTIRUN:
         tags["hpml.sweep_dir"] = str(hc.sweep.dir)
-        tags["hpml.sweep_command"] = shlex.join(["python", "-m", "hpml.train", *sys.argv[1:]])
+        tags["hpml.sweep_command"] = redact_text(
+            shlex.join(["python", "-m", "hpml.train", *sys.argv[1:]]))
         tags["hpml.job_num"] = str(hc.job.num)
     return tags
 
@@ -84,5 +86,5 @@ def default_run_name() -> str:
     hc = HydraConfig.get()
     name = f"{hc.runtime.choices.get('model')}/{hc.runtime.choices.get('data')}"
     if hc.mode == RunMode.MULTIRUN and hc.job.override_dirname:
-        name += f" [{hc.job.override_dirname}]"
+        name += f" [{redact_text(hc.job.override_dirname)}]"
     return name

@@ -1,0 +1,42 @@
+"""Secrets never reach MLflow or the terminal: credentials in URIs, secret-named values.
+
+Params, tags and artifacts are readable by everyone who can open the tracking server, so a
+``http://user:password@host`` URI or a ``${oc.env:HF_TOKEN}`` resolved into the config must be
+masked before they are logged.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+MASK = "***"
+SECRET_NAME = re.compile(r"token|passw|secret|api[_-]?key|access[_-]?key|private[_-]?key|"
+                         r"credential|auth", re.IGNORECASE)
+URI_CREDENTIALS = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)[^\s/@]+@", re.IGNORECASE)
+ENV_REFERENCE = re.compile(r"oc\.env:\s*([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def redact_text(text: str) -> str:
+    """``scheme://user:password@host`` -> ``scheme://***@host`` anywhere in ``text``."""
+    return URI_CREDENTIALS.sub(rf"\g<scheme>{MASK}@", text)
+
+
+def is_secret_name(name: str) -> bool:
+    """Names of keys or environment variables that hold secrets (``HF_TOKEN``, ``db_password``)."""
+    return bool(SECRET_NAME.search(name))
+
+
+def redact_config(resolved: Any, raw: Any) -> Any:
+    """``resolved`` with secret-named keys, values read from secret-named environment variables
+    (seen in the unresolved ``raw`` tree) and URI credentials masked."""
+    if isinstance(resolved, dict):
+        raw = raw if isinstance(raw, dict) else {}
+        return {key: MASK if is_secret_name(str(key)) else redact_config(value, raw.get(key))
+                for key, value in resolved.items()}
+    if isinstance(resolved, list):
+        raw = raw if isinstance(raw, list) and len(raw) == len(resolved) else [None] * len(resolved)
+        return [redact_config(value, r) for value, r in zip(resolved, raw, strict=True)]
+    if isinstance(raw, str) and any(is_secret_name(n) for n in ENV_REFERENCE.findall(raw)):
+        return MASK
+    return redact_text(resolved) if isinstance(resolved, str) else resolved

@@ -1,0 +1,414 @@
+"""Tracking-server failures: malformed URIs and silent servers fail in one line before anything
+starts; a real ``mlflow server`` stopped and restarted mid-run costs no metric."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hpml.errors import ConfigError
+from hpml.tracking.remote import (
+    PREFLIGHT_TIMEOUT_S,
+    TrackingServerError,
+    check_uri,
+    configure_retries,
+    fail_fast_if_server_gone,
+    preflight,
+    prepare,
+    retries_for,
+    retry_window_s,
+    server_gone,
+)
+from tests.conftest import QUICK, REPO, run_cli, stderr_lines
+
+MALFORMED = ["htp://x", "http://", "localhost:5000", "sqlite://", "http://host:port"]
+RETRY_VARIABLES = ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
+                   "_MLFLOW_HTTP_REQUEST_MAX_RETRIES_LIMIT")
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (the socket is closed again)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def retry_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``configure_retries`` writes os.environ: undo it after the test."""
+    for name in RETRY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
+# --- the URI's form, in-process -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("uri", MALFORMED)
+def test_malformed_uri_names_the_value_and_what_is_valid(uri):
+    with pytest.raises(ConfigError) as caught:
+        check_uri(uri)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert f"logger.tracking_uri={uri!r}" in message
+    assert "sqlite:///path" in message and "http(s)://host:port" in message
+    assert "databricks" in message
+
+
+def test_a_host_and_port_without_scheme_gets_a_hint():
+    with pytest.raises(ConfigError, match=r"did you mean http://localhost:5000\?"):
+        check_uri("localhost:5000")
+
+
+@pytest.mark.parametrize(("uri", "scheme"), [
+    ("sqlite:////tmp/x/mlflow.db", "sqlite"), ("sqlite:///mlflow.db", "sqlite"),
+    ("http://127.0.0.1:5000", "http"), ("https://mlflow.example.com", "https"),
+    ("databricks", "databricks"), ("databricks://profile", "databricks"),
+    ("postgresql://host/db", "postgresql"), ("mysql+pymysql://u@host/db", "mysql+pymysql"),
+])
+def test_valid_uris_pass_without_network(uri, scheme):
+    assert check_uri(uri) == scheme
+    if scheme not in ("http", "https"):
+        preflight(uri)  # form only: no request, no error
+
+
+def test_credentials_never_appear_in_messages():
+    with pytest.raises(ConfigError) as caught:
+        check_uri("htp://alice:hunter2@host:5000")
+    assert "hunter2" not in str(caught.value) and "alice" not in str(caught.value)
+    assert "htp://***@host:5000" in str(caught.value)
+    with pytest.raises(TrackingServerError) as caught:
+        preflight(f"http://alice:hunter2@127.0.0.1:{free_port()}")
+    assert "hunter2" not in str(caught.value) and "***@127.0.0.1" in str(caught.value)
+
+
+def test_bad_settings_are_config_errors():
+    class Settings:
+        tracking_uri = "http://127.0.0.1:9"
+        retry_s = 600.0
+        preflight_timeout_s = 0
+
+    with pytest.raises(ConfigError, match=r"logger\.preflight_timeout_s"):
+        prepare(Settings())
+    Settings.preflight_timeout_s, Settings.retry_s = 1.0, -1
+    with pytest.raises(ConfigError, match=r"logger\.retry_s"):
+        prepare(Settings())
+
+
+# --- the preflight, in-process -------------------------------------------------------------------
+
+
+def test_preflight_refused_port_fails_naming_uri_and_its_bound():
+    uri = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(TrackingServerError) as caught:
+        preflight(uri)
+    message = str(caught.value)
+    assert f"tracking server {uri} is unreachable: connection refused" in message
+    assert f"logger.preflight_timeout_s={PREFLIGHT_TIMEOUT_S:g} s" in message
+    assert PREFLIGHT_TIMEOUT_S <= 3  # startup (2-5 s on 2 cores) + this stays under 10 s
+
+
+def test_preflight_gives_up_on_a_server_that_never_answers():
+    """A port that accepts connections and then says nothing: the bound, not a hang."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)  # never accepted: the handshake completes, no byte comes back
+        uri = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        with pytest.raises(TrackingServerError, match=r"no answer within 0\.3 s"):
+            preflight(uri, timeout_s=0.3)
+
+
+def test_preflight_tells_a_web_server_from_an_mlflow_server():
+    class NotMlflow(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), NotMlflow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(TrackingServerError, match=r"HTTP 404 .* not an MLflow tracking server"):
+            preflight(f"http://127.0.0.1:{server.server_address[1]}")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# --- the retry window -----------------------------------------------------------------------------
+
+
+def test_retry_window_follows_urllib3_backoff():
+    assert [retry_window_s(n) for n in range(8)] == [0, 0, 2, 6, 14, 30, 62, 126]
+    assert retry_window_s(9) == 126 + 120 + 120  # capped at urllib3's 120 s per wait
+    assert retries_for(0) == 0
+    assert retries_for(600) == 11 and retry_window_s(10) < 600 <= retry_window_s(11)
+
+
+def test_configure_retries_sets_mlflow_variables_and_its_limit(retry_env):
+    from mlflow.environment_variables import (
+        _MLFLOW_HTTP_REQUEST_MAX_RETRIES_LIMIT,
+        MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR,
+        MLFLOW_HTTP_REQUEST_MAX_RETRIES,
+    )
+
+    assert configure_retries(600) == 11
+    assert MLFLOW_HTTP_REQUEST_MAX_RETRIES.get() == 11
+    assert MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR.get() == 1
+    assert _MLFLOW_HTTP_REQUEST_MAX_RETRIES_LIMIT.get() >= 11  # else MLflow refuses 11
+    assert configure_retries(30) == 5
+
+
+def test_a_lost_server_fails_the_rest_at_once_until_the_next_job(retry_env):
+    import requests
+    from mlflow.environment_variables import MLFLOW_HTTP_REQUEST_MAX_RETRIES
+
+    class Settings:
+        tracking_uri, retry_s, preflight_timeout_s = "sqlite:////tmp/x.db", None, 5.0
+
+    fail_fast_if_server_gone(RuntimeError("not about the server"))
+    assert os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES") is None
+    try:  # as MLflow wraps it: a new error raised while handling the requests error
+        try:
+            raise requests.exceptions.ConnectionError("Max retries exceeded")
+        except requests.exceptions.ConnectionError as cause:
+            raise RuntimeError(f"API request to http://h/api failed with {cause}")  # noqa: B904
+    except RuntimeError as exc:
+        lost = exc
+    assert server_gone(lost)
+    fail_fast_if_server_gone(lost)
+    assert MLFLOW_HTTP_REQUEST_MAX_RETRIES.get() == 0
+    prepare(Settings())  # the next job in this process (MLflow's own retry settings)
+    assert os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES") is None
+
+
+# --- the command line, no server ------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_unreachable_server_fails_in_one_line_before_training(root, client):
+    uri = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    result = run_cli(["model=vae", *QUICK, f"logger.tracking_uri={uri}"], root, timeout=120)
+    assert result.returncode == 1
+    errors = stderr_lines(result, "hpml: error:")
+    assert len(errors) == 1, result.stderr[-3000:]
+    assert f"tracking server {uri} is unreachable: connection refused" in errors[0]
+    assert "logger.preflight_timeout_s=3 s" in errors[0]  # the bound conf/logger/mlflow.yaml sets
+    assert "Epoch" not in result.stdout + result.stderr  # no training started
+    assert "hpml: run" not in result.stdout
+    assert client.get_experiment_by_name("hpml") is None  # no run in the local store either
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("uri", ["htp://x", "http://", "localhost:5000"])
+def test_malformed_uri_fails_in_one_line(root, uri):
+    result = run_cli(["model=vae", *QUICK, f"logger.tracking_uri={uri}"], root, timeout=120)
+    assert result.returncode != 0
+    errors = stderr_lines(result, "hpml: error:")
+    assert len(errors) == 1, result.stderr[-3000:]
+    assert f"logger.tracking_uri={uri!r} is invalid" in errors[0]
+    assert "sqlite:///path" in errors[0] and "http(s)://host:port" in errors[0]
+    assert "Epoch" not in result.stdout + result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("uri", ["http://alice:hunter2@127.0.0.1:{port}", "htp://x"])
+def test_sweep_against_a_bad_store_stops_before_any_job(root, uri):
+    uri = uri.format(port=free_port())
+    result = run_cli(["-m", "model=vae", *QUICK, "data.batch_size=32,64",
+                      f"logger.tracking_uri={uri}"], root, timeout=120)
+    assert result.returncode == 1
+    errors = stderr_lines(result, "hpml: error:")
+    assert len(errors) == 1, result.stderr[-3000:]
+    assert "no job was started" in errors[0]
+    assert "hunter2" not in result.stdout + result.stderr
+    assert "Epoch" not in result.stdout + result.stderr
+    assert not list((root / "multirun").rglob(".hydra"))  # no job folder either
+
+
+# --- a real server, stopped and restarted mid-run -------------------------------------------------
+
+
+class MlflowServer:
+    """``mlflow server`` on a fixed loopback port with a SQLite store, stoppable and restartable
+    on the same port and store; each start waits until ``/health`` answers."""
+
+    def __init__(self, folder: Path, store_template: Path) -> None:
+        self.folder, self.port = folder, free_port()
+        self.uri = f"http://127.0.0.1:{self.port}"
+        shutil.copy(store_template, folder / "server.db")  # schema made once per session
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout_s: float = 180) -> None:
+        mlflow_cli = Path(sys.executable).parent / "mlflow"
+        self.proc = subprocess.Popen(
+            [str(mlflow_cli), "server", "--host", "127.0.0.1", "--port", str(self.port),
+             "--workers", "1", "--backend-store-uri", f"sqlite:///{self.folder / 'server.db'}",
+             "--artifacts-destination", str(self.folder / "artifacts")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                pytest.fail(f"mlflow server did not answer on {self.uri}")
+            time.sleep(0.5)
+
+    def ensure_running(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            self.start()
+
+    def stop(self) -> None:
+        """SIGTERM to the whole process group (the CLI and its uvicorn worker)."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=30)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+        self.proc = None
+
+
+@pytest.fixture(scope="module")
+def module_server(tmp_path_factory: pytest.TempPathFactory,
+                  store_template: Path) -> Iterator[MlflowServer]:
+    """One server for the module: starting one takes ~25 s on 2 cores."""
+    server = MlflowServer(tmp_path_factory.mktemp("server"), store_template)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def mlflow_server(module_server: MlflowServer) -> MlflowServer:
+    """The module's server, running (a test before may have left it stopped)."""
+    module_server.ensure_running()
+    return module_server
+
+
+@pytest.mark.slow
+def test_preflight_passes_against_a_live_server(mlflow_server):
+    preflight(mlflow_server.uri)
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout_s: float = 240) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if proc.poll() is not None:
+            _, err = proc.communicate()
+            pytest.fail(f"training ended before {path.name}: {err[-3000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"training did not reach {path} in {timeout_s} s")
+        time.sleep(0.2)
+
+
+def start_gated_run(args: list[str], root: Path, gate: Path) -> subprocess.Popen:
+    """``python -m hpml.train ARGS`` in the background, held at the start of epoch 1 until
+    ``gate/go`` exists (tests.helpers.WaitAtEpoch)."""
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env |= {"HPML_ROOT": str(root), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "hpml.train", "model=vae", *QUICK, *args,
+         "+callbacks.gate._target_=tests.helpers.WaitAtEpoch", "+callbacks.gate.epoch=1",
+         f"+callbacks.gate.gate_dir={gate}"],
+        cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_server_stopped_and_restarted_mid_run_loses_no_metric(mlflow_server, root, tmp_path):
+    from mlflow import MlflowClient
+
+    epochs, gate = 3, tmp_path / "gate"
+    proc = start_gated_run([f"trainer.max_epochs={epochs}", "logger.experiment_name=outage",
+                            f"logger.tracking_uri={mlflow_server.uri}"], root, gate)
+    try:
+        wait_for(gate / "reached", proc)  # epoch 0 is logged; epoch 1 waits for the gate
+        client = MlflowClient(mlflow_server.uri)
+        [run] = client.search_runs([client.get_experiment_by_name("outage").experiment_id])
+        run_id = run.info.run_id
+        assert len(client.get_metric_history(run_id, "train/loss")) == 1  # epoch 0 has landed
+
+        mlflow_server.stop()
+        down_ms = int(time.time() * 1000)
+        (gate / "go").touch()  # epochs 1.. now log into a server that is not there
+        time.sleep(3)
+        mlflow_server.start()  # same port, same store; ~25 s until it answers again
+        up_ms = int(time.time() * 1000)
+        out, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err[-3000:]
+    assert "hpml: error" not in err and "Traceback" not in err
+    # MLflow's system-metrics thread says this, and stops, when a request fails for good
+    assert "Failed to log system metrics" not in out + err
+    assert "Failed to get mlflow run" not in out + err
+
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    for name in ("train/loss", "val/loss", "val/kld", "train/epoch_time_s",
+                 "machine/load_avg_1m_procs"):
+        history = sorted(client.get_metric_history(run_id, name), key=lambda m: m.step)
+        steps = [m.step for m in history]
+        assert len(history) == epochs and len(set(steps)) == epochs, (name, steps)
+    losses = sorted(client.get_metric_history(run_id, "train/loss"), key=lambda m: m.step)
+    assert losses[1].timestamp >= down_ms  # logged while the server was down, landed after
+    assert "test/loss" in run.data.metrics
+    assert "system/cpu_utilization_percentage" in run.data.metrics
+    print(f"server down for {(up_ms - down_ms) / 1000:.1f} s; train/loss (step, value): "
+          f"{[(m.step, round(m.value, 2)) for m in losses]}")
+
+
+@pytest.mark.slow
+def test_server_gone_for_good_fails_the_run_in_one_line(mlflow_server, root, tmp_path):
+    """Past ``logger.retry_s`` the run fails, once, instead of waiting out the window again for
+    each record that follows (failure tag, traceback, job log, status), and MLflow's messages on
+    the way mask the URI's password. Leaves the server down: the fixture restarts it for any test
+    after this one."""
+    gate = tmp_path / "gate"
+    uri = mlflow_server.uri.replace("//", "//alice:hunter2@")  # the server ignores the password
+    proc = start_gated_run(["trainer.max_epochs=2", "logger.experiment_name=gone",
+                            "logger.retry_s=2", f"logger.tracking_uri={uri}"], root, gate)
+    try:
+        wait_for(gate / "reached", proc)
+        mlflow_server.stop()
+        (gate / "go").touch()
+        out, err = proc.communicate(timeout=300)  # a hang would be 4+ windows of 600 s
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1
+    errors = [line for line in err.splitlines() if line.startswith("hpml: error:")]
+    assert len(errors) == 1, err[-3000:]
+    assert f"127.0.0.1:{mlflow_server.port}" in errors[0]
+    assert "test/loss" not in out + err  # the run stopped at the outage, it did not go on
+    # MLflow's messages carry the URI whole; neither the terminal nor the job log shows it
+    assert "hunter2" not in out + err
+    [job_log] = (root / "outputs").rglob("train.log")
+    assert "hunter2" not in job_log.read_text() and "***@127.0.0.1" in job_log.read_text()
