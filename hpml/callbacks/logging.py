@@ -6,6 +6,12 @@ import lightning as L
 from lightning.pytorch.loggers import MLFlowLogger
 
 
+def resuming(trainer: L.Trainer) -> bool:
+    """Whether this fit continues a checkpoint (``resume=``): what a run measures once, at fit
+    start, is in it already, and the step is still 0 there (Lightning restores it later)."""
+    return trainer.ckpt_path is not None
+
+
 def log_metrics(trainer: L.Trainer, metrics: dict[str, float]) -> None:
     for logger in trainer.loggers:
         logger.log_metrics(metrics, step=trainer.global_step)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import lightning as L
 
 from hpml.analysis.model_stats import nonzero_param_count, param_count, state_dict_bytes
-from hpml.callbacks.logging import log_metrics, log_text
+from hpml.callbacks.logging import log_metrics, log_text, resuming
 from hpml.names import BYTES, COUNT, metric
 
 
@@ -33,6 +33,8 @@ class ModelStats(L.Callback):
         return found
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if resuming(trainer):
+            return
         log_metrics(trainer, self.stats(pl_module, "model"))
         log_text(trainer, str(pl_module), "model/architecture.txt")
 

@@ -20,7 +20,7 @@ from hpml.analysis.roofline import (
     plot_roofline,
     points_csv,
 )
-from hpml.callbacks.logging import log_metrics, log_text
+from hpml.callbacks.logging import log_metrics, log_text, resuming
 from hpml.errors import ConfigError
 from hpml.roofline import (
     BYTES_PER_SAMPLE,
@@ -88,7 +88,7 @@ class RooflineCallback(L.Callback):
         return trainer.strategy.batch_to_device(example)
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self.done or not trainer.is_global_zero:
+        if self.done or not trainer.is_global_zero or resuming(trainer):
             return
         self.done = True
         example = self._example(trainer, pl_module)

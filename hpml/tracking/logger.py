@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
 from lightning.pytorch.loggers import MLFlowLogger
+
+from hpml.tracking.resume import BEST_TAG, CHECKPOINT_ARTIFACTS, LAST_TAG, WRITER_TAG
+
+log = logging.getLogger(__name__)
 
 
 class AttachedMLFlowLogger(MLFlowLogger):
@@ -10,8 +20,43 @@ class AttachedMLFlowLogger(MLFlowLogger):
 
     Lightning's ``MLFlowLogger.finalize`` marks the run FINISHED at the end of ``fit``, before
     ``test`` has logged anything and before hpml has recorded a failure; the run's owner ends it.
+
+    Checkpoints go to the run's artifacts (``checkpoints/<file>``) as soon as they are written,
+    so a job killed outright still leaves its last epoch in MLflow; files larger than
+    ``checkpoint_max_bytes`` stay on disk only (None: no cap, 0: never uploaded). Their paths on
+    disk are tags, which ``resume=<run id>`` reads first.
     """
 
+    def __init__(self, *args: Any, checkpoint_max_bytes: int | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.checkpoint_max_bytes = checkpoint_max_bytes
+        self._uploaded: dict[str, tuple[float, int]] = {}  # path -> (mtime, size) when logged
+        self._over_cap: set[str] = set()
+
+    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
+        """Log the checkpoint files that changed since the last call, and where they are."""
+        paths = {LAST_TAG: checkpoint_callback.last_model_path,
+                 BEST_TAG: checkpoint_callback.best_model_path}
+        self.experiment.set_tag(self.run_id, WRITER_TAG, f"{socket.gethostname()}:{os.getpid()}")
+        for tag, path in paths.items():
+            if not path or not os.path.isfile(path):
+                continue
+            self.experiment.set_tag(self.run_id, tag, str(Path(path).resolve()))
+            stat = os.stat(path)
+            if self._uploaded.get(path) != (stat.st_mtime, stat.st_size) and self._fits(path):
+                self.experiment.log_artifact(self.run_id, path, CHECKPOINT_ARTIFACTS)
+                self._uploaded[path] = (stat.st_mtime, stat.st_size)
+
+    def _fits(self, path: str) -> bool:
+        """Whether ``path`` is under the size cap; warns once per file when it is not."""
+        cap, size = self.checkpoint_max_bytes, os.path.getsize(path)
+        if cap is None or size <= cap:
+            return True
+        if cap > 0 and path not in self._over_cap:
+            log.warning("checkpoint %s is %d bytes, over logger.checkpoint_max_bytes=%d: kept on "
+                        "disk only, not logged to MLflow", path, size, cap)
+        self._over_cap.add(path)
+        return False
+
     def finalize(self, status: str = "success") -> None:
-        if self._initialized and self._checkpoint_callback:
-            self._scan_and_log_checkpoints(self._checkpoint_callback)
+        """Nothing to close: checkpoints were logged as they were saved, the run is hpml's."""

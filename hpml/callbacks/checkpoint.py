@@ -1,0 +1,41 @@
+"""Last and best checkpoints at training epoch ends, after the performance monitor's windows.
+
+Saving on ``on_train_epoch_end`` (``save_on_train_epoch_end``) keeps checkpoint I/O out of the
+timed figures: Lightning runs checkpoint callbacks after every other callback's hook, so
+``callbacks.perf`` has closed its epoch window before the file is written, and the next window
+opens only at the next epoch start. (Saving on ``on_validation_end``, Lightning's default when
+validation runs mid-epoch, would land inside ``train/epoch_time_s``.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+
+class EpochCheckpoint(ModelCheckpoint):
+    """``ModelCheckpoint`` whose ``last.ckpt`` is the latest epoch, best or not, and can move.
+
+    Lightning 2.6 writes ``last.ckpt`` only when a top-k checkpoint was saved at the same step,
+    so with ``save_top_k=1`` it would be the best epoch, not the last one, and a resume would
+    go back in time. A resumed run writes into its own output folder, and keeps the best score
+    it had (Lightning would forget it there and write a worse epoch to ``best.ckpt``).
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("save_on_train_epoch_end", True)
+        super().__init__(**kwargs)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_epoch_end(trainer, pl_module)
+        if (self.save_last and self._should_save_on_train_epoch_end(trainer)
+                and not self._should_skip_saving_checkpoint(trainer)):
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore best-so-far even from another folder: Lightning keeps only ``best_model_path``
+        when ``dirpath`` differs. Recorded paths stay as they are; Lightning removes old
+        checkpoints only inside its own ``dirpath``, so the stopped job's files are kept."""
+        super().load_state_dict({**state_dict, "dirpath": self.dirpath})

@@ -1,0 +1,231 @@
+"""``resume=<run id>`` and ``resume=last``: continue a stopped run, in the same MLflow run.
+
+The run's own overrides (its ``hpml.command`` tag) are applied first and the new command's after
+them, so ``python -m hpml.train resume=<id>`` is all it takes and ``trainer.max_epochs=...`` may
+extend it. Training restarts from ``last.ckpt``, written at the end of the last finished epoch
+(mid-epoch checkpoints are not resumable with plain data loaders: Lightning warns that their
+results are unreliable); Lightning restores the epoch and global step, so metric steps continue.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+from hpml.errors import HpmlError
+
+RESUMABLE = ("KILLED", "FAILED", "RUNNING")  # stopped, crashed, or killed before it could say
+CHECKPOINT_ARTIFACTS = "checkpoints"  # artifact folder of last.ckpt and best.ckpt
+LAST_TAG, BEST_TAG = "hpml.checkpoint.last", "hpml.checkpoint.best"  # their paths on disk
+WRITER_TAG = "hpml.checkpoint.writer"  # host:pid of the process writing them: still alive?
+COMMAND_PREFIX = 3  # "python -m hpml.train" in the hpml.command tag
+# Options that change the model's layers during fit (pruning masks or shapes, fake quantisation):
+# a checkpoint's state no longer fits the model the config builds, so such runs start afresh.
+CHANGES_MODEL = {"prune": lambda option: option != "none", "quant": lambda option: option == "qat"}
+
+
+class ResumeError(HpmlError):
+    """A ``resume=`` value that names no run this command can continue."""
+
+
+def requested(args: list[str]) -> str | None:
+    """The value of a ``resume=`` override in ``args``, or None (also for ``resume=null``)."""
+    for arg in args:
+        key, _, value = arg.partition("=")
+        if key.lstrip("+") == "resume" and value not in ("", "null", "None"):
+            return value
+    return None
+
+
+def _key(override: str) -> str:
+    return override.partition("=")[0].lstrip("+~")
+
+
+def merge_overrides(recorded: list[str], given: list[str]) -> list[str]:
+    """The run's own overrides, less those ``given`` sets again (given ones win), then ``given``.
+
+    A given ``key=value`` replacing a recorded ``+key=...`` becomes ``++key=value``: the key
+    exists only because the recorded override added it.
+    """
+    from hpml.tracking.redact import MASK
+
+    keys = {_key(arg) for arg in given if "=" in arg and not arg.startswith("-")}
+    kept = [arg for arg in recorded
+            if _key(arg) not in keys and _key(arg) != "resume" and MASK not in arg]
+    added = {_key(arg) for arg in recorded if arg.startswith("+")}
+    given = [f"++{arg}" if "=" in arg and arg[0] not in "+~-" and _key(arg) in added else arg
+             for arg in given]
+    return [*kept, *given]
+
+
+def recorded_overrides(run: Any) -> list[str]:
+    """Overrides of the job that made ``run``, from its ``hpml.command`` tag."""
+    command = run.data.tags.get("hpml.command", "")
+    return shlex.split(command)[COMMAND_PREFIX:] if command.startswith("python -m ") else []
+
+
+def last_checkpoint(client: Any, run: Any) -> str | None:
+    """Where ``run``'s last checkpoint can be read: its path on disk, else its artifact path."""
+    local = run.data.tags.get(LAST_TAG)
+    if local and Path(local).is_file():
+        return local
+    name = Path(local).name if local else "last.ckpt"
+    try:
+        logged = {Path(a.path).name for a in client.list_artifacts(run.info.run_id,
+                                                                   CHECKPOINT_ARTIFACTS)}
+    except Exception:  # an unreachable artifact store: as good as no checkpoint
+        return None
+    return f"{CHECKPOINT_ARTIFACTS}/{name}" if name in logged else None
+
+
+def alive(run: Any) -> bool:
+    """Whether a RUNNING run's checkpoint writer is a live process on this host (a run killed
+    outright stays RUNNING; one on another host cannot be checked and counts as stopped)."""
+    import os
+    import socket
+
+    host, _, pid = run.data.tags.get(WRITER_TAG, "").rpartition(":")
+    if run.info.status != "RUNNING" or host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def _candidates(client: Any, experiment_name: str) -> list[Any]:
+    """Stopped runs of the experiment that recorded a checkpoint, most recent first."""
+    experiment = client.get_experiment_by_name(experiment_name)
+    if experiment is None:
+        return []
+    runs = client.search_runs([experiment.experiment_id], "attributes.status != 'FINISHED'",
+                              max_results=200, order_by=["attributes.start_time DESC"])
+    return [r for r in runs if r.info.status in RESUMABLE and LAST_TAG in r.data.tags
+            and not alive(r) and not changes_model(r)]
+
+
+def changes_model(run: Any) -> str:
+    """``group=option`` of the run's choices that change the model during fit, or ``""``."""
+    chosen = {group: run.data.tags.get(f"hpml.choice.{group}", "none") for group in CHANGES_MODEL}
+    return ", ".join(f"{group}={option}" for group, option in chosen.items()
+                     if CHANGES_MODEL[group](option))
+
+
+def _valid(candidates: list[Any]) -> str:
+    ids = [run.info.run_id for run in candidates[:3]]
+    more = ", ..." if len(candidates) > 3 else ""
+    return f"valid: last, or the id of a stopped run with a checkpoint ({', '.join(ids)}{more})" \
+        if ids else "no run of this experiment has a checkpoint to resume from"
+
+
+def find_run(client: Any, experiment_name: str, value: str) -> Any:
+    """The run ``resume=value`` names, checked to be stopped and to have a last checkpoint."""
+    from mlflow.exceptions import MlflowException
+
+    candidates = _candidates(client, experiment_name)
+    if value == "last":
+        for run in candidates:
+            if last_checkpoint(client, run) is not None:
+                return run
+        raise ResumeError(f"resume=last: no stopped ({', '.join(RESUMABLE)}) run with a checkpoint "
+                          f"in experiment '{experiment_name}'")
+    try:
+        run = client.get_run(value)
+    except MlflowException:
+        raise ResumeError(f"resume={value}: no such run in {_store(client)}; "
+                          f"{_valid(candidates)}") from None
+    if run.info.lifecycle_stage == "deleted":
+        raise ResumeError(f"resume={value}: the run is deleted; {_valid(candidates)}")
+    if run.info.status not in RESUMABLE:
+        raise ResumeError(f"resume={value}: the run is {run.info.status}; resume continues "
+                          f"{', '.join(RESUMABLE)} runs; {_valid(candidates)}")
+    if changes_model(run):
+        raise ResumeError(f"resume={value}: the run trains with {changes_model(run)}, which "
+                          "changes the model during fit: a checkpoint cannot restore it; run it "
+                          "again")
+    if alive(run):
+        raise ResumeError(f"resume={value}: the run is still being trained by process "
+                          f"{run.data.tags[WRITER_TAG]}; stop it first")
+    if last_checkpoint(client, run) is None:
+        raise ResumeError(f"resume={value}: the run has no checkpoint (it stopped before its first "
+                          f"epoch ended, or ran with trainer.enable_checkpointing=false); "
+                          f"{_valid(candidates)}")
+    return run
+
+
+def _store(client: Any) -> str:
+    from hpml.tracking.redact import redact_text
+
+    return redact_text(str(client.tracking_uri))
+
+
+def checkpoint_file(client: Any, run: Any, download_dir: Path) -> str:
+    """A local path of ``run``'s last checkpoint, downloaded into ``download_dir`` if need be."""
+    where = last_checkpoint(client, run)
+    if where is None:
+        raise ResumeError(f"resume={run.info.run_id}: its last checkpoint is gone")
+    if Path(where).is_absolute():
+        return where
+    download_dir.mkdir(parents=True, exist_ok=True)
+    return client.download_artifacts(run.info.run_id, where, str(download_dir))
+
+
+def resume_args(args: list[str]) -> list[str]:
+    """``args`` with the resumed run's own overrides put first and ``resume=last`` made an id.
+
+    Exits with status 2 and one ``hpml: error:`` line when ``resume=`` names nothing resumable.
+    """
+    import sys
+
+    value = requested(args)
+    if value is None:
+        return args
+    try:
+        if "-m" in args or "--multirun" in args:
+            raise ResumeError(f"resume={value} continues one run: drop -m")
+        client, experiment_name = _store_of(args)
+        run = find_run(client, experiment_name, value)
+    except HpmlError as exc:  # ResumeError, or a store that cannot be read
+        print(f"hpml: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    given = [f"resume={run.info.run_id}" if requested([arg]) else arg for arg in args]
+    return merge_overrides(recorded_overrides(run), given)
+
+
+def _store_of(args: list[str]) -> tuple[Any, str]:
+    """A client of the store and the experiment name that ``args`` select (only their
+    ``logger`` and ``paths`` overrides count: the rest is checked once merged with the run's)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.utils import instantiate
+
+    from hpml.cli import CONF_DIR
+    from hpml.tracking.remote import prepare
+
+    overrides = [a for a in args if "=" in a and not a.startswith("-")
+                 and _key(a).split(".")[0].split("/")[0] in ("logger", "paths")]
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("train", overrides=overrides, return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    try:
+        tracker = instantiate(cfg.logger)
+        prepare(tracker)
+        return tracker.client(), tracker.experiment_name
+    finally:
+        HydraConfig.instance().cfg = None
+
+
+def resume_point(tracker: Any, value: Any, output_dir: Path) -> tuple[str | None, str | None]:
+    """``(run id, local last checkpoint)`` for ``resume=value``; ``(None, None)`` without one."""
+    if value is None:
+        return None, None
+    client = tracker.client()
+    run = find_run(client, tracker.experiment_name, str(value))
+    path = checkpoint_file(client, run, output_dir / "resumed_from")
+    if "hpml.error" in run.data.tags:  # the stop it recorded is over; a new one records its own
+        client.delete_tag(run.info.run_id, "hpml.error")
+    return run.info.run_id, path

@@ -1,0 +1,132 @@
+"""SIGTERM (SLURM preemption, ``kill``) and SIGINT (Ctrl-C) end a run KILLED, never RUNNING.
+
+Python dies on SIGTERM without unwinding, which would leave the MLflow run RUNNING forever.
+During ``fit`` and ``test`` both signals go through Lightning's SIGTERM handler (which calls the
+one installed here): the current batch finishes and ``SIGTERMException`` is raised at the next
+loop boundary, after the epoch's metrics are logged, so neither a checkpoint being written nor
+the metrics of an epoch it holds are cut short (a KeyboardInterrupt raised between the two
+would leave that epoch's training metrics out of the resumed run). Outside them the handler
+here raises ``Terminated`` (a ``SIGTERMException``) or KeyboardInterrupt at once. Either way the
+exception unwinds through the run, which ends KILLED, and the command says how to resume and
+exits 128 + the signal number.
+Signals after the first are ignored, so the run's record is not cut short either. In a sweep
+the parent run ends KILLED as well, and no further job starts.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any
+
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from hpml.tracking.run import interrupted, sweep_record
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+_active: list[StopOnSignals] = []  # the jobs in progress in this process (one, or none)
+
+
+def stopping() -> bool:
+    """Whether the job in progress got a stop signal: then whatever it raises is that stop's
+    doing (SLURM signals DataLoader workers too, and their death raises a RuntimeError)."""
+    return any(job.received is not None for job in _active)
+
+
+class Terminated(SIGTERMException):
+    """SIGTERM received outside Lightning's loops."""
+
+
+class StopOnSignals:
+    """Context of one job: installs the handlers, and turns a stop into one line and an exit code.
+
+    ``run_id``, ``trainer`` and ``resumed_from`` are filled in as the job gets them; they say
+    which run stopped and which checkpoint it can resume from.
+    """
+
+    def __init__(self) -> None:
+        self.received: signal.Signals | None = None
+        self.run_id: str | None = None
+        self.trainer: Any = None
+        self.resumed_from: str | None = None
+        self._previous: dict[signal.Signals, Any] = {}
+        self._handler = self._handle  # one bound method, so the identity test below holds
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.received is not None:
+            return  # already stopping: let the run's record complete
+        self.received = signal.Signals(signum)
+        # SLURM and Ctrl-C signal DataLoader workers too; torch's SIGCHLD handler would raise
+        # their death anywhere, even between an epoch's checkpoint and its metrics being logged.
+        # Without it a dead worker shows only when the next batch is fetched.
+        self._previous.setdefault(signal.SIGCHLD, signal.signal(signal.SIGCHLD, signal.SIG_DFL))
+        lightning = signal.getsignal(signal.SIGTERM)
+        if lightning is not self._handler and callable(lightning):  # inside fit or test
+            if self.received == signal.SIGINT:  # stop as on SIGTERM, after the batch
+                lightning(signal.SIGTERM, frame)
+            return
+        if self.received == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Terminated
+
+    def check(self) -> None:
+        """Raise now if a signal came while Lightning's handler held it but its loop had ended."""
+        if self.received is not None:
+            raise KeyboardInterrupt if self.received == signal.SIGINT else Terminated()
+
+    def __enter__(self) -> StopOnSignals:
+        _active.append(self)
+        if threading.current_thread() is threading.main_thread():
+            for signum in SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handler)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        _active.remove(self)
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        if exc is None or not (interrupted(exc) or self.received is not None):
+            return
+        received = self.received or (signal.SIGTERM if isinstance(exc, SIGTERMException)
+                                     else signal.SIGINT)
+        print(self.message(received.name), file=sys.stderr)
+        _end_sweep()
+        raise SystemExit(128 + received.value) from None
+
+    def message(self, name: str) -> str:
+        if self.run_id is None:
+            return f"hpml: stopped by {name} before the MLflow run started"
+        stopped = f"hpml: run {self.run_id} stopped by {name} (KILLED in MLflow)"
+        checkpoint = self.last_checkpoint()
+        if checkpoint is None:
+            return f"{stopped} before its first checkpoint: nothing to resume, run it again"
+        return (f"{stopped}; continue it from its last checkpoint ({checkpoint}) with "
+                f"`python -m hpml.train resume={self.run_id}`")
+
+    def last_checkpoint(self) -> str | None:
+        callback = getattr(self.trainer, "checkpoint_callback", None)
+        path = getattr(callback, "last_model_path", "")
+        if path and Path(path).is_file():
+            return path
+        return self.resumed_from
+
+
+def _end_sweep() -> None:
+    """A stopped sweep job stops the sweep: its parent run ends KILLED too (Hydra's end-of-sweep
+    callback, which would end it, does not run after a SystemExit)."""
+    try:
+        record = sweep_record()
+        if record is not None:
+            from mlflow import MlflowClient
+
+            MlflowClient(record["tracking_uri"]).set_terminated(record["run_id"], "KILLED")
+            print(f"hpml: sweep {record['run_id']} stopped (KILLED in MLflow)", file=sys.stderr)
+    except Exception as exc:  # the stop itself matters more than its record
+        from hpml.tracking.redact import redact_text
+
+        print(f"hpml: could not end the sweep's parent run: {redact_text(str(exc))}",
+              file=sys.stderr)
