@@ -110,7 +110,10 @@ def check_args(args: list[str]) -> None:
     """
     if any(a in ("--help", "-h", "--hydra-help", "--info", "-i") for a in args):
         return
-    message = unknown_option(args) or sweep_without_multirun(args) or composition_error(args)
+    from hpml.validate.store import unwritable_root
+
+    message = unknown_option(args) or sweep_without_multirun(args) or composition_error(args) \
+        or unwritable_root(args)
     if message is not None:
         print(f"hpml: error: {message}", file=sys.stderr)
         raise SystemExit(2)
@@ -118,10 +121,11 @@ def check_args(args: list[str]) -> None:
 
 def report_failure(exc: BaseException, log_file: Path | None) -> str:
     """Print ``exc`` as one line plus where its traceback went; the traceback goes to the log."""
-    from hpml.tracking.run import one_line
+    from hpml.errors import one_line
+    from hpml.tracking.redact import redact_text
 
     trace.error("run failed", exc_info=exc)
-    line = f"hpml: error: {one_line(exc)}"
+    line = f"hpml: error: {redact_text(one_line(exc))}"
     if log_file is not None:
         line += f" (traceback: {log_file})"
     print(line, file=sys.stderr)

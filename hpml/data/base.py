@@ -47,6 +47,15 @@ class HpmlDataModule(L.LightningDataModule):
         """Shape facts of a sample; subclasses that learn them from files call ``setup`` first."""
         raise NotImplementedError
 
+    def planned_spec(self) -> DataSpec:
+        """The spec as far as the config tells, without reading data files.
+
+        Validation checks the model against it before any file is opened (a missing or corrupt
+        file is the run's failure, not the config's). Datasets that learn their spec from files
+        override it.
+        """
+        return self.spec
+
     def _limited(self, dataset: Dataset | None, split: str) -> Dataset:
         if dataset is None:
             raise ConfigError("split", split, "a split this dataset has (call setup first)")

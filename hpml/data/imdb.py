@@ -168,6 +168,10 @@ class IMDBDataModule(HpmlDataModule):
         assert self.vocab is not None
         return DataSpec("tokens", (self.seq_len,), 2, vocab_size=len(self.vocab))
 
+    def planned_spec(self) -> DataSpec:
+        """Sequences of ``seq_len`` ids; the vocabulary is at most ``vocab_size`` long."""
+        return DataSpec("tokens", (self.seq_len,), 2, vocab_size=self.vocab_size)
+
     def prepare_data(self) -> None:
         if self.csv_path.is_file():
             return

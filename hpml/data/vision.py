@@ -16,10 +16,11 @@ import torch
 from torch.utils.data import Dataset
 from torchvision import datasets
 from torchvision import transforms as T
-from torchvision.datasets.folder import find_classes
+from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes
 from torchvision.datasets.utils import check_integrity
 
 from hpml.data.base import HpmlDataModule
+from hpml.data.formats import check_mnist, empty_class_folder, first_bad_cifar, load_image
 from hpml.data.spec import DataSpec
 from hpml.errors import ConfigError, DatasetNotFoundError, HpmlError, positive_int
 
@@ -167,6 +168,13 @@ class CIFAR10DataModule(HpmlDataModule):
                 f"{bad} fails its md5 check (corrupt, or not the official file): delete it and set "
                 "data.download=true, or set data.verify=false to use it anyway"
             ) from err
+        except Exception as err:  # unverified files torchvision cannot unpickle or shape
+            cifar = datasets.CIFAR10
+            names = [name for name, _ in [*cifar.train_list, *cifar.test_list]]
+            raise first_bad_cifar(self.folder, names, cifar.meta["filename"]) or HpmlError(
+                f"CIFAR-10 files in {self.folder} cannot be read ({type(err).__name__}: {err}): "
+                "delete them and set data.download=true"
+            ) from err
         self.train_set, self.val_set = _hold_out(
             full, self.val_fraction, self.seed, train_tf, eval_tf
         )
@@ -206,6 +214,7 @@ class MNISTDataModule(HpmlDataModule):
             raise DatasetNotFoundError(
                 "MNIST", missing, f"{DOWNLOAD_HINT}, or put the uncompressed idx files there"
             )
+        check_mnist(self.folder, MNIST_FILES)
 
     def prepare_data(self) -> None:
         if self.download and self._first_missing() is not None:
@@ -256,6 +265,14 @@ class ImageFolderDataModule(HpmlDataModule):
         size = self.image_size
         return DataSpec("image", (3, size, size), len(self.classes()))
 
+    def planned_spec(self) -> DataSpec:
+        """The image size from the config; the class count from train/ if it can be read (a
+        missing folder is the run's failure, reported when the data is prepared)."""
+        try:
+            return self.spec
+        except HpmlError:
+            return DataSpec("image", (3, self.image_size, self.image_size), 1000)
+
     def classes(self) -> list[str]:
         """Class folder names, checked to be the same in train/ and val/."""
         if self._classes is None:
@@ -295,10 +312,17 @@ class ImageFolderDataModule(HpmlDataModule):
             ]
         )
         try:
-            train = datasets.ImageFolder(self.data_dir / "train", transform=train_tf)
-            val = datasets.ImageFolder(self.data_dir / "val", transform=eval_tf)
+            train = datasets.ImageFolder(self.data_dir / "train", train_tf, loader=load_image)
+            val = datasets.ImageFolder(self.data_dir / "val", eval_tf, loader=load_image)
         except FileNotFoundError as err:  # a class folder holds no image files
-            raise HpmlError(f"ImageFolder at {self.data_dir}: {err}") from err
+            empty = empty_class_folder(self.data_dir)
+            if empty is None:
+                raise HpmlError(f"ImageFolder at {self.data_dir}: {err}") from err
+            raise HpmlError(
+                f"ImageFolder class folder {empty} holds no image file: expected "
+                f"{', '.join(IMG_EXTENSIONS[:3])}... files in every class folder of train/ and "
+                "val/; add images or delete the folder from both"
+            ) from err
         self.train_set, self.val_set, self.test_set = train, val, val
 
 

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from hpml.data.spec import DataSpec
-from hpml.errors import IncompatibleError
+from hpml.errors import ConfigError, IncompatibleError
 
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 SchedulerFactory = Callable[[torch.optim.Optimizer], Any]
@@ -34,7 +34,10 @@ class HpmlModule(L.LightningModule):
                 f"{data.modality}; choose a data config with {self.modality} samples")
         self.save_hyperparameters(logger=False, ignore=["net"])
         self.data_spec = data
-        self.net = self.build_net(net, data)
+        try:
+            self.net = self.build_net(net, data)
+        except ConfigError as exc:  # the net's own keys live under model.net
+            raise exc.under("net") from exc
 
     def build_net(self, net: Callable[..., nn.Module], data: DataSpec) -> nn.Module:
         raise NotImplementedError

@@ -11,9 +11,9 @@ from torchmetrics.classification import MulticlassAccuracy
 from hpml.data.spec import DataSpec
 from hpml.errors import IncompatibleError
 from hpml.models.base import HpmlModule
+from hpml.models.input_fit import CANDIDATES, MAX_SIZE, probe, size_range, sizes_text
 
 STAGES = ("train", "val", "test")
-MAX_PROBE_SIZE = 1024
 
 
 class Classifier(HpmlModule):
@@ -41,33 +41,32 @@ class Classifier(HpmlModule):
         return loss
 
 
-def _fits(net: nn.Module, channels: int, size: int) -> bool:
-    try:
-        net(torch.empty(1, channels, size, size, device="meta"))
-    except RuntimeError:
-        return False
-    return True
-
-
 def check_input_fits(net: Callable[..., nn.Module], data: DataSpec, name: str) -> None:
-    """Fail early, naming the smallest input that works, when images are too small for ``net``.
+    """Fail early, naming the image sizes that work, when ``net`` cannot take the data's images.
 
-    Runs on the meta device: no memory, no compute, milliseconds even for VGG16 at 224x224.
+    Runs on the meta device (:mod:`hpml.models.input_fit`): no memory, no compute, milliseconds
+    even for VGG16 at 224x224.
     """
     channels, height, width = data.input_shape
+    size = min(height, width)
     with torch.device("meta"):
-        probe = net(num_classes=data.num_classes).eval()
-    if _fits(probe, channels, min(height, width)):
+        probe_net = net(num_classes=data.num_classes).eval()
+    if probe(probe_net, channels, size).runs:
         return
-    low, high = min(height, width), MAX_PROBE_SIZE
-    if not _fits(probe, channels, high):
-        raise IncompatibleError(f"model {name} does not run on {channels}-channel images")
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (low, mid) if _fits(probe, channels, mid) else (mid, high)
+    sizes = size_range(lambda s: probe(probe_net, channels, s).runs)
+    if sizes is None:
+        raise IncompatibleError(
+            f"model {name} does not run on {channels}-channel images of any size from "
+            f"{CANDIDATES[0]}x{CANDIDATES[0]} to {MAX_SIZE}x{MAX_SIZE}; give it data with the "
+            f"channel count it was built for")
+    if size < sizes[0]:
+        raise IncompatibleError(
+            f"input {height}x{width} is too small for {name}: it needs at least "
+            f"{sizes[0]}x{sizes[0]} pixels; use 224x224 images (data.image_size=224 for synthetic "
+            f"data, or data=imagenet)")
     raise IncompatibleError(
-        f"input {height}x{width} is too small for {name}: it needs at least {high}x{high} pixels; "
-        f"use 224x224 images (data.image_size=224 for synthetic data, or data=imagenet)")
+        f"input {height}x{width} does not fit {name}: it runs on {sizes_text(sizes)} images; "
+        f"use images of that size (data.image_size=... where the data has that option)")
 
 
 class ImageClassifier(Classifier):

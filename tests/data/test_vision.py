@@ -238,7 +238,7 @@ def test_mnist_missing_files_name_the_raw_folder(tmp_path: Path) -> None:
 
 def test_mnist_bad_idx_file_is_one_line(mnist_root: Path) -> None:
     (mnist_root / "MNIST" / "raw" / "t10k-labels-idx1-ubyte").write_bytes(b"not idx")
-    with pytest.raises(HpmlError, match="not valid idx files"):
+    with pytest.raises(HpmlError, match="t10k-labels-idx1-ubyte is not a valid MNIST idx file"):
         MNISTDataModule(data_dir=mnist_root).setup("fit")
 
 

@@ -132,21 +132,29 @@ def test_failed_job_in_a_sweep_does_not_stop_the_others(root, client):
     assert any("data.batch_size=-1 is invalid" in line for line in stderr_lines(result))
     exp = client.get_experiment_by_name("hpml")
     runs = client.search_runs([exp.experiment_id])
-    statuses = sorted((r.data.params.get("data.batch_size"), r.info.status) for r in runs
-                      if "mlflow.parentRunId" in r.data.tags)
-    assert statuses == [("-1", "FAILED"), ("32", "FINISHED")]
+    children = {r.data.params.get("data.batch_size"): r for r in runs
+                if "mlflow.parentRunId" in r.data.tags}
+    assert {size: r.info.status for size, r in children.items()} == {"-1": "FAILED",
+                                                                     "32": "FINISHED"}
+    # refused before training, yet listed under the sweep with its error and its log
+    refused = children["-1"]
+    assert "data.batch_size=-1 is invalid" in refused.data.tags["hpml.error"]
+    assert "logs/train.log" in artifact_paths(client, refused.info.run_id)
+    assert "train/loss" not in refused.data.metrics  # no step was taken
     parent = next(r for r in runs if r.data.tags.get("hpml.sweep_parent") == "true")
     assert parent.info.status == "FAILED"
+    assert {r.data.tags["mlflow.parentRunId"] for r in children.values()} == {parent.info.run_id}
+    assert "2 runs, 1 failed" in result.stderr
 
 
-def test_negative_batch_size_is_one_line_and_a_failed_run(root, client):
+def test_negative_batch_size_is_one_line_and_no_run(root, client):
     result = run_cli(["data.batch_size=-1"], root)
     assert result.returncode == 1
     lines = stderr_lines(result)
     assert len(lines) == 1, result.stderr
     assert "data.batch_size=-1 is invalid: expected a positive integer" in lines[0]
     assert "Traceback" not in result.stderr
-    assert only_run(client).info.status == "FAILED"
+    assert client.search_runs([e.experiment_id for e in client.search_experiments()]) == []
 
 
 def test_unknown_model_is_one_line_listing_valid_models(root):

@@ -1,0 +1,142 @@
+"""The model against its data and against the steps that will transform it, before training.
+
+Everything here runs on a model built on the meta device (no memory, no compute), except the
+int8 check, which quantises a freshly built CPU copy of the net and runs it once on one batch:
+that is the only way to learn whether eager-mode int8 has kernels for every op the net's forward
+calls (a residual ``out += identity`` has none), and it costs a second or two, once, instead of a
+whole training run that fails at its end.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import warnings
+from typing import Any
+
+import torch
+from hydra.utils import get_object, instantiate
+from omegaconf import DictConfig
+from torch import nn
+
+from hpml.data.spec import DataSpec
+from hpml.errors import ConfigError, HpmlError, IncompatibleError
+from hpml.models.input_fit import probe, size_range, sizes_text
+
+# Models whose every op eager-mode int8 covers (checked by tests/bad_inputs/test_validate.py).
+STATIC_INT8_MODELS = ("vgg11", "vgg13", "vgg16", "vgg19", "alexnet")
+
+
+def model_name(cfg: DictConfig) -> str:
+    """The ``model=`` option the job was composed with, else the model's target name."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        choice = HydraConfig.get().runtime.choices.get("model")
+        if choice:
+            return str(choice)
+    net = cfg.model.get("net") or {}
+    return str(net.get("_target_", cfg.model.get("_target_", "model"))).rsplit(".", 1)[-1]
+
+
+def check_layout(cfg: DictConfig, spec: DataSpec) -> None:
+    """Refuse images of a size the net's ``layout`` was not built for, naming both fixes.
+
+    Applies to nets configured with ``model.net.layout`` whose builder's module lists its
+    ``LAYOUTS``; a layout takes the sizes at which its net runs as laid out (see
+    :mod:`hpml.models.input_fit`). A net that takes no size at all (wrong channel count) is left
+    to the model's own check, which says so.
+    """
+    net_cfg = cfg.model.get("net")
+    if spec.modality != "image" or not net_cfg or "layout" not in net_cfg:
+        return
+    layouts = getattr(inspect.getmodule(get_object(net_cfg._target_)), "LAYOUTS", ())
+    current = net_cfg.layout
+    if current not in layouts:
+        return  # the builder names the valid layouts itself
+    channels, size = spec.input_shape[0], min(spec.input_shape[1:])
+    builder = instantiate(net_cfg, _partial_=True)
+    nets: dict[str, nn.Module] = {}
+    try:
+        for layout in layouts:
+            with torch.device("meta"):
+                nets[layout] = builder(layout=layout, num_classes=spec.num_classes).eval()
+    except ConfigError as exc:
+        raise exc.under("model.net") from None
+    here = probe(nets[current], channels, size)
+    if here.as_laid_out:
+        return
+    sizes = size_range(lambda s: probe(nets[current], channels, s).as_laid_out)
+    if sizes is None:
+        return
+    fixes = [f"model.net.layout={layout}" for layout in layouts
+             if layout != current and probe(nets[layout], channels, size).as_laid_out]
+    if "image_size" in cfg.data:
+        fixes.append(f"data.image_size={sizes[0]}")
+    else:
+        fixes.append(f"data with images of {sizes_text(sizes)}")
+    why = f" ({here.stretched} at {size}x{size})" if here.runs and here.stretched else ""
+    raise IncompatibleError(
+        f"model {model_name(cfg)} (model.net.layout={current}) is laid out for images of "
+        f"{sizes_text(sizes)}, not {size}x{size}{why}: set {' or '.join(fixes)}")
+
+
+def check_prune(pruner: Any, net: nn.Module) -> None:
+    """Every ``prune.targets`` and ``prune.exclude`` entry names something in the net."""
+    from hpml.optimize.prune.targets import resolve
+
+    try:
+        resolve(net, pruner.targets_spec, pruner.exclude_spec)
+    except ConfigError as exc:
+        raise exc.under("prune") from None
+
+
+def check_quant(quantizer: Any, model: Any, build_net: Any, spec: DataSpec, name: str) -> None:
+    """The quantiser has layers to quantise, inputs it can quantise, and kernels for the net.
+
+    ``model`` is the meta-built module; ``build_net()`` builds a real CPU net for the int8 run.
+    """
+    try:
+        quantizer.check(model.net)
+        quantizer.check_inputs(model.net, model.example_input(1))
+    except ConfigError as exc:
+        raise exc.under("quant") from None
+    if quantizer.backend != "torch_ao":
+        return
+    from hpml.optimize.quant.torch_ao import Static, use_engine
+
+    try:
+        use_engine(quantizer.engine)
+    except ConfigError as exc:
+        raise exc.under("quant") from None
+    if isinstance(quantizer, Static):
+        static_int8_runs(quantizer, build_net(), spec, name)
+
+
+def static_int8_runs(quantizer: Any, net: nn.Module, spec: DataSpec, name: str) -> None:
+    """Quantise ``net`` as eager-mode static int8 (and QAT) would, and run it on one batch."""
+    from hpml.optimize.quant.torch_ao import Static
+
+    example = torch.rand(2, *spec.input_shape)
+    engine = Static(quantizer.engine, quantizer.per_channel, quantizer.fuse)
+    try:
+        with warnings.catch_warnings():  # the real run shows torch.ao's deprecation warnings
+            warnings.simplefilter("ignore")
+            qnet = engine.quantize(net.eval(), [example])
+            with torch.inference_mode():
+                qnet(example)
+    except HpmlError:
+        raise
+    except Exception as exc:
+        op = re.search(r"Could not run '([^']+)' with arguments from the '(\w+)' backend", str(exc))
+        if op:
+            problem = (f"its forward calls {op.group(1)} on int8 tensors, which has no "
+                       f"{op.group(2)} kernel (a functional op such as a residual add, outside "
+                       f"the modules eager mode replaces)")
+        else:
+            message = " ".join(str(exc).split())[:200]
+            problem = f"the int8 model fails on one batch ({type(exc).__name__}: {message})"
+        raise IncompatibleError(
+            f"quant={quantizer.method} (eager-mode torch.ao) cannot quantise model {name}: "
+            f"{problem}; use quant=dynamic_int8, or a model built of modules only "
+            f"(model={'|'.join(STATIC_INT8_MODELS)})") from None

@@ -1,0 +1,164 @@
+"""Types a config value must have: what the signature of its ``_target_`` declares.
+
+The classes and functions a config instantiates say in their type hints what each argument is,
+so ``model.optimizer.lr=foo`` is refused by the ``float`` that ``torch.optim.SGD`` declares, and
+``trainer.max_epoch=3`` by Lightning's Trainer having no such argument, before either is called.
+Hints a config value cannot be judged by (callables, protocols, tensors) let the value through.
+"""
+
+from __future__ import annotations
+
+import collections.abc as abc
+import difflib
+import inspect
+import os
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from hpml.errors import ConfigError
+
+Num = int | float
+
+
+def _locate(path: str) -> Any:
+    from hydra.utils import get_object
+
+    return get_object(path)
+
+
+def _hints(target: Any) -> tuple[dict[str, Any], set[str], bool]:
+    """Type hints of ``target``'s arguments, their names, and whether it takes ``**kwargs``.
+
+    Classes pass ``**kwargs`` up to their bases (hpml's data modules, Lightning's callbacks), so
+    the bases' ``__init__`` are read too, the most derived first.
+    """
+    functions = [c.__init__ for c in inspect.getmro(target) if "__init__" in vars(c)] \
+        if inspect.isclass(target) else [target]
+    hints: dict[str, Any] = {}
+    names: set[str] = set()
+    open_ended = True
+    for function in functions:
+        try:
+            params = inspect.signature(function).parameters
+        except (TypeError, ValueError):
+            return hints, names, True
+        try:
+            found = typing.get_type_hints(function)
+        except Exception:  # forward references to names only imported for type checkers
+            found = {}
+        for name, param in params.items():
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD) or name == "self":
+                continue
+            names.add(name)
+            if name in found and name not in hints:
+                hints[name] = found[name]
+        open_ended = any(p.kind == p.VAR_KEYWORD for p in params.values())
+        if not open_ended or function is object.__init__:
+            break
+    return hints, names, open_ended
+
+
+def _matches(value: Any, hint: Any) -> bool:
+    """Whether a config value (plain Python, resolved) can be what ``hint`` declares."""
+    if hint is Any or isinstance(hint, typing.TypeVar | str | typing.ForwardRef):
+        return True
+    if hint is None or hint is type(None):
+        return value is None
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, a) for a in args)
+    if origin is typing.Literal:
+        return any(value == a and type(value) is type(a) for a in args)
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, Num) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    if hint in (Path, os.PathLike) or (inspect.isclass(hint) and issubclass(hint, Path)):
+        return isinstance(value, str | Path)
+    sequence = origin or hint
+    if sequence in (list, tuple, abc.Sequence, abc.Iterable, abc.Collection, abc.MutableSequence):
+        if not isinstance(value, list | tuple):
+            return False
+        if sequence is tuple and args and args[-1] is not Ellipsis:
+            return len(value) == len(args) and all(map(_matches, value, args))
+        return not args or all(_matches(v, args[0]) for v in value)
+    if sequence in (dict, abc.Mapping, abc.MutableMapping):
+        return isinstance(value, dict)
+    if inspect.isclass(hint):
+        return isinstance(value, hint) or not isinstance(value, str | Num | list | dict)
+    return True  # Callable, protocols and the like: not judged from a config value
+
+
+def describe(hint: Any) -> str:
+    """``hint`` in a user's words, leaving out types a config cannot hold (Tensor, Accelerator)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        literals = [v for a in args if typing.get_origin(a) is typing.Literal
+                    for v in typing.get_args(a)]
+        parts = [describe(a) for a in args
+                 if a is not type(None) and typing.get_origin(a) is not typing.Literal]
+        if literals:
+            parts.insert(0, describe(typing.Literal[tuple(literals)]))
+        parts = list(dict.fromkeys(p for p in parts if p))
+        text = " or ".join(parts) if parts else "a value"
+        return text + (" or null" if type(None) in args else "")
+    if origin is typing.Literal:
+        return "one of " + ", ".join(dict.fromkeys(str(a) for a in args))
+    named = {bool: "true or false", int: "an integer", float: "a number", str: "a string",
+             Path: "a path"}
+    if hint in named:
+        return named[hint]
+    sequence = origin or hint
+    if sequence in (list, tuple, abc.Sequence, abc.Iterable, abc.Collection):
+        if sequence is tuple and len(args) > 1 and args[-1] is not Ellipsis:
+            return f"a list of {len(args)} values ({', '.join(describe(a) for a in args)})"
+        inner = describe(args[0]) if args else ""
+        return f"a list of {_plural(inner)}" if inner else "a list"
+    if sequence in (dict, abc.Mapping):
+        return "a mapping"
+    return ""
+
+
+def _plural(noun: str) -> str:
+    for article in ("an ", "a "):
+        if noun.startswith(article):
+            noun = noun[len(article):]
+    return noun.replace("integer", "integers").replace("number", "numbers") \
+        .replace("string", "strings").replace("path", "paths")
+
+
+def check_types(node: Any, path: str) -> None:
+    """Check every ``_target_`` node under ``node`` against the signature of its target."""
+    if not isinstance(node, dict):
+        return
+    target_path = node.get("_target_")
+    target = None
+    if isinstance(target_path, str):
+        try:
+            target = _locate(target_path)
+        except Exception:
+            raise ConfigError(f"{path}._target_" if path else "_target_", target_path,
+                              "an importable class or function") from None
+    hints, names, open_ended = _hints(target) if target is not None else ({}, set(), True)
+    for key, value in node.items():
+        key_path = f"{path}.{key}" if path else str(key)
+        if isinstance(value, dict):
+            check_types(value, key_path)
+            if "_target_" in value:
+                continue
+        if target is None or str(key).startswith("_"):
+            continue
+        if key not in names and not open_ended:
+            close = difflib.get_close_matches(str(key), names, n=1)
+            hint = f"did you mean {close[0]}?" if close else \
+                f"it takes {', '.join(sorted(names)[:8])}{', ...' if len(names) > 8 else ''}"
+            raise ConfigError(key_path, value, f"an argument of {target_path} ({hint})")
+        hint = hints.get(key)
+        if hint is not None and not _matches(value, hint):
+            raise ConfigError(key_path, value, describe(hint) or f"what {target_path} takes")

@@ -1,0 +1,77 @@
+"""Where hpml writes (the project root, a local store, its artifacts) can be written.
+
+Checked by creating and removing a file rather than by ``os.access``, which says yes to root on a
+read-only mount or a filesystem such as /sys. Imports nothing heavy: ``hpml.cli`` checks the
+project root with it before Hydra starts.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from urllib.parse import urlparse
+
+from hpml.errors import ConfigError
+
+STORE_HINT = "set logger.tracking_uri=sqlite:///<writable dir>/mlflow.db, or HPML_ROOT"
+
+
+def cannot_write(folder: Path) -> str | None:
+    """Why no file can be created in ``folder`` (or where it would be made), else None."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is not a directory"
+    try:
+        handle, name = tempfile.mkstemp(prefix=".hpml-write-check-", dir=existing)
+    except OSError as exc:
+        return f"{existing} is read-only ({exc.strerror or exc})"
+    os.close(handle)
+    os.unlink(name)
+    return None
+
+
+def sqlite_file(tracking_uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI; None for other stores and in-memory ones."""
+    if not isinstance(tracking_uri, str) or not tracking_uri.startswith("sqlite:///"):
+        return None
+    path = tracking_uri.removeprefix("sqlite:///").split("?")[0]
+    return None if path in ("", ":memory:") else Path("/" + path.lstrip("/"))
+
+
+def check_store(tracking_uri: str, artifact_root: str | None) -> None:
+    """A local SQLite store, and the artifacts beside it, go where files can be written."""
+    path = sqlite_file(tracking_uri)
+    if path is None:
+        return
+    problem = cannot_write(path.parent)
+    if problem is None and path.is_file() and not os.access(path, os.W_OK):
+        problem = f"{path} is read-only"
+    if problem is not None:
+        raise ConfigError("logger.tracking_uri", tracking_uri,
+                          f"a store hpml can write: {problem}; {STORE_HINT}")
+    if artifact_root and urlparse(str(artifact_root)).scheme in ("", "file"):
+        problem = cannot_write(Path(str(artifact_root).removeprefix("file://")))
+        if problem is not None:
+            raise ConfigError("logger.artifact_root", artifact_root,
+                              f"a directory hpml can write artifacts to: {problem}")
+
+
+def unwritable_root(overrides: list[str]) -> str | None:
+    """A one-line message when the project root (``paths.root_dir``: HPML_ROOT or the current
+    directory) cannot be written: Hydra would fail making the job's folder, in a traceback."""
+    given = [a.split("=", 1)[1] for a in overrides if a.startswith("paths.root_dir=")]
+    if given:
+        root, name = given[-1], "paths.root_dir"
+    elif os.environ.get("HPML_ROOT"):
+        root, name = os.environ["HPML_ROOT"], "HPML_ROOT"
+    else:
+        root, name = os.getcwd(), "the current directory"
+    problem = cannot_write(Path(root))
+    if problem is None:
+        return None
+    where = f"{name}={root}" if name != "the current directory" else f"{name} ({root})"
+    return (f"{where} cannot be written: {problem}; hpml writes outputs/, mlflow.db and "
+            f"mlartifacts/ there: set HPML_ROOT to a writable directory")

@@ -1,0 +1,50 @@
+"""How every bad input is judged: the exit, the one error line, and what the store was left with.
+
+In-process cases call ``hpml.train.main``, the Hydra task the CLI runs, with the job config that
+``@hydra.main`` would compose (Hydra's decorator passes a given config straight to the task), so
+they take the CLI's code path from the start of the job: validation, MLflow, the one-line report.
+What they skip is Hydra's launch and ``hpml.cli.check_args``, which subprocess cases cover.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ERROR = "hpml: error:"
+
+
+def error_line(stderr: str) -> str:
+    """The single ``hpml: error:`` line of ``stderr``, which must hold no traceback."""
+    lines = [line for line in stderr.splitlines() if line.startswith(ERROR)]
+    assert len(lines) == 1, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    return lines[0]
+
+
+def assert_names(line: str, expected: Sequence[str]) -> None:
+    """``line`` names each of ``expected`` (the bad value, and what would be valid)."""
+    missing = [text for text in expected if text not in line]
+    assert not missing, f"{missing} not in {line!r}"
+
+
+def run_statuses(root: Path) -> list[str]:
+    """Status of every run in the project's store (``root/mlflow.db``)."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{root}/mlflow.db")
+    ids = [e.experiment_id for e in client.search_experiments()]
+    return [run.info.status for run in client.search_runs(ids)] if ids else []
+
+
+def refused_job(cfg: Any, capsys: pytest.CaptureFixture[str]) -> str:
+    """Run the job as the CLI does; it must exit 1 with one error line, which is returned."""
+    from hpml.train import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(cfg)
+    assert exit_info.value.code == 1
+    return error_line(capsys.readouterr().err)

@@ -1,0 +1,128 @@
+"""The validation step itself: nothing valid is refused, and every numeric knob is checked."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from hpml.errors import HpmlError
+from hpml.validate import validate
+from hpml.validate.fit import STATIC_INT8_MODELS, static_int8_runs
+
+VALID = [
+    [], ["model=vgg19"], ["model=resnet18"], ["model=lstm"], ["model=vae"],
+    ["model=vae", "data=mnist"], ["model=vgg11", "data=cifar10"], ["model=lstm", "data=imdb"],
+    ["model=alexnet", "data.image_size=224"], ["model=vgg16_imagenet", "data.image_size=224"],
+    ["data=imagenet", "data.image_size=32"], ["model.net.layout=imagenet", "data=imagenet"],
+    ["experiment=roofline_vgg"], ["experiment=batch_scaling"], ["experiment=imdb_lstm"],
+    ["experiment=vae_pruning"], ["experiment=lstm_pruning"], ["experiment=vgg_quant",
+                                                              "quant=qat"],
+    ["quant=static_int8"], ["quant=dynamic_int8", "model=lstm"], ["compile=torch_compile"],
+    ["profile=torch"], ["profile=advanced"], ["callbacks=analysis"], ["trainer=bf16"],
+    ["model/optimizer=adam", "model/scheduler=cosine"], ["trainer.devices=[0]"],
+    ["trainer.max_epochs=-1"], ["+trainer.limit_train_batches=0.5"],
+    ["data.limit=10"], ["trainer.enable_checkpointing=false"],
+]
+
+
+@pytest.mark.parametrize("overrides", VALID, ids=[" ".join(o) or "default" for o in VALID])
+def test_valid_configs_pass(overrides: list[str], composed) -> None:
+    validate(composed(overrides))
+
+
+@pytest.mark.parametrize("devices", ["auto", "-1"])
+def test_all_devices_are_accepted_where_the_accelerator_has_one(devices: str, composed) -> None:
+    from hpml.validate.machine import available, resolve_accelerator
+
+    if available(resolve_accelerator("auto")) != 1:
+        pytest.skip("more than one device here: all of them would start DDP, which is refused")
+    validate(composed([f"trainer.devices={devices}"]))
+
+
+@pytest.mark.parametrize("model", STATIC_INT8_MODELS)
+def test_models_named_for_static_int8_do_quantise_and_run(model: str, composed) -> None:
+    """The refusal's hint must hold: each model it names runs as eager static int8."""
+    from hydra.utils import instantiate
+
+    from hpml.optimize.quant.torch_ao import Static
+
+    size = 64 if model == "alexnet" else 32
+    cfg = composed([f"model={model}", f"data.image_size={size}"])
+    net = instantiate(cfg.model.net, _partial_=True)(num_classes=10)
+    spec = instantiate(cfg.data).planned_spec()
+    static_int8_runs(Static(), net, spec, model)
+
+
+# Group selections that between them hold every option's numeric knobs.
+SELECTIONS = [
+    [], ["model=lstm"], ["model=vae"], ["model=vae", "data=mnist"], ["data=cifar10"],
+    ["data=imagenet", "data.image_size=32"], ["model=lstm", "data=imdb"],
+    ["model/scheduler=cosine"], ["model/scheduler=step", "model/optimizer=adam"],
+    ["prune=l1_structured"], ["quant=qat"], ["quant=static_int8"], ["quant=dynamic_int8"],
+    ["compile=torch_compile"], ["profile=torch"], ["profile=advanced"], ["callbacks=analysis"],
+]
+
+
+def numeric_knobs(cfg: Any) -> dict[str, Any]:
+    """Every int or float leaf of the resolved config, by dotted key."""
+    found: dict[str, Any] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(value, f"{prefix}{key}.")
+        elif isinstance(node, int | float) and not isinstance(node, bool):
+            found[prefix.rstrip(".")] = node
+
+    walk(OmegaConf.to_container(cfg, resolve=True), "")
+    return found
+
+
+def refusal(cfg: Any) -> str | None:
+    """What the two checks ``hpml.train.train`` makes before any run say about ``cfg``."""
+    from hpml.tracking.remote import prepare
+
+    try:
+        prepare(cfg.logger)
+        validate(cfg)
+    except HpmlError as exc:
+        return str(exc)
+    return None
+
+
+def test_every_numeric_knob_refuses_text_and_a_negative_number(composed) -> None:
+    """Types and ranges of every numeric knob in every config option, checked before training."""
+    seen: set[str] = set()
+    unchecked: list[str] = []
+    for selection in SELECTIONS:
+        cfg = composed(selection)
+        for key in sorted(set(numeric_knobs(cfg)) - seen):
+            seen.add(key)
+            for bad in ("abc", -7):
+                broken = copy.deepcopy(cfg)
+                OmegaConf.update(broken, key, bad)
+                message = refusal(broken)
+                if message is None or f"{key}={bad!r}" not in message:
+                    unchecked.append(f"{key}={bad!r}: {message}")
+    assert len(seen) > 60, sorted(seen)
+    assert not unchecked, "\n".join(unchecked)
+
+
+def test_layout_and_size_messages_point_both_ways(composed) -> None:
+    with pytest.raises(HpmlError, match=r"set model.net.layout=imagenet or data.image_size=32"):
+        validate(composed(["data.image_size=224"]))
+    with pytest.raises(HpmlError, match=r"set model.net.layout=cifar or data.image_size=224"):
+        validate(composed(["model.net.layout=imagenet"]))
+
+
+def test_validation_touches_no_data_file_and_leaves_torch_as_it_was(composed, tmp_path) -> None:
+    """A missing dataset is the run's failure (recorded FAILED), not the config's."""
+    before = torch.backends.quantized.engine
+    validate(composed(["data=cifar10", f"data.data_dir={tmp_path}/absent"]))
+    validate(composed(["model=lstm", "data=imdb", f"data.data_dir={tmp_path}/absent"]))
+    assert torch.backends.quantized.engine == before
+    assert not (tmp_path / "absent").exists()
