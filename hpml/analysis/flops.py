@@ -11,6 +11,7 @@ give those ops the same count their matmul decomposition would get.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from math import prod
@@ -21,6 +22,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
 aten = torch.ops.aten
+NO_AUTOGRAD_KERNEL = r".*: an autograd kernel was not registered to the Autograd key"
 Shape = Sequence[int]
 
 
@@ -115,11 +117,35 @@ def _module_path(name: str, root: str) -> str | None:
     return None
 
 
+def _leaf_free(params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Each parameter as a non-leaf view of itself, to run the counted pass with.
+
+    ``FlopCounterMode`` attributes backward FLOPs to modules through grad hooks on every tensor
+    a module is given; under ``torch.autograd.grad`` those hooks fail on a leaf ("A leaf node was
+    passed to _will_engine_execute_node"). A model that hands a parameter itself to a submodule
+    does that: a QAT layer passes its weight to its ``weight_fake_quant``. Views are not leaves,
+    and gradients still flow to the parameters through them.
+    """
+    return {name: p.view_as(p) for name, p in params.items()}
+
+
+def _changed_buffers_restored(saved: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """Put back buffers a forward pass wrote, whatever the mode (QAT observers update in eval)."""
+    with torch.no_grad():
+        for buffer, before in saved:
+            if buffer.shape != before.shape:
+                buffer.resize_(before.shape)
+            elif torch.equal(buffer, before):
+                continue
+            buffer.copy_(before)
+
+
 def count_flops(model: nn.Module, example: Any, with_backward: bool = False) -> FlopCount:
     """FLOPs of ``model(example)`` (and of its backward with ``with_backward``), batch included.
 
-    Runs in eval mode, so BatchNorm statistics are not updated, and the backward pass uses
-    ``torch.autograd.grad``, so no ``.grad`` is touched: the model is left as it was.
+    Runs in eval mode, restores any buffer the pass wrote (QAT observers), and the backward pass
+    uses ``torch.autograd.grad``, so no ``.grad`` is touched and no gradient hook (DDP's
+    all-reduce) fires: the model is left as it was.
     """
     args = example if isinstance(example, tuple) else (example,)
     batch = tensors_in(args)[0].shape[0]
@@ -130,18 +156,30 @@ def count_flops(model: nn.Module, example: Any, with_backward: bool = False) -> 
     # kernels, whose gate matmuls are counted the same way.
     has_rnn = any(isinstance(m, nn.RNNBase) for m in model.modules())
     native = torch.backends.cudnn.flags(enabled=not (with_backward and has_rnn))
-    try:
-        # callers may sit in Lightning's validation or test loop, under inference_mode
-        with torch.inference_mode(False), native, counter, torch.set_grad_enabled(with_backward):
-            args = tuple(a.clone() if isinstance(a, torch.Tensor) and a.is_inference() else a
-                         for a in args)
-            outputs = [out for out in tensors_in(model(*args)) if out.requires_grad]
-            params = [p for p in model.parameters() if p.requires_grad]
-            if with_backward and outputs and params:
-                total = sum(out.float().sum() for out in outputs)
-                torch.autograd.grad(total, params, allow_unused=True)
-    finally:
-        model.train(was_training)
+    # callers may sit in Lightning's validation or test loop, under inference_mode
+    with torch.inference_mode(False):
+        saved = [(b, b.detach().clone()) for b in model.buffers()]
+        # only parameters are differentiated: an input that is itself a leaf needing grad
+        # would trip the module tracker's hooks as a parameter does (see _leaf_free)
+        args = tuple((a.clone() if a.is_inference() else a).detach()
+                     if isinstance(a, torch.Tensor) else a for a in args)
+        params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+        try:
+            with native, counter, torch.set_grad_enabled(with_backward):
+                if with_backward and params:
+                    result = torch.func.functional_call(model, _leaf_free(params), args)
+                else:
+                    result = model(*args)
+                outputs = [out for out in tensors_in(result) if out.requires_grad]
+                if with_backward and outputs and params:
+                    total = sum(out.float().sum() for out in outputs)
+                    with warnings.catch_warnings():  # int8 ops (dynamic quant) have no
+                        # backward: the count passes over them, and torch says so per op
+                        warnings.filterwarnings("ignore", NO_AUTOGRAD_KERNEL, UserWarning)
+                        torch.autograd.grad(total, list(params.values()), allow_unused=True)
+        finally:
+            model.train(was_training)
+            _changed_buffers_restored(saved)
     counts = counter.get_flop_counts()
     root = type(model).__name__
     by_module = {}

@@ -98,3 +98,55 @@ def test_counting_leaves_the_model_untouched():
     assert model.training
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_backward_of_a_qat_prepared_model_counts_as_its_float_model():
+    """QAT layers hand their weight (a leaf) to ``weight_fake_quant``: FlopCounterMode's module
+    hooks then broke ``autograd.grad`` with "A leaf node was passed to _will_engine_execute_node"
+    (vgg_quant's qat job, when the perf monitor recounted after the swap)."""
+    from hpml.optimize.quant import make_quantizer
+
+    example = torch.randn(1, 3, 32, 32)
+    float_count = count_flops(vgg(11), example, with_backward=True).total
+    qat = make_quantizer("qat").prepare_qat(vgg(11), example).train()
+    observers = {k: v.clone() for k, v in qat.state_dict().items()}
+    assert count_flops(qat, example, with_backward=True).total == float_count
+    # observers update even in eval mode: counting must not move the quantisation ranges
+    assert qat.training and observers.keys() == qat.state_dict().keys()
+    assert all(torch.equal(observers[k], v) for k, v in qat.state_dict().items())
+    assert all(p.grad is None for p in qat.parameters())
+
+
+def test_backward_through_a_parameter_given_to_a_submodule():
+    """The bug without QAT: any module handed a parameter itself, with an input needing grad."""
+    class Scale(nn.Module):
+        def forward(self, weight: torch.Tensor) -> torch.Tensor:
+            return 2 * weight
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(4, 8))
+            self.scale = Scale()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x @ self.scale(self.weight).t()
+
+    x = torch.randn(3, 8, requires_grad=True)
+    count = count_flops(Net(), x, with_backward=True)
+    assert count.total == 2 * (2 * 3 * 8 * 4)  # forward product + the weight's gradient product
+    assert x.grad is None
+
+
+def test_backward_over_int8_ops_is_counted_without_warnings():
+    """A dynamically quantised VGG keeps float convs: the int8 Linears have no backward."""
+    import warnings
+
+    from hpml.optimize.quant import make_quantizer
+
+    example = torch.randn(1, 3, 32, 32)
+    quantised = make_quantizer("dynamic_int8").quantize(vgg(11), [])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        count = count_flops(quantised, example, with_backward=True)
+    assert 0 < count.total < count_flops(vgg(11), example, with_backward=True).total
