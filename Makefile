@@ -28,7 +28,7 @@ ui: $(STAMP)  ## MLflow UI on the local store (foreground; Ctrl-C stops it)
 		--default-artifact-root $(CURDIR)/mlartifacts --host $(HOST) --port $(PORT)
 
 test: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2 --dist worksteal
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

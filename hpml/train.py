@@ -15,9 +15,15 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from hpml.cli import check_args, hoist_flags, report_failure
+from hpml.console import progress_bar, quiet_upstream
+from hpml.errors import ConfigError, HpmlError
+from hpml.tracking.jobs import write_job_status
+from hpml.tracking.redact import redact_text
+from hpml.tracking.resume import resume_args, resume_point
+from hpml.validate import validate
 
 GROUPS_OF_ONE_CALLBACK = ("prune", "quant", "compile", "profile")
 
@@ -28,8 +34,6 @@ def build(group: str, node: DictConfig, **kwargs: Any) -> Any:
     The config becomes a partial first, so ``kwargs`` never pass through OmegaConf; errors come
     back with the group's name in their keys.
     """
-    from hpml.errors import ConfigError
-
     try:
         return hydra.utils.instantiate(node, _partial_=True)(**kwargs)
     except InstantiationException as exc:
@@ -43,39 +47,72 @@ def build(group: str, node: DictConfig, **kwargs: Any) -> Any:
 
 def build_callbacks(cfg: DictConfig) -> list[Any]:
     """The ``callbacks`` group (a dict of callbacks) and the one-callback optimisation groups."""
-    callbacks = [build("callbacks", node) for node in (cfg.get("callbacks") or {}).values()
+    callbacks = [build(f"callbacks.{name}", node)
+                 for name, node in (cfg.get("callbacks") or {}).items()
                  if node and "_target_" in node]
     for group in GROUPS_OF_ONE_CALLBACK:
         node = cfg.get(group)
         if node and "_target_" in node:
             callbacks.append(build(group, node))
+    if cfg.trainer.get("enable_checkpointing") is False:  # off: Lightning refuses checkpointers
+        from lightning.pytorch.callbacks import Checkpoint
+
+        callbacks = [c for c in callbacks if not isinstance(c, Checkpoint)]
     return callbacks
+
+
+def prepared(cfg: DictConfig) -> Any:
+    """The run's tracker, once what must hold before a run starts holds.
+
+    Output is quieted, the store answers (a bad URI or a silent server: one line, before torch
+    loads) and the config can work (``hpml.validate``). A refused job of a sweep is recorded as a
+    FAILED child of the sweep so its page lists every job; a refused single run leaves no run.
+    """
+    from hpml.tracking.remote import prepare
+
+    quiet_upstream(verbose=bool(OmegaConf.select(cfg, "hpml.verbose", default=False)))
+    prepare(cfg.logger)
+    tracker = build("logger", cfg.logger)
+    try:
+        validate(cfg)
+    except HpmlError as exc:
+        tracker.record_refused(cfg, exc)
+        raise
+    return tracker
 
 
 def train(cfg: DictConfig) -> dict[str, float]:
     """Fit and test the configured model inside one MLflow run; return the final metrics."""
+    tracker = prepared(cfg)
     import lightning as L
+
+    from hpml.callbacks.epoch_summary import EpochSummary
+    from hpml.tracking.stop import StopOnSignals
 
     # `import lightning` adds its own console handler; Hydra's job logging already prints and
     # files every record, so without this each Lightning message shows twice.
     logging.getLogger("lightning").handlers.clear()
-    tracker = build("logger", cfg.logger)
-    with tracker.run(cfg) as run:
+    resumed, ckpt_path = resume_point(tracker, cfg.get("resume"), Path(cfg.paths.output_dir))
+    with StopOnSignals() as stop, tracker.run(cfg, resume=resumed) as run:
+        stop.run_id, stop.resumed_from = run.run_id, ckpt_path
         L.seed_everything(cfg.seed, workers=True, verbose=False)
         datamodule = build("data", cfg.data)
         datamodule.prepare_data()
         model = build("model", cfg.model, data=datamodule.spec)
-        trainer = build("trainer", cfg.trainer, callbacks=build_callbacks(cfg),
-                        logger=run.lightning_logger())
+        trainer = build("trainer", cfg.trainer, callbacks=[*build_callbacks(cfg), EpochSummary()],
+                        logger=run.lightning_logger(),
+                        enable_progress_bar=progress_bar(cfg.trainer.get("enable_progress_bar")))
+        stop.trainer = trainer
         run.set_device(trainer.strategy.root_device)
         metrics: dict[str, float] = {}
         if cfg.fit:
-            trainer.fit(model, datamodule=datamodule)
+            trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=False)
+            stop.check()  # a SIGTERM Lightning took after its last check: stop before testing
             metrics |= {name: float(value) for name, value in trainer.callback_metrics.items()}
         if cfg.test:  # test starts callback_metrics afresh: keep what fit left
             trainer.test(model, datamodule=datamodule, verbose=False)
             metrics |= {name: float(value) for name, value in trainer.callback_metrics.items()}
-    uri = tracker.tracking_uri
+    uri = redact_text(tracker.tracking_uri)
     print(f"hpml: run {run.run_id} finished in {uri}\n"
           f"hpml: compare runs with `make ui` (or `mlflow ui --backend-store-uri {uri}`), "
           f"then open http://127.0.0.1:5000/{run.ui_path}")
@@ -111,17 +148,21 @@ def compose_job(overrides: list[str], output_dir: Path) -> DictConfig:
 def main(cfg: DictConfig) -> float | None:
     """Hydra task: a failed job prints one line; a sweep records it and goes on to the next job."""
     hc = HydraConfig.get()
+    job_dir = Path(hc.runtime.output_dir)
     try:
         metrics = train(cfg)
     except Exception as exc:
-        report_failure(exc, Path(hc.runtime.output_dir) / f"{hc.job.name}.log")
+        line = report_failure(exc, job_dir / f"{hc.job.name}.log")
+        write_job_status(job_dir, failed=True, error=line)
         if hc.mode == RunMode.MULTIRUN:
             return math.nan
         raise SystemExit(1) from None
+    write_job_status(job_dir, failed=False)
     return metrics.get(cfg.optimized_metric) if cfg.optimized_metric else None
 
 
 if __name__ == "__main__":
     sys.argv[1:] = hoist_flags(sys.argv[1:])
+    sys.argv[1:] = resume_args(sys.argv[1:])  # resume=<run id>: that run's overrides first
     check_args(sys.argv[1:])
     main()

@@ -27,6 +27,14 @@ QUICK = [
 ]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (``make test`` runs two workers) each worker, and every run it starts,
+    uses one torch thread: two workers of one thread each fill two cores, where two of two
+    threads each fight over them. Set here, before any test module imports torch."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
 @pytest.fixture(scope="session")
 def store_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An initialised MLflow SQLite store: creating the schema is the slow part, done once."""

@@ -1,0 +1,59 @@
+"""One line per epoch when there is no progress bar: what a log file, CI or SLURM output needs.
+
+Without a terminal the bar is off (``hpml.console.progress_bar``); this callback then logs
+``epoch 1/2  train/loss 0.6931  val/loss 0.6925  val/acc 0.5100  3.2 s`` at each training epoch's
+end (validation included, as Lightning runs it inside the epoch) and one ``test`` line. With a
+bar it stays silent: the bar shows the same numbers.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import lightning as L
+
+log = logging.getLogger(__name__)
+
+SHOWN = ("loss", "acc")
+
+
+def summary(trainer: L.Trainer, stages: tuple[str, ...]) -> str:
+    """``stage/name value`` for each of those metrics the trainer has, in a fixed order."""
+    metrics = trainer.callback_metrics
+    parts = [f"{stage}/{name} {float(metrics[f'{stage}/{name}']):.4f}"
+             for stage in stages for name in SHOWN if f"{stage}/{name}" in metrics]
+    return "  ".join(parts)
+
+
+class EpochSummary(L.Callback):
+    """Logs one line per training epoch and one after test, when the trainer shows no bar."""
+
+    def __init__(self) -> None:
+        self.started = 0.0
+
+    @staticmethod
+    def _silent(trainer: L.Trainer) -> bool:
+        return trainer.progress_bar_callback is not None or trainer.sanity_checking
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.started = time.perf_counter()
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._silent(trainer):
+            return
+        total = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else None
+        epoch = f"epoch {trainer.current_epoch + 1}" + (f"/{total}" if total else "")
+        numbers = summary(trainer, ("train", "val"))
+        log.info("%s  %s%.1f s", epoch, f"{numbers}  " if numbers else "",
+                 time.perf_counter() - self.started)
+
+    def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.started = time.perf_counter()
+
+    def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._silent(trainer):
+            return
+        numbers = summary(trainer, ("test",))
+        log.info("test  %s%.1f s", f"{numbers}  " if numbers else "",
+                 time.perf_counter() - self.started)

@@ -1,0 +1,91 @@
+"""What a run prints: upstream noise dropped where it is raised, a progress bar only on a terminal.
+
+Every run used to print Lightning's ``_pytree`` deprecation warning, its litlogger "Tip" and,
+on small data, a ``log_every_n_steps`` warning (hpml logs per epoch, so it never applies); none
+of them is anything an hpml user can act on. Each is dropped by a filter that names its exact
+message, so any other warning still shows; ``hpml.verbose=true`` keeps them all.
+
+Lightning's progress bar rewrites its line with carriage returns: on a terminal that is a bar,
+in a file (CI, nohup, SLURM logs) hundreds of lines. ``trainer.enable_progress_bar=null`` (the
+default) shows it only when stdout, where it writes, is a terminal; runs without a bar log one
+line per epoch instead (``hpml.callbacks.epoch_summary``).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import warnings
+from typing import Any, TextIO
+
+# (category, regex matched at the start of the message); subclasses match too, so UserWarning
+# covers Lightning's PossibleUserWarning.
+NOISY_WARNINGS: tuple[tuple[type[Warning], str], ...] = (
+    # lightning 2.6 builds torch's deprecated LeafSpec when it moves every batch
+    (FutureWarning, r"`isinstance\(treespec, LeafSpec\)` is deprecated"),
+    # hpml logs metrics per epoch, never per step: the logging interval does not matter
+    (UserWarning, r"The number of training batches \(\d+\) is smaller than the logging interval"),
+    # torch.ao's own deprecation notes, per observer and per quantised layer: hpml already says
+    # once that torch.ao is deprecated upstream (hpml.optimize.quant)
+    (UserWarning, r"Please use quant_min and quant_max to specify the range for observers"),
+    (UserWarning, r"torch\.quantize_per_tensor, torch\.quantize_per_channel and other quantized"),
+)
+# (logger, message start): log records dropped by a filter on the logger that emits them
+NOISY_RECORDS: tuple[tuple[str, str], ...] = (
+    ("lightning.pytorch.utilities.rank_zero", "💡 Tip: For seamless cloud logging"),
+)
+
+
+class _DropRecords(logging.Filter):
+    """Drops the records of one logger whose message starts with one of ``starts``."""
+
+    def __init__(self, starts: tuple[str, ...]) -> None:
+        super().__init__()
+        self.starts = starts
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.starts)
+
+
+_installed_warnings: list[Any] = []
+_installed_filters: list[tuple[logging.Logger, _DropRecords]] = []
+
+
+def quiet_upstream(verbose: bool = False) -> None:
+    """Drop the known upstream noise unless ``verbose``; safe to call once per job of a sweep.
+
+    Filters installed by an earlier call are removed first, so a later ``hpml.verbose=true``
+    job of the same process shows everything again.
+    """
+    for item in _installed_warnings:
+        if item in warnings.filters:
+            warnings.filters.remove(item)
+    # forget "already shown" marks (the stdlib's own hook; absent elsewhere, nothing to forget)
+    getattr(warnings, "_filters_mutated", lambda: None)()
+    _installed_warnings.clear()
+    for logger, record_filter in _installed_filters:
+        logger.removeFilter(record_filter)
+    _installed_filters.clear()
+    if verbose:
+        return
+    for category, message in NOISY_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category)
+        _installed_warnings.append(warnings.filters[0])
+    by_logger: dict[str, tuple[str, ...]] = {}
+    for name, start in NOISY_RECORDS:
+        by_logger[name] = (*by_logger.get(name, ()), start)
+    for name, starts in by_logger.items():
+        logger, record_filter = logging.getLogger(name), _DropRecords(starts)
+        logger.addFilter(record_filter)
+        _installed_filters.append((logger, record_filter))
+
+
+def progress_bar(setting: bool | None, stream: TextIO | None = None) -> bool:
+    """``trainer.enable_progress_bar``: true or false as given; null (auto) on a terminal only."""
+    if setting is not None:
+        return bool(setting)
+    stream = stream or sys.stdout  # where Lightning's TQDM bar writes
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # replaced or closed streams
+        return False

@@ -1,0 +1,125 @@
+"""Every experiment of ``conf/experiment/`` runs end to end, all jobs of its sweep, in a tiny form.
+
+The experiments are read from disk, so a new one is covered without editing this file. Each runs
+as a user runs it (``python -m hpml.train experiment=<name> -m``) with overrides that make it
+small without changing what it sweeps: the jobs are the ones Hydra's sweeper makes from the
+experiment's own ``hydra.sweeper.params``, and MLflow must end with one parent and one FINISHED
+child per job. Experiments that read real data get tiny files in the real format
+(``tests/real_data.py``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig, OmegaConf
+
+from tests.conftest import CONF, run_cli
+from tests.real_data import write_real_data
+
+EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+CASES = [pytest.param(name, [], id=name) for name in EXPERIMENTS]
+# the study's own data, as the README runs it: covers the real-format path end to end
+CASES.append(pytest.param("imdb_lstm", ["data=imdb"], id="imdb_lstm-data=imdb"))
+
+# Always valid: Lightning takes any Trainer argument, and every dataset has `limit`.
+ALWAYS = [
+    "trainer.max_epochs=1",
+    "++trainer.limit_train_batches=1",
+    "++trainer.limit_val_batches=1",
+    "++trainer.limit_test_batches=1",
+    "data.limit=2",  # samples per split: one tiny batch, whatever batch size a job sweeps
+    "logger.system_metrics_interval_s=0.5",
+    # checkpoints have their own suite; VGG16's with optimizer state is 1.6 GB a job
+    "trainer.enable_checkpointing=false",
+]
+ABSENT = object()
+# Set where some job of the sweep has the key (a `none` option of a group takes the key and
+# ignores it: no `_target_`), and never on a key the sweep itself varies. A function gets the
+# configured value: sizes only shrink. Image sizes stay: models are laid out for theirs.
+WHERE_PRESENT: dict[str, Any] = {
+    "data.train_samples": 16,  # synthetic data: generate little, `limit` takes 2 of it
+    "data.val_samples": 16,
+    "data.test_samples": 16,
+    "data.batch_size": lambda size: min(size, 4),
+    "data.seq_len": lambda length: min(length, 32),
+    "callbacks.perf.warmup_steps": 0,
+    "callbacks.roofline.timing_passes": 1,
+    "callbacks.roofline.batch_size": 1,
+    "profile.skip_first": 0,
+    "profile.wait": 0,
+    "profile.warmup": 0,
+    "profile.active": 1,
+    **{f"{group}.{key}": value for group in ("prune", "quant", "compile")
+       for key, value in (("latency_rounds", 2), ("latency_warmup", 0), ("eval_batches", 1))},
+    "quant.calibration_batches": 1,
+}
+
+
+def sweep_jobs(cfg: DictConfig) -> list[list[str]]:
+    """The jobs Hydra's basic sweeper launches for this config's ``hydra.sweeper.params``."""
+    params = OmegaConf.select(cfg, "hydra.sweeper.params") or {}
+    overrides = [f"{key}={value}" for key, value in params.items()]
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    return BasicSweeper.split_arguments(parsed, None)[0]
+
+
+def tiny_overrides(jobs: list[DictConfig], swept: set[str]) -> list[str]:
+    overrides = list(ALWAYS)
+    for key, value in WHERE_PRESENT.items():
+        present = [v for cfg in jobs if (v := OmegaConf.select(cfg, key, default=ABSENT))
+                   is not ABSENT]
+        if not present or key in swept:
+            continue
+        if callable(value):
+            configured = [v for v in present if v is not None]
+            if not configured:
+                continue
+            value = value(configured[0])
+        overrides.append(f"++{key}={value}")
+    return overrides
+
+
+def plan(name: str, extra: list[str], data_dir: Path) -> tuple[list[str], int, str]:
+    """Overrides of the tiny form, the number of jobs, and the MLflow experiment name."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        base = [f"experiment={name}", *extra]
+        cfg = compose("train", overrides=base, return_hydra_config=True)
+        jobs = sweep_jobs(cfg)
+        configs = [compose("train", overrides=[*base, *job], return_hydra_config=True)
+                   for job in jobs]
+    swept = {job.split("=", 1)[0].lstrip("+~") for job in jobs[0]}
+    overrides = tiny_overrides(configs, swept)
+    real = {str(c.hydra.runtime.choices.data) for c in configs
+            if not str(c.data._target_).startswith("hpml.data.synthetic")}
+    for option in sorted(real):
+        needed = write_real_data(option, data_dir)
+        if needed is None:
+            pytest.fail(f"experiment={name} reads data={option}: add a writer of tiny files "
+                        f"in that format to tests/real_data.py")
+        overrides += needed
+    return overrides, len(jobs), str(cfg.logger.experiment_name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "extra"), CASES)
+def test_experiment_runs_every_job_of_its_sweep(name: str, extra: list[str], root: Path,
+                                                client) -> None:
+    overrides, jobs, experiment = plan(name, extra, root / "data")
+    result = run_cli([f"experiment={name}", "-m", *extra, *overrides], root, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+    parents = [r for r in runs if r.data.tags.get("hpml.sweep_parent") == "true"]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1 and len(runs) == 1 + jobs
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parents[0].info.run_id}
+    failed = [(r.data.tags.get("hpml.job_num"), r.data.tags.get("hpml.error"))
+              for r in children if r.info.status != "FINISHED"]
+    assert not failed and len(children) == jobs
+    assert sorted(int(r.data.tags["hpml.job_num"]) for r in children) == list(range(jobs))
+    assert parents[0].info.status == "FINISHED"
