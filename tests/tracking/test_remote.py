@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import http.server
 import os
-import shutil
-import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,17 +29,11 @@ from hpml.tracking.remote import (
     server_gone,
 )
 from tests.conftest import QUICK, REPO, run_cli, stderr_lines
+from tests.servers import MlflowServer, free_port
 
 MALFORMED = ["htp://x", "http://", "localhost:5000", "sqlite://", "http://host:port"]
 RETRY_VARIABLES = ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
                    "_MLFLOW_HTTP_REQUEST_MAX_RETRIES_LIMIT")
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (the socket is closed again)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture
@@ -240,55 +231,6 @@ def test_sweep_against_a_bad_store_stops_before_any_job(root, uri):
 
 
 # --- a real server, stopped and restarted mid-run -------------------------------------------------
-
-
-class MlflowServer:
-    """``mlflow server`` on a fixed loopback port with a SQLite store, stoppable and restartable
-    on the same port and store; each start waits until ``/health`` answers."""
-
-    def __init__(self, folder: Path, store_template: Path) -> None:
-        self.folder, self.port = folder, free_port()
-        self.uri = f"http://127.0.0.1:{self.port}"
-        shutil.copy(store_template, folder / "server.db")  # schema made once per session
-        self.proc: subprocess.Popen | None = None
-
-    def start(self, timeout_s: float = 180) -> None:
-        mlflow_cli = Path(sys.executable).parent / "mlflow"
-        self.proc = subprocess.Popen(
-            [str(mlflow_cli), "server", "--host", "127.0.0.1", "--port", str(self.port),
-             "--workers", "1", "--backend-store-uri", f"sqlite:///{self.folder / 'server.db'}",
-             "--artifacts-destination", str(self.folder / "artifacts")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                pytest.fail(f"mlflow server did not answer on {self.uri}")
-            time.sleep(0.5)
-
-    def ensure_running(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            self.start()
-
-    def stop(self) -> None:
-        """SIGTERM to the whole process group (the CLI and its uvicorn worker)."""
-        if self.proc is None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=30)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=30)
-        self.proc = None
 
 
 @pytest.fixture(scope="module")
