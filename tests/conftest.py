@@ -14,6 +14,12 @@ from hydra.core.hydra_config import HydraConfig
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
+
+
+def options(group: str) -> list[str]:
+    """The options of config group ``group``, read from ``conf/`` so tests follow new files."""
+    return sorted(path.stem for path in (CONF / group).glob("*.yaml"))
+
 # Small, quick runs: a few batches per split, no progress bar in captured output.
 QUICK = [
     "trainer.max_epochs=1",
