@@ -74,8 +74,10 @@ def sweep_without_multirun(args: list[str]) -> str | None:
         return None
     for override in parsed:
         if override.is_sweep_override():
-            return (f"{override.input_line} is a sweep: add -m to run one job per value "
-                    f"(for a list write {override.get_key_element()}=[...])")
+            return (
+                f"{override.input_line} is a sweep: add -m to run one job per value "
+                f"(for a list write {override.get_key_element()}=[...])"
+            )
     return None
 
 
@@ -93,8 +95,19 @@ def composition_error(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
 
 
 # Hydra's flags that take no value; argparse refuses overrides that follow them unless moved.
-BARE_FLAGS = ("-m", "--multirun", "-r", "--run", "--resolve", "--help", "-h", "--hydra-help",
-              "--version", "--shell-completion", "-sc")
+BARE_FLAGS = (
+    "-m",
+    "--multirun",
+    "-r",
+    "--run",
+    "--resolve",
+    "--help",
+    "-h",
+    "--hydra-help",
+    "--version",
+    "--shell-completion",
+    "-sc",
+)
 
 
 def hoist_flags(args: list[str]) -> list[str]:
@@ -112,8 +125,12 @@ def check_args(args: list[str]) -> None:
         return
     from hpml.validate.store import unwritable_root
 
-    message = unknown_option(args) or sweep_without_multirun(args) or composition_error(args) \
+    message = (
+        unknown_option(args)
+        or sweep_without_multirun(args)
+        or composition_error(args)
         or unwritable_root(args)
+    )
     if message is not None:
         print(f"hpml: error: {message}", file=sys.stderr)
         raise SystemExit(2)

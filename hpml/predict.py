@@ -16,21 +16,25 @@ CUDA_PEAK = "train/peak_memory_bytes"
 TRAINING_TOTAL = "memory/training_total_bytes"
 
 
-def observations(runs: list, clock: str = "wall") -> tuple[list[int], list[float], list[float],
-                                                         str]:
+def observations(
+    runs: list, clock: str = "wall"
+) -> tuple[list[int], list[float], list[float], str]:
     """Batch sizes, step times (s, by ``clock``) and memory (bytes) of ``runs``, and which
     memory figure was used."""
     from hpml.errors import HpmlError
 
-    on_cuda = all(r.data.tags.get("hpml.peak_memory_source", "").startswith("torch.cuda")
-                  for r in runs)
+    on_cuda = all(
+        r.data.tags.get("hpml.peak_memory_source", "").startswith("torch.cuda") for r in runs
+    )
     memory_metric = CUDA_PEAK if on_cuda else TRAINING_TOTAL
     batches, steps, memory = [], [], []
     for run in runs:
         missing = [m for m in (STEP[clock], memory_metric) if m not in run.data.metrics]
         if missing or "data.batch_size" not in run.data.params:
-            raise HpmlError(f"run {run.info.run_id} lacks {', '.join(missing) or 'data.batch_size'}"
-                            ": it needs the default perf and memory callbacks")
+            raise HpmlError(
+                f"run {run.info.run_id} lacks {', '.join(missing) or 'data.batch_size'}"
+                ": it needs the default perf and memory callbacks"
+            )
         batches.append(int(run.data.params["data.batch_size"]))
         steps.append(run.data.metrics[STEP[clock]] / 1e3)
         memory.append(run.data.metrics[memory_metric])
@@ -52,11 +56,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep", default=None, help="'last' (default) or a parent run id")
     parser.add_argument("--runs", nargs="+", help="run ids instead of a sweep")
     parser.add_argument("--experiment", default=None, help="where to look for the last sweep")
-    parser.add_argument("--batch", nargs="+", type=int, default=[1, 8, 32, 128, 512],
-                        help="batch sizes to predict")
-    parser.add_argument("--clock", choices=sorted(STEP), default="wall",
-                        help="step time to fit: wall (default) or process CPU time, which a "
-                             "busy shared machine disturbs less (one-thread runs)")
+    parser.add_argument(
+        "--batch", nargs="+", type=int, default=[1, 8, 32, 128, 512], help="batch sizes to predict"
+    )
+    parser.add_argument(
+        "--clock",
+        choices=sorted(STEP),
+        default="wall",
+        help="step time to fit: wall (default) or process CPU time, which a "
+        "busy shared machine disturbs less (one-thread runs)",
+    )
     parser.add_argument("--tracking-uri", default=None)
     args = parser.parse_args(argv)
 
@@ -75,16 +84,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hpml.predict: error: {exc}", file=sys.stderr)
         return 2
     capacity = capacity_bytes(runs)
-    print(f"fitted on batch sizes {sorted(batches)}: step time ({args.clock}) = "
-          f"{model.step_time_s.intercept * 1e3:.2f} ms + {model.step_time_s.slope * 1e3:.3f} "
-          f"ms/sample; memory ({memory_metric}) = {model.memory_bytes.intercept:.0f} B + "
-          f"{model.memory_bytes.slope:.0f} B/sample")
+    print(
+        f"fitted on batch sizes {sorted(batches)}: step time ({args.clock}) = "
+        f"{model.step_time_s.intercept * 1e3:.2f} ms + {model.step_time_s.slope * 1e3:.3f} "
+        f"ms/sample; memory ({memory_metric}) = {model.memory_bytes.intercept:.0f} B + "
+        f"{model.memory_bytes.slope:.0f} B/sample"
+    )
     print(f"{'batch':>7} {'step_ms':>10} {'samples/s':>11} {'memory_bytes':>14} fits")
     lines = []
     for batch in args.batch:
         p = model.predict(batch, capacity)
-        lines.append(f"{batch:>7} {p.step_time_s * 1e3:>10.2f} {p.throughput_samples_per_s:>11.1f} "
-                     f"{p.memory_bytes:>14.0f} {'yes' if p.fits else 'no'}")
+        lines.append(
+            f"{batch:>7} {p.step_time_s * 1e3:>10.2f} {p.throughput_samples_per_s:>11.1f} "
+            f"{p.memory_bytes:>14.0f} {'yes' if p.fits else 'no'}"
+        )
     print("\n".join(lines))
     largest = model.largest_batch(capacity)
     print(f"largest batch that fits {capacity:.0f} bytes: {largest}")

@@ -57,25 +57,40 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m hpml.roofline",
         description="Draw MLflow runs (a sweep, or chosen runs) on one roofline: intensity "
-                    "(FLOP/byte) against achieved FLOP/s, each point memory- or compute-bound. "
-                    "Runs need the roofline callback (callbacks/roofline.yaml).")
+        "(FLOP/byte) against achieved FLOP/s, each point memory- or compute-bound. "
+        "Runs need the roofline callback (callbacks/roofline.yaml).",
+    )
     pick = parser.add_mutually_exclusive_group()
-    pick.add_argument("--sweep", metavar="last|RUN_ID",
-                      help="a sweep's parent run (its children are drawn); 'last' = the most "
-                           "recent sweep (default)")
+    pick.add_argument(
+        "--sweep",
+        metavar="last|RUN_ID",
+        help="a sweep's parent run (its children are drawn); 'last' = the most "
+        "recent sweep (default)",
+    )
     pick.add_argument("--runs", nargs="+", metavar="RUN_ID", help="these runs")
-    parser.add_argument("--experiment", metavar="NAME",
-                        help="look for the last sweep in this experiment only")
-    parser.add_argument("--device", choices=[*KNOWN_DEVICES, "measured"],
-                        help="roof to draw (default: the datasheet of the GPU the runs ran on "
-                             "(tag hpml.device), else the peak the runs measured; 'measured' "
-                             "measures this machine)")
-    parser.add_argument("--out", type=Path, metavar="DIR",
-                        help="where roofline.png/.svg go (default: "
-                             "<HPML_ROOT or cwd>/outputs/roofline/<sweep or first run id>)")
-    parser.add_argument("--tracking-uri", default=None,
-                        help="MLflow store (default: MLFLOW_TRACKING_URI, else "
-                             "sqlite:///<HPML_ROOT or cwd>/mlflow.db)")
+    parser.add_argument(
+        "--experiment", metavar="NAME", help="look for the last sweep in this experiment only"
+    )
+    parser.add_argument(
+        "--device",
+        choices=[*KNOWN_DEVICES, "measured"],
+        help="roof to draw (default: the datasheet of the GPU the runs ran on "
+        "(tag hpml.device), else the peak the runs measured; 'measured' "
+        "measures this machine)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="where roofline.png/.svg go (default: "
+        "<HPML_ROOT or cwd>/outputs/roofline/<sweep or first run id>)",
+    )
+    parser.add_argument(
+        "--tracking-uri",
+        default=None,
+        help="MLflow store (default: MLFLOW_TRACKING_URI, else "
+        "sqlite:///<HPML_ROOT or cwd>/mlflow.db)",
+    )
     args = parser.parse_args(argv)
     if args.runs is None and args.sweep is None:
         args.sweep = "last"
@@ -113,9 +128,15 @@ def logged_peak(run: Run) -> DevicePeak | None:
     m, tags = run.data.metrics, run.data.tags
     if PEAK_FP32 not in m or PEAK_BANDWIDTH not in m:
         return None
-    return DevicePeak(tags.get(PEAK_TAG, "device of run " + run.info.run_id[:8]), m[PEAK_FP32],
-                      None, None, None, m[PEAK_BANDWIDTH],
-                      tags.get(PEAK_SOURCE_TAG, f"logged by run {run.info.run_id}"))
+    return DevicePeak(
+        tags.get(PEAK_TAG, "device of run " + run.info.run_id[:8]),
+        m[PEAK_FP32],
+        None,
+        None,
+        None,
+        m[PEAK_BANDWIDTH],
+        tags.get(PEAK_SOURCE_TAG, f"logged by run {run.info.run_id}"),
+    )
 
 
 def choose_peak(choice: str | None, runs: list[Run]) -> DevicePeak:
@@ -127,8 +148,11 @@ def choose_peak(choice: str | None, runs: list[Run]) -> DevicePeak:
     if choice is None:
         devices = sorted({r.data.tags.get("hpml.device", "?") for r in runs})
         if len(devices) > 1:
-            print(f"hpml: note: the runs ran on {len(devices)} devices ({'; '.join(devices)}); "
-                  "drawing the first run's roof", file=sys.stderr)
+            print(
+                f"hpml: note: the runs ran on {len(devices)} devices ({'; '.join(devices)}); "
+                "drawing the first run's roof",
+                file=sys.stderr,
+            )
         kind, _, name = runs[0].data.tags.get("hpml.device", "").partition(": ")
         found = (match_device_name(name) if kind == "cuda" else None) or logged_peak(runs[0])
         if found is not None:
@@ -136,17 +160,19 @@ def choose_peak(choice: str | None, runs: list[Run]) -> DevicePeak:
     import torch
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return measure_peak(device, os.environ.get("HPML_PEAK_CACHE") or
-                        project_root() / ".hpml" / "peaks")
+    return measure_peak(
+        device, os.environ.get("HPML_PEAK_CACHE") or project_root() / ".hpml" / "peaks"
+    )
 
 
-def table(rows: list[tuple[str, str, RooflinePoint, str]], peak: DevicePeak,
-          precision: str) -> str:
+def table(rows: list[tuple[str, str, RooflinePoint, str]], peak: DevicePeak, precision: str) -> str:
     """One line per run: intensity, achieved FLOP/s, share of the roof there, and the bound."""
     from hpml.analysis.roofline import attainable_flops_per_s, classify
 
-    header = (f"{'run':<32} {'point':<16} {'FLOP/byte':>10} {'FLOP/s':>10} {'% of roof':>9}  "
-              f"{'bound':<13}  performance")
+    header = (
+        f"{'run':<32} {'point':<16} {'FLOP/byte':>10} {'FLOP/s':>10} {'% of roof':>9}  "
+        f"{'bound':<13}  performance"
+    )
     lines = [header, "-" * len(header)]
     for run_id, label, point, basis in rows:
         achieved = point.flops_per_s
@@ -155,7 +181,8 @@ def table(rows: list[tuple[str, str, RooflinePoint, str]], peak: DevicePeak,
             f"{run_id:<32} {label[:16]:<16} {point.intensity:>10.3g} "
             f"{'-' if achieved is None else f'{achieved:.3g}':>10} "
             f"{'-' if achieved is None else f'{100 * achieved / roof:.1f}':>9}  "
-            f"{classify(point, peak, precision):<13}  {basis}")
+            f"{classify(point, peak, precision):<13}  {basis}"
+        )
     return "\n".join(lines)
 
 
@@ -171,8 +198,10 @@ def draw(args: argparse.Namespace) -> list[Path]:
     runs = [r for r in runs if INTENSITY in r.data.metrics]
     if lacking:
         named = ", ".join(f"{r.info.run_name} ({r.info.run_id})" for r in lacking)
-        message = (f"runs without roofline metrics ({INTENSITY}): {named}; train them with "
-                   "callbacks=analysis (or add callbacks/roofline.yaml)")
+        message = (
+            f"runs without roofline metrics ({INTENSITY}): {named}; train them with "
+            "callbacks=analysis (or add callbacks/roofline.yaml)"
+        )
         if not runs:
             raise RooflineError(message)
         print(f"hpml: warning: skipping {message}", file=sys.stderr)
@@ -189,8 +218,9 @@ def draw(args: argparse.Namespace) -> list[Path]:
     name = parent.info.run_id if parent else runs[0].info.run_id
     out = args.out or project_root() / "outputs" / "roofline" / name
     what = parent.info.run_name if parent else f"{len(runs)} runs"
-    paths = plot_roofline([row[2] for row in rows], peak, Path(out) / "roofline", precision,
-                          f"{what} on {peak.name}")
+    paths = plot_roofline(
+        [row[2] for row in rows], peak, Path(out) / "roofline", precision, f"{what} on {peak.name}"
+    )
     if parent is not None:
         for path in paths:
             client.log_artifact(parent.info.run_id, str(path), STAGE)
@@ -211,4 +241,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
-

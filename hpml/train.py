@@ -47,9 +47,11 @@ def build(group: str, node: DictConfig, **kwargs: Any) -> Any:
 
 def build_callbacks(cfg: DictConfig) -> list[Any]:
     """The ``callbacks`` group (a dict of callbacks) and the one-callback optimisation groups."""
-    callbacks = [build(f"callbacks.{name}", node)
-                 for name, node in (cfg.get("callbacks") or {}).items()
-                 if node and "_target_" in node]
+    callbacks = [
+        build(f"callbacks.{name}", node)
+        for name, node in (cfg.get("callbacks") or {}).items()
+        if node and "_target_" in node
+    ]
     for group in GROUPS_OF_ONE_CALLBACK:
         node = cfg.get(group)
         if node and "_target_" in node:
@@ -99,9 +101,13 @@ def train(cfg: DictConfig) -> dict[str, float]:
         datamodule = build("data", cfg.data)
         datamodule.prepare_data()
         model = build("model", cfg.model, data=datamodule.spec)
-        trainer = build("trainer", cfg.trainer, callbacks=[*build_callbacks(cfg), EpochSummary()],
-                        logger=run.lightning_logger(),
-                        enable_progress_bar=progress_bar(cfg.trainer.get("enable_progress_bar")))
+        trainer = build(
+            "trainer",
+            cfg.trainer,
+            callbacks=[*build_callbacks(cfg), EpochSummary()],
+            logger=run.lightning_logger(),
+            enable_progress_bar=progress_bar(cfg.trainer.get("enable_progress_bar")),
+        )
         stop.trainer = trainer
         run.set_device(trainer.strategy.root_device)
         metrics: dict[str, float] = {}
@@ -113,9 +119,11 @@ def train(cfg: DictConfig) -> dict[str, float]:
             trainer.test(model, datamodule=datamodule, verbose=False)
             metrics |= {name: float(value) for name, value in trainer.callback_metrics.items()}
     uri = redact_text(tracker.tracking_uri)
-    print(f"hpml: run {run.run_id} finished in {uri}\n"
-          f"hpml: compare runs with `make ui` (or `mlflow ui --backend-store-uri {uri}`), "
-          f"then open http://127.0.0.1:5000/{run.ui_path}")
+    print(
+        f"hpml: run {run.run_id} finished in {uri}\n"
+        f"hpml: compare runs with `make ui` (or `mlflow ui --backend-store-uri {uri}`), "
+        f"then open http://127.0.0.1:5000/{run.ui_path}"
+    )
     return metrics
 
 

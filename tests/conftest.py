@@ -20,6 +20,7 @@ def options(group: str) -> list[str]:
     """The options of config group ``group``, read from ``conf/`` so tests follow new files."""
     return sorted(path.stem for path in (CONF / group).glob("*.yaml"))
 
+
 # Small, quick runs: a few batches per split, no progress bar in captured output.
 QUICK = [
     "trainer.max_epochs=1",
@@ -84,8 +85,14 @@ def run_cli(args: list[str], root: Path, timeout: float = 300) -> subprocess.Com
     """``python -m hpml.train ARGS`` as a user runs it, against the project root ``root``."""
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     env |= {"HPML_ROOT": str(root), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([sys.executable, "-m", "hpml.train", *args], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "hpml.train", *args],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def stderr_lines(result: subprocess.CompletedProcess, prefix: str = "hpml:") -> list[str]:

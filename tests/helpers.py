@@ -29,8 +29,14 @@ class SlowBatches(L.Callback):
     def __init__(self, seconds: float = 0.3, from_epoch: int = 1) -> None:
         self.seconds, self.from_epoch = seconds, from_epoch
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule,
-                           outputs: object, batch: object, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: object,
+        batch: object,
+        batch_idx: int,
+    ) -> None:
         if trainer.current_epoch >= self.from_epoch:
             time.sleep(self.seconds)
 

@@ -31,8 +31,9 @@ def write_imdb(data_dir: Path, reviews: int = 96) -> list[str]:
         writer.writerow(["review", "sentiment"])
         for i in range(reviews):
             text = " ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(5 + i % 20))
-            writer.writerow([f'Review {i}: "{text}".<br /><br />The end.',
-                             "positive" if i % 2 else "negative"])
+            writer.writerow(
+                [f'Review {i}: "{text}".<br /><br />The end.', "positive" if i % 2 else "negative"]
+            )
     return []
 
 
@@ -41,16 +42,31 @@ def write_cifar10(data_dir: Path, per_batch: int = 16) -> list[str]:
     folder = data_dir / "cifar-10-batches-py"
     folder.mkdir(parents=True, exist_ok=True)
     for b, name in enumerate([*(f"data_batch_{i}" for i in range(1, 6)), "test_batch"]):
-        write_py2_pickle(folder / name, {
-            b"batch_label": name.encode(),
-            b"labels": [(b + i) % 10 for i in range(per_batch)],
-            b"data": cifar_images(per_batch, offset=b),
-            b"filenames": [f"{name}_{i}.png".encode() for i in range(per_batch)],
-        })
-    names = [b"airplane", b"automobile", b"bird", b"cat", b"deer", b"dog", b"frog", b"horse",
-             b"ship", b"truck"]
-    write_py2_pickle(folder / "batches.meta",
-                     {b"num_cases_per_batch": 10000, b"label_names": names, b"num_vis": 3072})
+        write_py2_pickle(
+            folder / name,
+            {
+                b"batch_label": name.encode(),
+                b"labels": [(b + i) % 10 for i in range(per_batch)],
+                b"data": cifar_images(per_batch, offset=b),
+                b"filenames": [f"{name}_{i}.png".encode() for i in range(per_batch)],
+            },
+        )
+    names = [
+        b"airplane",
+        b"automobile",
+        b"bird",
+        b"cat",
+        b"deer",
+        b"dog",
+        b"frog",
+        b"horse",
+        b"ship",
+        b"truck",
+    ]
+    write_py2_pickle(
+        folder / "batches.meta",
+        {b"num_cases_per_batch": 10000, b"label_names": names, b"num_vis": 3072},
+    )
     return ["data.verify=false"]  # the md5 sums are the real files'
 
 
@@ -66,13 +82,17 @@ def write_mnist(data_dir: Path, train: int = 64, test: int = 32) -> list[str]:
 def write_imagenet(data_dir: Path) -> list[str]:
     """``imagenet/{train,val}/<class>/*.JPEG``: three classes of small JPEGs."""
     classes = ("n01", "n02", "n03")
-    write_jpegs(data_dir / "imagenet", {"train": dict.fromkeys(classes, 8),
-                                        "val": dict.fromkeys(classes, 4)})
+    write_jpegs(
+        data_dir / "imagenet",
+        {"train": dict.fromkeys(classes, 8), "val": dict.fromkeys(classes, 4)},
+    )
     return []
 
 
 WRITERS: dict[str, Callable[[Path], list[str]]] = {
-    "imdb": write_imdb, "cifar10": write_cifar10, "mnist": write_mnist,
+    "imdb": write_imdb,
+    "cifar10": write_cifar10,
+    "mnist": write_mnist,
     "imagenet": write_imagenet,
 }
 

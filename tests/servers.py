@@ -35,10 +35,24 @@ class MlflowServer:
     def start(self, timeout_s: float = 180) -> None:
         mlflow_cli = Path(sys.executable).parent / "mlflow"
         self.proc = subprocess.Popen(
-            [str(mlflow_cli), "server", "--host", "127.0.0.1", "--port", str(self.port),
-             "--workers", "1", "--backend-store-uri", f"sqlite:///{self.folder / 'server.db'}",
-             "--artifacts-destination", str(self.folder / "artifacts")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            [
+                str(mlflow_cli),
+                "server",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--workers",
+                "1",
+                "--backend-store-uri",
+                f"sqlite:///{self.folder / 'server.db'}",
+                "--artifacts-destination",
+                str(self.folder / "artifacts"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + timeout_s
         while True:
             try:

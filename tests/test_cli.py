@@ -25,7 +25,8 @@ def test_every_value_of_a_sweep_is_checked():
 
 def test_nested_groups_and_plain_keys():
     assert "unknown option 'adamw' for model/optimizer=" in unknown_option(
-        ["model/optimizer=adamw"])
+        ["model/optimizer=adamw"]
+    )
     assert unknown_option(["model/optimizer=adam", "data.batch_size=3", "+x=1"]) is None
 
 
@@ -36,7 +37,10 @@ def test_sweep_without_multirun_flag_says_how_to_run_it():
 
 def test_first_job_takes_the_first_value_of_each_sweep():
     assert first_job(["-m", "model=vgg11,lstm", "+a.b=1,2", "seed=3"]) == [
-        "model=vgg11", "+a.b=1", "seed=3"]
+        "model=vgg11",
+        "+a.b=1",
+        "seed=3",
+    ]
 
 
 def test_mistyped_key_is_one_line_naming_it():
@@ -47,5 +51,8 @@ def test_mistyped_key_is_one_line_naming_it():
 
 def test_flags_may_come_anywhere_among_overrides():
     assert hoist_flags(["model=lstm", "-m", "data.batch_size=32,64"]) == [
-        "-m", "model=lstm", "data.batch_size=32,64"]
+        "-m",
+        "model=lstm",
+        "data.batch_size=32,64",
+    ]
     assert hoist_flags(["--cfg", "job", "a=1"]) == ["--cfg", "job", "a=1"]

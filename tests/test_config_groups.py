@@ -24,15 +24,31 @@ from hpml.train import GROUPS_OF_ONE_CALLBACK, build, build_callbacks
 from tests.conftest import CONF
 from tests.real_data import write_real_data
 
-GROUPS = sorted(str(d.relative_to(CONF)) for d in CONF.rglob("*")
-                if d.is_dir() and any(d.glob("*.yaml")))
-OPTIONS = [pytest.param(group, p.stem, id=f"{group}={p.stem}")
-           for group in GROUPS for p in sorted((CONF / group).glob("*.yaml"))]
+GROUPS = sorted(
+    str(d.relative_to(CONF)) for d in CONF.rglob("*") if d.is_dir() and any(d.glob("*.yaml"))
+)
+OPTIONS = [
+    pytest.param(group, p.stem, id=f"{group}={p.stem}")
+    for group in GROUPS
+    for p in sorted((CONF / group).glob("*.yaml"))
+]
 
 
 def test_every_group_is_found() -> None:
-    assert {"data", "model", "model/optimizer", "model/scheduler", "trainer", "callbacks",
-            "quant", "prune", "compile", "profile", "logger", "experiment"} <= set(GROUPS)
+    assert {
+        "data",
+        "model",
+        "model/optimizer",
+        "model/scheduler",
+        "trainer",
+        "callbacks",
+        "quant",
+        "prune",
+        "compile",
+        "profile",
+        "logger",
+        "experiment",
+    } <= set(GROUPS)
 
 
 def needs_missing_device(cfg: DictConfig) -> str | None:
@@ -53,14 +69,22 @@ def build_run(cfg: DictConfig) -> dict[str, Any]:
     model = build("model", cfg.model, data=datamodule.spec)
     optimizers = model.configure_optimizers()  # model/optimizer and model/scheduler
     callbacks = build_callbacks(cfg)
-    trainer = build("trainer", cfg.trainer, callbacks=callbacks, logger=False,
-                    enable_progress_bar=False)
+    trainer = build(
+        "trainer", cfg.trainer, callbacks=callbacks, logger=False, enable_progress_bar=False
+    )
     tracker = build("logger", cfg.logger)
-    sweep_callbacks = [build("hydra.callbacks", node)
-                       for node in (HydraConfig.get().callbacks or {}).values()]
-    return {"data": datamodule, "model": model, "optimizers": optimizers,
-            "callbacks": callbacks, "trainer": trainer, "logger": tracker,
-            "hydra": sweep_callbacks}
+    sweep_callbacks = [
+        build("hydra.callbacks", node) for node in (HydraConfig.get().callbacks or {}).values()
+    ]
+    return {
+        "data": datamodule,
+        "model": model,
+        "optimizers": optimizers,
+        "callbacks": callbacks,
+        "trainer": trainer,
+        "logger": tracker,
+        "hydra": sweep_callbacks,
+    }
 
 
 def fitting_size(cfg: DictConfig) -> list[str]:
@@ -83,8 +107,11 @@ def targets(node: Any) -> list[str]:
 def pairings(group: str, overrides: list[str]) -> list[list[str]]:
     """The option as composed, then, for data, with each model: the default model (VGG11-CIFAR)
     eats neither tokens nor 1-channel images, and the model that does is found, not listed."""
-    models = [] if group != "data" else [[f"model={p.stem}"]
-                                         for p in sorted((CONF / "model").glob("*.yaml"))]
+    models = (
+        []
+        if group != "data"
+        else [[f"model={p.stem}"] for p in sorted((CONF / "model").glob("*.yaml"))]
+    )
     return [overrides, *([*overrides, *model] for model in models)]
 
 
@@ -108,8 +135,7 @@ def build_fitting(composed, group: str, overrides: list[str]) -> tuple[DictConfi
 
 
 @pytest.mark.parametrize(("group", "option"), OPTIONS)
-def test_option_composes_and_instantiates(group: str, option: str, composed,
-                                          root: Path) -> None:
+def test_option_composes_and_instantiates(group: str, option: str, composed, root: Path) -> None:
     overrides = [f"{group}={option}"]
     if group == "data":
         overrides += write_real_data(option, root / "data") or []

@@ -15,8 +15,15 @@ from hpml.console import progress_bar, quiet_upstream
 from tests.conftest import REPO
 
 NOISE = ("LeafSpec", "litlogger", "log_every_n_steps")
-TINY = ["model=lstm", "trainer.max_epochs=2", "data.train_samples=64", "data.val_samples=32",
-        "data.test_samples=32", "data.batch_size=32", "logger.system_metrics_interval_s=0.5"]
+TINY = [
+    "model=lstm",
+    "trainer.max_epochs=2",
+    "data.train_samples=64",
+    "data.val_samples=32",
+    "data.test_samples=32",
+    "data.batch_size=32",
+    "logger.system_metrics_interval_s=0.5",
+]
 
 
 def test_progress_bar_follows_the_terminal_unless_set() -> None:
@@ -33,12 +40,14 @@ def test_only_the_named_warnings_are_dropped_and_verbose_undoes_it() -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         quiet_upstream(verbose=False)
-        warnings.warn("`isinstance(treespec, LeafSpec)` is deprecated, use ...", FutureWarning,
-                      stacklevel=1)
+        warnings.warn(
+            "`isinstance(treespec, LeafSpec)` is deprecated, use ...", FutureWarning, stacklevel=1
+        )
         warnings.warn("something else is deprecated", FutureWarning, stacklevel=1)
         quiet_upstream(verbose=True)
-        warnings.warn("`isinstance(treespec, LeafSpec)` is deprecated, use ...", FutureWarning,
-                      stacklevel=1)
+        warnings.warn(
+            "`isinstance(treespec, LeafSpec)` is deprecated, use ...", FutureWarning, stacklevel=1
+        )
     assert [str(w.message)[:12] for w in caught] == ["something el", "`isinstance("]
 
 
@@ -46,9 +55,15 @@ def run_merged(args: list[str], root: Path) -> str:
     """``python -m hpml.train ARGS`` with stdout and stderr in one pipe, in the order written."""
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     env |= {"HPML_ROOT": str(root), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    result = subprocess.run([sys.executable, "-m", "hpml.train", *args], cwd=root, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "hpml.train", *args],
+        cwd=root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     return result.stdout
 
@@ -61,8 +76,11 @@ def test_captured_output_is_quiet_with_epoch_lines_and_verbose_shows_all(root: P
     for noise in NOISE:
         assert noise not in quiet, noise
     epochs = [line for line in quiet.splitlines() if "epoch_summary" in line]
-    assert [line.split("] - ")[1].split("  ")[0] for line in epochs] \
-        == ["epoch 1/2", "epoch 2/2", "test"]
+    assert [line.split("] - ")[1].split("  ")[0] for line in epochs] == [
+        "epoch 1/2",
+        "epoch 2/2",
+        "test",
+    ]
     assert all("/loss " in line for line in epochs) and "val/loss" in epochs[0]
     for noise in NOISE:  # the same process: the quiet job's filters are gone
         assert noise in verbose, noise

@@ -55,8 +55,11 @@ WHERE_PRESENT: dict[str, Any] = {
     "profile.wait": 0,
     "profile.warmup": 0,
     "profile.active": 1,
-    **{f"{group}.{key}": value for group in ("prune", "quant", "compile")
-       for key, value in (("latency_rounds", 2), ("latency_warmup", 0), ("eval_batches", 1))},
+    **{
+        f"{group}.{key}": value
+        for group in ("prune", "quant", "compile")
+        for key, value in (("latency_rounds", 2), ("latency_warmup", 0), ("eval_batches", 1))
+    },
     "quant.calibration_batches": 1,
 }
 
@@ -72,8 +75,9 @@ def sweep_jobs(cfg: DictConfig) -> list[list[str]]:
 def tiny_overrides(jobs: list[DictConfig], swept: set[str]) -> list[str]:
     overrides = list(ALWAYS)
     for key, value in WHERE_PRESENT.items():
-        present = [v for cfg in jobs if (v := OmegaConf.select(cfg, key, default=ABSENT))
-                   is not ABSENT]
+        present = [
+            v for cfg in jobs if (v := OmegaConf.select(cfg, key, default=ABSENT)) is not ABSENT
+        ]
         if not present or key in swept:
             continue
         if callable(value):
@@ -91,25 +95,32 @@ def plan(name: str, extra: list[str], data_dir: Path) -> tuple[list[str], int, s
         base = [f"experiment={name}", *extra]
         cfg = compose("train", overrides=base, return_hydra_config=True)
         jobs = sweep_jobs(cfg)
-        configs = [compose("train", overrides=[*base, *job], return_hydra_config=True)
-                   for job in jobs]
+        configs = [
+            compose("train", overrides=[*base, *job], return_hydra_config=True) for job in jobs
+        ]
     swept = {job.split("=", 1)[0].lstrip("+~") for job in jobs[0]}
     overrides = tiny_overrides(configs, swept)
-    real = {str(c.hydra.runtime.choices.data) for c in configs
-            if not str(c.data._target_).startswith("hpml.data.synthetic")}
+    real = {
+        str(c.hydra.runtime.choices.data)
+        for c in configs
+        if not str(c.data._target_).startswith("hpml.data.synthetic")
+    }
     for option in sorted(real):
         needed = write_real_data(option, data_dir)
         if needed is None:
-            pytest.fail(f"experiment={name} reads data={option}: add a writer of tiny files "
-                        f"in that format to tests/real_data.py")
+            pytest.fail(
+                f"experiment={name} reads data={option}: add a writer of tiny files "
+                f"in that format to tests/real_data.py"
+            )
         overrides += needed
     return overrides, len(jobs), str(cfg.logger.experiment_name)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("name", "extra"), CASES)
-def test_experiment_runs_every_job_of_its_sweep(name: str, extra: list[str], root: Path,
-                                                client) -> None:
+def test_experiment_runs_every_job_of_its_sweep(
+    name: str, extra: list[str], root: Path, client
+) -> None:
     overrides, jobs, experiment = plan(name, extra, root / "data")
     result = run_cli([f"experiment={name}", "-m", *extra, *overrides], root, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -118,8 +129,11 @@ def test_experiment_runs_every_job_of_its_sweep(name: str, extra: list[str], roo
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     assert len(parents) == 1 and len(runs) == 1 + jobs
     assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parents[0].info.run_id}
-    failed = [(r.data.tags.get("hpml.job_num"), r.data.tags.get("hpml.error"))
-              for r in children if r.info.status != "FINISHED"]
+    failed = [
+        (r.data.tags.get("hpml.job_num"), r.data.tags.get("hpml.error"))
+        for r in children
+        if r.info.status != "FINISHED"
+    ]
     assert not failed and len(children) == jobs
     assert sorted(int(r.data.tags["hpml.job_num"]) for r in children) == list(range(jobs))
     assert parents[0].info.status == "FINISHED"

@@ -43,15 +43,23 @@ def sweep(tmp_path_factory, store_template):
     client = MlflowClient(f"sqlite:///{root}/mlflow.db")
     runs = client.search_runs([client.get_experiment_by_name("hpml").experiment_id])
     (parent,) = [r for r in runs if r.data.tags.get("hpml.sweep_parent") == "true"]
-    children = sorted((r for r in runs if "mlflow.parentRunId" in r.data.tags),
-                      key=lambda r: r.data.tags["hpml.choice.model"])
+    children = sorted(
+        (r for r in runs if "mlflow.parentRunId" in r.data.tags),
+        key=lambda r: r.data.tags["hpml.choice.model"],
+    )
     return root, client, parent, children
 
 
 def roofline_cli(args: list[str], root) -> subprocess.CompletedProcess:
     env = {"HPML_ROOT": str(root), "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
-    return subprocess.run([sys.executable, "-m", "hpml.roofline", *args], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "hpml.roofline", *args],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_callback_logs_metrics_layer_table_and_plot(sweep):
@@ -62,7 +70,8 @@ def test_callback_logs_metrics_layer_table_and_plot(sweep):
         assert m[INTENSITY] > 0 and m["roofline/bytes_per_sample_bytes"] > 0
         # VGG-CIFAR: every image pays the same products; backward does twice the forward's
         assert m["roofline/fwd_bwd_flops_per_sample"] == pytest.approx(
-            3 * m["roofline/fwd_flops_per_sample"], rel=0.01)
+            3 * m["roofline/fwd_flops_per_sample"], rel=0.01
+        )
         assert m["roofline/peak_fp32_flops_per_s"] > 0
         if run.data.tags["hpml.device"].startswith("cpu"):  # no table for CPUs: measured
             assert run.data.tags["hpml.roofline.peak"].endswith("(measured)")
@@ -100,14 +109,29 @@ def test_chosen_runs_against_a_table_device(sweep, tmp_path, capsys):
     root, _, parent, children = sweep
     uri = f"sqlite:///{root}/mlflow.db"
     ids = [r.info.run_id for r in children]
-    assert main(["--runs", *ids, "--device", "v100", "--tracking-uri", uri,
-                 "--out", str(tmp_path)]) == 0
+    assert (
+        main(["--runs", *ids, "--device", "v100", "--tracking-uri", uri, "--out", str(tmp_path)])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "roof: Tesla V100 SXM2: 15.7 TFLOP/s (32-true), 900 GB/s, ridge 17.4 FLOP/byte" in out
     assert all(run_id in out for run_id in ids)
     assert (tmp_path / "roofline.png").is_file()
-    assert main(["--sweep", parent.info.run_id, "--tracking-uri", uri, "--device", "measured",
-                 "--out", str(tmp_path / "by_id")]) == 0
+    assert (
+        main(
+            [
+                "--sweep",
+                parent.info.run_id,
+                "--tracking-uri",
+                uri,
+                "--device",
+                "measured",
+                "--out",
+                str(tmp_path / "by_id"),
+            ]
+        )
+        == 0
+    )
     assert "(measured): " in capsys.readouterr().out  # this machine's roof
     assert (tmp_path / "by_id" / "roofline.svg").is_file()
 
@@ -141,21 +165,36 @@ def test_errors_are_one_line(sweep, tmp_path, store_template, capsys):
 def test_runs_without_metrics_beside_others_are_named_and_skipped(sweep, tmp_path, capsys):
     root, client, parent, children = sweep
     bare = client.create_run(parent.info.experiment_id, run_name="no callback")
-    assert main(["--runs", children[0].info.run_id, bare.info.run_id, "--out", str(tmp_path),
-                 "--tracking-uri", f"sqlite:///{root}/mlflow.db"]) == 0
+    assert (
+        main(
+            [
+                "--runs",
+                children[0].info.run_id,
+                bare.info.run_id,
+                "--out",
+                str(tmp_path),
+                "--tracking-uri",
+                f"sqlite:///{root}/mlflow.db",
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     assert "hpml: warning: skipping runs without roofline metrics" in err and "no callback" in err
 
 
 def test_help_imports_nothing_heavy():
-    code = ("import sys, contextlib, io\n"
-            "from hpml.roofline import parse_args\n"
-            "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
-            "    parse_args(['--help'])\n"
-            "heavy = {'torch', 'mlflow', 'matplotlib', 'lightning'} & set(sys.modules)\n"
-            "assert not heavy, heavy\n")
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
-                            text=True, timeout=60)
+    code = (
+        "import sys, contextlib, io\n"
+        "from hpml.roofline import parse_args\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "    parse_args(['--help'])\n"
+        "heavy = {'torch', 'mlflow', 'matplotlib', 'lightning'} & set(sys.modules)\n"
+        "assert not heavy, heavy\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -169,10 +208,17 @@ def test_callback_in_process_at_other_precisions(tmp_path, precision):
     data = SyntheticDataModule(train_samples=4, val_samples=2, test_samples=2, batch_size=2)
     model = ImageClassifier(partial(vgg, depth=11), data.spec, partial(torch.optim.SGD, lr=0.01))
     logger = CSVLogger(tmp_path)
-    trainer = L.Trainer(max_epochs=1, limit_train_batches=1, limit_val_batches=0, logger=logger,
-                        precision=precision, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False,
-                        callbacks=[RooflineCallback(device="a100-40gb", timing_passes=0)])
+    trainer = L.Trainer(
+        max_epochs=1,
+        limit_train_batches=1,
+        limit_val_batches=0,
+        logger=logger,
+        precision=precision,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[RooflineCallback(device="a100-40gb", timing_passes=0)],
+    )
     trainer.fit(model, datamodule=data)
     with open(f"{logger.log_dir}/metrics.csv") as file:
         (row,) = [r for r in csv.DictReader(file) if r["roofline/intensity_flop_per_byte"]]

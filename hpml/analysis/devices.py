@@ -62,8 +62,9 @@ class DevicePeak:
         """Arithmetic intensity where the fp32 roof meets the bandwidth slope."""
         return self.fp32_flops_per_s / self.memory_bytes_per_s
 
-    def peak_for_precision(self, precision: str | int = "32-true",
-                           tf32: bool | None = None) -> float:
+    def peak_for_precision(
+        self, precision: str | int = "32-true", tf32: bool | None = None
+    ) -> float:
         """The compute roof for a Lightning ``precision`` setting, in FLOP/s.
 
         ``"32-true"``: the tf32 peak when ``tf32`` (default: torch's current CUDA matmul setting,
@@ -79,81 +80,164 @@ class DevicePeak:
                 import torch
 
                 tf32 = torch.backends.cuda.matmul.fp32_precision == "tf32"
-            return (self.tf32_flops_per_s if tf32 and self.tf32_flops_per_s
-                    else self.fp32_flops_per_s)
+            return (
+                self.tf32_flops_per_s if tf32 and self.tf32_flops_per_s else self.fp32_flops_per_s
+            )
         if text in FP16:
             return self.fp16_flops_per_s or self.fp32_flops_per_s
         if text in BF16:
             return self.bf16_flops_per_s or self.fp32_flops_per_s
-        raise ValueError(f"no peak for precision {text!r}: expected one of "
-                         f"{', '.join(PRECISIONS)}")
+        raise ValueError(f"no peak for precision {text!r}: expected one of {', '.join(PRECISIONS)}")
 
-    def ridge_for_precision(self, precision: str | int = "32-true",
-                            tf32: bool | None = None) -> float:
+    def ridge_for_precision(
+        self, precision: str | int = "32-true", tf32: bool | None = None
+    ) -> float:
         """Ridge point (FLOP/byte) under the compute roof of ``precision``."""
         return self.peak_for_precision(precision, tf32) / self.memory_bytes_per_s
 
 
-def _peak(name: str, fp32: float, memory: float, source: str, tf32: float | None = None,
-          fp16: float | None = None, bf16: float | None = None) -> DevicePeak:
+def _peak(
+    name: str,
+    fp32: float,
+    memory: float,
+    source: str,
+    tf32: float | None = None,
+    fp16: float | None = None,
+    bf16: float | None = None,
+) -> DevicePeak:
     """A table entry from figures in TFLOP/s and GB/s, as datasheets print them."""
-    return DevicePeak(name, fp32 * T, tf32 and tf32 * T, fp16 and fp16 * T, bf16 and bf16 * T,
-                      memory * GB, source)
+    return DevicePeak(
+        name, fp32 * T, tf32 and tf32 * T, fp16 and fp16 * T, bf16 and bf16 * T, memory * GB, source
+    )
 
 
 _SPARSE_HALVED = "; tensor figures are the datasheet's 'with sparsity' values halved (dense)"
 
 KNOWN_DEVICES: dict[str, DevicePeak] = {
-    "k80": _peak("Tesla K80 (one GK210)", 4.37, 240,
-                 "NVIDIA Tesla K80 datasheet: 8.73 TFLOP/s fp32 with GPU Boost and 480 GB/s per "
-                 "board of two GK210 GPUs, halved per CUDA device"),
+    "k80": _peak(
+        "Tesla K80 (one GK210)",
+        4.37,
+        240,
+        "NVIDIA Tesla K80 datasheet: 8.73 TFLOP/s fp32 with GPU Boost and 480 GB/s per "
+        "board of two GK210 GPUs, halved per CUDA device",
+    ),
     "p40": _peak("Tesla P40", 12.0, 346, "NVIDIA Tesla P40 datasheet"),
-    "p100-sxm2": _peak("Tesla P100 SXM2", 10.6, 732,
-                       "NVIDIA Tesla P100 datasheet (fp16: native half2 rate, no tensor cores)",
-                       fp16=21.2),
-    "p100-pcie-16gb": _peak("Tesla P100 PCIe 16GB", 9.3, 732,
-                            "NVIDIA Tesla P100 datasheet (fp16: native half2 rate)", fp16=18.7),
-    "p100-pcie-12gb": _peak("Tesla P100 PCIe 12GB", 9.3, 549,
-                            "NVIDIA Tesla P100 datasheet (fp16: native half2 rate)", fp16=18.7),
-    "v100": _peak("Tesla V100 SXM2", 15.7, 900,
-                  "NVIDIA Tesla V100 datasheet, https://www.nvidia.com/en-us/data-center/v100/",
-                  fp16=125),
-    "v100-pcie": _peak("Tesla V100 PCIe", 14.0, 900,
-                       "NVIDIA Tesla V100 datasheet, https://www.nvidia.com/en-us/data-center/v100/",
-                       fp16=112),
-    "v100s-pcie": _peak("Tesla V100S PCIe", 16.4, 1134,
-                        "NVIDIA Tesla V100S datasheet", fp16=130),
-    "t4": _peak("Tesla T4", 8.1, 320,
-                "NVIDIA T4 datasheet, https://www.nvidia.com/en-us/data-center/tesla-t4/",
-                fp16=65),
+    "p100-sxm2": _peak(
+        "Tesla P100 SXM2",
+        10.6,
+        732,
+        "NVIDIA Tesla P100 datasheet (fp16: native half2 rate, no tensor cores)",
+        fp16=21.2,
+    ),
+    "p100-pcie-16gb": _peak(
+        "Tesla P100 PCIe 16GB",
+        9.3,
+        732,
+        "NVIDIA Tesla P100 datasheet (fp16: native half2 rate)",
+        fp16=18.7,
+    ),
+    "p100-pcie-12gb": _peak(
+        "Tesla P100 PCIe 12GB",
+        9.3,
+        549,
+        "NVIDIA Tesla P100 datasheet (fp16: native half2 rate)",
+        fp16=18.7,
+    ),
+    "v100": _peak(
+        "Tesla V100 SXM2",
+        15.7,
+        900,
+        "NVIDIA Tesla V100 datasheet, https://www.nvidia.com/en-us/data-center/v100/",
+        fp16=125,
+    ),
+    "v100-pcie": _peak(
+        "Tesla V100 PCIe",
+        14.0,
+        900,
+        "NVIDIA Tesla V100 datasheet, https://www.nvidia.com/en-us/data-center/v100/",
+        fp16=112,
+    ),
+    "v100s-pcie": _peak("Tesla V100S PCIe", 16.4, 1134, "NVIDIA Tesla V100S datasheet", fp16=130),
+    "t4": _peak(
+        "Tesla T4",
+        8.1,
+        320,
+        "NVIDIA T4 datasheet, https://www.nvidia.com/en-us/data-center/tesla-t4/",
+        fp16=65,
+    ),
     "rtx2060-super": _peak(
-        "GeForce RTX 2060 SUPER", 7.18, 448,
+        "GeForce RTX 2060 SUPER",
+        7.18,
+        448,
         "NVIDIA RTX 2060 SUPER specifications (2176 CUDA cores x 2 x 1.65 GHz boost; 14 Gbps x "
         "256-bit), https://www.nvidia.com/en-us/geforce/graphics-cards/rtx-2060-super/; fp16: "
         "272 tensor cores x 128 FLOP x 1.65 GHz, halved for fp32 accumulate on GeForce Turing "
         "(NVIDIA Turing architecture whitepaper)",
-        fp16=28.7),
-    "a100-40gb": _peak("A100 40GB", 19.5, 1555,
-                       "NVIDIA A100 datasheet, https://www.nvidia.com/en-us/data-center/a100/"
-                       + _SPARSE_HALVED, tf32=156, fp16=312, bf16=312),
-    "a100-80gb": _peak("A100 80GB SXM", 19.5, 2039,
-                       "NVIDIA A100 datasheet, https://www.nvidia.com/en-us/data-center/a100/"
-                       + _SPARSE_HALVED, tf32=156, fp16=312, bf16=312),
-    "a100-80gb-pcie": _peak("A100 80GB PCIe", 19.5, 1935,
-                            "NVIDIA A100 datasheet, https://www.nvidia.com/en-us/data-center/a100/"
-                            + _SPARSE_HALVED, tf32=156, fp16=312, bf16=312),
-    "l4": _peak("L4", 30.3, 300,
-                "NVIDIA L4 datasheet, https://www.nvidia.com/en-us/data-center/l4/"
-                + _SPARSE_HALVED, tf32=60, fp16=121, bf16=121),
-    "h100-sxm": _peak("H100 SXM", 67.0, 3350,
-                      "NVIDIA H100 datasheet, https://www.nvidia.com/en-us/data-center/h100/"
-                      + _SPARSE_HALVED, tf32=494.5, fp16=989.5, bf16=989.5),
-    "h100-pcie": _peak("H100 PCIe", 51.0, 2000,
-                       "NVIDIA H100 datasheet, https://www.nvidia.com/en-us/data-center/h100/"
-                       + _SPARSE_HALVED, tf32=378, fp16=756.5, bf16=756.5),
-    "h200": _peak("H200 SXM", 67.0, 4800,
-                  "NVIDIA H200 datasheet, https://www.nvidia.com/en-us/data-center/h200/"
-                  + _SPARSE_HALVED, tf32=494.5, fp16=989.5, bf16=989.5),
+        fp16=28.7,
+    ),
+    "a100-40gb": _peak(
+        "A100 40GB",
+        19.5,
+        1555,
+        "NVIDIA A100 datasheet, https://www.nvidia.com/en-us/data-center/a100/" + _SPARSE_HALVED,
+        tf32=156,
+        fp16=312,
+        bf16=312,
+    ),
+    "a100-80gb": _peak(
+        "A100 80GB SXM",
+        19.5,
+        2039,
+        "NVIDIA A100 datasheet, https://www.nvidia.com/en-us/data-center/a100/" + _SPARSE_HALVED,
+        tf32=156,
+        fp16=312,
+        bf16=312,
+    ),
+    "a100-80gb-pcie": _peak(
+        "A100 80GB PCIe",
+        19.5,
+        1935,
+        "NVIDIA A100 datasheet, https://www.nvidia.com/en-us/data-center/a100/" + _SPARSE_HALVED,
+        tf32=156,
+        fp16=312,
+        bf16=312,
+    ),
+    "l4": _peak(
+        "L4",
+        30.3,
+        300,
+        "NVIDIA L4 datasheet, https://www.nvidia.com/en-us/data-center/l4/" + _SPARSE_HALVED,
+        tf32=60,
+        fp16=121,
+        bf16=121,
+    ),
+    "h100-sxm": _peak(
+        "H100 SXM",
+        67.0,
+        3350,
+        "NVIDIA H100 datasheet, https://www.nvidia.com/en-us/data-center/h100/" + _SPARSE_HALVED,
+        tf32=494.5,
+        fp16=989.5,
+        bf16=989.5,
+    ),
+    "h100-pcie": _peak(
+        "H100 PCIe",
+        51.0,
+        2000,
+        "NVIDIA H100 datasheet, https://www.nvidia.com/en-us/data-center/h100/" + _SPARSE_HALVED,
+        tf32=378,
+        fp16=756.5,
+        bf16=756.5,
+    ),
+    "h200": _peak(
+        "H200 SXM",
+        67.0,
+        4800,
+        "NVIDIA H200 datasheet, https://www.nvidia.com/en-us/data-center/h200/" + _SPARSE_HALVED,
+        tf32=494.5,
+        fp16=989.5,
+        bf16=989.5,
+    ),
 }
 
 # What torch.cuda.get_device_name() reports for each entry, after _normalise (full match).
@@ -223,8 +307,13 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-")
 
 
-def _best_seconds(work: Callable[[], Any], device: torch.device, budget_s: float,
-                  min_repeats: int = 3, max_repeats: int = 50) -> float:
+def _best_seconds(
+    work: Callable[[], Any],
+    device: torch.device,
+    budget_s: float,
+    min_repeats: int = 3,
+    max_repeats: int = 50,
+) -> float:
     """Shortest of repeated timings of ``work`` (after one untimed call), until ``budget_s``.
 
     Best-of, not median: on a shared machine other load only ever slows a repeat down.
@@ -279,8 +368,9 @@ def _copy_bytes_per_s(device: torch.device, budget_s: float) -> tuple[float, int
     return 2 * size / seconds, size
 
 
-def measure_peak(device: torch.device, cache_dir: Path | str, seconds: float = 1.0,
-                 refresh: bool = False) -> DevicePeak:
+def measure_peak(
+    device: torch.device, cache_dir: Path | str, seconds: float = 1.0, refresh: bool = False
+) -> DevicePeak:
     """Measured fp32 GEMM FLOP/s and copy bandwidth of ``device``, cached across runs.
 
     About ``seconds`` of benchmarking (half GEMM, half copy), best of the repeats, at torch's
@@ -309,17 +399,30 @@ def measure_peak(device: torch.device, cache_dir: Path | str, seconds: float = 1
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     loads = " ".join(f"{x:.2f}" for x in load)
     peak = DevicePeak(
-        name=f"{name} (measured)", fp32_flops_per_s=flops_per_s, tf32_flops_per_s=None,
-        fp16_flops_per_s=None, bf16_flops_per_s=None, memory_bytes_per_s=bytes_per_s,
+        name=f"{name} (measured)",
+        fp32_flops_per_s=flops_per_s,
+        tf32_flops_per_s=None,
+        fp16_flops_per_s=None,
+        bf16_flops_per_s=None,
+        memory_bytes_per_s=bytes_per_s,
         source=f"measured on {host} {when}: fp32 GEMM n={n}, copy of {size // MIB} MiB "
-               f"(read + write bytes), best of repeats, {threads} torch threads, "
-               f"load average {loads}")
+        f"(read + write bytes), best of repeats, {threads} torch threads, "
+        f"load average {loads}",
+    )
     record = {
-        "peak": asdict(peak), "host": host, "device": name, "device_type": device.type,
-        "torch_threads": threads, "load_avg_1m_5m_15m": list(load), "gemm_n": n,
-        "copy_tensor_bytes": size, "copy_bytes_convention": "read + written (2 x tensor bytes)",
+        "peak": asdict(peak),
+        "host": host,
+        "device": name,
+        "device_type": device.type,
+        "torch_threads": threads,
+        "load_avg_1m_5m_15m": list(load),
+        "gemm_n": n,
+        "copy_tensor_bytes": size,
+        "copy_bytes_convention": "read + written (2 x tensor bytes)",
         "matmul_fp32_precision": torch.backends.cuda.matmul.fp32_precision,
-        "seconds_budget": seconds, "measured_at": when, "torch_version": torch.__version__,
+        "seconds_budget": seconds,
+        "measured_at": when,
+        "torch_version": torch.__version__,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(f".{os.getpid()}.tmp")
@@ -328,15 +431,17 @@ def measure_peak(device: torch.device, cache_dir: Path | str, seconds: float = 1
     return peak
 
 
-def resolve_peak(choice: str | None, device: torch.device, cache_dir: Path | str,
-                 seconds: float = 1.0) -> DevicePeak:
+def resolve_peak(
+    choice: str | None, device: torch.device, cache_dir: Path | str, seconds: float = 1.0
+) -> DevicePeak:
     """The roof to draw: ``choice`` a ``KNOWN_DEVICES`` key or ``"measured"``; None means the
     device's table entry if it has one, else a measured peak."""
     if choice == "measured":
         return measure_peak(device, cache_dir, seconds)
     if choice is not None:
         if choice not in KNOWN_DEVICES:
-            raise ValueError(f"unknown device {choice!r} (valid: {', '.join(KNOWN_DEVICES)}, "
-                           "measured)")
+            raise ValueError(
+                f"unknown device {choice!r} (valid: {', '.join(KNOWN_DEVICES)}, measured)"
+            )
         return KNOWN_DEVICES[choice]
     return table_peak(device) or measure_peak(device, cache_dir, seconds)

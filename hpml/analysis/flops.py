@@ -36,26 +36,28 @@ def _rnn_flops(input_shape: Shape, weights: Sequence[Shape]) -> int:
     return 2 * steps * sum(prod(w) for w in weights if len(w) == 2)
 
 
-def mkldnn_rnn_layer_flop(input_shape: Shape, w_ih: Shape, w_hh: Shape, *args: Any,
-                          **kwargs: Any) -> int:
+def mkldnn_rnn_layer_flop(
+    input_shape: Shape, w_ih: Shape, w_hh: Shape, *args: Any, **kwargs: Any
+) -> int:
     """One LSTM layer (one direction) on CPU: ``4H x I`` and ``4H x H`` products per step."""
     return _rnn_flops(input_shape, [w_ih, w_hh])
 
 
-def mkldnn_rnn_layer_backward_flop(input_shape: Shape, w_ih: Shape, w_hh: Shape, *args: Any,
-                                   **kwargs: Any) -> int:
+def mkldnn_rnn_layer_backward_flop(
+    input_shape: Shape, w_ih: Shape, w_hh: Shape, *args: Any, **kwargs: Any
+) -> int:
     """Gradients for inputs and for weights: two products per forward product."""
     return 2 * _rnn_flops(input_shape, [w_ih, w_hh])
 
 
-def cudnn_rnn_flop(input_shape: Shape, weights: Sequence[Shape], *args: Any,
-                   **kwargs: Any) -> int:
+def cudnn_rnn_flop(input_shape: Shape, weights: Sequence[Shape], *args: Any, **kwargs: Any) -> int:
     """All layers and directions of a cuDNN RNN in one op: every 2-D weight is one product."""
     return _rnn_flops(input_shape, weights)
 
 
-def cudnn_rnn_backward_flop(input_shape: Shape, weights: Sequence[Shape], *args: Any,
-                            **kwargs: Any) -> int:
+def cudnn_rnn_backward_flop(
+    input_shape: Shape, weights: Sequence[Shape], *args: Any, **kwargs: Any
+) -> int:
     return 2 * _rnn_flops(input_shape, weights)
 
 
@@ -64,8 +66,9 @@ def cpu_sdpa_flop(query: Shape, key: Shape, value: Shape, *args: Any, **kwargs: 
     return sdpa_flop_count(query, key, value)
 
 
-def cpu_sdpa_backward_flop(grad_out: Shape, query: Shape, key: Shape, value: Shape,
-                           *args: Any, **kwargs: Any) -> int:
+def cpu_sdpa_backward_flop(
+    grad_out: Shape, query: Shape, key: Shape, value: Shape, *args: Any, **kwargs: Any
+) -> int:
     return sdpa_backward_flop_count(grad_out, query, key, value)
 
 
@@ -113,7 +116,7 @@ def _module_path(name: str, root: str) -> str | None:
     if name == root:
         return ""
     if name.startswith(root + "."):
-        return name[len(root) + 1:]
+        return name[len(root) + 1 :]
     return None
 
 
@@ -161,8 +164,10 @@ def count_flops(model: nn.Module, example: Any, with_backward: bool = False) -> 
         saved = [(b, b.detach().clone()) for b in model.buffers()]
         # only parameters are differentiated: an input that is itself a leaf needing grad
         # would trip the module tracker's hooks as a parameter does (see _leaf_free)
-        args = tuple((a.clone() if a.is_inference() else a).detach()
-                     if isinstance(a, torch.Tensor) else a for a in args)
+        args = tuple(
+            (a.clone() if a.is_inference() else a).detach() if isinstance(a, torch.Tensor) else a
+            for a in args
+        )
         params = {n: p for n, p in model.named_parameters() if p.requires_grad}
         try:
             with native, counter, torch.set_grad_enabled(with_backward):

@@ -33,8 +33,9 @@ def _first_tensor(example: Any) -> torch.Tensor:
     return example
 
 
-def measure_latency(model: nn.Module, example: Any, rounds: int = 20,
-                    warmup: int = 3) -> LatencyStats:
+def measure_latency(
+    model: nn.Module, example: Any, rounds: int = 20, warmup: int = 3
+) -> LatencyStats:
     """Time ``model(example)`` in eval mode under ``torch.inference_mode``.
 
     Each call is a measurement point, so CUDA is synchronised after every call; the median is
@@ -60,7 +61,14 @@ def measure_latency(model: nn.Module, example: Any, rounds: int = 20,
                     times.append((time.perf_counter() - start) * 1e3)
     finally:
         model.train(was_training)
-    deciles = statistics.quantiles(times, n=10, method="inclusive") if len(times) > 1 \
-        else [times[0]] * 9
-    return LatencyStats(statistics.median(times), deciles[8], min(times), rounds,
-                        int(tensor.shape[0]), str(tensor.device))
+    deciles = (
+        statistics.quantiles(times, n=10, method="inclusive") if len(times) > 1 else [times[0]] * 9
+    )
+    return LatencyStats(
+        statistics.median(times),
+        deciles[8],
+        min(times),
+        rounds,
+        int(tensor.shape[0]),
+        str(tensor.device),
+    )

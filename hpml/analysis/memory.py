@@ -35,8 +35,12 @@ def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
 
 def optimizer_state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     """Tensors an optimiser keeps per parameter (momentum, Adam's moments and step counts)."""
-    return [value for state in optimizer.state.values() for value in state.values()
-            if isinstance(value, torch.Tensor)]
+    return [
+        value
+        for state in optimizer.state.values()
+        for value in state.values()
+        if isinstance(value, torch.Tensor)
+    ]
 
 
 class SavedActivations:

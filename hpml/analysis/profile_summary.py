@@ -24,8 +24,9 @@ def _clip(intervals: Iterable[Interval], window: Interval) -> list[Interval]:
     return [(max(a, lo), min(b, hi)) for a, b in intervals if b > lo and a < hi]
 
 
-def breakdown(window: Interval, categories: Sequence[tuple[str, Iterable[Interval]]]
-              ) -> dict[str, float]:
+def breakdown(
+    window: Interval, categories: Sequence[tuple[str, Iterable[Interval]]]
+) -> dict[str, float]:
     """Seconds of ``window`` owned by each category (highest priority first) and ``other``.
 
     A sweep over the sorted span edges, keeping how many spans of each category are open:
@@ -73,21 +74,39 @@ def summarise_events(events: Iterable, cuda: bool) -> dict[str, float]:
     if not steps:
         return {}
     window = (min(s for s, _ in steps), max(e for _, e in steps))
-    data = [_span(e) for e in events
-            if e.name == DATA_REGION or e.name.startswith("enumerate(DataLoader)")]
+    data = [
+        _span(e)
+        for e in events
+        if e.name == DATA_REGION or e.name.startswith("enumerate(DataLoader)")
+    ]
     cpu_ops = [_span(e) for e in events if _is_op(e) and str(e.device_type).endswith("CPU")]
     if cuda:
         device = [e for e in events if str(e.device_type).endswith("CUDA")]
         memcpy = [_span(e) for e in device if "memcpy" in e.name.lower()]
         memset = [_span(e) for e in device if "memset" in e.name.lower()]
-        kernels = [_span(e) for e in device
-                   if "memcpy" not in e.name.lower() and "memset" not in e.name.lower()]
-        runtime = [_span(e) for e in events
-                   if e.name.startswith("cuda") and str(e.device_type).endswith("CPU")]
-        categories = [("kernel", kernels), ("memcpy", memcpy), ("memset", memset),
-                      ("runtime", runtime), ("data_loading", data), ("cpu_exec", cpu_ops)]
+        kernels = [
+            _span(e)
+            for e in device
+            if "memcpy" not in e.name.lower() and "memset" not in e.name.lower()
+        ]
+        runtime = [
+            _span(e)
+            for e in events
+            if e.name.startswith("cuda") and str(e.device_type).endswith("CPU")
+        ]
+        categories = [
+            ("kernel", kernels),
+            ("memcpy", memcpy),
+            ("memset", memset),
+            ("runtime", runtime),
+            ("data_loading", data),
+            ("cpu_exec", cpu_ops),
+        ]
     else:
         framework = [_span(e) for e in events if e.name in STEP_REGIONS]
-        categories = [("data_loading", data), ("operator_compute", cpu_ops),
-                      ("framework_overhead", framework)]
+        categories = [
+            ("data_loading", data),
+            ("operator_compute", cpu_ops),
+            ("framework_overhead", framework),
+        ]
     return shares_pct(breakdown(window, categories))

@@ -78,8 +78,7 @@ class RooflineAnalysis:
         return self.model.flops / self.batch_size
 
 
-def attainable_flops_per_s(intensity: float, peak: DevicePeak,
-                           precision: str = "32-true") -> float:
+def attainable_flops_per_s(intensity: float, peak: DevicePeak, precision: str = "32-true") -> float:
     """The roof at ``intensity``: min(compute peak, bandwidth x intensity), in FLOP/s."""
     return min(peak.peak_for_precision(precision), peak.memory_bytes_per_s * intensity)
 
@@ -108,8 +107,11 @@ def _nbytes(obj: Any) -> int:
 
 def leaf_modules(model: nn.Module) -> dict[str, nn.Module]:
     """Modules without children, by path (``features.0``): the layers a roofline shows."""
-    return {name: module for name, module in model.named_modules()
-            if name and next(module.children(), None) is None}
+    return {
+        name: module
+        for name, module in model.named_modules()
+        if name and next(module.children(), None) is None
+    }
 
 
 @contextmanager
@@ -136,12 +138,20 @@ def layer_bytes(model: nn.Module, example: Any) -> dict[str, int]:
     def hook(name: str):
         def record(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
             state = [*module.parameters(), *module.buffers()]
-            moved[name] = (moved.get(name, 0) + _nbytes(args) + _nbytes(kwargs) + _nbytes(state)
-                           + _nbytes(output))
+            moved[name] = (
+                moved.get(name, 0)
+                + _nbytes(args)
+                + _nbytes(kwargs)
+                + _nbytes(state)
+                + _nbytes(output)
+            )
+
         return record
 
-    handles = [m.register_forward_hook(hook(name), with_kwargs=True)
-               for name, m in leaf_modules(model).items()]
+    handles = [
+        m.register_forward_hook(hook(name), with_kwargs=True)
+        for name, m in leaf_modules(model).items()
+    ]
     try:
         with _inference(model):
             _call(model, example)
@@ -177,12 +187,14 @@ def layer_seconds(model: nn.Module, example: Any, passes: int = 3) -> dict[str, 
         def mark(module: nn.Module, args: tuple) -> None:
             _sync(device)
             starts[name] = time.perf_counter()
+
         return mark
 
     def after(name: str):
         def stop(module: nn.Module, args: tuple, output: Any) -> None:
             _sync(device)
             current[name] = current.get(name, 0.0) + time.perf_counter() - starts[name]
+
         return stop
 
     handles = []
@@ -220,8 +232,9 @@ def forward_seconds(model: nn.Module, example: Any, passes: int = 3) -> float:
     return best
 
 
-def analyse(model: nn.Module, example: Any, timing_passes: int = 3,
-            flops: FlopCount | None = None) -> RooflineAnalysis:
+def analyse(
+    model: nn.Module, example: Any, timing_passes: int = 3, flops: FlopCount | None = None
+) -> RooflineAnalysis:
     """Roofline points of ``model(example)``: one per leaf layer that ran, and the model's.
 
     ``flops`` (from ``count_flops(model, example)``) is counted here if not given. With
@@ -232,17 +245,33 @@ def analyse(model: nn.Module, example: Any, timing_passes: int = 3,
     moved = layer_bytes(model, example)
     seconds = layer_seconds(model, example, timing_passes) if timing_passes else {}
     leaves = leaf_modules(model)
-    layers = [RooflinePoint(name, float(flops.by_module.get(name, 0)), float(nbytes),
-                            seconds.get(name), type(leaves[name]).__name__)
-              for name, nbytes in moved.items()]
+    layers = [
+        RooflinePoint(
+            name,
+            float(flops.by_module.get(name, 0)),
+            float(nbytes),
+            seconds.get(name),
+            type(leaves[name]).__name__,
+        )
+        for name, nbytes in moved.items()
+    ]
     model_seconds = forward_seconds(model, example, timing_passes) if timing_passes else None
-    model_point = RooflinePoint("model (forward)", float(flops.total),
-                                float(sum(moved.values())), model_seconds)
+    model_point = RooflinePoint(
+        "model (forward)", float(flops.total), float(sum(moved.values())), model_seconds
+    )
     return RooflineAnalysis(layers, model_point, flops.batch_size)
 
 
-CSV_COLUMNS = ("layer", "type", "flops", "bytes", "intensity_flop_per_byte", "seconds",
-               "flops_per_s", "bound")
+CSV_COLUMNS = (
+    "layer",
+    "type",
+    "flops",
+    "bytes",
+    "intensity_flop_per_byte",
+    "seconds",
+    "flops_per_s",
+    "bound",
+)
 
 
 def points_csv(points: list[RooflinePoint], peak: DevicePeak, precision: str = "32-true") -> str:
@@ -251,10 +280,18 @@ def points_csv(points: list[RooflinePoint], peak: DevicePeak, precision: str = "
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for p in points:
-        writer.writerow([p.label, p.kind, int(p.flops), int(p.bytes), f"{p.intensity:.6g}",
-                         "" if p.seconds is None else f"{p.seconds:.6g}",
-                         "" if p.flops_per_s is None else f"{p.flops_per_s:.6g}",
-                         classify(p, peak, precision)])
+        writer.writerow(
+            [
+                p.label,
+                p.kind,
+                int(p.flops),
+                int(p.bytes),
+                f"{p.intensity:.6g}",
+                "" if p.seconds is None else f"{p.seconds:.6g}",
+                "" if p.flops_per_s is None else f"{p.flops_per_s:.6g}",
+                classify(p, peak, precision),
+            ]
+        )
     return out.getvalue()
 
 
@@ -268,13 +305,20 @@ def _si(value: float, unit: str) -> str:
 
 def describe_peak(peak: DevicePeak, precision: str = "32-true") -> str:
     """``"Tesla V100 SXM2: 15.7 TFLOP/s (32-true), 900 GB/s, ridge 17.4 FLOP/byte"``."""
-    return (f"{peak.name}: {_si(peak.peak_for_precision(precision), 'FLOP/s')} ({precision}), "
-            f"{_si(peak.memory_bytes_per_s, 'B/s')}, "
-            f"ridge {peak.ridge_for_precision(precision):.3g} FLOP/byte")
+    return (
+        f"{peak.name}: {_si(peak.peak_for_precision(precision), 'FLOP/s')} ({precision}), "
+        f"{_si(peak.memory_bytes_per_s, 'B/s')}, "
+        f"ridge {peak.ridge_for_precision(precision):.3g} FLOP/byte"
+    )
 
 
-def plot_roofline(points: list[RooflinePoint], peak: DevicePeak, path_stem: Path | str,
-                  precision: str = "32-true", title: str | None = None) -> list[Path]:
+def plot_roofline(
+    points: list[RooflinePoint],
+    peak: DevicePeak,
+    path_stem: Path | str,
+    precision: str = "32-true",
+    title: str | None = None,
+) -> list[Path]:
     """Log-log roofline with ``points`` on it; writes ``<path_stem>.png`` and ``.svg``.
 
     Timed points sit at their achieved FLOP/s (filled); untimed ones are drawn hollow on the
@@ -290,41 +334,81 @@ def plot_roofline(points: list[RooflinePoint], peak: DevicePeak, path_stem: Path
     bandwidth = peak.memory_bytes_per_s
     ridge = compute / bandwidth
     drawn = [p for p in points if p.flops > 0 and p.bytes > 0]
-    heights = [p.flops_per_s or attainable_flops_per_s(p.intensity, peak, precision)
-               for p in drawn]
+    heights = [p.flops_per_s or attainable_flops_per_s(p.intensity, peak, precision) for p in drawn]
     intensities = [p.intensity for p in drawn] + [ridge]
     x_lo, x_hi = min(intensities) / 4, max(intensities) * 4
     y_lo = min([bandwidth * x_lo, *heights]) / 2
     fig = Figure(figsize=(9, 6), layout="constrained")
     ax = fig.add_subplot()
     x = np.geomspace(x_lo, x_hi, 256)
-    ax.plot(x, np.minimum(compute, bandwidth * x), color="black", linewidth=2,
-            label=f"roof: {_si(compute, 'FLOP/s')} ({precision}), {_si(bandwidth, 'B/s')}")
+    ax.plot(
+        x,
+        np.minimum(compute, bandwidth * x),
+        color="black",
+        linewidth=2,
+        label=f"roof: {_si(compute, 'FLOP/s')} ({precision}), {_si(bandwidth, 'B/s')}",
+    )
     ax.axvline(ridge, color="grey", linestyle=":", linewidth=1)
-    ax.annotate(f"ridge {ridge:.3g} FLOP/byte", (ridge, y_lo), xytext=(4, 4),
-                textcoords="offset points", fontsize=8, color="grey")
-    ax.annotate(f"compute peak {_si(compute, 'FLOP/s')}", (x_hi, compute), xytext=(-4, -12),
-                textcoords="offset points", fontsize=8, ha="right")
+    ax.annotate(
+        f"ridge {ridge:.3g} FLOP/byte",
+        (ridge, y_lo),
+        xytext=(4, 4),
+        textcoords="offset points",
+        fontsize=8,
+        color="grey",
+    )
+    ax.annotate(
+        f"compute peak {_si(compute, 'FLOP/s')}",
+        (x_hi, compute),
+        xytext=(-4, -12),
+        textcoords="offset points",
+        fontsize=8,
+        ha="right",
+    )
     slope_x = (x_lo * ridge) ** 0.5
-    ax.annotate(f"memory {_si(bandwidth, 'B/s')}", (slope_x, bandwidth * slope_x),
-                xytext=(-6, 6), textcoords="offset points", fontsize=8, ha="right",
-                rotation=25, rotation_mode="anchor")
+    ax.annotate(
+        f"memory {_si(bandwidth, 'B/s')}",
+        (slope_x, bandwidth * slope_x),
+        xytext=(-6, 6),
+        textcoords="offset points",
+        fontsize=8,
+        ha="right",
+        rotation=25,
+        rotation_mode="anchor",
+    )
     colours = {"memory-bound": "tab:blue", "compute-bound": "tab:red"}
     labelled: set[str] = set()
     for point, height in zip(drawn, heights, strict=True):
         bound = classify(point, peak, precision)
         timed = point.flops_per_s is not None
         legend = f"{bound}{'' if timed else ' (not timed: on its roof)'}"
-        ax.scatter(point.intensity, height, s=40, zorder=3, edgecolors=colours[bound],
-                   facecolors=colours[bound] if timed else "none",
-                   label=None if legend in labelled else legend)
+        ax.scatter(
+            point.intensity,
+            height,
+            s=40,
+            zorder=3,
+            edgecolors=colours[bound],
+            facecolors=colours[bound] if timed else "none",
+            label=None if legend in labelled else legend,
+        )
         labelled.add(legend)
         if timed:
-            ax.annotate(point.label, (point.intensity, height), xytext=(4, -3),
-                        textcoords="offset points", fontsize=7)
+            ax.annotate(
+                point.label,
+                (point.intensity, height),
+                xytext=(4, -3),
+                textcoords="offset points",
+                fontsize=7,
+            )
         else:  # points on the roof line up: slanted labels above it fan out
-            ax.annotate(point.label, (point.intensity, height), xytext=(0, 6),
-                        textcoords="offset points", fontsize=7, rotation=60)
+            ax.annotate(
+                point.label,
+                (point.intensity, height),
+                xytext=(0, 6),
+                textcoords="offset points",
+                fontsize=7,
+                rotation=60,
+            )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(x_lo, x_hi)

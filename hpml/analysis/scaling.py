@@ -53,8 +53,12 @@ class ScalingModel:
     memory_bytes: Line
 
     @classmethod
-    def fit(cls, batch_sizes: Sequence[int], step_times_s: Sequence[float],
-            memory_bytes: Sequence[float]) -> ScalingModel:
+    def fit(
+        cls,
+        batch_sizes: Sequence[int],
+        step_times_s: Sequence[float],
+        memory_bytes: Sequence[float],
+    ) -> ScalingModel:
         return cls(fit_line(batch_sizes, step_times_s), fit_line(batch_sizes, memory_bytes))
 
     def predict(self, batch_size: int, capacity_bytes: float | None = None) -> Prediction:
@@ -67,5 +71,6 @@ class ScalingModel:
         """The largest batch whose predicted memory fits ``capacity_bytes`` (None if unbounded)."""
         if self.memory_bytes.slope <= 0:
             return None
-        return max(0, math.floor((capacity_bytes - self.memory_bytes.intercept)
-                                 / self.memory_bytes.slope))
+        return max(
+            0, math.floor((capacity_bytes - self.memory_bytes.intercept) / self.memory_bytes.slope)
+        )

@@ -90,10 +90,13 @@ class StepTimer:
         if self.window_start is None or self.count <= self.warmup:
             return None
         seconds = self.window_start.seconds_until(self.steps[-1][1])
-        steady = [start.seconds_until(stop) for start, stop in self.steps[self.warmup:]]
-        samples = sum(self.samples[self.warmup:])
-        deciles = (statistics.quantiles(steady, n=10, method="inclusive") if len(steady) > 1
-                   else [steady[0]] * 9)
+        steady = [start.seconds_until(stop) for start, stop in self.steps[self.warmup :]]
+        samples = sum(self.samples[self.warmup :])
+        deciles = (
+            statistics.quantiles(steady, n=10, method="inclusive")
+            if len(steady) > 1
+            else [steady[0]] * 9
+        )
         return StepStats(
             steps=len(steady),
             samples=samples,
@@ -103,5 +106,5 @@ class StepTimer:
             step_p50_ms=statistics.median(steady) * 1e3,
             step_p90_ms=deciles[8] * 1e3,
             data_wait_pct=100.0 * sum(self.gaps) / seconds,
-            step_cpu_p50_ms=statistics.median(self.cpu[self.warmup:]) * 1e3,
+            step_cpu_p50_ms=statistics.median(self.cpu[self.warmup :]) * 1e3,
         )

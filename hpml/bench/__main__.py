@@ -19,8 +19,10 @@ BENCH_DIR = Path(".bench")  # git-ignored: results and the bench's own MLflow st
 
 def lazy(module: str, function: str = "run") -> Case:
     """``module.function``, imported on first call (cases pull in torch and Lightning)."""
+
     def case(settings: Settings, bench_dir: Path, report: Report) -> CaseResult:
         return getattr(importlib.import_module(module), function)(settings, bench_dir, report)
+
     return case
 
 
@@ -51,17 +53,38 @@ def parse_args(argv: Sequence[str], cases: Mapping[str, Case] = CASES) -> argpar
     defaults = Settings()
     parser = argparse.ArgumentParser(
         prog="python -m hpml.bench",
-        description="Benchmark ratios, the variants of each case interleaved in one process.")
-    parser.add_argument("--case", action="append", metavar="NAME",
-                        help=f"case to run, repeatable (default: all of {', '.join(cases)})")
-    parser.add_argument("--rounds", type=positive, default=defaults.rounds,
-                        help="rounds; each runs every variant once (default %(default)s)")
-    parser.add_argument("--steps", type=positive, default=defaults.steps,
-                        help="timed steps per variant and round (default %(default)s)")
-    parser.add_argument("--warmup", type=non_negative, default=defaults.warmup,
-                        help="untimed steps before them (default %(default)s)")
-    parser.add_argument("--threads", type=positive, default=defaults.threads,
-                        help="torch intra-op threads for every variant (default %(default)s)")
+        description="Benchmark ratios, the variants of each case interleaved in one process.",
+    )
+    parser.add_argument(
+        "--case",
+        action="append",
+        metavar="NAME",
+        help=f"case to run, repeatable (default: all of {', '.join(cases)})",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=positive,
+        default=defaults.rounds,
+        help="rounds; each runs every variant once (default %(default)s)",
+    )
+    parser.add_argument(
+        "--steps",
+        type=positive,
+        default=defaults.steps,
+        help="timed steps per variant and round (default %(default)s)",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=non_negative,
+        default=defaults.warmup,
+        help="untimed steps before them (default %(default)s)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=positive,
+        default=defaults.threads,
+        help="torch intra-op threads for every variant (default %(default)s)",
+    )
     return parser.parse_args(argv)
 
 
@@ -86,42 +109,74 @@ def fmt(value: float) -> str:
 
 def table(results: Sequence[CaseResult]) -> str:
     """One row per ratio: its spread over rounds, the goal, and what each side measured."""
-    header = ("case", "metric", "ratio", "min", "median", "max", "goal", "meets",
-              "numerator median", "denominator median", "rounds", "threads")
+    header = (
+        "case",
+        "metric",
+        "ratio",
+        "min",
+        "median",
+        "max",
+        "goal",
+        "meets",
+        "numerator median",
+        "denominator median",
+        "rounds",
+        "threads",
+    )
     rows = [header]
     for result in results:
         for s in result.summaries:
             r = s.ratio
             goal = "-" if r.goal is None else f">= {r.goal:g}"
             meets = {None: "-", True: "yes", False: "NO"}[s.meets_goal]
-            rows.append((result.case, r.metric, f"{r.numerator} / {r.denominator}",
-                         fmt(s.min), fmt(s.median), fmt(s.max), goal, meets,
-                         f"{fmt(s.numerator_median)} {r.unit}",
-                         f"{fmt(s.denominator_median)} {r.unit}",
-                         str(result.settings.rounds), str(result.settings.threads)))
+            rows.append(
+                (
+                    result.case,
+                    r.metric,
+                    f"{r.numerator} / {r.denominator}",
+                    fmt(s.min),
+                    fmt(s.median),
+                    fmt(s.max),
+                    goal,
+                    meets,
+                    f"{fmt(s.numerator_median)} {r.unit}",
+                    f"{fmt(s.denominator_median)} {r.unit}",
+                    str(result.settings.rounds),
+                    str(result.settings.threads),
+                )
+            )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-             for row in rows]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
     for result in results:
         before = " ".join(f"{x:.2f}" for x in result.load_before)
         after = " ".join(f"{x:.2f}" for x in result.load_after)
         s = result.settings
-        lines.append(f"{result.case}: {s.rounds} rounds x ({s.warmup} warm-up + {s.steps} timed "
-                     f"steps) per variant in {result.seconds:.0f} s; load average 1/5/15 min "
-                     f"{before} before, {after} after")
+        lines.append(
+            f"{result.case}: {s.rounds} rounds x ({s.warmup} warm-up + {s.steps} timed "
+            f"steps) per variant in {result.seconds:.0f} s; load average 1/5/15 min "
+            f"{before} before, {after} after"
+        )
     return "\n".join(lines)
 
 
 def progress(case: str, rounds: int) -> Report:
     """A line per variant and round on stderr: a bench takes minutes, and drift shows here."""
+
     def report(index: int, name: str, measurement: Measurement) -> None:
         values = ", ".join(f"{key} {fmt(value)}" for key, value in measurement.items())
         print(f"{case} round {index + 1}/{rounds}: {name}: {values}", file=sys.stderr, flush=True)
+
     return report
 
 
-def main(argv: Sequence[str] | None = None, cases: Mapping[str, Case] = CASES,
-         bench_dir: Path = BENCH_DIR) -> list[CaseResult]:
+def main(
+    argv: Sequence[str] | None = None,
+    cases: Mapping[str, Case] = CASES,
+    bench_dir: Path = BENCH_DIR,
+) -> list[CaseResult]:
     """Run the selected cases in turn; print the table and where the JSON went."""
     args = parse_args(sys.argv[1:] if argv is None else argv, cases)
     try:
@@ -134,8 +189,7 @@ def main(argv: Sequence[str] | None = None, cases: Mapping[str, Case] = CASES,
     for name in names:
         result = cases[name](settings, bench_dir, progress(name, settings.rounds))
         results.append(result)
-        print(f"hpml.bench: {name} -> {write_json(result, bench_dir / 'results')}",
-              file=sys.stderr)
+        print(f"hpml.bench: {name} -> {write_json(result, bench_dir / 'results')}", file=sys.stderr)
     print(table(results))
     return results
 

@@ -47,8 +47,9 @@ class Round:
     measurements: dict[str, Measurement]
 
 
-def interleave(variants: Mapping[str, Variant], rounds: int,
-               report: Report | None = None) -> list[Round]:
+def interleave(
+    variants: Mapping[str, Variant], rounds: int, report: Report | None = None
+) -> list[Round]:
     """Run every variant once per round in rotating order; ``report(round, name, m)`` after each."""
     if not variants:
         raise ValueError("interleave needs at least one variant")
@@ -104,10 +105,16 @@ class RatioSummary:
         return None if self.ratio.goal is None else self.median >= self.ratio.goal
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self.ratio), "values": list(self.values), "min": self.min,
-                "median": self.median, "max": self.max, "meets_goal": self.meets_goal,
-                "numerator_median": self.numerator_median,
-                "denominator_median": self.denominator_median}
+        return {
+            **asdict(self.ratio),
+            "values": list(self.values),
+            "min": self.min,
+            "median": self.median,
+            "max": self.max,
+            "meets_goal": self.meets_goal,
+            "numerator_median": self.numerator_median,
+            "denominator_median": self.denominator_median,
+        }
 
 
 def summarize(ratio: Ratio, rounds: Sequence[Round]) -> RatioSummary:
@@ -116,8 +123,12 @@ def summarize(ratio: Ratio, rounds: Sequence[Round]) -> RatioSummary:
         raise ValueError("summarize needs at least one round")
     tops = [r.measurements[ratio.numerator][ratio.key] for r in rounds]
     bottoms = [r.measurements[ratio.denominator][ratio.key] for r in rounds]
-    return RatioSummary(ratio, tuple(t / b for t, b in zip(tops, bottoms, strict=True)),
-                        statistics.median(tops), statistics.median(bottoms))
+    return RatioSummary(
+        ratio,
+        tuple(t / b for t, b in zip(tops, bottoms, strict=True)),
+        statistics.median(tops),
+        statistics.median(bottoms),
+    )
 
 
 def load_average() -> tuple[float, float, float]:
@@ -144,8 +155,9 @@ class CaseResult:
             "case": self.case,
             "settings": asdict(self.settings),
             "ratios": [s.to_dict() for s in self.summaries],
-            "rounds": [{"order": list(r.order), "measurements": r.measurements}
-                       for r in self.rounds],
+            "rounds": [
+                {"order": list(r.order), "measurements": r.measurements} for r in self.rounds
+            ],
             "load_avg_before_1m_5m_15m": list(self.load_before),
             "load_avg_after_1m_5m_15m": list(self.load_after),
             "seconds": self.seconds,
@@ -153,15 +165,28 @@ class CaseResult:
         }
 
 
-def run_case(case: str, variants: Mapping[str, Variant], ratios: Sequence[Ratio],
-             settings: Settings, report: Report | None = None,
-             notes: Mapping[str, Any] | None = None) -> CaseResult:
+def run_case(
+    case: str,
+    variants: Mapping[str, Variant],
+    ratios: Sequence[Ratio],
+    settings: Settings,
+    report: Report | None = None,
+    notes: Mapping[str, Any] | None = None,
+) -> CaseResult:
     """Interleave ``variants`` for ``settings.rounds`` rounds and summarise ``ratios``."""
     load_before, start = load_average(), time.perf_counter()
     rounds = interleave(variants, settings.rounds, report)
     seconds, load_after = time.perf_counter() - start, load_average()
-    return CaseResult(case, settings, rounds, [summarize(r, rounds) for r in ratios],
-                      load_before, load_after, seconds, dict(notes or {}))
+    return CaseResult(
+        case,
+        settings,
+        rounds,
+        [summarize(r, rounds) for r in ratios],
+        load_before,
+        load_after,
+        seconds,
+        dict(notes or {}),
+    )
 
 
 def write_json(result: CaseResult, folder: Path) -> Path:

@@ -55,13 +55,20 @@ class CpuWindow(L.Callback):
         self.start: float | None = None
         self.stop = 0.0
 
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule,
-                             batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         if batch_idx == 0 and self.warmup_steps == 0:
             self.start = time.process_time()
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule,
-                           outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
         self.stop = time.process_time()
         if batch_idx + 1 == self.warmup_steps:
             self.start = self.stop
@@ -74,10 +81,14 @@ class CpuWindow(L.Callback):
 def overrides(settings: Settings, root: Path) -> list[str]:
     """The job as a user would type it, plus the CPU-time probe and the bench's own store."""
     return [
-        "model=vgg11", "data=synthetic", "trainer=cpu",
+        "model=vgg11",
+        "data=synthetic",
+        "trainer=cpu",
         f"data.batch_size={BATCH_SIZE}",
         f"data.train_samples={BATCH_SIZE * (settings.warmup + settings.steps)}",
-        "trainer.max_epochs=1", "++trainer.limit_val_batches=0", "test=false",
+        "trainer.max_epochs=1",
+        "++trainer.limit_val_batches=0",
+        "test=false",
         "++trainer.enable_progress_bar=false",
         f"callbacks.perf.warmup_steps={settings.warmup}",
         "logger.experiment_name=bench",
@@ -99,8 +110,10 @@ def compose_config(settings: Settings, root: Path, extra: Sequence[str] = ()) ->
 def check_threads(settings: Settings) -> None:
     """Fail if something changed torch's thread count mid-run: the sides would not be alike."""
     if torch.get_num_threads() != settings.threads:
-        raise RuntimeError(f"torch runs {torch.get_num_threads()} threads after a variant, "
-                           f"not the {settings.threads} the bench set")
+        raise RuntimeError(
+            f"torch runs {torch.get_num_threads()} threads after a variant, "
+            f"not the {settings.threads} the bench set"
+        )
 
 
 def run_hpml(cfg: DictConfig, settings: Settings) -> Measurement:
@@ -112,8 +125,10 @@ def run_hpml(cfg: DictConfig, settings: Settings) -> Measurement:
         warnings.simplefilter("ignore")  # log_every_n_steps advice, deprecations: table noise
         metrics = train(cfg)
     check_threads(settings)
-    return {THROUGHPUT: metrics[metric("train", "throughput", SAMPLES_PER_S)],
-            CPU_THROUGHPUT: BATCH_SIZE * settings.steps / metrics[CPU_METRIC]}
+    return {
+        THROUGHPUT: metrics[metric("train", "throughput", SAMPLES_PER_S)],
+        CPU_THROUGHPUT: BATCH_SIZE * settings.steps / metrics[CPU_METRIC],
+    }
 
 
 def run_hand_loop(cfg: DictConfig, settings: Settings) -> Measurement:
@@ -152,8 +167,10 @@ def run_hand_loop(cfg: DictConfig, settings: Settings) -> Measurement:
     if stats is None or cpu_start is None:
         raise RuntimeError("the hand loop ran no steps after warm-up")
     check_threads(settings)
-    return {THROUGHPUT: stats.throughput_samples_per_s,
-            CPU_THROUGHPUT: stats.samples / (cpu_stop - cpu_start)}
+    return {
+        THROUGHPUT: stats.throughput_samples_per_s,
+        CPU_THROUGHPUT: stats.samples / (cpu_stop - cpu_start),
+    }
 
 
 def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> CaseResult:
@@ -163,7 +180,14 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
     for name in ("lightning.pytorch", "lightning.fabric"):  # "GPU available: ..." on every job
         logging.getLogger(name).setLevel(logging.WARNING)
     variants = {HPML: lambda: run_hpml(cfg, settings), HAND: lambda: run_hand_loop(cfg, settings)}
-    notes = {"batch_size": BATCH_SIZE, "model": "vgg11 (cifar layout)", "data": "synthetic",
-             "device": "cpu", "torch": torch.__version__, "lightning": L.__version__,
-             "hpml_overrides": overrides(settings, root), "mlflow_store": str(root / "mlflow.db")}
+    notes = {
+        "batch_size": BATCH_SIZE,
+        "model": "vgg11 (cifar layout)",
+        "data": "synthetic",
+        "device": "cpu",
+        "torch": torch.__version__,
+        "lightning": L.__version__,
+        "hpml_overrides": overrides(settings, root),
+        "mlflow_store": str(root / "mlflow.db"),
+    }
     return run_case("overhead", variants, RATIOS, settings, report, notes)

@@ -52,6 +52,7 @@ def timer(model: nn.Module, example: torch.Tensor, settings: Settings):
         torch.set_num_threads(settings.threads)
         stats = measure_latency(model, example, settings.steps, settings.warmup)
         return {LATENCY: stats.median_ms}
+
     return measure
 
 
@@ -76,7 +77,10 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
     }
     variants = {name: timer(model, example, settings) for name, (model, example) in models.items()}
     notes = {
-        "batch_size": BATCH_SIZE, "amount": AMOUNT, "device": "cpu", "torch": torch.__version__,
+        "batch_size": BATCH_SIZE,
+        "amount": AMOUNT,
+        "device": "cpu",
+        "torch": torch.__version__,
         "params": {name: sum(p.numel() for p in m.parameters()) for name, (m, _) in models.items()},
         "vgg": "vgg11 cifar layout, batch norm; L1 filter norms; classifier excluded",
         "lstm": "embedding 400, hidden 256 -> 128, 2 layers, seq 200, vocab 20000; L2 unit norms",

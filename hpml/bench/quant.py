@@ -41,14 +41,27 @@ LSTM, LSTM_INT8 = "lstm fp32", "lstm dynamic int8"
 LATENCY, SIZE = "latency_ms", "size_bytes"
 RATIOS = (
     Ratio("VGG11 static int8 speed-up", LATENCY, "ms", VGG, VGG_INT8, goal=4.0),
-    Ratio("VGG11 static int8 size reduction (size <= 0.26x)", SIZE, "bytes", VGG, VGG_INT8,
-          goal=1 / 0.26),
+    Ratio(
+        "VGG11 static int8 size reduction (size <= 0.26x)",
+        SIZE,
+        "bytes",
+        VGG,
+        VGG_INT8,
+        goal=1 / 0.26,
+    ),
     Ratio("LSTM dynamic int8 speed-up", LATENCY, "ms", LSTM, LSTM_INT8, goal=1.5),
-    Ratio("LSTM dynamic int8 size reduction (size <= 0.27x)", SIZE, "bytes", LSTM, LSTM_INT8,
-          goal=1 / 0.27),
+    Ratio(
+        "LSTM dynamic int8 size reduction (size <= 0.27x)",
+        SIZE,
+        "bytes",
+        LSTM,
+        LSTM_INT8,
+        goal=1 / 0.27,
+    ),
     Ratio("VGG11 torch.compile speed-up", LATENCY, "ms", VGG, VGG_COMPILED, goal=1.2),
-    Ratio("VGG11 pruned 50% + static int8 speed-up", LATENCY, "ms", VGG, VGG_PRUNED_INT8,
-          goal=15.0),
+    Ratio(
+        "VGG11 pruned 50% + static int8 speed-up", LATENCY, "ms", VGG, VGG_PRUNED_INT8, goal=15.0
+    ),
 )
 
 
@@ -57,6 +70,7 @@ def variant(model: nn.Module, example: Any, settings: Settings, size: int):
         torch.set_num_threads(settings.threads)
         stats = measure_latency(model, example, settings.steps, settings.warmup)
         return {LATENCY: stats.median_ms, SIZE: float(size)}
+
     return measure
 
 
@@ -98,14 +112,19 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
         VGG: variant(vgg, images, settings, vgg_bytes),
         VGG_INT8: variant(vgg_int8, images, settings, state_dict_bytes(vgg_int8)),
         VGG_COMPILED: variant(compiled.module, images, settings, vgg_bytes),
-        VGG_PRUNED_INT8: variant(vgg_pruned_int8, images, settings,
-                                 state_dict_bytes(vgg_pruned_int8)),
+        VGG_PRUNED_INT8: variant(
+            vgg_pruned_int8, images, settings, state_dict_bytes(vgg_pruned_int8)
+        ),
         LSTM: variant(lstm, tokens, settings, state_dict_bytes(lstm)),
         LSTM_INT8: variant(lstm_int8, tokens, settings, state_dict_bytes(lstm_int8)),
     }
-    notes = {"batch_size": BATCH, "device": "cpu", "torch": torch.__version__,
-             "quantized_engine": torch.backends.quantized.engine,
-             "torch_compile_seconds": compile_s, "compile_output_max_abs_diff":
-             compiled.max_abs_diff, "lstm": f"vocab {VOCAB}, embedding 400, hidden 256, "
-             f"2 layers, {SEQ_LEN} tokens"}
+    notes = {
+        "batch_size": BATCH,
+        "device": "cpu",
+        "torch": torch.__version__,
+        "quantized_engine": torch.backends.quantized.engine,
+        "torch_compile_seconds": compile_s,
+        "compile_output_max_abs_diff": compiled.max_abs_diff,
+        "lstm": f"vocab {VOCAB}, embedding 400, hidden 256, 2 layers, {SEQ_LEN} tokens",
+    }
     return run_case("quant", variants, RATIOS, settings, report, notes)

@@ -30,8 +30,11 @@ class EpochCheckpoint(ModelCheckpoint):
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         super().on_train_epoch_end(trainer, pl_module)
-        if (self.save_last and self._should_save_on_train_epoch_end(trainer)
-                and not self._should_skip_saving_checkpoint(trainer)):
+        if (
+            self.save_last
+            and self._should_save_on_train_epoch_end(trainer)
+            and not self._should_skip_saving_checkpoint(trainer)
+        ):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

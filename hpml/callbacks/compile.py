@@ -41,9 +41,18 @@ BEFORE, AFTER = "compile_before", "compile_after"
 class Compile(L.Callback):
     """Compile the LightningModule's ``net`` with ``method`` after fit (see the module)."""
 
-    def __init__(self, method: str, mode: str = "default", dynamic: bool | None = None,
-                 fullgraph: bool = False, tolerance: float = 1e-3, latency_batch_size: int = 64,
-                 latency_rounds: int = 20, latency_warmup: int = 3, eval_batches: int = 4) -> None:
+    def __init__(
+        self,
+        method: str,
+        mode: str = "default",
+        dynamic: bool | None = None,
+        fullgraph: bool = False,
+        tolerance: float = 1e-3,
+        latency_batch_size: int = 64,
+        latency_rounds: int = 20,
+        latency_warmup: int = 3,
+        eval_batches: int = 4,
+    ) -> None:
         if method not in METHODS:
             raise ConfigError("method", method, f"one of {', '.join(METHODS)}")
         if mode not in MODES:
@@ -66,37 +75,55 @@ class Compile(L.Callback):
 
     def _compile(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         device = pl_module.device
-        batches = take(trainer.datamodule.val_dataloader(), self.eval_batches) \
-            if trainer.datamodule is not None else []
+        batches = (
+            take(trainer.datamodule.val_dataloader(), self.eval_batches)
+            if trainer.datamodule is not None
+            else []
+        )
         criterion = getattr(pl_module, "criterion", None)
 
         def example(batch: int):
             return pl_module.example_input(batch).to(device)
 
         def run(net):
-            return measure(net, example, self.batch_sizes, device, self.rounds, self.warmup,
-                           batches, criterion)
+            return measure(
+                net, example, self.batch_sizes, device, self.rounds, self.warmup, batches, criterion
+            )
 
         net = pl_module.net.eval()
         log_metrics(trainer, run(net).metrics(BEFORE))
         workdir = Path(trainer.default_root_dir) / "compile"
-        compiled = compile_model(net, self.method, [example(b) for b in self.batch_sizes],
-                                 workdir, self.mode, self.dynamic, self.fullgraph, self.tolerance)
+        compiled = compile_model(
+            net,
+            self.method,
+            [example(b) for b in self.batch_sizes],
+            workdir,
+            self.mode,
+            self.dynamic,
+            self.fullgraph,
+            self.tolerance,
+        )
         after = run(compiled.module)
         if compiled.size_bytes is not None:
             after.size_bytes = compiled.size_bytes
         pl_module.net = compiled.module
         self.done = True
-        log_metrics(trainer, after.metrics(AFTER) | {
-            metric("compile", "time", S): compiled.seconds,
-            metric("compile", "output_diff", "max_abs"): compiled.max_abs_diff})
+        log_metrics(
+            trainer,
+            after.metrics(AFTER)
+            | {
+                metric("compile", "time", S): compiled.seconds,
+                metric("compile", "output_diff", "max_abs"): compiled.max_abs_diff,
+            },
+        )
         tags = {"hpml.compile.method": self.method, "hpml.compile.device": str(device)}
         if self.method == "torch_compile":
-            tags |= {"hpml.compile.mode": self.mode,
-                     "hpml.compile.cache_dir": str(workdir / "inductor_cache")}
+            tags |= {
+                "hpml.compile.mode": self.mode,
+                "hpml.compile.cache_dir": str(workdir / "inductor_cache"),
+            }
         set_tags(trainer, tags)
         if compiled.artifact is not None:
             for logger in trainer.loggers:
                 if isinstance(logger, MLFlowLogger):
-                    logger.experiment.log_artifact(logger.run_id, str(compiled.artifact),
-                                                   "compile")
+                    logger.experiment.log_artifact(logger.run_id, str(compiled.artifact), "compile")

@@ -21,8 +21,12 @@ SHOWN = ("loss", "acc")
 def summary(trainer: L.Trainer, stages: tuple[str, ...]) -> str:
     """``stage/name value`` for each of those metrics the trainer has, in a fixed order."""
     metrics = trainer.callback_metrics
-    parts = [f"{stage}/{name} {float(metrics[f'{stage}/{name}']):.4f}"
-             for stage in stages for name in SHOWN if f"{stage}/{name}" in metrics]
+    parts = [
+        f"{stage}/{name} {float(metrics[f'{stage}/{name}']):.4f}"
+        for stage in stages
+        for name in SHOWN
+        if f"{stage}/{name}" in metrics
+    ]
     return "  ".join(parts)
 
 
@@ -45,8 +49,12 @@ class EpochSummary(L.Callback):
         total = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else None
         epoch = f"epoch {trainer.current_epoch + 1}" + (f"/{total}" if total else "")
         numbers = summary(trainer, ("train", "val"))
-        log.info("%s  %s%.1f s", epoch, f"{numbers}  " if numbers else "",
-                 time.perf_counter() - self.started)
+        log.info(
+            "%s  %s%.1f s",
+            epoch,
+            f"{numbers}  " if numbers else "",
+            time.perf_counter() - self.started,
+        )
 
     def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.started = time.perf_counter()
@@ -55,5 +63,6 @@ class EpochSummary(L.Callback):
         if self._silent(trainer):
             return
         numbers = summary(trainer, ("test",))
-        log.info("test  %s%.1f s", f"{numbers}  " if numbers else "",
-                 time.perf_counter() - self.started)
+        log.info(
+            "test  %s%.1f s", f"{numbers}  " if numbers else "", time.perf_counter() - self.started
+        )

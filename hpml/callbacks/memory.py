@@ -38,8 +38,9 @@ class MemoryBreakdown(L.Callback):
         self.activations = 0
         self.done = False
 
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule,
-                             batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         if self.done:
             return
         if self.cuda_snapshot and pl_module.device.type == "cuda":
@@ -53,19 +54,27 @@ class MemoryBreakdown(L.Callback):
             self.activations = self.saved.bytes
             self.saved = None
 
-    def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule,
-                           loss: torch.Tensor) -> None:
+    def on_before_backward(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, loss: torch.Tensor
+    ) -> None:
         self._stop_recording()
 
-    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule,
-                     exception: BaseException) -> None:
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
         """Never leave the saved-tensor hooks (process-wide) on after a failed step."""
         self._stop_recording()
         if self.cuda_snapshot and pl_module.device.type == "cuda":
             torch.cuda.memory._record_memory_history(enabled=None)
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule,
-                           outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
         if self.done:
             return
         self.done = True
@@ -74,8 +83,9 @@ class MemoryBreakdown(L.Callback):
         parts = {
             "weights": tensor_bytes(params),
             "gradients": tensor_bytes(p.grad for p in params if p.grad is not None),
-            "optimizer_state": tensor_bytes(t for opt in trainer.optimizers
-                                            for t in optimizer_state_tensors(opt)),
+            "optimizer_state": tensor_bytes(
+                t for opt in trainer.optimizers for t in optimizer_state_tensors(opt)
+            ),
             "activations": self.activations,
         }
         metrics = {metric("memory", part, BYTES): float(value) for part, value in parts.items()}
@@ -108,8 +118,14 @@ class MemoryBreakdown(L.Callback):
         ax.set_ylabel("MiB")
         ax.set_title("Training memory, first step", fontsize=10)
         handles, labels = ax.get_legend_handles_labels()
-        ax.legend(handles[::-1], labels[::-1], fontsize=8, loc="upper left",
-                  bbox_to_anchor=(1.02, 1.0), frameon=False)
+        ax.legend(
+            handles[::-1],
+            labels[::-1],
+            fontsize=8,
+            loc="upper left",
+            bbox_to_anchor=(1.02, 1.0),
+            frameon=False,
+        )
         log_figure(trainer, fig, "memory/breakdown.png")
         plt.close(fig)
         log_text(trainer, "".join(f"{p},{parts[p]}\n" for p in PARTS), "memory/breakdown.csv")

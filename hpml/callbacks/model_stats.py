@@ -24,8 +24,7 @@ class ModelStats(L.Callback):
         if param_count(module) > 0:
             found |= {
                 metric(stage, "params", COUNT): param_count(module),
-                metric(stage, "trainable_params", COUNT): param_count(module,
-                                                                      trainable_only=True),
+                metric(stage, "trainable_params", COUNT): param_count(module, trainable_only=True),
                 metric(stage, "nonzero_params", COUNT): nonzero_param_count(module),
             }
         if module.state_dict():

@@ -51,9 +51,14 @@ class PerformanceMonitor(L.Callback):
     ``machine/load_avg_1m_procs`` records how busy the machine was: shared machines skew timings.
     """
 
-    def __init__(self, warmup_steps: int = 3, inference_warmup_steps: int = 1,
-                 count_flops: bool = True, measured_peak: bool = True,
-                 peak_cache_dir: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        warmup_steps: int = 3,
+        inference_warmup_steps: int = 1,
+        count_flops: bool = True,
+        measured_peak: bool = True,
+        peak_cache_dir: str | Path | None = None,
+    ) -> None:
         self.warmup_steps = warmup_steps
         self.inference_warmup_steps = inference_warmup_steps
         self.count_flops, self.measured_peak = count_flops, measured_peak
@@ -120,16 +125,27 @@ class PerformanceMonitor(L.Callback):
         example = pl_module.example_input(1)
         forward: FlopCount = count_flops(pl_module, example)
         both = count_flops(pl_module, example, with_backward=True)
-        self.flops = {"train": both.per_sample, "val": forward.per_sample,
-                      "test": forward.per_sample}
-        log_metrics(trainer, {metric("model", "fwd", FLOPS_PER_SAMPLE): forward.per_sample,
-                              metric("model", "fwd_bwd", FLOPS_PER_SAMPLE): both.per_sample})
+        self.flops = {
+            "train": both.per_sample,
+            "val": forward.per_sample,
+            "test": forward.per_sample,
+        }
+        log_metrics(
+            trainer,
+            {
+                metric("model", "fwd", FLOPS_PER_SAMPLE): forward.per_sample,
+                metric("model", "fwd_bwd", FLOPS_PER_SAMPLE): both.per_sample,
+            },
+        )
         if first:
             total = forward.by_module.get("", forward.total) or 1
             rows = ["module,fwd_flops_per_sample,fwd_bwd_flops_per_sample,share_of_fwd_pct"]
-            rows += [f"{name or '(model)'},{flops / forward.batch_size:.0f},"
-                     f"{both.by_module.get(name, 0) / both.batch_size:.0f},"
-                     f"{100 * flops / total:.2f}" for name, flops in forward.by_module.items()]
+            rows += [
+                f"{name or '(model)'},{flops / forward.batch_size:.0f},"
+                f"{both.by_module.get(name, 0) / both.batch_size:.0f},"
+                f"{100 * flops / total:.2f}"
+                for name, flops in forward.by_module.items()
+            ]
             log_text(trainer, "\n".join(rows) + "\n", "flops/by_module.csv")
         if self.peaks is None:
             self.peaks = self._peaks(trainer, pl_module.device)
@@ -157,12 +173,19 @@ class PerformanceMonitor(L.Callback):
         self.val_seconds_in_train_epoch = 0.0
         self._start("train", trainer, pl_module)
 
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule,
-                             batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         self.timers["train"].begin()
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule,
-                           outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
         self.timers["train"].end(batch_size(batch))
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -176,14 +199,26 @@ class PerformanceMonitor(L.Callback):
         if not trainer.sanity_checking:
             self._start("val", trainer, pl_module)
 
-    def on_validation_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule,
-                                  batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_validation_batch_start(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
         if not trainer.sanity_checking:
             self.timers["val"].begin()
 
-    def on_validation_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule,
-                                outputs: Any, batch: Any, batch_idx: int,
-                                dataloader_idx: int = 0) -> None:
+    def on_validation_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
         if not trainer.sanity_checking:
             self.timers["val"].end(batch_size(batch))
 
@@ -198,13 +233,25 @@ class PerformanceMonitor(L.Callback):
     def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._start("test", trainer, pl_module)
 
-    def on_test_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule,
-                            batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+    def on_test_batch_start(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
         self.timers["test"].begin()
 
-    def on_test_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule,
-                          outputs: Any, batch: Any, batch_idx: int,
-                          dataloader_idx: int = 0) -> None:
+    def on_test_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
         self.timers["test"].end(batch_size(batch))
 
     def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -30,9 +30,19 @@ from hpml.names import PCT, metric
 
 log = logging.getLogger(__name__)
 
-CSV_FIELDS = ("name", "input_shapes", "count", "self_cpu_time_total_us", "cpu_time_total_us",
-              "self_device_time_total_us", "device_time_total_us", "self_cpu_memory_usage_bytes",
-              "cpu_memory_usage_bytes", "self_device_memory_usage_bytes", "flops")
+CSV_FIELDS = (
+    "name",
+    "input_shapes",
+    "count",
+    "self_cpu_time_total_us",
+    "cpu_time_total_us",
+    "self_device_time_total_us",
+    "device_time_total_us",
+    "self_cpu_memory_usage_bytes",
+    "cpu_memory_usage_bytes",
+    "self_device_memory_usage_bytes",
+    "flops",
+)
 
 
 class StepRegions:
@@ -60,8 +70,10 @@ class StepRegions:
 def _sort_keys(cuda: bool) -> dict[str, str]:
     keys = {"self_cpu_time": "self_cpu_time_total", "memory": "self_cpu_memory_usage"}
     if cuda:
-        keys |= {"self_device_time": "self_device_time_total",
-                 "device_memory": "self_device_memory_usage"}
+        keys |= {
+            "self_device_time": "self_device_time_total",
+            "device_memory": "self_device_memory_usage",
+        }
     return keys
 
 
@@ -70,10 +82,21 @@ def _csv(averages: Any) -> str:
     writer = csv.writer(out)
     writer.writerow(CSV_FIELDS)
     for e in averages:
-        writer.writerow([e.key, e.input_shapes, e.count, e.self_cpu_time_total, e.cpu_time_total,
-                         e.self_device_time_total, e.device_time_total,
-                         e.self_cpu_memory_usage, e.cpu_memory_usage,
-                         e.self_device_memory_usage, e.flops])
+        writer.writerow(
+            [
+                e.key,
+                e.input_shapes,
+                e.count,
+                e.self_cpu_time_total,
+                e.cpu_time_total,
+                e.self_device_time_total,
+                e.device_time_total,
+                e.self_cpu_memory_usage,
+                e.cpu_memory_usage,
+                e.self_device_memory_usage,
+                e.flops,
+            ]
+        )
     return out.getvalue()
 
 
@@ -85,14 +108,29 @@ class TorchProfilerWindow(L.Callback):
     ``with_stack`` are torch.profiler's own switches; ``nvtx`` adds NVTX ranges on CUDA.
     """
 
-    def __init__(self, skip_first: int = 5, wait: int = 1, warmup: int = 1, active: int = 3,
-                 repeat: int = 1, record_shapes: bool = True, profile_memory: bool = True,
-                 with_flops: bool = True, with_stack: bool = False, row_limit: int = 25,
-                 nvtx: bool = True) -> None:
-        self.schedule = schedule(skip_first=skip_first, wait=wait, warmup=warmup, active=active,
-                                 repeat=repeat)
-        self.options = {"record_shapes": record_shapes, "profile_memory": profile_memory,
-                        "with_flops": with_flops, "with_stack": with_stack}
+    def __init__(
+        self,
+        skip_first: int = 5,
+        wait: int = 1,
+        warmup: int = 1,
+        active: int = 3,
+        repeat: int = 1,
+        record_shapes: bool = True,
+        profile_memory: bool = True,
+        with_flops: bool = True,
+        with_stack: bool = False,
+        row_limit: int = 25,
+        nvtx: bool = True,
+    ) -> None:
+        self.schedule = schedule(
+            skip_first=skip_first, wait=wait, warmup=warmup, active=active, repeat=repeat
+        )
+        self.options = {
+            "record_shapes": record_shapes,
+            "profile_memory": profile_memory,
+            "with_flops": with_flops,
+            "with_stack": with_stack,
+        }
         self.row_limit, self.nvtx = row_limit, nvtx
         self.profiler: profile | None = None
         self.regions = StepRegions(nvtx=False)
@@ -104,29 +142,43 @@ class TorchProfilerWindow(L.Callback):
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
         self.trainer, self.cuda = trainer, cuda
         self.regions = StepRegions(nvtx=self.nvtx and cuda)
-        self.profiler = profile(activities=activities, schedule=self.schedule,
-                                on_trace_ready=self._window_done, **self.options)
+        self.profiler = profile(
+            activities=activities,
+            schedule=self.schedule,
+            on_trace_ready=self._window_done,
+            **self.options,
+        )
         self.profiler.start()
         self.regions.open(DATA_REGION)
 
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule,
-                             batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         self.regions.open("hpml/forward")
 
-    def on_before_zero_grad(self, trainer: L.Trainer, pl_module: L.LightningModule,
-                            optimizer: Any) -> None:
+    def on_before_zero_grad(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any
+    ) -> None:
         self.regions.open("hpml/zero_grad")
 
-    def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule,
-                           loss: torch.Tensor) -> None:
+    def on_before_backward(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, loss: torch.Tensor
+    ) -> None:
         self.regions.open("hpml/backward")
 
-    def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule,
-                                 optimizer: Any) -> None:
+    def on_before_optimizer_step(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any
+    ) -> None:
         self.regions.open("hpml/optimizer_step")
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule,
-                           outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
         self.regions.close()
         if self.profiler is not None:
             self.profiler.step()
@@ -141,16 +193,19 @@ class TorchProfilerWindow(L.Callback):
             self.profiler.stop()
             self.profiler = None
 
-    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule,
-                     exception: BaseException) -> None:
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
         """A failed run stops the profiler and closes its open range (both process-wide)."""
         self._stop()
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._stop()
         if self.windows == 0:
-            log.warning("the profiler window never opened: training had fewer steps than "
-                        "skip_first + wait + warmup + active")
+            log.warning(
+                "the profiler window never opened: training had fewer steps than "
+                "skip_first + wait + warmup + active"
+            )
 
     def _window_done(self, prof: profile) -> None:
         """Trace, tables and execution summary of the window that just closed, into MLflow."""
@@ -160,19 +215,25 @@ class TorchProfilerWindow(L.Callback):
         self.windows += 1
         averages = prof.key_averages()
         for title, key in _sort_keys(self.cuda).items():
-            log_text(trainer, averages.table(sort_by=key, row_limit=self.row_limit),
-                     f"{prefix}/top_by_{title}.txt")
+            log_text(
+                trainer,
+                averages.table(sort_by=key, row_limit=self.row_limit),
+                f"{prefix}/top_by_{title}.txt",
+            )
         log_text(trainer, _csv(averages), f"{prefix}/ops.csv")
         if self.options["record_shapes"]:
             by_shape = prof.key_averages(group_by_input_shape=True)
-            log_text(trainer, by_shape.table(sort_by="self_cpu_time_total",
-                                             row_limit=self.row_limit),
-                     f"{prefix}/top_by_input_shape.txt")
+            log_text(
+                trainer,
+                by_shape.table(sort_by="self_cpu_time_total", row_limit=self.row_limit),
+                f"{prefix}/top_by_input_shape.txt",
+            )
             log_text(trainer, _csv(by_shape), f"{prefix}/ops_by_input_shape.csv")
         summary = summarise_events(prof.events(), cuda=self.cuda)
         if summary:
-            log_metrics(trainer, {metric("profile", name, PCT): value
-                                  for name, value in summary.items()})
+            log_metrics(
+                trainer, {metric("profile", name, PCT): value for name, value in summary.items()}
+            )
             lines = [f"{name:<20} {value:6.2f} %" for name, value in summary.items()]
             log_text(trainer, "\n".join(lines) + "\n", f"{prefix}/execution_summary.txt")
         self._log_trace(trainer, prof, prefix)

@@ -71,6 +71,8 @@ from hpml.optimize.prune.targets import DEFAULT_EXCLUDE, DEFAULT_TARGETS
 
 log = logging.getLogger(__name__)
 SCHEDULES = ("before_fit", "after_fit", "gradual")
+
+
 def quality_name(name: str, value: float) -> tuple[str, float]:
     """``val/acc`` -> (``val_acc_pct``, percent); losses -> ``..._nats``; others unit-less."""
     quantity = name.replace("/", "_")
@@ -81,8 +83,9 @@ def quality_name(name: str, value: float) -> tuple[str, float]:
     return quantity, value
 
 
-def evaluate(pl_module: L.LightningModule, loader: Any,
-             max_batches: int | None) -> dict[str, float]:
+def evaluate(
+    pl_module: L.LightningModule, loader: Any, max_batches: int | None
+) -> dict[str, float]:
     """Run the module's own ``validation_step`` over ``loader``, capturing what it logs.
 
     Tensors are averaged weighted by batch size; torchmetrics objects are computed and reset.
@@ -128,13 +131,23 @@ class Prune(L.Callback):
     :mod:`hpml.optimize.prune.targets` (``exclude: [output_layer]`` keeps the output size).
     """
 
-    def __init__(self, method: str = "l1_structured", amount: float = 0.5,
-                 mode: str | None = None, targets: Sequence[str] | None = DEFAULT_TARGETS,
-                 exclude: Sequence[str] | None = DEFAULT_EXCLUDE, schedule: str = "after_fit",
-                 finetune_epochs: int = 1, min_channels: int = 1, embedding: bool = False,
-                 latency_rounds: int = 10, latency_warmup: int = 2,
-                 eval_batches: int | None = None, sensitivity: Sequence[float] = (),
-                 save_model: bool = False) -> None:
+    def __init__(
+        self,
+        method: str = "l1_structured",
+        amount: float = 0.5,
+        mode: str | None = None,
+        targets: Sequence[str] | None = DEFAULT_TARGETS,
+        exclude: Sequence[str] | None = DEFAULT_EXCLUDE,
+        schedule: str = "after_fit",
+        finetune_epochs: int = 1,
+        min_channels: int = 1,
+        embedding: bool = False,
+        latency_rounds: int = 10,
+        latency_warmup: int = 2,
+        eval_batches: int | None = None,
+        sensitivity: Sequence[float] = (),
+        save_model: bool = False,
+    ) -> None:
         self.amount = check_amount(amount)
         if schedule not in SCHEDULES:
             raise ConfigError("schedule", schedule, f"one of {', '.join(SCHEDULES)}")
@@ -142,13 +155,19 @@ class Prune(L.Callback):
         self.finetune_epochs = non_negative_int("finetune_epochs", finetune_epochs)
         self.latency_rounds = positive_int("latency_rounds", latency_rounds)
         self.latency_warmup = non_negative_int("latency_warmup", latency_warmup)
-        self.eval_batches = None if eval_batches is None else \
-            positive_int("eval_batches", eval_batches)
+        self.eval_batches = (
+            None if eval_batches is None else positive_int("eval_batches", eval_batches)
+        )
         self.sensitivity = [check_amount(a, "sensitivity") for a in (sensitivity or [])]
         self.save_model = bool(save_model)
-        self.pruner = Pruner(method, mode, list(targets or DEFAULT_TARGETS),
-                             None if exclude is None else list(exclude), min_channels,
-                             embedding)
+        self.pruner = Pruner(
+            method,
+            mode,
+            list(targets or DEFAULT_TARGETS),
+            None if exclude is None else list(exclude),
+            min_channels,
+            embedding,
+        )
         self.train_epochs = 0
         self.steps: dict[int, float] = {}  # epoch -> absolute amount
         self.before: dict[str, float] = {}
@@ -162,8 +181,11 @@ class Prune(L.Callback):
             return
         epochs = trainer.fit_loop.max_epochs
         if epochs is None or epochs < 1:
-            raise ConfigError("trainer.max_epochs", epochs,
-                              "a positive number of epochs when pruning (it sets the schedule)")
+            raise ConfigError(
+                "trainer.max_epochs",
+                epochs,
+                "a positive number of epochs when pruning (it sets the schedule)",
+            )
         self.train_epochs = epochs
         if self.schedule == "after_fit":
             self.steps = {epochs: self.amount}
@@ -199,8 +221,14 @@ class Prune(L.Callback):
             self._save(trainer, pl_module.net)
 
     # -- what -----------------------------------------------------------------------------
-    def _prune(self, trainer: L.Trainer, pl_module: L.LightningModule, amount: float,
-               first: bool, last: bool) -> None:
+    def _prune(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        amount: float,
+        first: bool,
+        last: bool,
+    ) -> None:
         if first:
             self.before = self.measure(trainer, pl_module, "prune_before")
             log_metrics(trainer, self.before)
@@ -208,8 +236,13 @@ class Prune(L.Callback):
                 self._sensitivity(trainer, pl_module)
         self.report = self.pruner.prune(pl_module.net, amount)
         self.pruned = True
-        log.info("pruned %s to %.3f: sparsity %.4f, rows %.4f", type(pl_module.net).__name__,
-                 amount, self.report.sparsity, self.report.row_sparsity)
+        log.info(
+            "pruned %s to %.3f: sparsity %.4f, rows %.4f",
+            type(pl_module.net).__name__,
+            amount,
+            self.report.sparsity,
+            self.report.row_sparsity,
+        )
         if self.pruner.mode == "physical" and trainer.optimizers:
             trainer.strategy.setup_optimizers(trainer)  # the old ones hold removed parameters
         if not last:
@@ -218,26 +251,34 @@ class Prune(L.Callback):
         metrics = dict(self.after)
         for name, stats in self.report.layers.items():
             metrics[metric("prune_layer", f"{name}_sparsity", PCT)] = 100 * stats.sparsity
-            metrics[metric("prune_layer", f"{name}_row_sparsity", PCT)] = \
-                100 * stats.row_sparsity
+            metrics[metric("prune_layer", f"{name}_row_sparsity", PCT)] = 100 * stats.row_sparsity
         metrics |= self._ratios()
         log_metrics(trainer, metrics)
         log_text(trainer, str(pl_module.net), "prune/architecture_after.txt")
-        table = {"method": self.pruner.method, "mode": self.pruner.mode, "amount": amount,
-                 "sparsity": self.report.sparsity, "row_sparsity": self.report.row_sparsity,
-                 "widths": {k: list(v) for k, v in self.report.widths.items()},
-                 "layers": {k: v.to_dict() for k, v in self.report.layers.items()}}
+        table = {
+            "method": self.pruner.method,
+            "mode": self.pruner.mode,
+            "amount": amount,
+            "sparsity": self.report.sparsity,
+            "row_sparsity": self.report.row_sparsity,
+            "widths": {k: list(v) for k, v in self.report.widths.items()},
+            "layers": {k: v.to_dict() for k, v in self.report.layers.items()},
+        }
         log_text(trainer, json.dumps(table, indent=2), "prune/layers.json")
 
     def _ratios(self) -> dict[str, float]:
         ratios = {}
         for name in self.after:
             _, _, quantity = name.partition("/")
-            if quantity.startswith("latency_b") and quantity.endswith(f"_{MS}") \
-                    and "_p90" not in quantity:
+            if (
+                quantity.startswith("latency_b")
+                and quantity.endswith(f"_{MS}")
+                and "_p90" not in quantity
+            ):
                 key = quantity.removesuffix(f"_{MS}").replace("latency_", "speedup_")
-                ratios[metric("prune", key, X)] = self.before[f"prune_before/{quantity}"] / \
-                    self.after[name]
+                ratios[metric("prune", key, X)] = (
+                    self.before[f"prune_before/{quantity}"] / self.after[name]
+                )
         for quantity, key in (("fwd", "flops_reduction"), ("size", "size_reduction")):
             unit = FLOPS_PER_SAMPLE if quantity == "fwd" else BYTES
             b = self.before.get(metric("prune_before", quantity, unit))
@@ -246,8 +287,9 @@ class Prune(L.Callback):
                 ratios[metric("prune", key, X)] = b / a
         return ratios
 
-    def measure(self, trainer: L.Trainer, pl_module: L.LightningModule,
-                stage: str) -> dict[str, float]:
+    def measure(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str
+    ) -> dict[str, float]:
         """Size, FLOPs, latency, sparsity and validation quality of the net as it is now."""
         net = pl_module.net
         shipped = self._shipped(net)
@@ -257,12 +299,12 @@ class Prune(L.Callback):
             metric(stage, "size", BYTES): state_dict_bytes(shipped),
         }
         example = pl_module.example_input(1)
-        found[metric(stage, "fwd", FLOPS_PER_SAMPLE)] = \
-            count_flops(shipped, example).per_sample
+        found[metric(stage, "fwd", FLOPS_PER_SAMPLE)] = count_flops(shipped, example).per_sample
         batch = getattr(trainer.datamodule, "batch_size", None) or 32
         for size in dict.fromkeys((1, int(batch))):
-            stats = measure_latency(shipped, pl_module.example_input(size),
-                                    self.latency_rounds, self.latency_warmup)
+            stats = measure_latency(
+                shipped, pl_module.example_input(size), self.latency_rounds, self.latency_warmup
+            )
             found[metric(stage, f"latency_b{size}", MS)] = stats.median_ms
             found[metric(stage, f"latency_b{size}_p90", MS)] = stats.p90_ms
         report = self.pruner.report(net, self.amount)
@@ -310,8 +352,14 @@ class Prune(L.Callback):
                 pct = round(100 * amount)
                 named = dict(quality_name(k, v) for k, v in quality.items())
                 results[target.name][pct] = named
-                values = {metric("prune_sensitivity", f"{target.name}_{q.rsplit('_', 1)[0]}",
-                                 q.rsplit("_", 1)[1]): v for q, v in named.items()}
+                values = {
+                    metric(
+                        "prune_sensitivity",
+                        f"{target.name}_{q.rsplit('_', 1)[0]}",
+                        q.rsplit("_", 1)[1],
+                    ): v
+                    for q, v in named.items()
+                }
                 for logger in trainer.loggers:
                     logger.log_metrics(values, step=pct)
         log_text(trainer, json.dumps(results, indent=2), "prune/sensitivity.json")

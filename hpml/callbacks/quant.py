@@ -52,16 +52,20 @@ def requested_device(trainer: L.Trainer, pl_module: L.LightningModule) -> torch.
     return pl_module.device
 
 
-def choose_device(requested: torch.device, quantizer: Quantizer,
-                  cuda_available: Callable[[], bool] = torch.cuda.is_available
-                  ) -> tuple[torch.device, str | None]:
+def choose_device(
+    requested: torch.device,
+    quantizer: Quantizer,
+    cuda_available: Callable[[], bool] = torch.cuda.is_available,
+) -> tuple[torch.device, str | None]:
     """Where the quantised model runs, and why it is not ``requested`` when it is not."""
     if requested.type != "cuda":
         return requested, None
     cpu = torch.device("cpu")
     if not quantizer.cuda_capable:
-        return cpu, (f"{quantizer.method} ({quantizer.backend}) kernels run on CPU only: "
-                     f"evaluated on cpu instead of {requested}")
+        return cpu, (
+            f"{quantizer.method} ({quantizer.backend}) kernels run on CPU only: "
+            f"evaluated on cpu instead of {requested}"
+        )
     if not cuda_available():
         return cpu, f"{requested} was requested but CUDA is not available: evaluated on cpu"
     return requested, None
@@ -85,16 +89,30 @@ def inputs_of(batch: Any) -> Any:
 class Quantize(L.Callback):
     """Quantise the LightningModule's ``net`` with ``method`` on ``backend`` (see the module)."""
 
-    def __init__(self, method: str, backend: str = "auto", engine: str = "x86",
-                 per_channel: bool = True, fuse: bool = True, embeddings: bool = True,
-                 calibration_batches: int = 8, qat_epochs: int = 1,
-                 latency_batch_size: int = 64, latency_rounds: int = 20, latency_warmup: int = 3,
-                 eval_batches: int = 4) -> None:
+    def __init__(
+        self,
+        method: str,
+        backend: str = "auto",
+        engine: str = "x86",
+        per_channel: bool = True,
+        fuse: bool = True,
+        embeddings: bool = True,
+        calibration_batches: int = 8,
+        qat_epochs: int = 1,
+        latency_batch_size: int = 64,
+        latency_rounds: int = 20,
+        latency_warmup: int = 3,
+        eval_batches: int = 4,
+    ) -> None:
         self.quantizer = make_quantizer(method, backend, engine, per_channel, fuse, embeddings)
         self.calibration_batches = non_negative_int("calibration_batches", calibration_batches)
         if self.quantizer.needs_calibration and calibration_batches == 0:
-            raise ConfigError("calibration_batches", 0, "a positive integer: static int8 "
-                              "calibrates activation ranges on that many training batches")
+            raise ConfigError(
+                "calibration_batches",
+                0,
+                "a positive integer: static int8 "
+                "calibrates activation ranges on that many training batches",
+            )
         self.qat_epochs = positive_int("qat_epochs", qat_epochs)
         self.batch_sizes = (1, positive_int("latency_batch_size", latency_batch_size))
         self.rounds = positive_int("latency_rounds", latency_rounds)
@@ -132,18 +150,35 @@ class Quantize(L.Callback):
         if self.done:
             return
         if self.quantizer.trains:
-            raise IncompatibleError(f"quant={self.quantizer.method} fine-tunes during fit: "
-                                    "run with fit=true")
+            raise IncompatibleError(
+                f"quant={self.quantizer.method} fine-tunes during fit: run with fit=true"
+            )
         self._quantize(trainer, pl_module)
 
     # -- what is measured ---------------------------------------------------------------------
-    def _measure(self, trainer: L.Trainer, pl_module: L.LightningModule, net: torch.nn.Module,
-                 device: torch.device) -> Variant:
-        batches = take(trainer.datamodule.val_dataloader(), self.eval_batches) \
-            if trainer.datamodule is not None else []
+    def _measure(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        net: torch.nn.Module,
+        device: torch.device,
+    ) -> Variant:
+        batches = (
+            take(trainer.datamodule.val_dataloader(), self.eval_batches)
+            if trainer.datamodule is not None
+            else []
+        )
         criterion = getattr(pl_module, "criterion", None)
-        return measure(net, lambda b: pl_module.example_input(b).to(device), self.batch_sizes,
-                       device, self.rounds, self.warmup, batches, criterion)
+        return measure(
+            net,
+            lambda b: pl_module.example_input(b).to(device),
+            self.batch_sizes,
+            device,
+            self.rounds,
+            self.warmup,
+            batches,
+            criterion,
+        )
 
     def _measure_before(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.before_device = pl_module.device
@@ -174,8 +209,10 @@ class Quantize(L.Callback):
         pl_module.net = qnet if device == pl_module.device else OnDevice(qnet, device)
         self.done = True
         log_metrics(trainer, after.metrics(AFTER))
-        tags = {"hpml.quant.device_before": str(self.before_device),
-                "hpml.quant.device_after": str(device)}
+        tags = {
+            "hpml.quant.device_before": str(self.before_device),
+            "hpml.quant.device_after": str(device),
+        }
         if reason:
             tags["hpml.quant.fallback"] = reason
         set_tags(trainer, tags)

@@ -39,7 +39,6 @@ from hpml.roofline import (
 log = logging.getLogger(__name__)
 
 
-
 class RooflineCallback(L.Callback):
     """Arithmetic intensity and achieved FLOP/s of every layer and of the model, at fit start.
 
@@ -63,12 +62,18 @@ class RooflineCallback(L.Callback):
     ``timing_passes=0`` skips timing (points drawn on their roof).
     """
 
-    def __init__(self, device: str | None = None, cache_dir: str | Path = ".hpml/peaks",
-                 timing_passes: int = 3, batch_size: int | None = None,
-                 peak_seconds: float = 1.0) -> None:
+    def __init__(
+        self,
+        device: str | None = None,
+        cache_dir: str | Path = ".hpml/peaks",
+        timing_passes: int = 3,
+        batch_size: int | None = None,
+        peak_seconds: float = 1.0,
+    ) -> None:
         if device is not None and device != "measured" and device not in KNOWN_DEVICES:
-            raise ConfigError("device", device,
-                              f"one of {', '.join(KNOWN_DEVICES)}, measured or null")
+            raise ConfigError(
+                "device", device, f"one of {', '.join(KNOWN_DEVICES)}, measured or null"
+            )
         if timing_passes < 0:
             raise ConfigError("timing_passes", timing_passes, "an integer >= 0")
         self.device = device
@@ -93,14 +98,16 @@ class RooflineCallback(L.Callback):
         self.done = True
         example = self._example(trainer, pl_module)
         if example is None:
-            log.warning("roofline: skipped: the model has neither example_input() nor "
-                        "example_input_array")
+            log.warning(
+                "roofline: skipped: the model has neither example_input() nor example_input_array"
+            )
             return
         example = trainer.precision_plugin.convert_input(example)  # as batches are: 64/16-true
         precision = str(trainer.precision)
         if precision not in PRECISIONS:  # 64-true, transformer-engine: no table figure
-            log.warning("roofline: no peak for precision %s: drawn against the fp32 roof",
-                        precision)
+            log.warning(
+                "roofline: no peak for precision %s: drawn against the fp32 roof", precision
+            )
             precision = "32-true"
         with trainer.precision_plugin.forward_context():
             analysis = analyse(pl_module, example, self.timing_passes)
@@ -120,8 +127,9 @@ class RooflineCallback(L.Callback):
         log_metrics(trainer, metrics)
         self._report(trainer, analysis, peak, precision)
 
-    def _report(self, trainer: L.Trainer, analysis: RooflineAnalysis, peak: DevicePeak,
-                precision: str) -> None:
+    def _report(
+        self, trainer: L.Trainer, analysis: RooflineAnalysis, peak: DevicePeak, precision: str
+    ) -> None:
         """Log which layers are bound by what, and store the table and the plot in MLflow."""
         points = [*analysis.layers, analysis.model]
         counted = [p for p in analysis.layers if p.flops > 0]
@@ -130,10 +138,17 @@ class RooflineCallback(L.Callback):
             log.info("roofline: %s layers: %s", bound, ", ".join(names) or "none")
         moving = sorted({p.kind for p in analysis.layers if p.flops == 0})
         if moving:
-            log.info("roofline: memory-bound, no counted FLOPs (data movement only): %d layers "
-                     "(%s)", len(analysis.layers) - len(counted), ", ".join(moving))
-        log.info("roofline: model %.3g FLOP/byte, %s on %s", analysis.model.intensity,
-                 classify(analysis.model, peak, precision), describe_peak(peak, precision))
+            log.info(
+                "roofline: memory-bound, no counted FLOPs (data movement only): %d layers (%s)",
+                len(analysis.layers) - len(counted),
+                ", ".join(moving),
+            )
+        log.info(
+            "roofline: model %.3g FLOP/byte, %s on %s",
+            analysis.model.intensity,
+            classify(analysis.model, peak, precision),
+            describe_peak(peak, precision),
+        )
         log_text(trainer, points_csv(points, peak, precision), "roofline/layers.csv")
         loggers = [lg for lg in trainer.loggers if isinstance(lg, MLFlowLogger)]
         if not loggers:
@@ -147,4 +162,3 @@ class RooflineCallback(L.Callback):
                 logger.experiment.set_tag(logger.run_id, PEAK_SOURCE_TAG, peak.source[:5000])
                 for path in paths:
                     logger.experiment.log_artifact(logger.run_id, str(path), STAGE)
-

@@ -58,8 +58,10 @@ def first_bad_cifar(folder: Path, batches: list[str], meta: str) -> HpmlError | 
         problem = cifar_problem(folder / name, meta=name == meta)
         if problem is not None:
             expected = CIFAR_META if name == meta else CIFAR_BATCH
-            return HpmlError(f"{folder / name} is not a CIFAR-10 python batch: {problem}; "
-                             f"expected {expected}: {REDOWNLOAD}")
+            return HpmlError(
+                f"{folder / name} is not a CIFAR-10 python batch: {problem}; "
+                f"expected {expected}: {REDOWNLOAD}"
+            )
     return None
 
 
@@ -81,8 +83,10 @@ def idx_problem(path: Path) -> str | None:
     expected = header + count * int(np.prod(item, dtype=np.int64))
     if size != expected:
         state = "truncated" if size < expected else "longer than its header says"
-        return (f"it is {state}: its header promises {count} {what} ({expected} bytes), "
-                f"the file has {size} bytes")
+        return (
+            f"it is {state}: its header promises {count} {what} ({expected} bytes), "
+            f"the file has {size} bytes"
+        )
     return None
 
 
@@ -93,15 +97,19 @@ def check_mnist(folder: Path, files: tuple[str, ...]) -> None:
         path = folder / name
         problem = idx_problem(path)
         if problem is not None:
-            raise HpmlError(f"{path} is not a valid MNIST idx file: {problem}; expected the "
-                            f"uncompressed idx file (big-endian header, uint8 data): {REDOWNLOAD}")
+            raise HpmlError(
+                f"{path} is not a valid MNIST idx file: {problem}; expected the "
+                f"uncompressed idx file (big-endian header, uint8 data): {REDOWNLOAD}"
+            )
         with open(path, "rb") as f:
             count = struct.unpack(">I", f.read(8)[4:])[0]
         split = name.split("-")[0]
         if split in counts and counts[split][0] != count:
             other_count, other = counts[split]
-            raise HpmlError(f"{path} holds {count} entries but {other} holds {other_count}: the "
-                            f"images and labels of a split must match; {REDOWNLOAD}")
+            raise HpmlError(
+                f"{path} holds {count} entries but {other} holds {other_count}: the "
+                f"images and labels of a split must match; {REDOWNLOAD}"
+            )
         counts[split] = (count, path)
 
 
@@ -110,8 +118,10 @@ def load_image(path: str) -> Image.Image:
     try:
         return default_loader(path)
     except (OSError, ValueError, Image.DecompressionBombError) as exc:
-        raise HpmlError(f"{path} is not a readable image ({_short(exc)}): expected a JPEG or PNG "
-                        f"file; replace or delete it") from None
+        raise HpmlError(
+            f"{path} is not a readable image ({_short(exc)}): expected a JPEG or PNG "
+            f"file; replace or delete it"
+        ) from None
 
 
 def empty_class_folder(root: Path) -> Path | None:

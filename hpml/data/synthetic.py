@@ -20,8 +20,15 @@ class SyntheticImages(Dataset):
     every worker, yet costs real CPU time per item like a decoded dataset would.
     """
 
-    def __init__(self, size: int, shape: tuple[int, int, int], num_classes: int, noise: float,
-                 seed: int, templates: Tensor) -> None:
+    def __init__(
+        self,
+        size: int,
+        shape: tuple[int, int, int],
+        num_classes: int,
+        noise: float,
+        seed: int,
+        templates: Tensor,
+    ) -> None:
         self.size, self.shape, self.num_classes = size, shape, num_classes
         self.noise, self.seed, self.templates = noise, seed, templates
 
@@ -38,8 +45,9 @@ class SyntheticImages(Dataset):
 class SyntheticTokens(Dataset):
     """Token sequences whose class is told by how often tokens of that class's subset occur."""
 
-    def __init__(self, size: int, seq_len: int, vocab_size: int, num_classes: int,
-                 signal: float, seed: int) -> None:
+    def __init__(
+        self, size: int, seq_len: int, vocab_size: int, num_classes: int, signal: float, seed: int
+    ) -> None:
         self.size, self.seq_len, self.vocab_size = size, seq_len, vocab_size
         self.num_classes, self.signal, self.seed = num_classes, signal, seed
         # id 0 is padding; each class owns a disjoint slice of the remaining ids
@@ -114,16 +122,23 @@ class SyntheticDataModule(HpmlDataModule):
         offsets = {"train": 0, "val": 1_000_000, "test": 2_000_000}
         if self.modality == "tokens":
             splits = {
-                name: SyntheticTokens(size, self.seq_len, self.vocab_size, self.num_classes,
-                                      self.signal, self.seed + offsets[name])
+                name: SyntheticTokens(
+                    size,
+                    self.seq_len,
+                    self.vocab_size,
+                    self.num_classes,
+                    self.signal,
+                    self.seed + offsets[name],
+                )
                 for name, size in self.sizes.items()
             }
         else:
             templates = self._templates()
             shape = (self.channels, self.image_size, self.image_size)
             splits = {
-                name: SyntheticImages(size, shape, self.num_classes, self.noise,
-                                      self.seed + offsets[name], templates)
+                name: SyntheticImages(
+                    size, shape, self.num_classes, self.noise, self.seed + offsets[name], templates
+                )
                 for name, size in self.sizes.items()
             }
         self.train_set, self.val_set, self.test_set = splits["train"], splits["val"], splits["test"]

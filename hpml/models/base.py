@@ -25,13 +25,19 @@ class HpmlModule(L.LightningModule):
 
     modality: ClassVar[str]
 
-    def __init__(self, net: Callable[..., nn.Module], data: DataSpec,
-                 optimizer: OptimizerFactory, scheduler: SchedulerFactory | None = None) -> None:
+    def __init__(
+        self,
+        net: Callable[..., nn.Module],
+        data: DataSpec,
+        optimizer: OptimizerFactory,
+        scheduler: SchedulerFactory | None = None,
+    ) -> None:
         super().__init__()
         if data.modality != self.modality:
             raise IncompatibleError(
                 f"model {type(self).__name__} needs {self.modality} data, but the data gives "
-                f"{data.modality}; choose a data config with {self.modality} samples")
+                f"{data.modality}; choose a data config with {self.modality} samples"
+            )
         self.save_hyperparameters(logger=False, ignore=["net"])
         self.data_spec = data
         try:
@@ -58,8 +64,7 @@ class HpmlModule(L.LightningModule):
     def example_input(self, batch_size: int = 1) -> torch.Tensor:
         """A batch of the data's shape and dtype, for analysis passes."""
         dtype = torch.long if self.data_spec.modality == "tokens" else torch.float32
-        return torch.zeros(batch_size, *self.data_spec.input_shape, dtype=dtype,
-                           device=self.device)
+        return torch.zeros(batch_size, *self.data_spec.input_shape, dtype=dtype, device=self.device)
 
     def configure_optimizers(self) -> Any:
         optimizer = self.hparams.optimizer(self.parameters())

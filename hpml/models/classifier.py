@@ -22,10 +22,12 @@ class Classifier(HpmlModule):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.criterion = nn.CrossEntropyLoss()
-        self.accuracy = nn.ModuleDict({
-            f"{stage}_acc": MulticlassAccuracy(self.data_spec.num_classes, average="micro")
-            for stage in STAGES
-        })
+        self.accuracy = nn.ModuleDict(
+            {
+                f"{stage}_acc": MulticlassAccuracy(self.data_spec.num_classes, average="micro")
+                for stage in STAGES
+            }
+        )
 
     def forward(self, x: Tensor) -> Tensor:
         return self.net(x)
@@ -58,15 +60,18 @@ def check_input_fits(net: Callable[..., nn.Module], data: DataSpec, name: str) -
         raise IncompatibleError(
             f"model {name} does not run on {channels}-channel images of any size from "
             f"{CANDIDATES[0]}x{CANDIDATES[0]} to {MAX_SIZE}x{MAX_SIZE}; give it data with the "
-            f"channel count it was built for")
+            f"channel count it was built for"
+        )
     if size < sizes[0]:
         raise IncompatibleError(
             f"input {height}x{width} is too small for {name}: it needs at least "
             f"{sizes[0]}x{sizes[0]} pixels; use 224x224 images (data.image_size=224 for synthetic "
-            f"data, or data=imagenet)")
+            f"data, or data=imagenet)"
+        )
     raise IncompatibleError(
         f"input {height}x{width} does not fit {name}: it runs on {sizes_text(sizes)} images; "
-        f"use images of that size (data.image_size=... where the data has that option)")
+        f"use images of that size (data.image_size=... where the data has that option)"
+    )
 
 
 class ImageClassifier(Classifier):

@@ -18,8 +18,14 @@ from torch import nn
 
 CANDIDATES = (8, 16, 28, 32, 48, 64, 96, 128, 160, 192, 224, 256, 299, 320, 384, 448, 512)
 MAX_SIZE = 1024
-ADAPTIVE_POOLS = (nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d,
-                  nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d, nn.AdaptiveMaxPool3d)
+ADAPTIVE_POOLS = (
+    nn.AdaptiveAvgPool1d,
+    nn.AdaptiveAvgPool2d,
+    nn.AdaptiveAvgPool3d,
+    nn.AdaptiveMaxPool1d,
+    nn.AdaptiveMaxPool2d,
+    nn.AdaptiveMaxPool3d,
+)
 
 
 @dataclass(frozen=True)
@@ -43,8 +49,7 @@ def probe(net: nn.Module, channels: int, size: int) -> Pass:
         if not stretched and any(a > b for a, b in zip(after, before, strict=False)):
             stretched.append(f"{type(module).__name__} enlarges {_dims(before)} to {_dims(after)}")
 
-    hooks = [m.register_forward_hook(watch) for m in net.modules()
-             if isinstance(m, ADAPTIVE_POOLS)]
+    hooks = [m.register_forward_hook(watch) for m in net.modules() if isinstance(m, ADAPTIVE_POOLS)]
     try:
         net(torch.empty(1, channels, size, size, device="meta"))
     except (RuntimeError, ValueError, IndexError):

@@ -29,7 +29,8 @@ class VAEModule(HpmlModule):
         if data.value_range != (0.0, 1.0):
             raise IncompatibleError(
                 "the VAE's BCE loss needs pixels in [0, 1], but the data is normalised; "
-                "use unnormalised data (data=mnist keeps data.normalize=false)")
+                "use unnormalised data (data=mnist keeps data.normalize=false)"
+            )
         return net(in_features=data.num_features)
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:

@@ -38,23 +38,28 @@ def sweep_parent(client: MlflowClient, sweep: str, experiment: str | None = None
     if sweep != "last":
         parent = run_by_id(client, sweep)
         if parent.data.tags.get("hpml.sweep_parent") != "true":
-            raise HpmlError(f"run {sweep} is not a sweep's parent run (use --runs for single "
-                            "runs)")
+            raise HpmlError(f"run {sweep} is not a sweep's parent run (use --runs for single runs)")
         return parent
-    parents = client.search_runs(_experiment_ids(client, experiment),
-                                 "tags.`hpml.sweep_parent` = 'true'",
-                                 order_by=["attributes.start_time DESC"], max_results=1)
+    parents = client.search_runs(
+        _experiment_ids(client, experiment),
+        "tags.`hpml.sweep_parent` = 'true'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
     if not parents:
         where = f" in experiment '{experiment}'" if experiment else ""
-        raise HpmlError(f"no sweep in {client.tracking_uri}{where}: run one with "
-                        "`python -m hpml.train -m ...` first")
+        raise HpmlError(
+            f"no sweep in {client.tracking_uri}{where}: run one with "
+            "`python -m hpml.train -m ...` first"
+        )
     return parents[0]
 
 
 def sweep_children(client: MlflowClient, parent: Run) -> list[Run]:
     """The jobs of a sweep, in job order."""
-    children = client.search_runs([parent.info.experiment_id],
-                                  f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    children = client.search_runs(
+        [parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}'"
+    )
     if not children:
         raise HpmlError(f"sweep {parent.info.run_id} has no runs")
     return sorted(children, key=lambda r: int(r.data.tags.get("hpml.job_num", 0)))
@@ -69,8 +74,12 @@ def run_by_id(client: MlflowClient, run_id: str) -> Run:
         raise HpmlError(f"unknown run id '{run_id}' in {client.tracking_uri}") from None
 
 
-def select_runs(client: MlflowClient, sweep: str | None, run_ids: list[str] | None,
-                experiment: str | None = None) -> tuple[list[Run], Run | None]:
+def select_runs(
+    client: MlflowClient,
+    sweep: str | None,
+    run_ids: list[str] | None,
+    experiment: str | None = None,
+) -> tuple[list[Run], Run | None]:
     """Runs named by ``--runs`` ids, or the jobs of ``--sweep``, with the sweep's parent."""
     if run_ids:
         return [run_by_id(client, run_id) for run_id in run_ids], None

@@ -35,8 +35,10 @@ class AttachedMLFlowLogger(MLFlowLogger):
 
     def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
         """Log the checkpoint files that changed since the last call, and where they are."""
-        paths = {LAST_TAG: checkpoint_callback.last_model_path,
-                 BEST_TAG: checkpoint_callback.best_model_path}
+        paths = {
+            LAST_TAG: checkpoint_callback.last_model_path,
+            BEST_TAG: checkpoint_callback.best_model_path,
+        }
         self.experiment.set_tag(self.run_id, WRITER_TAG, f"{socket.gethostname()}:{os.getpid()}")
         for tag, path in paths.items():
             if not path or not os.path.isfile(path):
@@ -53,8 +55,13 @@ class AttachedMLFlowLogger(MLFlowLogger):
         if cap is None or size <= cap:
             return True
         if cap > 0 and path not in self._over_cap:
-            log.warning("checkpoint %s is %d bytes, over logger.checkpoint_max_bytes=%d: kept on "
-                        "disk only, not logged to MLflow", path, size, cap)
+            log.warning(
+                "checkpoint %s is %d bytes, over logger.checkpoint_max_bytes=%d: kept on "
+                "disk only, not logged to MLflow",
+                path,
+                size,
+                cap,
+            )
         self._over_cap.add(path)
         return False
 

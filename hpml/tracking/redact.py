@@ -11,8 +11,11 @@ import re
 from typing import Any
 
 MASK = "***"
-SECRET_NAME = re.compile(r"token|passw|secret|api[_-]?key|access[_-]?key|private[_-]?key|"
-                         r"credential|auth", re.IGNORECASE)
+SECRET_NAME = re.compile(
+    r"token|passw|secret|api[_-]?key|access[_-]?key|private[_-]?key|"
+    r"credential|auth",
+    re.IGNORECASE,
+)
 URI_CREDENTIALS = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)[^\s/@]+@", re.IGNORECASE)
 ENV_REFERENCE = re.compile(r"oc\.env:\s*([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -32,8 +35,10 @@ def redact_config(resolved: Any, raw: Any) -> Any:
     (seen in the unresolved ``raw`` tree) and URI credentials masked."""
     if isinstance(resolved, dict):
         raw = raw if isinstance(raw, dict) else {}
-        return {key: MASK if is_secret_name(str(key)) else redact_config(value, raw.get(key))
-                for key, value in resolved.items()}
+        return {
+            key: MASK if is_secret_name(str(key)) else redact_config(value, raw.get(key))
+            for key, value in resolved.items()
+        }
     if isinstance(resolved, list):
         raw = raw if isinstance(raw, list) and len(raw) == len(resolved) else [None] * len(resolved)
         return [redact_config(value, r) for value, r in zip(resolved, raw, strict=True)]

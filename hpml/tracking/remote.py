@@ -26,8 +26,10 @@ log = logging.getLogger(__name__)
 PREFLIGHT_TIMEOUT_S = 3.0  # the whole check, name lookup included; loopback answers in ms
 RETRY_S = 600.0  # a server restart or upgrade; longer outages fail the run, in one line
 PREFLIGHT_ENDPOINT = "/api/2.0/mlflow/experiments/search"  # any MLflow server, any auth plugin
-VALID_URIS = ("sqlite:///path, http(s)://host:port, databricks[://profile] or a database URI "
-              "(postgresql://host/db, mysql://..., mssql://...)")
+VALID_URIS = (
+    "sqlite:///path, http(s)://host:port, databricks[://profile] or a database URI "
+    "(postgresql://host/db, mysql://..., mssql://...)"
+)
 DATABASES = ("postgresql", "mysql", "mssql")
 # urllib3 sleeps factor * 2**(n-1) s after the n-th failure in a row (0 after the first), at most
 # Retry.DEFAULT_BACKOFF_MAX; MLflow takes integer factors only, and refuses more than 10 retries
@@ -65,8 +67,9 @@ def prepare(tracker: TrackerSettings) -> None:
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
         raise ConfigError("logger.preflight_timeout_s", timeout_s, "seconds > 0")
     retry_s = getattr(tracker, "retry_s", RETRY_S)
-    if retry_s is not None and (isinstance(retry_s, bool) or not isinstance(retry_s, int | float)
-                                or retry_s < 0):
+    if retry_s is not None and (
+        isinstance(retry_s, bool) or not isinstance(retry_s, int | float) or retry_s < 0
+    ):
         raise ConfigError("logger.retry_s", retry_s, "seconds >= 0, or null for MLflow's own")
     if check_uri(tracker.tracking_uri) in ("http", "https"):
         redact_logs()
@@ -80,6 +83,7 @@ def check_uri(tracking_uri: str) -> str:
 
     An in-memory SQLite store is refused too: its runs vanish when the process ends.
     """
+
     def invalid(hint: str = "") -> ConfigError:
         return ConfigError("logger.tracking_uri", redact_text(str(tracking_uri)), VALID_URIS + hint)
 
@@ -95,7 +99,7 @@ def check_uri(tracking_uri: str) -> str:
         if not parsed.hostname:
             raise invalid()
     elif scheme == "sqlite":
-        path = tracking_uri[len("sqlite:///"):].split("?")[0]
+        path = tracking_uri[len("sqlite:///") :].split("?")[0]
         if not tracking_uri.startswith("sqlite:///") or path in ("", ":memory:"):
             raise invalid(" (an in-memory store keeps nothing)")
     elif scheme.split("+")[0] in DATABASES:
@@ -122,8 +126,11 @@ def preflight(tracking_uri: str, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> None
     if check_uri(tracking_uri) not in ("http", "https"):
         return
     outcome: list[str | None] = []
-    worker = threading.Thread(target=lambda: outcome.append(_probe(tracking_uri, timeout_s)),
-                              name="hpml-preflight", daemon=True)
+    worker = threading.Thread(
+        target=lambda: outcome.append(_probe(tracking_uri, timeout_s)),
+        name="hpml-preflight",
+        daemon=True,
+    )
     worker.start()
     worker.join(timeout_s)
     problem = outcome[0] if outcome else f"no answer within {timeout_s:g} s"
@@ -131,7 +138,8 @@ def preflight(tracking_uri: str, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> None
         raise TrackingServerError(
             f"tracking server {redact_text(tracking_uri)} is unreachable: {problem} (one request, "
             f"limit logger.preflight_timeout_s={timeout_s:g} s); start it or set "
-            "logger.tracking_uri")
+            "logger.tracking_uri"
+        )
 
 
 def _probe(tracking_uri: str, timeout_s: float) -> str | None:
@@ -141,15 +149,24 @@ def _probe(tracking_uri: str, timeout_s: float) -> str | None:
         from mlflow.utils.rest_utils import http_request
 
         response = http_request(
-            get_default_host_creds(tracking_uri), PREFLIGHT_ENDPOINT, "GET", max_retries=0,
-            backoff_factor=0, backoff_jitter=0, timeout=timeout_s, raise_on_status=False,
-            params={"max_results": 1})
+            get_default_host_creds(tracking_uri),
+            PREFLIGHT_ENDPOINT,
+            "GET",
+            max_retries=0,
+            backoff_factor=0,
+            backoff_jitter=0,
+            timeout=timeout_s,
+            raise_on_status=False,
+            params={"max_results": 1},
+        )
     except Exception as exc:
         return _reason(exc, timeout_s)
     code = response.status_code
     if code in (401, 403):
-        return (f"HTTP {code}, the credentials were refused (MLFLOW_TRACKING_USERNAME and "
-                "MLFLOW_TRACKING_PASSWORD, or MLFLOW_TRACKING_TOKEN)")
+        return (
+            f"HTTP {code}, the credentials were refused (MLFLOW_TRACKING_USERNAME and "
+            "MLFLOW_TRACKING_PASSWORD, or MLFLOW_TRACKING_TOKEN)"
+        )
     if code != 200 or not _is_mlflow_answer(response):
         return f"HTTP {code} for {PREFLIGHT_ENDPOINT}, not an MLflow tracking server"
     return None
@@ -178,8 +195,11 @@ def _reason(exc: BaseException, timeout_s: float) -> str:
         return "TLS failed (see MLFLOW_TRACKING_SERVER_CERT_PATH, MLFLOW_TRACKING_INSECURE_TLS)"
     if "Connection refused" in text:
         return "connection refused"
-    if re.search(r"Name or service not known|nodename nor servname|name resolution|"
-                 r"NameResolutionError|No address associated", text):
+    if re.search(
+        r"Name or service not known|nodename nor servname|name resolution|"
+        r"NameResolutionError|No address associated",
+        text,
+    ):
         return "host name not found"
     if any(isinstance(e, requests.exceptions.ConnectionError) for e in chain):
         return "cannot connect"
@@ -188,8 +208,10 @@ def _reason(exc: BaseException, timeout_s: float) -> str:
 
 def retry_window_s(retries: int) -> float:
     """Seconds MLflow waits between ``retries`` retries of one request (jitter aside)."""
-    return sum(0.0 if n <= 1 else min(BACKOFF_MAX_S, BACKOFF_FACTOR * 2.0 ** (n - 1))
-               for n in range(1, retries + 1))
+    return sum(
+        0.0 if n <= 1 else min(BACKOFF_MAX_S, BACKOFF_FACTOR * 2.0 ** (n - 1))
+        for n in range(1, retries + 1)
+    )
 
 
 def retries_for(retry_s: float) -> int:
@@ -214,8 +236,12 @@ def configure_retries(retry_s: float) -> int:
     except ImportError:  # a newer MLflow without the internal limit: stay under its default
         limit = None
         if retries > DEFAULT_RETRIES_LIMIT:
-            log.warning("logger.retry_s=%g: MLflow allows %d retries, about %g s",
-                        retry_s, DEFAULT_RETRIES_LIMIT, retry_window_s(DEFAULT_RETRIES_LIMIT))
+            log.warning(
+                "logger.retry_s=%g: MLflow allows %d retries, about %g s",
+                retry_s,
+                DEFAULT_RETRIES_LIMIT,
+                retry_window_s(DEFAULT_RETRIES_LIMIT),
+            )
             retries = DEFAULT_RETRIES_LIMIT
     if limit is not None and retries > limit.get():
         os.environ[limit.name] = str(retries)

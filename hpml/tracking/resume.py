@@ -51,11 +51,16 @@ def merge_overrides(recorded: list[str], given: list[str]) -> list[str]:
     from hpml.tracking.redact import MASK
 
     keys = {_key(arg) for arg in given if "=" in arg and not arg.startswith("-")}
-    kept = [arg for arg in recorded
-            if _key(arg) not in keys and _key(arg) != "resume" and MASK not in arg]
+    kept = [
+        arg
+        for arg in recorded
+        if _key(arg) not in keys and _key(arg) != "resume" and MASK not in arg
+    ]
     added = {_key(arg) for arg in recorded if arg.startswith("+")}
-    given = [f"++{arg}" if "=" in arg and arg[0] not in "+~-" and _key(arg) in added else arg
-             for arg in given]
+    given = [
+        f"++{arg}" if "=" in arg and arg[0] not in "+~-" and _key(arg) in added else arg
+        for arg in given
+    ]
     return [*kept, *given]
 
 
@@ -72,8 +77,9 @@ def last_checkpoint(client: Any, run: Any) -> str | None:
         return local
     name = Path(local).name if local else "last.ckpt"
     try:
-        logged = {Path(a.path).name for a in client.list_artifacts(run.info.run_id,
-                                                                   CHECKPOINT_ARTIFACTS)}
+        logged = {
+            Path(a.path).name for a in client.list_artifacts(run.info.run_id, CHECKPOINT_ARTIFACTS)
+        }
     except Exception:  # an unreachable artifact store: as good as no checkpoint
         return None
     return f"{CHECKPOINT_ARTIFACTS}/{name}" if name in logged else None
@@ -102,24 +108,38 @@ def _candidates(client: Any, experiment_name: str) -> list[Any]:
     experiment = client.get_experiment_by_name(experiment_name)
     if experiment is None:
         return []
-    runs = client.search_runs([experiment.experiment_id], "attributes.status != 'FINISHED'",
-                              max_results=200, order_by=["attributes.start_time DESC"])
-    return [r for r in runs if r.info.status in RESUMABLE and LAST_TAG in r.data.tags
-            and not alive(r) and not changes_model(r)]
+    runs = client.search_runs(
+        [experiment.experiment_id],
+        "attributes.status != 'FINISHED'",
+        max_results=200,
+        order_by=["attributes.start_time DESC"],
+    )
+    return [
+        r
+        for r in runs
+        if r.info.status in RESUMABLE
+        and LAST_TAG in r.data.tags
+        and not alive(r)
+        and not changes_model(r)
+    ]
 
 
 def changes_model(run: Any) -> str:
     """``group=option`` of the run's choices that change the model during fit, or ``""``."""
     chosen = {group: run.data.tags.get(f"hpml.choice.{group}", "none") for group in CHANGES_MODEL}
-    return ", ".join(f"{group}={option}" for group, option in chosen.items()
-                     if CHANGES_MODEL[group](option))
+    return ", ".join(
+        f"{group}={option}" for group, option in chosen.items() if CHANGES_MODEL[group](option)
+    )
 
 
 def _valid(candidates: list[Any]) -> str:
     ids = [run.info.run_id for run in candidates[:3]]
     more = ", ..." if len(candidates) > 3 else ""
-    return f"valid: last, or the id of a stopped run with a checkpoint ({', '.join(ids)}{more})" \
-        if ids else "no run of this experiment has a checkpoint to resume from"
+    return (
+        f"valid: last, or the id of a stopped run with a checkpoint ({', '.join(ids)}{more})"
+        if ids
+        else "no run of this experiment has a checkpoint to resume from"
+    )
 
 
 def find_run(client: Any, experiment_name: str, value: str) -> Any:
@@ -131,29 +151,40 @@ def find_run(client: Any, experiment_name: str, value: str) -> Any:
         for run in candidates:
             if last_checkpoint(client, run) is not None:
                 return run
-        raise ResumeError(f"resume=last: no stopped ({', '.join(RESUMABLE)}) run with a checkpoint "
-                          f"in experiment '{experiment_name}'")
+        raise ResumeError(
+            f"resume=last: no stopped ({', '.join(RESUMABLE)}) run with a checkpoint "
+            f"in experiment '{experiment_name}'"
+        )
     try:
         run = client.get_run(value)
     except MlflowException:
-        raise ResumeError(f"resume={value}: no such run in {_store(client)}; "
-                          f"{_valid(candidates)}") from None
+        raise ResumeError(
+            f"resume={value}: no such run in {_store(client)}; {_valid(candidates)}"
+        ) from None
     if run.info.lifecycle_stage == "deleted":
         raise ResumeError(f"resume={value}: the run is deleted; {_valid(candidates)}")
     if run.info.status not in RESUMABLE:
-        raise ResumeError(f"resume={value}: the run is {run.info.status}; resume continues "
-                          f"{', '.join(RESUMABLE)} runs; {_valid(candidates)}")
+        raise ResumeError(
+            f"resume={value}: the run is {run.info.status}; resume continues "
+            f"{', '.join(RESUMABLE)} runs; {_valid(candidates)}"
+        )
     if changes_model(run):
-        raise ResumeError(f"resume={value}: the run trains with {changes_model(run)}, which "
-                          "changes the model during fit: a checkpoint cannot restore it; run it "
-                          "again")
+        raise ResumeError(
+            f"resume={value}: the run trains with {changes_model(run)}, which "
+            "changes the model during fit: a checkpoint cannot restore it; run it "
+            "again"
+        )
     if alive(run):
-        raise ResumeError(f"resume={value}: the run is still being trained by process "
-                          f"{run.data.tags[WRITER_TAG]}; stop it first")
+        raise ResumeError(
+            f"resume={value}: the run is still being trained by process "
+            f"{run.data.tags[WRITER_TAG]}; stop it first"
+        )
     if last_checkpoint(client, run) is None:
-        raise ResumeError(f"resume={value}: the run has no checkpoint (it stopped before its first "
-                          f"epoch ended, or ran with trainer.enable_checkpointing=false); "
-                          f"{_valid(candidates)}")
+        raise ResumeError(
+            f"resume={value}: the run has no checkpoint (it stopped before its first "
+            f"epoch ended, or ran with trainer.enable_checkpointing=false); "
+            f"{_valid(candidates)}"
+        )
     return run
 
 
@@ -206,8 +237,13 @@ def _store_of(args: list[str]) -> tuple[Any, str]:
     from hpml.cli import CONF_DIR
     from hpml.tracking.remote import prepare
 
-    overrides = [a for a in args if "=" in a and not a.startswith("-")
-                 and _key(a).split(".")[0].split("/")[0] in ("logger", "paths")]
+    overrides = [
+        a
+        for a in args
+        if "=" in a
+        and not a.startswith("-")
+        and _key(a).split(".")[0].split("/")[0] in ("logger", "paths")
+    ]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("train", overrides=overrides, return_hydra_config=True)
     HydraConfig.instance().set_config(cfg)

@@ -55,8 +55,11 @@ class TrackedRun:
         self.experiment_id: str = run.info.experiment_id
 
     def lightning_logger(self) -> AttachedMLFlowLogger:
-        return AttachedMLFlowLogger(tracking_uri=self.tracker.tracking_uri, run_id=self.run_id,
-                                    checkpoint_max_bytes=self.tracker.checkpoint_max_bytes)
+        return AttachedMLFlowLogger(
+            tracking_uri=self.tracker.tracking_uri,
+            run_id=self.run_id,
+            checkpoint_max_bytes=self.tracker.checkpoint_max_bytes,
+        )
 
     def set_device(self, device: Any) -> None:
         """Tag the device the trainer actually chose (known only once the trainer exists)."""
@@ -75,12 +78,18 @@ class MlflowTracker:
     the error as a tag and the traceback and job log as artifacts.
     """
 
-    def __init__(self, tracking_uri: str, experiment_name: str = "hpml",
-                 artifact_root: str | None = None, run_name: str | None = None,
-                 log_system_metrics: bool = True, system_metrics_interval_s: float = 1.0,
-                 retry_s: float | None = RETRY_S,
-                 preflight_timeout_s: float = PREFLIGHT_TIMEOUT_S,
-                 checkpoint_max_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        tracking_uri: str,
+        experiment_name: str = "hpml",
+        artifact_root: str | None = None,
+        run_name: str | None = None,
+        log_system_metrics: bool = True,
+        system_metrics_interval_s: float = 1.0,
+        retry_s: float | None = RETRY_S,
+        preflight_timeout_s: float = PREFLIGHT_TIMEOUT_S,
+        checkpoint_max_bytes: int | None = None,
+    ) -> None:
         self.tracking_uri = tracking_uri
         self.retry_s = retry_s  # how long a request to a server that went away is retried
         self.preflight_timeout_s = preflight_timeout_s
@@ -119,10 +128,16 @@ class MlflowTracker:
         try:
             record = sweep_record()
             parent = record["run_id"] if record else None
-            active = retry_locked(lambda: mlflow.start_run(
-                run_id=resume, experiment_id=None if resume else self.experiment_id(),
-                run_name=None if resume else run_name, parent_run_id=parent,
-                tags=tags, log_system_metrics=self.log_system_metrics))
+            active = retry_locked(
+                lambda: mlflow.start_run(
+                    run_id=resume,
+                    experiment_id=None if resume else self.experiment_id(),
+                    run_name=None if resume else run_name,
+                    parent_run_id=parent,
+                    tags=tags,
+                    log_system_metrics=self.log_system_metrics,
+                )
+            )
         except Exception as exc:  # no run to record the failure in: make one, if the store works
             fail_fast_if_server_gone(exc)
             if not isinstance(exc, StoreError):
@@ -147,11 +162,17 @@ class MlflowTracker:
         if _sweep_record_or_none() is None or isinstance(exc, StoreError):
             return
         mlflow.set_tracking_uri(self.tracking_uri)
-        _best_effort(self._record_unstarted, cfg, self.run_name or default_run_name(),
-                     {**environment_tags(), **hydra_tags()}, exc)
+        _best_effort(
+            self._record_unstarted,
+            cfg,
+            self.run_name or default_run_name(),
+            {**environment_tags(), **hydra_tags()},
+            exc,
+        )
 
-    def _record_unstarted(self, cfg: DictConfig, run_name: str, tags: dict[str, str],
-                          exc: BaseException) -> None:
+    def _record_unstarted(
+        self, cfg: DictConfig, run_name: str, tags: dict[str, str], exc: BaseException
+    ) -> None:
         """A FAILED run for a job whose own run could not start, so no job leaves no trace.
 
         In a sweep it goes under the parent, in the parent's experiment: the job's own
@@ -162,8 +183,11 @@ class MlflowTracker:
         if record is not None:
             tags = {**tags, "mlflow.parentRunId": record["run_id"]}
         error = redact_text(one_line(exc))[:5000]
-        run = client.create_run(record["experiment_id"] if record else self.experiment_id(),
-                                run_name=run_name, tags={**tags, "hpml.error": error})
+        run = client.create_run(
+            record["experiment_id"] if record else self.experiment_id(),
+            run_name=run_name,
+            tags={**tags, "hpml.error": error},
+        )
         mlflow.start_run(run_id=run.info.run_id, log_system_metrics=False)
         try:
             _best_effort(_log_config, cfg)
@@ -179,8 +203,9 @@ def _log_config(cfg: DictConfig, resumed: bool = False) -> None:
     A resumed run keeps the params it has (MLflow refuses changed values) and gains new ones;
     each resume's config goes under ``config/resumed_<time>/``.
     """
-    resolved = redact_config(OmegaConf.to_container(cfg, resolve=True),
-                             OmegaConf.to_container(cfg, resolve=False))
+    resolved = redact_config(
+        OmegaConf.to_container(cfg, resolve=True), OmegaConf.to_container(cfg, resolve=False)
+    )
     params, folder = flatten(resolved), "config"
     if resumed:
         known = MlflowClient().get_run(mlflow.active_run().info.run_id).data.params
@@ -201,8 +226,11 @@ def interrupted(exc: BaseException) -> bool:
 
     from hpml.tracking.stop import stopping  # here: stop imports this module
 
-    return (isinstance(exc, KeyboardInterrupt | SIGTERMException)
-            or isinstance(exc.__context__, KeyboardInterrupt) or stopping())
+    return (
+        isinstance(exc, KeyboardInterrupt | SIGTERMException)
+        or isinstance(exc.__context__, KeyboardInterrupt)
+        or stopping()
+    )
 
 
 def _best_effort(action: Callable[..., None], *args: Any) -> None:
@@ -241,8 +269,10 @@ def sweep_record() -> dict[str, str] | None:
         return None
     path = Path(HydraConfig.get().sweep.dir) / PARENT_FILE
     if not path.is_file():
-        raise StoreError(f"no sweep parent run recorded at {path}: the sweep callback "
-                         "(hydra.callbacks.mlflow_sweep) must stay enabled for multiruns")
+        raise StoreError(
+            f"no sweep parent run recorded at {path}: the sweep callback "
+            "(hydra.callbacks.mlflow_sweep) must stay enabled for multiruns"
+        )
     return json.loads(path.read_text())
 
 

@@ -84,15 +84,17 @@ class StopOnSignals:
                 self._previous[signum] = signal.signal(signum, self._handler)
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         _active.remove(self)
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         if exc is None or not (interrupted(exc) or self.received is not None):
             return
-        received = self.received or (signal.SIGTERM if isinstance(exc, SIGTERMException)
-                                     else signal.SIGINT)
+        received = self.received or (
+            signal.SIGTERM if isinstance(exc, SIGTERMException) else signal.SIGINT
+        )
         print(self.message(received.name), file=sys.stderr)
         _end_sweep()
         raise SystemExit(128 + received.value) from None
@@ -104,8 +106,10 @@ class StopOnSignals:
         checkpoint = self.last_checkpoint()
         if checkpoint is None:
             return f"{stopped} before its first checkpoint: nothing to resume, run it again"
-        return (f"{stopped}; continue it from its last checkpoint ({checkpoint}) with "
-                f"`python -m hpml.train resume={self.run_id}`")
+        return (
+            f"{stopped}; continue it from its last checkpoint ({checkpoint}) with "
+            f"`python -m hpml.train resume={self.run_id}`"
+        )
 
     def last_checkpoint(self) -> str | None:
         callback = getattr(self.trainer, "checkpoint_callback", None)
@@ -128,5 +132,6 @@ def _end_sweep() -> None:
     except Exception as exc:  # the stop itself matters more than its record
         from hpml.tracking.redact import redact_text
 
-        print(f"hpml: could not end the sweep's parent run: {redact_text(str(exc))}",
-              file=sys.stderr)
+        print(
+            f"hpml: could not end the sweep's parent run: {redact_text(str(exc))}", file=sys.stderr
+        )

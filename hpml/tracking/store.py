@@ -56,12 +56,16 @@ def prepare_store(tracking_uri: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise StoreError(f"cannot create the MLflow store at {path}: {exc.strerror}; "
-                         "set logger.tracking_uri=sqlite:///<writable dir>/mlflow.db "
-                         "(or HPML_ROOT)") from None
+        raise StoreError(
+            f"cannot create the MLflow store at {path}: {exc.strerror}; "
+            "set logger.tracking_uri=sqlite:///<writable dir>/mlflow.db "
+            "(or HPML_ROOT)"
+        ) from None
     if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise StoreError(f"the MLflow store {path} is not writable; set "
-                         "logger.tracking_uri=sqlite:///<writable dir>/mlflow.db (or HPML_ROOT)")
+        raise StoreError(
+            f"the MLflow store {path} is not writable; set "
+            "logger.tracking_uri=sqlite:///<writable dir>/mlflow.db (or HPML_ROOT)"
+        )
     with FileLock(f"{path}.lock", timeout=LOCK_TIMEOUT_S):
         retry_locked(lambda: MlflowClient(tracking_uri).search_experiments(max_results=1))
 
@@ -101,9 +105,11 @@ def experiment_id(client: MlflowClient, name: str, artifact_root: str | None) ->
     """
     found = retry_locked(lambda: client.get_experiment_by_name(name))
     if found is not None and found.lifecycle_stage == "deleted":
-        raise HpmlError(f"experiment '{name}' is deleted in this store: restore it "
-                        f"(mlflow experiments restore --experiment-id {found.experiment_id}) "
-                        "or set logger.experiment_name=<another name>")
+        raise HpmlError(
+            f"experiment '{name}' is deleted in this store: restore it "
+            f"(mlflow experiments restore --experiment-id {found.experiment_id}) "
+            "or set logger.experiment_name=<another name>"
+        )
     if found is not None:
         return found.experiment_id
     location = None

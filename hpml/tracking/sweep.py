@@ -62,19 +62,31 @@ class MlflowSweepCallback(Callback):
             prepare(config.logger)  # a bad URI or a silent server stops the sweep here, at once
             tracker = instantiate(config.logger)
             client = tracker.client()
-            run = retry_locked(lambda: client.create_run(
-                tracker.experiment_id(),
-                run_name=f"sweep {sweep_dir.name}",
-                tags={"hpml.sweep_dir": str(sweep_dir), "hpml.sweep_command": redact_text(command),
-                      "hpml.sweep_parent": "true"},
-            ))
+            run = retry_locked(
+                lambda: client.create_run(
+                    tracker.experiment_id(),
+                    run_name=f"sweep {sweep_dir.name}",
+                    tags={
+                        "hpml.sweep_dir": str(sweep_dir),
+                        "hpml.sweep_command": redact_text(command),
+                        "hpml.sweep_parent": "true",
+                    },
+                )
+            )
             sweep_dir.mkdir(parents=True, exist_ok=True)
-            (sweep_dir / PARENT_FILE).write_text(json.dumps(
-                {"run_id": run.info.run_id, "experiment_id": run.info.experiment_id,
-                 "tracking_uri": tracker.tracking_uri}))
+            (sweep_dir / PARENT_FILE).write_text(
+                json.dumps(
+                    {
+                        "run_id": run.info.run_id,
+                        "experiment_id": run.info.experiment_id,
+                        "tracking_uri": tracker.tracking_uri,
+                    }
+                )
+            )
         except Exception as exc:
-            stop_sweep(f"the sweep's parent run could not be created, no job was started: "
-                       f"{one_line(exc)}")
+            stop_sweep(
+                f"the sweep's parent run could not be created, no job was started: {one_line(exc)}"
+            )
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(str(config.hydra.sweep.dir))
@@ -82,15 +94,24 @@ class MlflowSweepCallback(Callback):
         try:
             record = json.loads((sweep_dir / PARENT_FILE).read_text())
             client = instantiate(config.logger).client()
-            children = retry_locked(lambda: client.search_runs(
-                [record["experiment_id"]], f"tags.mlflow.parentRunId = '{record['run_id']}'"))
-            failed = max(sum(run.info.status != "FINISHED" for run in children),
-                         len(failed_dirs), self.failed_returns)
-            retry_locked(lambda: client.set_terminated(record["run_id"],
-                                                       "FAILED" if failed else "FINISHED"))
+            children = retry_locked(
+                lambda: client.search_runs(
+                    [record["experiment_id"]], f"tags.mlflow.parentRunId = '{record['run_id']}'"
+                )
+            )
+            failed = max(
+                sum(run.info.status != "FINISHED" for run in children),
+                len(failed_dirs),
+                self.failed_returns,
+            )
+            retry_locked(
+                lambda: client.set_terminated(record["run_id"], "FAILED" if failed else "FINISHED")
+            )
         except Exception as exc:
-            stop_sweep(f"the sweep's runs could not be read back ({one_line(exc)}); "
-                       f"failed job folders in {sweep_dir}: {', '.join(failed_dirs) or 'none'}")
+            stop_sweep(
+                f"the sweep's runs could not be read back ({one_line(exc)}); "
+                f"failed job folders in {sweep_dir}: {', '.join(failed_dirs) or 'none'}"
+            )
         summary = f"hpml: sweep {record['run_id']}: {len(children)} runs, {failed} failed"
         if failed_dirs:
             summary += f" (job folders {', '.join(failed_dirs)} in {sweep_dir})"

@@ -21,10 +21,16 @@ from hpml.tracking.redact import redact_text
 def git_commit(cwd: Path) -> tuple[str, bool] | None:
     """The commit checked out at ``cwd`` and whether the tree has uncommitted changes."""
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True,
-                                text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
     return commit, bool(dirty)
@@ -34,10 +40,14 @@ def device_tags(device: torch.device) -> dict[str, str]:
     """Name of the device a run computes on, for comparing runs across machines."""
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        return {"hpml.device": f"cuda: {props.name}",
-                "hpml.device_memory_bytes": str(props.total_memory)}
-    return {"hpml.device": f"{device.type}: {device_name(device)}",
-            "hpml.cpu_threads": str(torch.get_num_threads())}
+        return {
+            "hpml.device": f"cuda: {props.name}",
+            "hpml.device_memory_bytes": str(props.total_memory),
+        }
+    return {
+        "hpml.device": f"{device.type}: {device_name(device)}",
+        "hpml.cpu_threads": str(torch.get_num_threads()),
+    }
 
 
 def environment_tags() -> dict[str, str]:
@@ -68,13 +78,18 @@ def hydra_tags() -> dict[str, str]:
         "hpml.command": redact_text(shlex.join(["python", "-m", "hpml.train", *overrides])),
         "hpml.output_dir": str(hc.runtime.output_dir),
     }
-    tags.update({f"hpml.choice.{group}": str(option)
-                 for group, option in hc.runtime.choices.items()
-                 if not group.startswith("hydra") and option is not None})
+    tags.update(
+        {
+            f"hpml.choice.{group}": str(option)
+            for group, option in hc.runtime.choices.items()
+            if not group.startswith("hydra") and option is not None
+        }
+    )
     if hc.mode == RunMode.MULTIRUN:
         tags["hpml.sweep_dir"] = str(hc.sweep.dir)
         tags["hpml.sweep_command"] = redact_text(
-            shlex.join(["python", "-m", "hpml.train", *sys.argv[1:]]))
+            shlex.join(["python", "-m", "hpml.train", *sys.argv[1:]])
+        )
         tags["hpml.job_num"] = str(hc.job.num)
     return tags
 

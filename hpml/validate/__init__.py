@@ -39,8 +39,10 @@ def constructed(group: str, make: Callable[[], T]) -> T:
         raise
     except (TypeError, ValueError, AttributeError, KeyError) as exc:
         message = " ".join(str(exc).split())
-        raise HpmlError(f"{group}: {type(exc).__name__}: {message} (check the {group}.* values "
-                        f"against `python -m hpml.train --cfg job`)") from exc
+        raise HpmlError(
+            f"{group}: {type(exc).__name__}: {message} (check the {group}.* values "
+            f"against `python -m hpml.train --cfg job`)"
+        ) from exc
 
 
 def validate(cfg: DictConfig) -> None:

@@ -69,8 +69,11 @@ def check_layout(cfg: DictConfig, spec: DataSpec) -> None:
     sizes = size_range(lambda s: probe(nets[current], channels, s).as_laid_out)
     if sizes is None:
         return
-    fixes = [f"model.net.layout={layout}" for layout in layouts
-             if layout != current and probe(nets[layout], channels, size).as_laid_out]
+    fixes = [
+        f"model.net.layout={layout}"
+        for layout in layouts
+        if layout != current and probe(nets[layout], channels, size).as_laid_out
+    ]
     if "image_size" in cfg.data:
         fixes.append(f"data.image_size={sizes[0]}")
     else:
@@ -78,7 +81,8 @@ def check_layout(cfg: DictConfig, spec: DataSpec) -> None:
     why = f" ({here.stretched} at {size}x{size})" if here.runs and here.stretched else ""
     raise IncompatibleError(
         f"model {model_name(cfg)} (model.net.layout={current}) is laid out for images of "
-        f"{sizes_text(sizes)}, not {size}x{size}{why}: set {' or '.join(fixes)}")
+        f"{sizes_text(sizes)}, not {size}x{size}{why}: set {' or '.join(fixes)}"
+    )
 
 
 def check_prune(pruner: Any, net: nn.Module) -> None:
@@ -130,13 +134,16 @@ def static_int8_runs(quantizer: Any, net: nn.Module, spec: DataSpec, name: str) 
     except Exception as exc:
         op = re.search(r"Could not run '([^']+)' with arguments from the '(\w+)' backend", str(exc))
         if op:
-            problem = (f"its forward calls {op.group(1)} on int8 tensors, which has no "
-                       f"{op.group(2)} kernel (a functional op such as a residual add, outside "
-                       f"the modules eager mode replaces)")
+            problem = (
+                f"its forward calls {op.group(1)} on int8 tensors, which has no "
+                f"{op.group(2)} kernel (a functional op such as a residual add, outside "
+                f"the modules eager mode replaces)"
+            )
         else:
             message = " ".join(str(exc).split())[:200]
             problem = f"the int8 model fails on one batch ({type(exc).__name__}: {message})"
         raise IncompatibleError(
             f"quant={quantizer.method} (eager-mode torch.ao) cannot quantise model {name}: "
             f"{problem}; use quant=dynamic_int8, or a model built of modules only "
-            f"(model={'|'.join(STATIC_INT8_MODELS)})") from None
+            f"(model={'|'.join(STATIC_INT8_MODELS)})"
+        ) from None

@@ -144,11 +144,15 @@ def check_ranges(resolved: dict[str, Any]) -> None:
             raise ConfigError(key, value, declared.expected())
     betas = ((resolved.get("model") or {}).get("optimizer") or {}).get("betas")
     if betas is not None and not (
-        isinstance(betas, abc.Sequence) and len(betas) == 2
+        isinstance(betas, abc.Sequence)
+        and len(betas) == 2
         and all(Range(float, 0, 1, high_open=True).accepts(b) for b in betas)
     ):
-        raise ConfigError("model.optimizer.betas", list(betas) if isinstance(betas, abc.Sequence)
-                          else betas, "two numbers in [0, 1), e.g. [0.9, 0.999]")
+        raise ConfigError(
+            "model.optimizer.betas",
+            list(betas) if isinstance(betas, abc.Sequence) else betas,
+            "two numbers in [0, 1), e.g. [0.9, 0.999]",
+        )
 
 
 def check(cfg: DictConfig) -> dict[str, Any]:

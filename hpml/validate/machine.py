@@ -36,8 +36,9 @@ def resolve_accelerator(value: Any) -> str:
         return "cpu" if value is None else type(value).__name__
     wanted = value.lower()
     present = [n for n in names if available(n)]
-    valid = "one of " + ", ".join(["auto", *(["gpu"] if {"cuda", "mps"} & set(present) else []),
-                                   *present])
+    valid = "one of " + ", ".join(
+        ["auto", *(["gpu"] if {"cuda", "mps"} & set(present) else []), *present]
+    )
     if wanted == "auto":
         return next((n for n in ("cuda", "mps", "tpu") if n in present), "cpu")
     if wanted == "gpu":
@@ -48,8 +49,9 @@ def resolve_accelerator(value: Any) -> str:
     if wanted not in names:
         raise ConfigError("trainer.accelerator", value, valid)
     if wanted not in present:
-        raise ConfigError("trainer.accelerator", value,
-                          f"{valid}: this machine has no {wanted} device")
+        raise ConfigError(
+            "trainer.accelerator", value, f"{valid}: this machine has no {wanted} device"
+        )
     return wanted
 
 
@@ -67,8 +69,9 @@ def requested_devices(devices: Any, count: int) -> list[int] | int:
             except ValueError:
                 raise ConfigError("trainer.devices", devices, DEVICES_HINT) from None
     if isinstance(devices, list | tuple):
-        if not devices or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
-                                  for d in devices):
+        if not devices or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in devices
+        ):
             raise ConfigError("trainer.devices", list(devices), DEVICES_HINT)
         return list(devices)
     if isinstance(devices, bool) or not isinstance(devices, int) or devices == 0 or devices < -1:
@@ -87,15 +90,17 @@ def check_trainer(trainer: DictConfig | dict[str, Any]) -> None:
     if isinstance(asked, list):
         bad = [i for i in asked if i >= count]
         if bad:
-            raise ConfigError("trainer.devices", devices,
-                              f"device indices below {count}: {has}")
+            raise ConfigError("trainer.devices", devices, f"device indices below {count}: {has}")
         asked = len(asked)
     if asked > count:
         raise ConfigError("trainer.devices", devices, f"at most {count}: {has}")
     if asked > 1:
-        raise ConfigError("trainer.devices", devices,
-                          f"1: hpml runs a job as one process with one MLflow run, and "
-                          f"{asked} devices would start a DDP process per device ({has})")
+        raise ConfigError(
+            "trainer.devices",
+            devices,
+            f"1: hpml runs a job as one process with one MLflow run, and "
+            f"{asked} devices would start a DDP process per device ({has})",
+        )
     nodes = trainer.get("num_nodes", 1)
     if nodes != 1:
         raise ConfigError("trainer.num_nodes", nodes, "1: hpml runs a job on this machine only")
@@ -105,5 +110,8 @@ def check_trainer(trainer: DictConfig | dict[str, Any]) -> None:
 
         known = ["auto", *StrategyRegistry.available_strategies()]
         if strategy not in known:
-            raise ConfigError("trainer.strategy", strategy,
-                              f"one of {', '.join(known[:6])}, ... (Lightning's strategies)")
+            raise ConfigError(
+                "trainer.strategy",
+                strategy,
+                f"one of {', '.join(known[:6])}, ... (Lightning's strategies)",
+            )

@@ -34,8 +34,11 @@ def _hints(target: Any) -> tuple[dict[str, Any], set[str], bool]:
     Classes pass ``**kwargs`` up to their bases (hpml's data modules, Lightning's callbacks), so
     the bases' ``__init__`` are read too, the most derived first.
     """
-    functions = [c.__init__ for c in inspect.getmro(target) if "__init__" in vars(c)] \
-        if inspect.isclass(target) else [target]
+    functions = (
+        [c.__init__ for c in inspect.getmro(target) if "__init__" in vars(c)]
+        if inspect.isclass(target)
+        else [target]
+    )
     hints: dict[str, Any] = {}
     names: set[str] = set()
     open_ended = True
@@ -99,10 +102,14 @@ def describe(hint: Any) -> str:
     """``hint`` in a user's words, leaving out types a config cannot hold (Tensor, Accelerator)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
-        literals = [v for a in args if typing.get_origin(a) is typing.Literal
-                    for v in typing.get_args(a)]
-        parts = [describe(a) for a in args
-                 if a is not type(None) and typing.get_origin(a) is not typing.Literal]
+        literals = [
+            v for a in args if typing.get_origin(a) is typing.Literal for v in typing.get_args(a)
+        ]
+        parts = [
+            describe(a)
+            for a in args
+            if a is not type(None) and typing.get_origin(a) is not typing.Literal
+        ]
         if literals:
             parts.insert(0, describe(typing.Literal[tuple(literals)]))
         parts = list(dict.fromkeys(p for p in parts if p))
@@ -110,8 +117,13 @@ def describe(hint: Any) -> str:
         return text + (" or null" if type(None) in args else "")
     if origin is typing.Literal:
         return "one of " + ", ".join(dict.fromkeys(str(a) for a in args))
-    named = {bool: "true or false", int: "an integer", float: "a number", str: "a string",
-             Path: "a path"}
+    named = {
+        bool: "true or false",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        Path: "a path",
+    }
     if hint in named:
         return named[hint]
     sequence = origin or hint
@@ -128,9 +140,13 @@ def describe(hint: Any) -> str:
 def _plural(noun: str) -> str:
     for article in ("an ", "a "):
         if noun.startswith(article):
-            noun = noun[len(article):]
-    return noun.replace("integer", "integers").replace("number", "numbers") \
-        .replace("string", "strings").replace("path", "paths")
+            noun = noun[len(article) :]
+    return (
+        noun.replace("integer", "integers")
+        .replace("number", "numbers")
+        .replace("string", "strings")
+        .replace("path", "paths")
+    )
 
 
 def check_types(node: Any, path: str) -> None:
@@ -143,8 +159,11 @@ def check_types(node: Any, path: str) -> None:
         try:
             target = _locate(target_path)
         except Exception:
-            raise ConfigError(f"{path}._target_" if path else "_target_", target_path,
-                              "an importable class or function") from None
+            raise ConfigError(
+                f"{path}._target_" if path else "_target_",
+                target_path,
+                "an importable class or function",
+            ) from None
     hints, names, open_ended = _hints(target) if target is not None else ({}, set(), True)
     for key, value in node.items():
         key_path = f"{path}.{key}" if path else str(key)
@@ -156,8 +175,11 @@ def check_types(node: Any, path: str) -> None:
             continue
         if key not in names and not open_ended:
             close = difflib.get_close_matches(str(key), names, n=1)
-            hint = f"did you mean {close[0]}?" if close else \
-                f"it takes {', '.join(sorted(names)[:8])}{', ...' if len(names) > 8 else ''}"
+            hint = (
+                f"did you mean {close[0]}?"
+                if close
+                else f"it takes {', '.join(sorted(names)[:8])}{', ...' if len(names) > 8 else ''}"
+            )
             raise ConfigError(key_path, value, f"an argument of {target_path} ({hint})")
         hint = hints.get(key)
         if hint is not None and not _matches(value, hint):

@@ -50,13 +50,17 @@ def check_store(tracking_uri: str, artifact_root: str | None) -> None:
     if problem is None and path.is_file() and not os.access(path, os.W_OK):
         problem = f"{path} is read-only"
     if problem is not None:
-        raise ConfigError("logger.tracking_uri", tracking_uri,
-                          f"a store hpml can write: {problem}; {STORE_HINT}")
+        raise ConfigError(
+            "logger.tracking_uri", tracking_uri, f"a store hpml can write: {problem}; {STORE_HINT}"
+        )
     if artifact_root and urlparse(str(artifact_root)).scheme in ("", "file"):
         problem = cannot_write(Path(str(artifact_root).removeprefix("file://")))
         if problem is not None:
-            raise ConfigError("logger.artifact_root", artifact_root,
-                              f"a directory hpml can write artifacts to: {problem}")
+            raise ConfigError(
+                "logger.artifact_root",
+                artifact_root,
+                f"a directory hpml can write artifacts to: {problem}",
+            )
 
 
 def unwritable_root(overrides: list[str]) -> str | None:
@@ -73,5 +77,7 @@ def unwritable_root(overrides: list[str]) -> str | None:
     if problem is None:
         return None
     where = f"{name}={root}" if name != "the current directory" else f"{name} ({root})"
-    return (f"{where} cannot be written: {problem}; hpml writes outputs/, mlflow.db and "
-            f"mlartifacts/ there: set HPML_ROOT to a writable directory")
+    return (
+        f"{where} cannot be written: {problem}; hpml writes outputs/, mlflow.db and "
+        f"mlartifacts/ there: set HPML_ROOT to a writable directory"
+    )

@@ -18,35 +18,47 @@ from hpml.analysis.devices import (
 )
 
 
-@pytest.mark.parametrize(("name", "key"), [
-    ("Tesla K80", "k80"),
-    ("Tesla P40", "p40"),
-    ("Tesla P100-SXM2-16GB", "p100-sxm2"),
-    ("Tesla P100-PCIE-16GB", "p100-pcie-16gb"),
-    ("Tesla P100-PCIE-12GB", "p100-pcie-12gb"),
-    ("Tesla V100-SXM2-16GB", "v100"),
-    ("Tesla V100-SXM2-32GB", "v100"),
-    ("Tesla V100-PCIE-32GB", "v100-pcie"),
-    ("Tesla V100S-PCIE-32GB", "v100s-pcie"),
-    ("Tesla T4", "t4"),
-    ("NVIDIA GeForce RTX 2060 SUPER", "rtx2060-super"),
-    ("NVIDIA A100-SXM4-40GB", "a100-40gb"),
-    ("NVIDIA A100-PCIE-40GB", "a100-40gb"),
-    ("NVIDIA A100-SXM4-80GB", "a100-80gb"),
-    ("NVIDIA A100 80GB PCIe", "a100-80gb-pcie"),
-    ("NVIDIA L4", "l4"),
-    ("NVIDIA H100 80GB HBM3", "h100-sxm"),
-    ("NVIDIA H100 PCIe", "h100-pcie"),
-    ("NVIDIA H200", "h200"),
-])
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("Tesla K80", "k80"),
+        ("Tesla P40", "p40"),
+        ("Tesla P100-SXM2-16GB", "p100-sxm2"),
+        ("Tesla P100-PCIE-16GB", "p100-pcie-16gb"),
+        ("Tesla P100-PCIE-12GB", "p100-pcie-12gb"),
+        ("Tesla V100-SXM2-16GB", "v100"),
+        ("Tesla V100-SXM2-32GB", "v100"),
+        ("Tesla V100-PCIE-32GB", "v100-pcie"),
+        ("Tesla V100S-PCIE-32GB", "v100s-pcie"),
+        ("Tesla T4", "t4"),
+        ("NVIDIA GeForce RTX 2060 SUPER", "rtx2060-super"),
+        ("NVIDIA A100-SXM4-40GB", "a100-40gb"),
+        ("NVIDIA A100-PCIE-40GB", "a100-40gb"),
+        ("NVIDIA A100-SXM4-80GB", "a100-80gb"),
+        ("NVIDIA A100 80GB PCIe", "a100-80gb-pcie"),
+        ("NVIDIA L4", "l4"),
+        ("NVIDIA H100 80GB HBM3", "h100-sxm"),
+        ("NVIDIA H100 PCIe", "h100-pcie"),
+        ("NVIDIA H200", "h200"),
+    ],
+)
 def test_real_cuda_device_names_find_their_entry(name, key):
     assert match_device_name(name) is KNOWN_DEVICES[key]
 
 
-@pytest.mark.parametrize("name", [
-    "NVIDIA H200 NVL", "NVIDIA H100 NVL", "NVIDIA GeForce RTX 2060", "NVIDIA GeForce RTX 4090",
-    "Tesla V100-SXM3-32GB", "NVIDIA A10", "AMD Instinct MI250X", "AMD EPYC",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "NVIDIA H200 NVL",
+        "NVIDIA H100 NVL",
+        "NVIDIA GeForce RTX 2060",
+        "NVIDIA GeForce RTX 4090",
+        "Tesla V100-SXM3-32GB",
+        "NVIDIA A10",
+        "AMD Instinct MI250X",
+        "AMD EPYC",
+    ],
+)
 def test_other_devices_get_no_neighbours_peak(name):
     assert match_device_name(name) is None
 

@@ -26,8 +26,11 @@ def analytic_macs(model: nn.Module, example: torch.Tensor) -> int:
         nonlocal macs
         macs += output.numel() * module.in_features
 
-    hooks = [m.register_forward_hook(conv if isinstance(m, nn.Conv2d) else linear)
-             for m in model.modules() if isinstance(m, nn.Conv2d | nn.Linear)]
+    hooks = [
+        m.register_forward_hook(conv if isinstance(m, nn.Conv2d) else linear)
+        for m in model.modules()
+        if isinstance(m, nn.Conv2d | nn.Linear)
+    ]
     with torch.no_grad():
         model.eval()(example)
     for hook in hooks:
@@ -35,13 +38,17 @@ def analytic_macs(model: nn.Module, example: torch.Tensor) -> int:
     return macs
 
 
-@pytest.mark.parametrize("build", [
-    lambda: vgg(11, 1000, layout="imagenet"),
-    lambda: vgg(13, 1000, layout="imagenet"),
-    lambda: vgg(19, 1000, layout="imagenet"),
-    lambda: torchvision.models.resnet18(),
-    lambda: torchvision.models.alexnet(),
-], ids=["vgg11", "vgg13", "vgg19", "resnet18", "alexnet"])
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: vgg(11, 1000, layout="imagenet"),
+        lambda: vgg(13, 1000, layout="imagenet"),
+        lambda: vgg(19, 1000, layout="imagenet"),
+        lambda: torchvision.models.resnet18(),
+        lambda: torchvision.models.alexnet(),
+    ],
+    ids=["vgg11", "vgg13", "vgg19", "resnet18", "alexnet"],
+)
 def test_imagenet_models_count_twice_the_analytic_macs(build):
     model = build()
     example = torch.randn(2, 3, 224, 224)
@@ -49,8 +56,10 @@ def test_imagenet_models_count_twice_the_analytic_macs(build):
 
 
 def test_vgg11_at_224_per_image():
-    assert count_flops(vgg(11, 1000, layout="imagenet"),
-                       torch.randn(1, 3, 224, 224)).total == 15_218_180_096
+    assert (
+        count_flops(vgg(11, 1000, layout="imagenet"), torch.randn(1, 3, 224, 224)).total
+        == 15_218_180_096
+    )
 
 
 def test_lstm_on_cpu_counts_its_gate_products():
@@ -119,6 +128,7 @@ def test_backward_of_a_qat_prepared_model_counts_as_its_float_model():
 
 def test_backward_through_a_parameter_given_to_a_submodule():
     """The bug without QAT: any module handed a parameter itself, with an input needing grad."""
+
     class Scale(nn.Module):
         def forward(self, weight: torch.Tensor) -> torch.Tensor:
             return 2 * weight

@@ -17,10 +17,13 @@ def step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor) ->
     return saved
 
 
-@pytest.mark.parametrize(("make", "states_per_param"), [
-    (lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9), 1),  # momentum buffer
-    (lambda p: torch.optim.Adam(p, lr=1e-3), 2),  # exp_avg and exp_avg_sq (+ a scalar step)
-])
+@pytest.mark.parametrize(
+    ("make", "states_per_param"),
+    [
+        (lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9), 1),  # momentum buffer
+        (lambda p: torch.optim.Adam(p, lr=1e-3), 2),  # exp_avg and exp_avg_sq (+ a scalar step)
+    ],
+)
 def test_weights_gradients_and_optimizer_state_are_exact_byte_sums(make, states_per_param):
     model = nn.Sequential(nn.Linear(10, 20), nn.ReLU(), nn.Linear(20, 5))
     optimizer = make(model.parameters())

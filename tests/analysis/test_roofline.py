@@ -118,8 +118,10 @@ def test_ridge_splits_the_bounds_and_precision_moves_the_ridge():
 
 
 def test_csv_has_units_in_its_header_and_a_row_per_point():
-    points = [RooflinePoint("features.0", 2e9, 1e7, 0.01, "Conv2d"),
-              RooflinePoint("features.1", 0, 4e6, None, "ReLU")]
+    points = [
+        RooflinePoint("features.0", 2e9, 1e7, 0.01, "Conv2d"),
+        RooflinePoint("features.1", 0, 4e6, None, "ReLU"),
+    ]
     lines = points_csv(points, V100).splitlines()
     assert lines[0] == ",".join(CSV_COLUMNS)
     assert "intensity_flop_per_byte" in lines[0] and "flops_per_s" in lines[0]
@@ -128,8 +130,12 @@ def test_csv_has_units_in_its_header_and_a_row_per_point():
 
 
 def test_plot_writes_a_readable_png_and_a_valid_svg(tmp_path):
-    points = [RooflinePoint("conv", 2e12, 1e10, 0.5), RooflinePoint("linear", 1e9, 5e8, None),
-              RooflinePoint("relu", 0, 1e8, 0.01), RooflinePoint("model", 2.1e12, 1.1e10, 0.6)]
+    points = [
+        RooflinePoint("conv", 2e12, 1e10, 0.5),
+        RooflinePoint("linear", 1e9, 5e8, None),
+        RooflinePoint("relu", 0, 1e8, 0.01),
+        RooflinePoint("model", 2.1e12, 1.1e10, 0.6),
+    ]
     paths = plot_roofline(points, V100, tmp_path / "sub" / "roofline.v100")
     assert [p.name for p in paths] == ["roofline.v100.png", "roofline.v100.svg"]
     png, svg = paths

@@ -10,8 +10,9 @@ from hpml.errors import HpmlError
 
 def test_exact_lines_are_recovered_and_predictions_follow():
     batches = [8, 16, 64]
-    model = ScalingModel.fit(batches, [0.01 + 0.002 * b for b in batches],
-                             [1000 + 50 * b for b in batches])
+    model = ScalingModel.fit(
+        batches, [0.01 + 0.002 * b for b in batches], [1000 + 50 * b for b in batches]
+    )
     assert model.step_time_s.intercept == pytest.approx(0.01)
     assert model.step_time_s.slope == pytest.approx(0.002)
     p = model.predict(32, capacity_bytes=2600)

@@ -29,8 +29,9 @@ ARG_CASES = {
 
 
 @pytest.mark.parametrize(("args", "expected"), list(ARG_CASES.values()), ids=list(ARG_CASES))
-def test_overrides_that_make_no_config_exit_2(args: list[str], expected: list[str],
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_overrides_that_make_no_config_exit_2(
+    args: list[str], expected: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     from hpml.cli import check_args
 
     with pytest.raises(SystemExit) as exit_info:
@@ -43,13 +44,25 @@ def hpml_cli(args: list[str], cwd: Path, hpml_root: Path) -> subprocess.Complete
     """``python -m hpml.train ARGS`` with HPML_ROOT=``hpml_root``, as a user runs it."""
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     env |= {"HPML_ROOT": str(hpml_root), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([sys.executable, "-m", "hpml.train", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "hpml.train", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
-SUBPROCESS = ["seed_not_int", "prune_exclude_int", "max_epochs_negative",
-              "devices_more_than_machine", "static_int8_resnet_add", "cifar_layout_on_224",
-              "imagenet_layout_on_32"]
+SUBPROCESS = [
+    "seed_not_int",
+    "prune_exclude_int",
+    "max_epochs_negative",
+    "devices_more_than_machine",
+    "static_int8_resnet_add",
+    "cifar_layout_on_224",
+    "imagenet_layout_on_32",
+]
 
 
 @pytest.mark.slow
@@ -81,8 +94,7 @@ def test_read_only_store_from_the_command_line(root: Path, readonly_dir: Path) -
 
 
 @pytest.mark.slow
-def test_read_only_project_root_from_the_command_line(root: Path,
-                                                      readonly_dir: Path) -> None:  # noqa: F811
+def test_read_only_project_root_from_the_command_line(root: Path, readonly_dir: Path) -> None:  # noqa: F811
     result = hpml_cli(["model=vae"], root, readonly_dir / "project")
     assert result.returncode == 2, result.stderr[-3000:]
     assert_names(error_line(result.stderr), ["HPML_ROOT=", "is read-only"])

@@ -18,40 +18,73 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
     # the observations this suite was written for
     "seed_not_int": (["seed=abc"], ["seed='abc'", "an integer in [0, 4294967295]"]),
     "lr_not_number": (["model.optimizer.lr=foo"], ["model.optimizer.lr='foo'", "a number > 0"]),
-    "prune_exclude_int": (["prune=l1_unstructured", "prune.exclude=42"],
-                          ["prune.exclude=42", "a list of strings or null"]),
+    "prune_exclude_int": (
+        ["prune=l1_unstructured", "prune.exclude=42"],
+        ["prune.exclude=42", "a list of strings or null"],
+    ),
     "limit_negative": (["data.limit=-5"], ["data.limit=-5", "a positive integer"]),
-    "max_epochs_negative": (["trainer.max_epochs=-3"],
-                            ["trainer.max_epochs=-3", "an integer >= -1"]),
-    "devices_more_than_machine": (["trainer.devices=5"],
-                                  ["trainer.devices=5", "at most", "on this machine"]),
-    "static_int8_resnet_add": (["quant=static_int8", "model=resnet18"],
-                               ["quant=static_int8", "resnet18", "aten::add",
-                                "quant=dynamic_int8", "model=vgg11"]),
-    "cifar_layout_on_224": (["model=vgg11", "data=imagenet"],
-                            ["model.net.layout=cifar", "32x32 to 63x63, not 224x224",
-                             "model.net.layout=imagenet", "data.image_size=32"]),
-    "imagenet_layout_on_32": (["model=vgg16_imagenet"],
-                              ["model.net.layout=imagenet", "224x224 and larger, not 32x32",
-                               "model.net.layout=cifar", "data.image_size=224"]),
+    "max_epochs_negative": (
+        ["trainer.max_epochs=-3"],
+        ["trainer.max_epochs=-3", "an integer >= -1"],
+    ),
+    "devices_more_than_machine": (
+        ["trainer.devices=5"],
+        ["trainer.devices=5", "at most", "on this machine"],
+    ),
+    "static_int8_resnet_add": (
+        ["quant=static_int8", "model=resnet18"],
+        ["quant=static_int8", "resnet18", "aten::add", "quant=dynamic_int8", "model=vgg11"],
+    ),
+    "cifar_layout_on_224": (
+        ["model=vgg11", "data=imagenet"],
+        [
+            "model.net.layout=cifar",
+            "32x32 to 63x63, not 224x224",
+            "model.net.layout=imagenet",
+            "data.image_size=32",
+        ],
+    ),
+    "imagenet_layout_on_32": (
+        ["model=vgg16_imagenet"],
+        [
+            "model.net.layout=imagenet",
+            "224x224 and larger, not 32x32",
+            "model.net.layout=cifar",
+            "data.image_size=224",
+        ],
+    ),
     # image size, channels and modality against the model
-    "no_layout_fits_128": (["model=vgg11", "data.image_size=128"],
-                           ["not 128x128", "data.image_size=32"]),
-    "imagenet_layout_on_cifar10": (["model=vgg16_imagenet", "data=cifar10"],
-                                   ["not 32x32", "model.net.layout=cifar", "224x224"]),
-    "alexnet_too_small": (["model=alexnet"], ["input 32x32 is too small for alexnet",
-                                              "at least 63x63", "data.image_size=224"]),
-    "resnet_on_one_channel": (["model=resnet18", "data=synthetic_mnist"],
-                              ["1-channel", "channel count"]),
+    "no_layout_fits_128": (
+        ["model=vgg11", "data.image_size=128"],
+        ["not 128x128", "data.image_size=32"],
+    ),
+    "imagenet_layout_on_cifar10": (
+        ["model=vgg16_imagenet", "data=cifar10"],
+        ["not 32x32", "model.net.layout=cifar", "224x224"],
+    ),
+    "alexnet_too_small": (
+        ["model=alexnet"],
+        ["input 32x32 is too small for alexnet", "at least 63x63", "data.image_size=224"],
+    ),
+    "resnet_on_one_channel": (
+        ["model=resnet18", "data=synthetic_mnist"],
+        ["1-channel", "channel count"],
+    ),
     "lstm_on_images": (["model=lstm", "data=synthetic"], ["needs tokens data", "gives image"]),
-    "vae_on_normalised_mnist": (["model=vae", "data=mnist", "data.normalize=true"],
-                                ["normalised", "data.normalize=false"]),
+    "vae_on_normalised_mnist": (
+        ["model=vae", "data=mnist", "data.normalize=true"],
+        ["normalised", "data.normalize=false"],
+    ),
     "vgg_depth": (["model.net.depth=12"], ["model.net.depth=12", "one of 11, 13, 16, 19"]),
     "vgg_layout_name": (["model.net.layout=tiny"], ["model.net.layout='tiny'", "cifar, imagenet"]),
-    "lstm_hidden_zero": (["model=lstm", "model.net.hidden_size=0"],
-                         ["model.net.hidden_size=0", "an integer >= 1"]),
-    "lstm_dropout_one": (["model=lstm", "model.net.dropout=1.5"],
-                         ["model.net.dropout=1.5", "[0, 1)"]),
+    "lstm_hidden_zero": (
+        ["model=lstm", "model.net.hidden_size=0"],
+        ["model.net.hidden_size=0", "an integer >= 1"],
+    ),
+    "lstm_dropout_one": (
+        ["model=lstm", "model.net.dropout=1.5"],
+        ["model.net.dropout=1.5", "[0, 1)"],
+    ),
     "vae_latent_zero": (["model=vae", "model.net.latent=0"], ["model.net.latent=0", ">= 1"]),
     # data knobs
     "batch_size_zero": (["data.batch_size=0"], ["data.batch_size=0", "a positive integer"]),
@@ -65,78 +98,128 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
     "vocab_too_small": (["model=lstm", "data.vocab_size=3"], ["data.vocab_size=3", "at least 5"]),
     "modality_unknown": (["data.modality=audio"], ["data.modality='audio'", "image, tokens"]),
     "pin_memory_text": (["data.pin_memory=maybe"], ["data.pin_memory='maybe'", "true or false"]),
-    "val_fraction_one": (["data=cifar10", "data.val_fraction=1"],
-                         ["data.val_fraction=1", "strictly between 0 and 1"]),
-    "imdb_split_two": (["model=lstm", "data=imdb", "data.split=[0.5,0.5]"],
-                       ["data.split=[0.5, 0.5]", "three positive fractions"]),
-    "imdb_vocab_two": (["model=lstm", "data=imdb", "data.vocab_size=2"],
-                       ["data.vocab_size=2", "at least 3"]),
+    "val_fraction_one": (
+        ["data=cifar10", "data.val_fraction=1"],
+        ["data.val_fraction=1", "strictly between 0 and 1"],
+    ),
+    "imdb_split_two": (
+        ["model=lstm", "data=imdb", "data.split=[0.5,0.5]"],
+        ["data.split=[0.5, 0.5]", "three positive fractions"],
+    ),
+    "imdb_vocab_two": (
+        ["model=lstm", "data=imdb", "data.vocab_size=2"],
+        ["data.vocab_size=2", "at least 3"],
+    ),
     # optimiser and scheduler
     "lr_negative": (["model.optimizer.lr=-0.1"], ["model.optimizer.lr=-0.1", "> 0"]),
-    "momentum_above_one": (["model.optimizer.momentum=1.5"],
-                           ["model.optimizer.momentum=1.5", "[0, 1)"]),
-    "weight_decay_negative": (["model.optimizer.weight_decay=-1"],
-                              ["model.optimizer.weight_decay=-1", ">= 0"]),
-    "adam_betas": (["model/optimizer=adam", "+model.optimizer.betas=[0.9,2]"],
-                   ["model.optimizer.betas=[0.9, 2]", "two numbers in [0, 1)"]),
-    "step_gamma_zero": (["model/scheduler=step", "model.scheduler.gamma=0"],
-                        ["model.scheduler.gamma=0", "> 0"]),
-    "cosine_t_max_zero": (["model/scheduler=cosine", "model.scheduler.T_max=0"],
-                          ["model.scheduler.T_max=0", ">= 1"]),
+    "momentum_above_one": (
+        ["model.optimizer.momentum=1.5"],
+        ["model.optimizer.momentum=1.5", "[0, 1)"],
+    ),
+    "weight_decay_negative": (
+        ["model.optimizer.weight_decay=-1"],
+        ["model.optimizer.weight_decay=-1", ">= 0"],
+    ),
+    "adam_betas": (
+        ["model/optimizer=adam", "+model.optimizer.betas=[0.9,2]"],
+        ["model.optimizer.betas=[0.9, 2]", "two numbers in [0, 1)"],
+    ),
+    "step_gamma_zero": (
+        ["model/scheduler=step", "model.scheduler.gamma=0"],
+        ["model.scheduler.gamma=0", "> 0"],
+    ),
+    "cosine_t_max_zero": (
+        ["model/scheduler=cosine", "model.scheduler.T_max=0"],
+        ["model.scheduler.T_max=0", ">= 1"],
+    ),
     # trainer and machine
     "max_epochs_text": (["trainer.max_epochs=abc"], ["trainer.max_epochs='abc'", "an integer"]),
     "log_every_zero": (["trainer.log_every_n_steps=0"], ["trainer.log_every_n_steps=0", ">= 1"]),
-    "limit_batches_fraction": (["+trainer.limit_train_batches=1.5"],
-                               ["trainer.limit_train_batches=1.5", "a fraction in [0.0, 1.0]"]),
-    "accumulate_zero": (["+trainer.accumulate_grad_batches=0"],
-                        ["trainer.accumulate_grad_batches=0", ">= 1"]),
+    "limit_batches_fraction": (
+        ["+trainer.limit_train_batches=1.5"],
+        ["trainer.limit_train_batches=1.5", "a fraction in [0.0, 1.0]"],
+    ),
+    "accumulate_zero": (
+        ["+trainer.accumulate_grad_batches=0"],
+        ["trainer.accumulate_grad_batches=0", ">= 1"],
+    ),
     "precision_unknown": (["trainer.precision=fp17"], ["trainer.precision='fp17'", "bf16-mixed"]),
-    "deterministic_text": (["trainer.deterministic=maybe"],
-                           ["trainer.deterministic='maybe'", "true or false"]),
+    "deterministic_text": (
+        ["trainer.deterministic=maybe"],
+        ["trainer.deterministic='maybe'", "true or false"],
+    ),
     "trainer_key_typo": (["+trainer.max_epoch=3"], ["trainer.max_epoch=3", "max_epochs"]),
-    "accelerator_absent": (["trainer.accelerator=tpu"],
-                           ["trainer.accelerator='tpu'", "auto", "no tpu device"]),
-    "accelerator_unknown": (["trainer.accelerator=quantum"],
-                            ["trainer.accelerator='quantum'", "one of auto"]),
+    "accelerator_absent": (
+        ["trainer.accelerator=tpu"],
+        ["trainer.accelerator='tpu'", "auto", "no tpu device"],
+    ),
+    "accelerator_unknown": (
+        ["trainer.accelerator=quantum"],
+        ["trainer.accelerator='quantum'", "one of auto"],
+    ),
     "devices_zero": (["trainer.devices=0"], ["trainer.devices=0", "a positive integer, -1"]),
     "devices_index": (["trainer.devices=[0,7]"], ["trainer.devices=[0, 7]", "device"]),
     "num_nodes_two": (["+trainer.num_nodes=2"], ["trainer.num_nodes=2", "expected 1"]),
     "strategy_unknown": (["+trainer.strategy=nope"], ["trainer.strategy='nope'", "ddp"]),
     # pruning, quantisation, compilation, profiling, callbacks, logger
-    "prune_amount_one": (["prune=l1_structured", "prune.amount=1.5"],
-                         ["prune.amount=1.5", "[0, 1)"]),
-    "prune_target_absent": (["prune=l1_structured", "prune.targets=[nothing_here]"],
-                            ["prune.targets='nothing_here'", "matches nothing", "Conv2d"]),
-    "prune_schedule": (["prune=l1_structured", "prune.schedule=sometimes"],
-                       ["prune.schedule='sometimes'", "before_fit"]),
-    "prune_sensitivity": (["prune=l1_structured", "prune.sensitivity=[2]"],
-                          ["prune.sensitivity=2", "[0, 1)"]),
-    "quant_engine": (["quant=dynamic_int8", "quant.engine=arm"],
-                     ["quant.engine='arm'", "x86, fbgemm, onednn, qnnpack"]),
-    "quant_calibration_zero": (["quant=static_int8", "quant.calibration_batches=0"],
-                               ["quant.calibration_batches=0", "a positive integer"]),
-    "static_int8_on_tokens": (["quant=static_int8", "model=lstm"],
-                              ["quant=static_int8", "int64 ids", "quant=dynamic_int8"]),
+    "prune_amount_one": (
+        ["prune=l1_structured", "prune.amount=1.5"],
+        ["prune.amount=1.5", "[0, 1)"],
+    ),
+    "prune_target_absent": (
+        ["prune=l1_structured", "prune.targets=[nothing_here]"],
+        ["prune.targets='nothing_here'", "matches nothing", "Conv2d"],
+    ),
+    "prune_schedule": (
+        ["prune=l1_structured", "prune.schedule=sometimes"],
+        ["prune.schedule='sometimes'", "before_fit"],
+    ),
+    "prune_sensitivity": (
+        ["prune=l1_structured", "prune.sensitivity=[2]"],
+        ["prune.sensitivity=2", "[0, 1)"],
+    ),
+    "quant_engine": (
+        ["quant=dynamic_int8", "quant.engine=arm"],
+        ["quant.engine='arm'", "x86, fbgemm, onednn, qnnpack"],
+    ),
+    "quant_calibration_zero": (
+        ["quant=static_int8", "quant.calibration_batches=0"],
+        ["quant.calibration_batches=0", "a positive integer"],
+    ),
+    "static_int8_on_tokens": (
+        ["quant=static_int8", "model=lstm"],
+        ["quant=static_int8", "int64 ids", "quant=dynamic_int8"],
+    ),
     "qat_vae_tuple": (["quant=qat", "model=vae"], ["quant=qat", "vae", "quant=dynamic_int8"]),
     "qat_epochs_zero": (["quant=qat", "quant.qat_epochs=0"], ["quant.qat_epochs=0", "positive"]),
-    "compile_mode": (["compile=torch_compile", "compile.mode=fastest"],
-                     ["compile.mode='fastest'", "reduce-overhead"]),
-    "compile_tolerance": (["compile=torchscript", "compile.tolerance=0"],
-                          ["compile.tolerance=0", "> 0"]),
-    "profile_active_zero": (["profile=torch", "profile.active=0"],
-                            ["profile.active=0", ">= 1"]),
-    "perf_warmup_negative": (["callbacks.perf.warmup_steps=-1"],
-                             ["callbacks.perf.warmup_steps=-1", ">= 0"]),
-    "roofline_device": (["callbacks=analysis", "callbacks.roofline.device=tpu-v9"],
-                        ["callbacks.roofline.device='tpu-v9'", "a100-40gb"]),
-    "metrics_interval_zero": (["logger.system_metrics_interval_s=0"],
-                              ["logger.system_metrics_interval_s=0", "> 0"]),
+    "compile_mode": (
+        ["compile=torch_compile", "compile.mode=fastest"],
+        ["compile.mode='fastest'", "reduce-overhead"],
+    ),
+    "compile_tolerance": (
+        ["compile=torchscript", "compile.tolerance=0"],
+        ["compile.tolerance=0", "> 0"],
+    ),
+    "profile_active_zero": (["profile=torch", "profile.active=0"], ["profile.active=0", ">= 1"]),
+    "perf_warmup_negative": (
+        ["callbacks.perf.warmup_steps=-1"],
+        ["callbacks.perf.warmup_steps=-1", ">= 0"],
+    ),
+    "roofline_device": (
+        ["callbacks=analysis", "callbacks.roofline.device=tpu-v9"],
+        ["callbacks.roofline.device='tpu-v9'", "a100-40gb"],
+    ),
+    "metrics_interval_zero": (
+        ["logger.system_metrics_interval_s=0"],
+        ["logger.system_metrics_interval_s=0", "> 0"],
+    ),
 }
 
 
 @pytest.mark.parametrize(("overrides", "expected"), list(CASES.values()), ids=list(CASES))
-def test_refused_before_any_run(overrides: list[str], expected: list[str], composed, root,
-                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_refused_before_any_run(
+    overrides: list[str], expected: list[str], composed, root, capsys: pytest.CaptureFixture[str]
+) -> None:
     line = refused_job(composed([*SMALL, *overrides]), capsys)
     assert_names(line, expected)
     assert run_statuses(root) == []  # refused before the MLflow run: nothing left RUNNING

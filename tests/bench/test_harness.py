@@ -35,35 +35,51 @@ def fixed(value: float, log: list[str], name: str):
     def variant() -> Measurement:
         log.append(name)
         return {"tput": value}
+
     return variant
 
 
 def fake_case(name: str, a: float, b: float, ran: list[str]) -> Case:
     """A registry entry whose variants return fixed numbers."""
+
     def case(settings: Settings, bench_dir: Path, report: Report) -> CaseResult:
         ran.append(name)
         log: list[str] = []
         variants = {"A": fixed(a, log, "A"), "B": fixed(b, log, "B")}
         return run_case(name, variants, [RATIO], settings, report)
+
     return case
 
 
 def test_round_order_alternates_which_variant_goes_first():
     assert [round_order(["A", "B"], i) for i in range(4)] == [
-        ["A", "B"], ["B", "A"], ["A", "B"], ["B", "A"]]
+        ["A", "B"],
+        ["B", "A"],
+        ["A", "B"],
+        ["B", "A"],
+    ]
     assert [round_order(["A", "B", "C"], i)[0] for i in range(4)] == ["A", "B", "C", "A"]
 
 
 def test_interleave_runs_each_variant_once_per_round_in_rotating_order():
     log: list[str] = []
     reported: list[tuple[int, str, Measurement]] = []
-    done = interleave({"A": fixed(1.0, log, "A"), "B": fixed(2.0, log, "B")}, rounds=3,
-                      report=lambda i, name, m: reported.append((i, name, m)))
+    done = interleave(
+        {"A": fixed(1.0, log, "A"), "B": fixed(2.0, log, "B")},
+        rounds=3,
+        report=lambda i, name, m: reported.append((i, name, m)),
+    )
     assert log == ["A", "B", "B", "A", "A", "B"]
     assert [r.order for r in done] == [("A", "B"), ("B", "A"), ("A", "B")]
     assert all(r.measurements == {"A": {"tput": 1.0}, "B": {"tput": 2.0}} for r in done)
     assert [(i, name) for i, name, _ in reported] == [
-        (0, "A"), (0, "B"), (1, "B"), (1, "A"), (2, "A"), (2, "B")]
+        (0, "A"),
+        (0, "B"),
+        (1, "B"),
+        (1, "A"),
+        (2, "A"),
+        (2, "B"),
+    ]
 
 
 def test_interleave_refuses_no_variants():
@@ -107,13 +123,28 @@ def test_run_case_writes_json_with_rounds_ratios_and_load(tmp_path: Path):
 
 def test_table_shows_spread_goal_verdict_and_units():
     settings = Settings(rounds=3)
-    result = CaseResult("demo", settings, [], [summarize(RATIO, rounds_of(
-        [(96.0, 100.0), (97.0, 100.0), (99.0, 100.0)]))], (1.0, 2.0, 3.0), (1.5, 2.0, 3.0),
-        12.0, {})
+    result = CaseResult(
+        "demo",
+        settings,
+        [],
+        [summarize(RATIO, rounds_of([(96.0, 100.0), (97.0, 100.0), (99.0, 100.0)]))],
+        (1.0, 2.0, 3.0),
+        (1.5, 2.0, 3.0),
+        12.0,
+        {},
+    )
     text = table([result])
     row = next(line for line in text.splitlines() if line.startswith("demo "))
-    for cell in ("A / B", "0.960", "0.970", "0.990", ">= 0.98", "NO", "97.0 samples/s",
-                 "100.0 samples/s"):
+    for cell in (
+        "A / B",
+        "0.960",
+        "0.970",
+        "0.990",
+        ">= 0.98",
+        "NO",
+        "97.0 samples/s",
+        "100.0 samples/s",
+    ):
         assert cell in row
     assert "1.00 2.00 3.00 before, 1.50 2.00 3.00 after" in text
 
@@ -147,8 +178,9 @@ def test_registry_holds_overhead():
     assert "overhead" in CASES
 
 
-@pytest.mark.parametrize("args", [["--rounds", "0"], ["--steps", "0"], ["--warmup", "-1"],
-                                  ["--threads", "0"]])
+@pytest.mark.parametrize(
+    "args", [["--rounds", "0"], ["--steps", "0"], ["--warmup", "-1"], ["--threads", "0"]]
+)
 def test_counts_out_of_range_are_refused(args: list[str]):
     with pytest.raises(SystemExit):
         parse_args(args)
@@ -160,10 +192,13 @@ def test_defaults_are_the_documented_ones():
 
 
 def test_cli_answers_a_bad_case_without_loading_torch():
-    script = ("import sys, runpy; sys.argv = ['hpml.bench', '--case', 'nope']\n"
-              "try: runpy.run_module('hpml.bench', run_name='__main__')\n"
-              "except SystemExit as e: print(e.code, 'torch' in sys.modules)")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=60)
+    script = (
+        "import sys, runpy; sys.argv = ['hpml.bench', '--case', 'nope']\n"
+        "try: runpy.run_module('hpml.bench', run_name='__main__')\n"
+        "except SystemExit as e: print(e.code, 'torch' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
     assert done.stdout.split() == ["2", "False"]
     assert done.stderr.count("\n") == 1

@@ -38,8 +38,9 @@ class Recorder(L.Callback):
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.events.append(("epoch_end", trainer.current_epoch))
 
-    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule,
-                           checkpoint: dict) -> None:
+    def on_save_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict
+    ) -> None:
         self.events.append(("save", trainer.current_epoch))
 
 
@@ -47,13 +48,24 @@ def loader() -> DataLoader:
     return DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4)
 
 
-def fit(dirpath: Path, epochs: int, ckpt_path: str | None = None) -> tuple[EpochCheckpoint,
-                                                                          Recorder]:
-    checkpoint = EpochCheckpoint(dirpath=str(dirpath), filename="best", monitor="val/loss",
-                                 save_last=True, enable_version_counter=False)
+def fit(
+    dirpath: Path, epochs: int, ckpt_path: str | None = None
+) -> tuple[EpochCheckpoint, Recorder]:
+    checkpoint = EpochCheckpoint(
+        dirpath=str(dirpath),
+        filename="best",
+        monitor="val/loss",
+        save_last=True,
+        enable_version_counter=False,
+    )
     recorder = Recorder()
-    trainer = L.Trainer(max_epochs=epochs, logger=False, enable_progress_bar=False,
-                        enable_model_summary=False, callbacks=[checkpoint, recorder])
+    trainer = L.Trainer(
+        max_epochs=epochs,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[checkpoint, recorder],
+    )
     trainer.fit(WorseningModel(), loader(), loader(), ckpt_path=ckpt_path, weights_only=False)
     return checkpoint, recorder
 

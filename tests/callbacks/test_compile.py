@@ -23,8 +23,13 @@ def test_compile_run_logs_eager_and_compiled_variants(composed, client):
     run = latest_run(client)
     m = run.data.metrics
     for stage in ("compile_before", "compile_after"):
-        for name in ("size_bytes", "latency_b1_ms", "latency_b32_ms", "val_acc_pct",
-                     "val_loss_nats"):
+        for name in (
+            "size_bytes",
+            "latency_b1_ms",
+            "latency_b32_ms",
+            "val_acc_pct",
+            "val_loss_nats",
+        ):
             assert f"{stage}/{name}" in m, f"{stage}/{name}"
     assert m["compile/time_s"] > 0
     assert m["compile/output_diff_max_abs"] < 1e-3

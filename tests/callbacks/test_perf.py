@@ -29,8 +29,9 @@ class SlowData(SyntheticDataModule):
     def setup(self, stage=None):
         super().setup(stage)
         train = self.train_set
-        self.train_set = SlowImages(train.size, train.shape, train.num_classes, train.noise,
-                                    train.seed, train.templates)
+        self.train_set = SlowImages(
+            train.size, train.shape, train.num_classes, train.noise, train.seed, train.templates
+        )
 
 
 class Recorder(L.Callback):
@@ -63,13 +64,17 @@ class Recorder(L.Callback):
 def measured():
     L.seed_everything(0)
     data = SlowData(train_samples=24 * 16, val_samples=64, test_samples=64, batch_size=16)
-    model = ImageClassifier(partial(vgg, depth=11), data.spec,
-                            partial(torch.optim.SGD, lr=0.01))
+    model = ImageClassifier(partial(vgg, depth=11), data.spec, partial(torch.optim.SGD, lr=0.01))
     recorder = Recorder()
-    trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False,
-                        num_sanity_val_steps=0,
-                        callbacks=[PerformanceMonitor(warmup_steps=4), recorder, ModelStats()])
+    trainer = L.Trainer(
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=[PerformanceMonitor(warmup_steps=4), recorder, ModelStats()],
+    )
     trainer.fit(model, datamodule=data)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     trainer.test(model, datamodule=data, verbose=False)
@@ -87,10 +92,12 @@ def test_throughput_is_samples_over_the_recorded_window(measured):
 def test_step_time_percentiles_match_recorded_steps(measured):
     metrics, rec = measured
     steps_ms = [(end - start) * 1e3 for start, end in zip(rec.starts, rec.ends, strict=True)][4:]
-    assert metrics["train/step_time_p50_ms"] == pytest.approx(statistics.median(steps_ms),
-                                                              rel=0.05, abs=0.5)
-    assert metrics["train/step_time_mean_ms"] == pytest.approx(statistics.fmean(steps_ms),
-                                                               rel=0.05, abs=0.5)
+    assert metrics["train/step_time_p50_ms"] == pytest.approx(
+        statistics.median(steps_ms), rel=0.05, abs=0.5
+    )
+    assert metrics["train/step_time_mean_ms"] == pytest.approx(
+        statistics.fmean(steps_ms), rel=0.05, abs=0.5
+    )
     assert metrics["train/step_time_p90_ms"] >= metrics["train/step_time_p50_ms"]
 
 
@@ -111,8 +118,13 @@ def test_train_epoch_time_leaves_validation_out(measured):
 
 def test_inference_throughput_and_memory_are_reported_with_units(measured):
     metrics, _ = measured
-    for name in ("val/throughput_samples_per_s", "test/throughput_samples_per_s",
-                 "val/epoch_time_s", "test/epoch_time_s", "train/peak_memory_bytes"):
+    for name in (
+        "val/throughput_samples_per_s",
+        "test/throughput_samples_per_s",
+        "val/epoch_time_s",
+        "test/epoch_time_s",
+        "train/peak_memory_bytes",
+    ):
         assert metrics[name] > 0, name
     assert metrics["train/peak_memory_bytes"] > 100 * 2**20  # a process with torch loaded
 

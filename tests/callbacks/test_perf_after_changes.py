@@ -13,14 +13,24 @@ def only_run(client):
 
 
 def test_achieved_flops_use_the_pruned_models_flops(composed, client):
-    train(composed(["model=vgg11", *QUICK, "prune=l1_structured", "prune.amount=0.5",
-                    "prune.schedule=before_fit"]))
+    train(
+        composed(
+            [
+                "model=vgg11",
+                *QUICK,
+                "prune=l1_structured",
+                "prune.amount=0.5",
+                "prune.schedule=before_fit",
+            ]
+        )
+    )
     run = only_run(client)
     m = run.data.metrics
     pruned = m["prune_after/fwd_flops_per_sample"]
     assert pruned < 0.5 * m["prune_before/fwd_flops_per_sample"]
     assert m["test/achieved_flops_per_s"] == pytest.approx(
-        pruned * m["test/throughput_samples_per_s"], rel=1e-6)
+        pruned * m["test/throughput_samples_per_s"], rel=1e-6
+    )
     history = client.get_metric_history(run.info.run_id, "model/fwd_flops_per_sample")
     assert history[-1].value == pytest.approx(pruned)
 

@@ -23,10 +23,19 @@ def test_after_fit_physical_logs_before_after_final_and_fine_tunes(composed, cli
     run = only_run(client)
     m = run.data.metrics
     for stage in ("prune_before", "prune_after", "prune_final"):
-        for quantity in ("params_count", "nonzero_params_count", "size_bytes",
-                         "fwd_flops_per_sample", "latency_b1_ms", "latency_b32_ms",
-                         "sparsity_pct", "row_sparsity_pct", "val_loss_nats", "val_bce_nats",
-                         "val_kld_nats"):
+        for quantity in (
+            "params_count",
+            "nonzero_params_count",
+            "size_bytes",
+            "fwd_flops_per_sample",
+            "latency_b1_ms",
+            "latency_b32_ms",
+            "sparsity_pct",
+            "row_sparsity_pct",
+            "val_loss_nats",
+            "val_bce_nats",
+            "val_kld_nats",
+        ):
             assert f"{stage}/{quantity}" in m, f"{stage}/{quantity}"
     assert m["prune/target_sparsity_pct"] == 50
     assert abs(m["prune_after/row_sparsity_pct"] - 50) < 1
@@ -38,17 +47,31 @@ def test_after_fit_physical_logs_before_after_final_and_fine_tunes(composed, cli
     assert m["model_final/params_count"] == m["prune_after/params_count"]
     assert len(client.get_metric_history(run.info.run_id, "train/loss")) == 2  # 1 + 1 epochs
     arts = {a.path for a in client.list_artifacts(run.info.run_id, "prune")}
-    assert {"prune/architecture_before.txt", "prune/architecture_after.txt",
-            "prune/layers.json"} <= arts
+    assert {
+        "prune/architecture_before.txt",
+        "prune/architecture_after.txt",
+        "prune/layers.json",
+    } <= arts
 
 
 def test_gradual_mask_reaches_the_target_without_compounding(composed, client):
     from hpml.train import train
 
-    train(composed(["model=vae", "prune=l1_unstructured", "prune.amount=0.6",
-                    "prune.schedule=gradual", "prune.finetune_epochs=0",
-                    "prune.sensitivity=[0.5]", "prune.save_model=true", *FAST,
-                    "trainer.max_epochs=2"]))
+    train(
+        composed(
+            [
+                "model=vae",
+                "prune=l1_unstructured",
+                "prune.amount=0.6",
+                "prune.schedule=gradual",
+                "prune.finetune_epochs=0",
+                "prune.sensitivity=[0.5]",
+                "prune.save_model=true",
+                *FAST,
+                "trainer.max_epochs=2",
+            ]
+        )
+    )
     m = only_run(client).data.metrics
     assert abs(m["prune_after/sparsity_pct"] - 60) < 1  # 0.3 then 0.6, not 1 - 0.7 * 0.4
     assert abs(m["prune_final/sparsity_pct"] - 60) < 1
@@ -60,21 +83,33 @@ def test_gradual_mask_reaches_the_target_without_compounding(composed, client):
 def test_lstm_physical_before_fit(composed, client):
     from hpml.train import train
 
-    train(composed(["model=lstm", "prune=l2_structured", "prune.amount=0.5",
-                    "prune.schedule=before_fit", *FAST]))
+    train(
+        composed(
+            [
+                "model=lstm",
+                "prune=l2_structured",
+                "prune.amount=0.5",
+                "prune.schedule=before_fit",
+                *FAST,
+            ]
+        )
+    )
     m = only_run(client).data.metrics
     assert m["prune_after/row_sparsity_pct"] == 50
     assert m["prune/flops_reduction_x"] > 2.5
     assert "prune_after/val_acc_pct" in m and "prune_final/val_acc_pct" in m
 
 
-@pytest.mark.parametrize("override,key", [
-    ("prune.amount=1.0", "prune.amount"),
-    ("prune.amount=-0.2", "prune.amount"),
-    ("prune.targets=[Nope]", "prune.targets"),
-    ("prune.exclude=[Linear]", "prune.exclude"),
-    ("prune.mode=physical", "prune.mode"),
-])
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ("prune.amount=1.0", "prune.amount"),
+        ("prune.amount=-0.2", "prune.amount"),
+        ("prune.targets=[Nope]", "prune.targets"),
+        ("prune.exclude=[Linear]", "prune.exclude"),
+        ("prune.mode=physical", "prune.mode"),
+    ],
+)
 def test_bad_prune_settings_are_config_errors(composed, override, key):
     from hpml.train import train
 

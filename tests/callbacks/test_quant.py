@@ -19,8 +19,10 @@ def test_cpu_only_kernels_fall_back_to_cpu_when_cuda_is_requested():
     device, reason = choose_device(cuda, make_quantizer("static_int8"), lambda: True)
     assert device == torch.device("cpu")
     assert "static_int8 (torch_ao) kernels run on CPU only" in reason
-    assert choose_device(torch.device("cpu"), make_quantizer("static_int8")) \
-        == (torch.device("cpu"), None)
+    assert choose_device(torch.device("cpu"), make_quantizer("static_int8")) == (
+        torch.device("cpu"),
+        None,
+    )
 
 
 def test_cuda_capable_backend_runs_on_cuda_when_there_is_one():
@@ -32,13 +34,15 @@ def test_cuda_capable_backend_runs_on_cuda_when_there_is_one():
     assert device == torch.device("cpu") and "CUDA is not available" in reason
 
 
-def test_quant_run_on_a_cuda_trainer_without_cuda_falls_back_and_tags(composed, client,
-                                                                      monkeypatch):
+def test_quant_run_on_a_cuda_trainer_without_cuda_falls_back_and_tags(
+    composed, client, monkeypatch
+):
     from hpml.train import train
 
     # What a GPU trainer asks for; the callback's device decision is the part under test.
-    monkeypatch.setattr(quant_callback, "requested_device",
-                        lambda trainer, module: torch.device("cuda:0"))
+    monkeypatch.setattr(
+        quant_callback, "requested_device", lambda trainer, module: torch.device("cuda:0")
+    )
     cfg = composed(["model=lstm", "quant=dynamic_int8", *QUICK, "quant.latency_rounds=3"])
     metrics = train(cfg)
     assert "test/acc" in metrics
@@ -55,8 +59,9 @@ def test_quant_run_on_a_cuda_trainer_without_cuda_falls_back_and_tags(composed, 
     assert tags["hpml.quant.backend"] == "torch_ao"
     assert tags["hpml.quant.device_before"] == "cpu"
     assert tags["hpml.quant.device_after"] == "cpu"
-    assert "kernels run on CPU only: evaluated on cpu instead of cuda:0" \
-        in tags["hpml.quant.fallback"]
+    assert (
+        "kernels run on CPU only: evaluated on cpu instead of cuda:0" in tags["hpml.quant.fallback"]
+    )
 
 
 def test_zero_calibration_batches_is_a_config_error_under_the_group_key(composed):
@@ -65,8 +70,10 @@ def test_zero_calibration_batches_is_a_config_error_under_the_group_key(composed
     cfg = composed(["quant=static_int8", "quant.calibration_batches=0"])
     with pytest.raises(ConfigError) as info:
         build("quant", cfg.quant)
-    assert str(info.value).startswith("quant.calibration_batches=0 is invalid: expected a "
-                                      "positive integer: static int8 calibrates")
+    assert str(info.value).startswith(
+        "quant.calibration_batches=0 is invalid: expected a "
+        "positive integer: static int8 calibrates"
+    )
 
 
 @pytest.mark.gpu

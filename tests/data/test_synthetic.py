@@ -38,13 +38,16 @@ def test_limit_caps_every_split():
     assert len(data.test_dataloader().dataset) == 10
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"batch_size": -1}, "batch_size=-1 is invalid: expected a positive integer"),
-    ({"batch_size": 0}, "batch_size=0 is invalid"),
-    ({"num_workers": -2}, "num_workers=-2 is invalid: expected an integer >= 0"),
-    ({"modality": "audio"}, "modality='audio' is invalid: expected one of image, tokens"),
-    ({"modality": "tokens", "vocab_size": 4}, "vocab_size=4 is invalid: expected at least 21"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"batch_size": -1}, "batch_size=-1 is invalid: expected a positive integer"),
+        ({"batch_size": 0}, "batch_size=0 is invalid"),
+        ({"num_workers": -2}, "num_workers=-2 is invalid: expected an integer >= 0"),
+        ({"modality": "audio"}, "modality='audio' is invalid: expected one of image, tokens"),
+        ({"modality": "tokens", "vocab_size": 4}, "vocab_size=4 is invalid: expected at least 21"),
+    ],
+)
 def test_bad_settings_name_the_value_and_what_is_valid(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         SyntheticDataModule(**kwargs)

@@ -66,8 +66,9 @@ def lstm_params(vocab, emb, hidden, layers, classes, directions=1):
 
 @pytest.mark.parametrize("bidirectional", [False, True])
 def test_lstm_matches_hand_count(bidirectional):
-    net = LSTMClassifier(500, 2, embedding_dim=32, hidden_size=16, num_layers=3,
-                         bidirectional=bidirectional)
+    net = LSTMClassifier(
+        500, 2, embedding_dim=32, hidden_size=16, num_layers=3, bidirectional=bidirectional
+    )
     expected = lstm_params(500, 32, 16, 3, 2, 2 if bidirectional else 1)
     assert sum(p.numel() for p in net.parameters()) == expected
     assert net(torch.randint(0, 500, (4, 7))).shape == (4, 2)
@@ -85,15 +86,21 @@ def test_imdb_lstm_experiment_has_the_studys_scale(composed):
 def test_vae_has_study_3_layer_shapes():
     vae = VAE()
     shapes = {name: tuple(m.weight.shape) for name, m in vae.named_children()}
-    assert shapes == {"fc1": (400, 784), "fc21": (20, 400), "fc22": (20, 400),
-                      "fc3": (400, 20), "fc4": (784, 400)}
+    assert shapes == {
+        "fc1": (400, 784),
+        "fc21": (20, 400),
+        "fc22": (20, 400),
+        "fc3": (400, 20),
+        "fc4": (784, 400),
+    }
     logits, mu, logvar = vae(torch.rand(3, 1, 28, 28))
     assert logits.shape == (3, 784) and mu.shape == logvar.shape == (3, 20)
 
 
 def test_too_small_images_name_the_smallest_size_that_works():
-    with pytest.raises(IncompatibleError, match="32x32 is too small for alexnet: it needs at least "
-                                                "63x63"):
+    with pytest.raises(
+        IncompatibleError, match="32x32 is too small for alexnet: it needs at least 63x63"
+    ):
         ImageClassifier(torchvision.models.alexnet, CIFAR, sgd)
 
 

@@ -26,9 +26,15 @@ def fit(model: L.LightningModule, data: SyntheticDataModule, epochs: int) -> dic
             for name, value in trainer.callback_metrics.items():
                 history.setdefault(name, []).append(float(value))
 
-    trainer = L.Trainer(max_epochs=epochs, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False,
-                        num_sanity_val_steps=0, callbacks=[Record()])
+    trainer = L.Trainer(
+        max_epochs=epochs,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=[Record()],
+    )
     trainer.fit(model, datamodule=data)
     return history
 
@@ -36,8 +42,9 @@ def fit(model: L.LightningModule, data: SyntheticDataModule, epochs: int) -> dic
 def test_vgg11_learns_synthetic_images():
     L.seed_everything(0)
     data = SyntheticDataModule(train_samples=512, val_samples=256, batch_size=32)
-    model = ImageClassifier(partial(vgg, depth=11), data.spec,
-                            partial(torch.optim.SGD, lr=0.02, momentum=0.9))
+    model = ImageClassifier(
+        partial(vgg, depth=11), data.spec, partial(torch.optim.SGD, lr=0.02, momentum=0.9)
+    )
     history = fit(model, data, epochs=3)
     assert history["train/loss"][-1] < history["train/loss"][0]
     assert history["val/acc"][-1] > 0.3  # 10 classes: chance is 0.1
@@ -45,8 +52,15 @@ def test_vgg11_learns_synthetic_images():
 
 def test_lstm_learns_synthetic_tokens():
     L.seed_everything(0)
-    data = SyntheticDataModule(modality="tokens", num_classes=2, seq_len=32, vocab_size=500,
-                               train_samples=1024, val_samples=256, batch_size=32)
+    data = SyntheticDataModule(
+        modality="tokens",
+        num_classes=2,
+        seq_len=32,
+        vocab_size=500,
+        train_samples=1024,
+        val_samples=256,
+        batch_size=32,
+    )
     net = partial(LSTMClassifier, embedding_dim=32, hidden_size=32, num_layers=2)
     model = TextClassifier(net, data.spec, partial(torch.optim.Adam, lr=3e-3))
     history = fit(model, data, epochs=3)
@@ -60,8 +74,9 @@ def test_vae_reconstruction_and_kl_are_logged_and_loss_falls():
     model = VAEModule(VAE, data.spec, partial(torch.optim.Adam, lr=1e-3))
     history = fit(model, data, epochs=3)
     assert history["val/loss"][-1] < history["val/loss"][0]
-    for bce, kld, loss in zip(history["val/bce"], history["val/kld"], history["val/loss"],
-                              strict=True):
+    for bce, kld, loss in zip(
+        history["val/bce"], history["val/kld"], history["val/loss"], strict=True
+    ):
         assert loss == pytest.approx(bce + kld, rel=1e-5)
         assert kld >= 0
 

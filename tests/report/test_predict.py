@@ -15,9 +15,16 @@ from hpml.train import train
 
 pytestmark = pytest.mark.slow
 
-RUN = ["model=lstm", "trainer.max_epochs=1", "trainer.enable_progress_bar=false",
-       "callbacks.perf.warmup_steps=2", "data.val_samples=32", "data.test_samples=32",
-       "test=false", "logger.system_metrics_interval_s=5"]
+RUN = [
+    "model=lstm",
+    "trainer.max_epochs=1",
+    "trainer.enable_progress_bar=false",
+    "callbacks.perf.warmup_steps=2",
+    "data.val_samples=32",
+    "data.test_samples=32",
+    "test=false",
+    "logger.system_metrics_interval_s=5",
+]
 
 
 @pytest.fixture
@@ -28,21 +35,25 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def test_prediction_at_an_unseen_batch_size_is_within_15_percent(composed, client, one_thread,
-                                                                 capsys):
+def test_prediction_at_an_unseen_batch_size_is_within_15_percent(
+    composed, client, one_thread, capsys
+):
     # Each size runs twice, interleaved, the unseen 16 between the fitted ones; the quicker run
     # of each size is kept: a burst of load from the other processes of the suite slows one run
     # of a pair, rarely both.
     runs: dict[int, list] = {8: [], 16: [], 24: []}
     for _ in range(2):
         for batch in runs:
-            train(composed([*RUN, f"data.batch_size={batch}",
-                            f"data.train_samples={batch * 18}"]))
+            train(composed([*RUN, f"data.batch_size={batch}", f"data.train_samples={batch * 18}"]))
             runs[batch] += client.search_runs(
                 [client.get_experiment_by_name("hpml").experiment_id],
-                order_by=["attributes.start_time DESC"], max_results=1)
-    quickest = {batch: min(pair, key=lambda run: observations([run], "cpu")[1][0])
-                for batch, pair in runs.items()}
+                order_by=["attributes.start_time DESC"],
+                max_results=1,
+            )
+    quickest = {
+        batch: min(pair, key=lambda run: observations([run], "cpu")[1][0])
+        for batch, pair in runs.items()
+    }
     ids = {batch: run.info.run_id for batch, run in quickest.items()}
     # CPU time of a one-thread run: three other processes share this 2-core machine in testing
     assert main(["--runs", ids[8], ids[24], "--batch", "16", "--clock", "cpu"]) == 0

@@ -40,10 +40,13 @@ def saved(path: Path, size: int) -> str:
 
 
 def test_checkpoints_over_the_cap_stay_on_disk_with_one_warning(root, client, run_id, caplog):
-    logger = AttachedMLFlowLogger(tracking_uri=client.tracking_uri, run_id=run_id,
-                                  checkpoint_max_bytes=100)
-    callback = SimpleNamespace(last_model_path=saved(root / "ck" / "last.ckpt", 50),
-                               best_model_path=saved(root / "ck" / "best.ckpt", 500))
+    logger = AttachedMLFlowLogger(
+        tracking_uri=client.tracking_uri, run_id=run_id, checkpoint_max_bytes=100
+    )
+    callback = SimpleNamespace(
+        last_model_path=saved(root / "ck" / "last.ckpt", 50),
+        best_model_path=saved(root / "ck" / "best.ckpt", 500),
+    )
     with caplog.at_level(logging.WARNING, logger="hpml.tracking.logger"):
         logger.after_save_checkpoint(callback)
         logger.after_save_checkpoint(callback)  # unchanged files: nothing new, no new warning
@@ -81,18 +84,27 @@ def test_bad_resume_values_name_the_value_and_what_is_valid(root, client, run_id
     client.set_tag(run_id, WRITER_TAG, f"{socket.gethostname()}:{gone.pid}")
     assert find_run(client, "hpml", run_id).info.run_id == run_id
     client.set_terminated(run_id, "FINISHED")
-    with pytest.raises(ResumeError, match=f"resume={run_id}: the run is FINISHED; resume "
-                                          "continues KILLED, FAILED, RUNNING runs"):
+    with pytest.raises(
+        ResumeError,
+        match=f"resume={run_id}: the run is FINISHED; resume "
+        "continues KILLED, FAILED, RUNNING runs",
+    ):
         find_run(client, "hpml", run_id)
 
 
 def test_the_runs_overrides_come_first_and_the_new_ones_win():
-    recorded = ["model=vae", "trainer.max_epochs=3", "+callbacks.slow.seconds=1", "resume=old",
-                "logger.tracking_uri=http://***@host"]
+    recorded = [
+        "model=vae",
+        "trainer.max_epochs=3",
+        "+callbacks.slow.seconds=1",
+        "resume=old",
+        "logger.tracking_uri=http://***@host",
+    ]
     given = ["resume=abc", "trainer.max_epochs=5", "+callbacks.slow.seconds=0"]
     assert merge_overrides(recorded, given) == ["model=vae", *given]
-    assert merge_overrides(recorded, ["callbacks.slow.seconds=0"])[-1] \
-        == "++callbacks.slow.seconds=0"  # the key exists only through the recorded +
+    assert (
+        merge_overrides(recorded, ["callbacks.slow.seconds=0"])[-1] == "++callbacks.slow.seconds=0"
+    )  # the key exists only through the recorded +
     assert requested(given) == "abc"
     assert requested(["resume=null"]) is None
 
@@ -107,5 +119,6 @@ def test_sigterm_outside_lightning_ends_in_one_line_and_exit_143(capsys):
     assert exc.value.code == 128 + signal.SIGTERM
     assert capsys.readouterr().err.splitlines() == [
         "hpml: run abc stopped by SIGTERM (KILLED in MLflow) before its first checkpoint: "
-        "nothing to resume, run it again"]
+        "nothing to resume, run it again"
+    ]
     assert signal.getsignal(signal.SIGTERM) is previous

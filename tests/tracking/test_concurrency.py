@@ -19,8 +19,15 @@ def test_sweeps_racing_to_create_a_fresh_store_lose_no_run(tmp_path: Path):
     from mlflow import MlflowClient
 
     store = tmp_path / "fresh" / "mlflow.db"  # does not exist yet: every sweep races to make it
-    args = ["-m", "model=vae", *QUICK, f"seed={SEEDS}", "test=false",
-            "callbacks.perf.measured_peak=false", f"logger.tracking_uri=sqlite:///{store}"]
+    args = [
+        "-m",
+        "model=vae",
+        *QUICK,
+        f"seed={SEEDS}",
+        "test=false",
+        "callbacks.perf.measured_peak=false",
+        f"logger.tracking_uri=sqlite:///{store}",
+    ]
     with concurrent.futures.ThreadPoolExecutor(SWEEPS) as pool:
         results = list(pool.map(lambda _: run_cli(args, tmp_path), range(SWEEPS)))
     for result in results:

@@ -30,8 +30,9 @@ def artifact_paths(client, run_id: str, path: str = "") -> set[str]:
 
 
 def test_single_run_is_recorded_with_params_metrics_tags_and_artifacts(root, client):
-    result = run_cli(["model=vae", *QUICK, "trainer.max_epochs=2",
-                      "logger.system_metrics_interval_s=0.1"], root)
+    result = run_cli(
+        ["model=vae", *QUICK, "trainer.max_epochs=2", "logger.system_metrics_interval_s=0.1"], root
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     run = only_run(client)
     assert run.info.status == "FINISHED"
@@ -44,24 +45,45 @@ def test_single_run_is_recorded_with_params_metrics_tags_and_artifacts(root, cli
     assert params["data.channels"] == "1"  # the VAE picked MNIST-shaped synthetic data
 
     metrics = run.data.metrics
-    for name in ("model/fwd_flops_per_sample", "model/fwd_bwd_flops_per_sample",
-                 "train/achieved_flops_per_s", "train/mfu_measured_pct",
-                 "test/achieved_flops_per_s", "memory/weights_bytes", "memory/gradients_bytes",
-                 "memory/optimizer_state_bytes", "memory/activations_bytes",
-                 "memory/training_total_bytes", "machine/load_avg_1m_procs"):
+    for name in (
+        "model/fwd_flops_per_sample",
+        "model/fwd_bwd_flops_per_sample",
+        "train/achieved_flops_per_s",
+        "train/mfu_measured_pct",
+        "test/achieved_flops_per_s",
+        "memory/weights_bytes",
+        "memory/gradients_bytes",
+        "memory/optimizer_state_bytes",
+        "memory/activations_bytes",
+        "memory/training_total_bytes",
+        "machine/load_avg_1m_procs",
+    ):
         assert name in metrics, name
     assert metrics["model/fwd_flops_per_sample"] == 2 * 651_200  # study 3's MACs, 2 x MAC
     assert metrics["train/achieved_flops_per_s"] == pytest.approx(
         metrics["model/fwd_bwd_flops_per_sample"] * metrics["train/throughput_samples_per_s"],
-        rel=1e-6)
+        rel=1e-6,
+    )
     assert metrics["memory/weights_bytes"] == 4 * metrics["model/params_count"]
-    for name in ("train/throughput_samples_per_s", "train/step_time_p50_ms",
-                 "train/step_time_p90_ms", "train/data_wait_pct", "train/epoch_time_s",
-                 "train/peak_memory_bytes", "test/throughput_samples_per_s", "val/loss",
-                 "val/bce", "val/kld", "model/params_count", "model/size_bytes"):
+    for name in (
+        "train/throughput_samples_per_s",
+        "train/step_time_p50_ms",
+        "train/step_time_p90_ms",
+        "train/data_wait_pct",
+        "train/epoch_time_s",
+        "train/peak_memory_bytes",
+        "test/throughput_samples_per_s",
+        "val/loss",
+        "val/bce",
+        "val/kld",
+        "model/params_count",
+        "model/size_bytes",
+    ):
         assert name in metrics, name
-    assert metrics["model/params_count"] == 784 * 400 + 400 + 2 * (400 * 20 + 20) \
-        + 20 * 400 + 400 + 400 * 784 + 784
+    assert (
+        metrics["model/params_count"]
+        == 784 * 400 + 400 + 2 * (400 * 20 + 20) + 20 * 400 + 400 + 400 * 784 + 784
+    )
     history = client.get_metric_history(run.info.run_id, "train/loss")
     assert len(history) == 2  # one point per epoch
     assert history[1].value < history[0].value
@@ -75,8 +97,14 @@ def test_single_run_is_recorded_with_params_metrics_tags_and_artifacts(root, cli
     assert "system/cpu_utilization_percentage" in metrics  # MLflow's system metrics ran
 
     arts = artifact_paths(client, run.info.run_id)
-    assert {"config/config_resolved.yaml", "config/hydra/overrides.yaml", "logs/train.log",
-            "model/architecture.txt", "flops/by_module.csv", "memory/breakdown.png"} <= arts
+    assert {
+        "config/config_resolved.yaml",
+        "config/hydra/overrides.yaml",
+        "logs/train.log",
+        "model/architecture.txt",
+        "flops/by_module.csv",
+        "memory/breakdown.png",
+    } <= arts
     artifact_dir = root / "mlartifacts" / "hpml"
     assert artifact_dir.is_dir()  # artifacts beside the store, not in the working directory
 
@@ -96,19 +124,33 @@ def test_multirun_gives_one_parent_and_a_child_per_job(root, client):
     assert sorted(c.data.tags["hpml.job_num"] for c in children) == ["0", "1"]
     for child in children:
         assert child.info.status == "FINISHED"
-        for name in ("train/throughput_samples_per_s", "train/step_time_mean_ms",
-                     "train/peak_memory_bytes", "val/acc", "test/acc"):
+        for name in (
+            "train/throughput_samples_per_s",
+            "train/step_time_mean_ms",
+            "train/peak_memory_bytes",
+            "val/acc",
+            "test/acc",
+        ):
             assert name in child.data.metrics, name
     sweep_dir = Path(parent.data.tags["hpml.sweep_dir"])
     assert sweep_dir.parent.parent == root / "multirun"
-    assert json.loads((sweep_dir / "mlflow_parent_run.json").read_text())["run_id"] \
+    assert (
+        json.loads((sweep_dir / "mlflow_parent_run.json").read_text())["run_id"]
         == parent.info.run_id
+    )
 
 
 def test_failure_mid_training_keeps_earlier_metrics_and_ends_failed(root, client):
-    result = run_cli(["model=vae", *QUICK, "trainer.max_epochs=3",
-                      "+callbacks.fail._target_=tests.helpers.FailAtEpoch",
-                      "+callbacks.fail.epoch=1"], root)
+    result = run_cli(
+        [
+            "model=vae",
+            *QUICK,
+            "trainer.max_epochs=3",
+            "+callbacks.fail._target_=tests.helpers.FailAtEpoch",
+            "+callbacks.fail.epoch=1",
+        ],
+        root,
+    )
     assert result.returncode == 1
     lines = stderr_lines(result)
     assert len(lines) == 1, result.stderr[-3000:]
@@ -132,10 +174,13 @@ def test_failed_job_in_a_sweep_does_not_stop_the_others(root, client):
     assert any("data.batch_size=-1 is invalid" in line for line in stderr_lines(result))
     exp = client.get_experiment_by_name("hpml")
     runs = client.search_runs([exp.experiment_id])
-    children = {r.data.params.get("data.batch_size"): r for r in runs
-                if "mlflow.parentRunId" in r.data.tags}
-    assert {size: r.info.status for size, r in children.items()} == {"-1": "FAILED",
-                                                                     "32": "FINISHED"}
+    children = {
+        r.data.params.get("data.batch_size"): r for r in runs if "mlflow.parentRunId" in r.data.tags
+    }
+    assert {size: r.info.status for size, r in children.items()} == {
+        "-1": "FAILED",
+        "32": "FINISHED",
+    }
     # refused before training, yet listed under the sweep with its error and its log
     refused = children["-1"]
     assert "data.batch_size=-1 is invalid" in refused.data.tags["hpml.error"]
@@ -162,7 +207,8 @@ def test_unknown_model_is_one_line_listing_valid_models(root):
     assert result.returncode == 2
     valid = ", ".join(options("model"))
     assert result.stderr.strip().splitlines() == [
-        f"hpml: error: unknown model 'resnet9000' for model= (valid: {valid})"]
+        f"hpml: error: unknown model 'resnet9000' for model= (valid: {valid})"
+    ]
 
 
 def test_too_small_input_names_the_smallest_size_that_works(root):
@@ -181,18 +227,24 @@ def test_two_sweeps_started_together_do_not_collide(root, client):
         assert result.returncode == 0, result.stderr[-3000:]
     sweep_dirs = {p for p in (root / "multirun").glob("*/*") if p.is_dir()}
     assert len(sweep_dirs) == 2
-    parents = [r for r in client.search_runs([client.get_experiment_by_name("hpml")
-                                              .experiment_id])
-               if r.data.tags.get("hpml.sweep_parent") == "true"]
+    parents = [
+        r
+        for r in client.search_runs([client.get_experiment_by_name("hpml").experiment_id])
+        if r.data.tags.get("hpml.sweep_parent") == "true"
+    ]
     assert len({p.data.tags["hpml.sweep_dir"] for p in parents}) == 2, [
-        (p.info.run_id, p.data.tags["hpml.sweep_dir"], p.info.experiment_id) for p in parents]
+        (p.info.run_id, p.data.tags["hpml.sweep_dir"], p.info.experiment_id) for p in parents
+    ]
 
 
 def test_help_and_config_errors_do_not_import_torch():
-    code = ("import sys, hpml.train, hpml.cli; "
-            "print(sorted(m for m in ('torch', 'lightning', 'mlflow') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                         check=True).stdout
+    code = (
+        "import sys, hpml.train, hpml.cli; "
+        "print(sorted(m for m in ('torch', 'lightning', 'mlflow') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == "[]"
 
 

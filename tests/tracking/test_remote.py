@@ -32,8 +32,11 @@ from tests.conftest import QUICK, REPO, run_cli, stderr_lines
 from tests.servers import MlflowServer, free_port
 
 MALFORMED = ["htp://x", "http://", "localhost:5000", "sqlite://", "http://host:port"]
-RETRY_VARIABLES = ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
-                   "_MLFLOW_HTTP_REQUEST_MAX_RETRIES_LIMIT")
+RETRY_VARIABLES = (
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
+    "_MLFLOW_HTTP_REQUEST_MAX_RETRIES_LIMIT",
+)
 
 
 @pytest.fixture
@@ -62,12 +65,19 @@ def test_a_host_and_port_without_scheme_gets_a_hint():
         check_uri("localhost:5000")
 
 
-@pytest.mark.parametrize(("uri", "scheme"), [
-    ("sqlite:////tmp/x/mlflow.db", "sqlite"), ("sqlite:///mlflow.db", "sqlite"),
-    ("http://127.0.0.1:5000", "http"), ("https://mlflow.example.com", "https"),
-    ("databricks", "databricks"), ("databricks://profile", "databricks"),
-    ("postgresql://host/db", "postgresql"), ("mysql+pymysql://u@host/db", "mysql+pymysql"),
-])
+@pytest.mark.parametrize(
+    ("uri", "scheme"),
+    [
+        ("sqlite:////tmp/x/mlflow.db", "sqlite"),
+        ("sqlite:///mlflow.db", "sqlite"),
+        ("http://127.0.0.1:5000", "http"),
+        ("https://mlflow.example.com", "https"),
+        ("databricks", "databricks"),
+        ("databricks://profile", "databricks"),
+        ("postgresql://host/db", "postgresql"),
+        ("mysql+pymysql://u@host/db", "mysql+pymysql"),
+    ],
+)
 def test_valid_uris_pass_without_network(uri, scheme):
     assert check_uri(uri) == scheme
     if scheme not in ("http", "https"):
@@ -219,8 +229,11 @@ def test_malformed_uri_fails_in_one_line(root, uri):
 @pytest.mark.parametrize("uri", ["http://alice:hunter2@127.0.0.1:{port}", "htp://x"])
 def test_sweep_against_a_bad_store_stops_before_any_job(root, uri):
     uri = uri.format(port=free_port())
-    result = run_cli(["-m", "model=vae", *QUICK, "data.batch_size=32,64",
-                      f"logger.tracking_uri={uri}"], root, timeout=120)
+    result = run_cli(
+        ["-m", "model=vae", *QUICK, "data.batch_size=32,64", f"logger.tracking_uri={uri}"],
+        root,
+        timeout=120,
+    )
     assert result.returncode == 1
     errors = stderr_lines(result, "hpml: error:")
     assert len(errors) == 1, result.stderr[-3000:]
@@ -234,8 +247,9 @@ def test_sweep_against_a_bad_store_stops_before_any_job(root, uri):
 
 
 @pytest.fixture(scope="module")
-def module_server(tmp_path_factory: pytest.TempPathFactory,
-                  store_template: Path) -> Iterator[MlflowServer]:
+def module_server(
+    tmp_path_factory: pytest.TempPathFactory, store_template: Path
+) -> Iterator[MlflowServer]:
     """One server for the module: starting one takes ~25 s on 2 cores."""
     server = MlflowServer(tmp_path_factory.mktemp("server"), store_template)
     try:
@@ -274,10 +288,23 @@ def start_gated_run(args: list[str], root: Path, gate: Path) -> subprocess.Popen
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     env |= {"HPML_ROOT": str(root), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(
-        [sys.executable, "-m", "hpml.train", "model=vae", *QUICK, *args,
-         "+callbacks.gate._target_=tests.helpers.WaitAtEpoch", "+callbacks.gate.epoch=1",
-         f"+callbacks.gate.gate_dir={gate}"],
-        cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "hpml.train",
+            "model=vae",
+            *QUICK,
+            *args,
+            "+callbacks.gate._target_=tests.helpers.WaitAtEpoch",
+            "+callbacks.gate.epoch=1",
+            f"+callbacks.gate.gate_dir={gate}",
+        ],
+        cwd=root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 @pytest.mark.slow
@@ -285,8 +312,15 @@ def test_server_stopped_and_restarted_mid_run_loses_no_metric(mlflow_server, roo
     from mlflow import MlflowClient
 
     epochs, gate = 3, tmp_path / "gate"
-    proc = start_gated_run([f"trainer.max_epochs={epochs}", "logger.experiment_name=outage",
-                            f"logger.tracking_uri={mlflow_server.uri}"], root, gate)
+    proc = start_gated_run(
+        [
+            f"trainer.max_epochs={epochs}",
+            "logger.experiment_name=outage",
+            f"logger.tracking_uri={mlflow_server.uri}",
+        ],
+        root,
+        gate,
+    )
     try:
         wait_for(gate / "reached", proc)  # epoch 0 is logged; epoch 1 waits for the gate
         client = MlflowClient(mlflow_server.uri)
@@ -313,8 +347,13 @@ def test_server_stopped_and_restarted_mid_run_loses_no_metric(mlflow_server, roo
 
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED"
-    for name in ("train/loss", "val/loss", "val/kld", "train/epoch_time_s",
-                 "machine/load_avg_1m_procs"):
+    for name in (
+        "train/loss",
+        "val/loss",
+        "val/kld",
+        "train/epoch_time_s",
+        "machine/load_avg_1m_procs",
+    ):
         history = sorted(client.get_metric_history(run_id, name), key=lambda m: m.step)
         steps = [m.step for m in history]
         assert len(history) == epochs and len(set(steps)) == epochs, (name, steps)
@@ -322,8 +361,10 @@ def test_server_stopped_and_restarted_mid_run_loses_no_metric(mlflow_server, roo
     assert losses[1].timestamp >= down_ms  # logged while the server was down, landed after
     assert "test/loss" in run.data.metrics
     assert "system/cpu_utilization_percentage" in run.data.metrics
-    print(f"server down for {(up_ms - down_ms) / 1000:.1f} s; train/loss (step, value): "
-          f"{[(m.step, round(m.value, 2)) for m in losses]}")
+    print(
+        f"server down for {(up_ms - down_ms) / 1000:.1f} s; train/loss (step, value): "
+        f"{[(m.step, round(m.value, 2)) for m in losses]}"
+    )
 
 
 @pytest.mark.slow
@@ -334,8 +375,16 @@ def test_server_gone_for_good_fails_the_run_in_one_line(mlflow_server, root, tmp
     after this one."""
     gate = tmp_path / "gate"
     uri = mlflow_server.uri.replace("//", "//alice:hunter2@")  # the server ignores the password
-    proc = start_gated_run(["trainer.max_epochs=2", "logger.experiment_name=gone",
-                            "logger.retry_s=2", f"logger.tracking_uri={uri}"], root, gate)
+    proc = start_gated_run(
+        [
+            "trainer.max_epochs=2",
+            "logger.experiment_name=gone",
+            "logger.retry_s=2",
+            f"logger.tracking_uri={uri}",
+        ],
+        root,
+        gate,
+    )
     try:
         wait_for(gate / "reached", proc)
         mlflow_server.stop()

@@ -26,13 +26,20 @@ def start_cli(args: list[str], root: Path) -> subprocess.Popen:
     """``python -m hpml.train ARGS`` in the background, as ``run_cli`` runs it."""
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     env |= {"HPML_ROOT": str(root), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "hpml.train", *args], cwd=root, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "hpml.train", *args],
+        cwd=root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
-def stop_after_a_checkpoint(proc: subprocess.Popen, root: Path, signum: int,
-                            seen: set[Path]) -> tuple[int, list[str]]:
+def stop_after_a_checkpoint(
+    proc: subprocess.Popen, root: Path, signum: int, seen: set[Path]
+) -> tuple[int, list[str]]:
     """Send ``signum`` once a last.ckpt not in ``seen`` appears; the exit code and hpml lines.
 
     The signal goes to the process group, DataLoader workers included, as SLURM and Ctrl-C send it.
@@ -48,8 +55,9 @@ def stop_after_a_checkpoint(proc: subprocess.Popen, root: Path, signum: int,
 
 
 def test_stopped_run_resumes_into_the_same_run_with_every_epoch_once(root, client):
-    first = start_cli(["model=vae", *QUICK, f"trainer.max_epochs={EPOCHS}", "data.num_workers=1",
-                       *SLOW], root)
+    first = start_cli(
+        ["model=vae", *QUICK, f"trainer.max_epochs={EPOCHS}", "data.num_workers=1", *SLOW], root
+    )
     code, lines = stop_after_a_checkpoint(first, root, signal.SIGTERM, set())
     assert code == 128 + signal.SIGTERM
     runs = client.search_runs([client.get_experiment_by_name("hpml").experiment_id])
@@ -67,8 +75,9 @@ def test_stopped_run_resumes_into_the_same_run_with_every_epoch_once(root, clien
 
     # resume by id: the run's own overrides come back; Ctrl-C stops it again
     seen = set(root.glob("outputs/*/*/checkpoints/last.ckpt"))
-    code, lines = stop_after_a_checkpoint(start_cli([f"resume={run_id}"], root), root,
-                                          signal.SIGINT, seen)
+    code, lines = stop_after_a_checkpoint(
+        start_cli([f"resume={run_id}"], root), root, signal.SIGINT, seen
+    )
     assert code == 128 + signal.SIGINT
     assert len(lines) == 1 and f"run {run_id} stopped by SIGINT" in lines[0], lines
     assert client.get_run(run_id).info.status == "KILLED"
@@ -84,8 +93,10 @@ def test_stopped_run_resumes_into_the_same_run_with_every_epoch_once(root, clien
     assert "hpml.error" not in run.data.tags
 
     history = sorted(client.get_metric_history(run_id, "train/loss"), key=lambda m: m.step)
-    print("train/loss of the resumed run (epoch, step, value):",
-          [(i, m.step, round(m.value, 3)) for i, m in enumerate(history)])
+    print(
+        "train/loss of the resumed run (epoch, step, value):",
+        [(i, m.step, round(m.value, 3)) for i, m in enumerate(history)],
+    )
     assert [m.step for m in history] == [(e + 1) * STEPS_PER_EPOCH - 1 for e in range(EPOCHS)]
     epochs = sorted({m.value for m in client.get_metric_history(run_id, "epoch")})
     assert epochs[:EPOCHS] == list(range(EPOCHS))
@@ -101,4 +112,5 @@ def test_unknown_resume_value_is_one_line_naming_it(root):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "hpml: error: resume=0123abcd: no such run in "
-        f"sqlite:///{root}/mlflow.db; no run of this experiment has a checkpoint to resume from"]
+        f"sqlite:///{root}/mlflow.db; no run of this experiment has a checkpoint to resume from"
+    ]

@@ -35,8 +35,9 @@ def test_run_goes_to_the_server_with_metrics_and_artifacts(server, root):
     assert len(runs) == 1 and runs[0].info.status == "FINISHED"
     assert "train/throughput_samples_per_s" in runs[0].data.metrics
     assert runs[0].data.params["logger.tracking_uri"] == uri
-    assert [a.path for a in client.list_artifacts(runs[0].info.run_id, "model")] == \
-        ["model/architecture.txt"]
+    assert [a.path for a in client.list_artifacts(runs[0].info.run_id, "model")] == [
+        "model/architecture.txt"
+    ]
     assert list((server_dir / "artifacts").rglob("architecture.txt"))  # stored by server
     local = MlflowClient(f"sqlite:///{root}/mlflow.db")
     assert local.get_experiment_by_name("hpml") is None  # nothing went to the local store

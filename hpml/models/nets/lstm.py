@@ -13,14 +13,27 @@ class LSTMClassifier(nn.Module):
     ``bidirectional`` the top layer's forward and backward final states are concatenated.
     """
 
-    def __init__(self, vocab_size: int, num_classes: int = 2, embedding_dim: int = 128,
-                 hidden_size: int = 128, num_layers: int = 2, bidirectional: bool = False,
-                 dropout: float = 0.0, padding_idx: int = 0) -> None:
+    def __init__(
+        self,
+        vocab_size: int,
+        num_classes: int = 2,
+        embedding_dim: int = 128,
+        hidden_size: int = 128,
+        num_layers: int = 2,
+        bidirectional: bool = False,
+        dropout: float = 0.0,
+        padding_idx: int = 0,
+    ) -> None:
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, embedding_dim, padding_idx=padding_idx)
-        self.lstm = nn.LSTM(embedding_dim, hidden_size, num_layers=num_layers, batch_first=True,
-                            bidirectional=bidirectional,
-                            dropout=dropout if num_layers > 1 else 0.0)
+        self.lstm = nn.LSTM(
+            embedding_dim,
+            hidden_size,
+            num_layers=num_layers,
+            batch_first=True,
+            bidirectional=bidirectional,
+            dropout=dropout if num_layers > 1 else 0.0,
+        )
         self.dropout = nn.Dropout(dropout)
         self.fc = nn.Linear(hidden_size * (2 if bidirectional else 1), num_classes)
 

@@ -12,8 +12,29 @@ CONFIGS: dict[int, list[int | str]] = {
     11: [64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
     13: [64, 64, "M", 128, 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
     16: [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"],
-    19: [64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M",
-         512, 512, 512, 512, "M", 512, 512, 512, 512, "M"],
+    19: [
+        64,
+        64,
+        "M",
+        128,
+        128,
+        "M",
+        256,
+        256,
+        256,
+        256,
+        "M",
+        512,
+        512,
+        512,
+        512,
+        "M",
+        512,
+        512,
+        512,
+        512,
+        "M",
+    ],
 }
 LAYOUTS = ("cifar", "imagenet")
 
@@ -46,8 +67,9 @@ class CifarVGG(nn.Module):
         return self.classifier(self.features(x).flatten(1))
 
 
-def vgg(depth: int = 11, num_classes: int = 10, layout: str = "cifar",
-        batch_norm: bool = True) -> nn.Module:
+def vgg(
+    depth: int = 11, num_classes: int = 10, layout: str = "cifar", batch_norm: bool = True
+) -> nn.Module:
     """Build VGG-``depth`` in the ``cifar`` or ``imagenet`` (torchvision, 224x224) layout."""
     if depth not in CONFIGS:
         raise ConfigError("depth", depth, f"one of {', '.join(map(str, CONFIGS))}")

@@ -80,12 +80,11 @@ def max_abs_diff(reference: Any, other: Any) -> float:
     if isinstance(reference, torch.Tensor):
         if not isinstance(other, torch.Tensor) or other.shape != reference.shape:
             return float("inf")
-        return float((reference.float() - other.float()).abs().max()) if reference.numel() else 0.
+        return float((reference.float() - other.float()).abs().max()) if reference.numel() else 0.0
     if isinstance(reference, list | tuple):
         if not isinstance(other, list | tuple) or len(other) != len(reference):
             return float("inf")
-        return max((max_abs_diff(r, o) for r, o in zip(reference, other, strict=True)),
-                   default=0.0)
+        return max((max_abs_diff(r, o) for r, o in zip(reference, other, strict=True)), default=0.0)
     return 0.0 if reference == other else float("inf")
 
 
@@ -97,16 +96,18 @@ def _sync(example: Any) -> None:
 
 def _untraceable(net: nn.Module, method: str, exc: BaseException) -> IncompatibleError:
     alternatives = ", ".join(f"compile={m}" for m in METHODS if m != method)
-    return IncompatibleError(f"{method} cannot compile {type(net).__name__}: "
-                             f"{_first_line(exc)} (try {alternatives})")
+    return IncompatibleError(
+        f"{method} cannot compile {type(net).__name__}: {_first_line(exc)} (try {alternatives})"
+    )
 
 
 def torchscript(net: nn.Module, examples: Sequence[Any]) -> tuple[nn.Module, float]:
     start = time.perf_counter()
     try:
         with torch.no_grad():
-            traced = torch.jit.trace(net, _args(examples[0]),
-                                     check_inputs=[_args(e) for e in examples[1:]] or None)
+            traced = torch.jit.trace(
+                net, _args(examples[0]), check_inputs=[_args(e) for e in examples[1:]] or None
+            )
             module = torch.jit.optimize_for_inference(torch.jit.freeze(traced))
             with torch.inference_mode():
                 for example in examples:  # the profiling executor specialises on first calls
@@ -127,9 +128,14 @@ def use_cache_dir(workdir: Path) -> Path:
     return cache
 
 
-def torch_compile(net: nn.Module, examples: Sequence[Any], workdir: Path, mode: str = "default",
-                  dynamic: bool | None = None, fullgraph: bool = False
-                  ) -> tuple[nn.Module, float]:
+def torch_compile(
+    net: nn.Module,
+    examples: Sequence[Any],
+    workdir: Path,
+    mode: str = "default",
+    dynamic: bool | None = None,
+    fullgraph: bool = False,
+) -> tuple[nn.Module, float]:
     if mode not in MODES:
         raise ConfigError("mode", mode, f"one of {', '.join(MODES)}")
     use_cache_dir(workdir)
@@ -146,11 +152,11 @@ def torch_compile(net: nn.Module, examples: Sequence[Any], workdir: Path, mode: 
     return module, time.perf_counter() - start
 
 
-def export(net: nn.Module, examples: Sequence[Any], workdir: Path
-           ) -> tuple[nn.Module, float, Path]:
+def export(net: nn.Module, examples: Sequence[Any], workdir: Path) -> tuple[nn.Module, float, Path]:
     example = _args(examples[-1])
-    dynamic = tuple({0: torch.export.Dim.AUTO} if isinstance(a, torch.Tensor) else None
-                    for a in example)
+    dynamic = tuple(
+        {0: torch.export.Dim.AUTO} if isinstance(a, torch.Tensor) else None for a in example
+    )
     start = time.perf_counter()
     try:
         program = torch.export.export(net, example, dynamic_shapes=dynamic)
@@ -163,9 +169,16 @@ def export(net: nn.Module, examples: Sequence[Any], workdir: Path
     return program.module(), seconds, path
 
 
-def compile_model(net: nn.Module, method: str, examples: Sequence[Any], workdir: Path,
-                  mode: str = "default", dynamic: bool | None = None, fullgraph: bool = False,
-                  tolerance: float = 1e-3) -> Compiled:
+def compile_model(
+    net: nn.Module,
+    method: str,
+    examples: Sequence[Any],
+    workdir: Path,
+    mode: str = "default",
+    dynamic: bool | None = None,
+    fullgraph: bool = False,
+    tolerance: float = 1e-3,
+) -> Compiled:
     """Compile eval-mode ``net`` by ``method``; ``examples`` are inputs of each batch size to
     serve (compiled for, and checked against eager within ``tolerance``, relative to the
     largest eager output)."""
@@ -186,14 +199,19 @@ def compile_model(net: nn.Module, method: str, examples: Sequence[Any], workdir:
     if method != "torch_compile":
         module = Program(module, method)
     with torch.inference_mode():
-        diff = max(max_abs_diff(want, module(*_args(e)))
-                   for want, e in zip(expected, examples, strict=True))
-    scale = max(max_abs_diff(torch.zeros_like(w), w) if isinstance(w, torch.Tensor) else 1.0
-                for w in expected)
+        diff = max(
+            max_abs_diff(want, module(*_args(e)))
+            for want, e in zip(expected, examples, strict=True)
+        )
+    scale = max(
+        max_abs_diff(torch.zeros_like(w), w) if isinstance(w, torch.Tensor) else 1.0
+        for w in expected
+    )
     if not diff <= tolerance * max(scale, 1.0):
         raise IncompatibleError(
             f"{method} output of {type(net).__name__} differs from eager by {diff:.3g} "
-            f"(tolerance {tolerance:g} x {max(scale, 1.0):.3g}): the model is not traceable as is")
+            f"(tolerance {tolerance:g} x {max(scale, 1.0):.3g}): the model is not traceable as is"
+        )
     size = None
     if method == "torchscript":
         with tempfile.TemporaryDirectory() as tmp:

@@ -12,5 +12,13 @@ When to prune during training is :class:`hpml.callbacks.prune.Prune`'s business.
 from hpml.optimize.prune.pruner import METHODS, MODES, Pruner, PruneReport, default_mode
 from hpml.optimize.prune.targets import DEFAULT_EXCLUDE, DEFAULT_TARGETS, OUTPUT_LAYER
 
-__all__ = ["DEFAULT_EXCLUDE", "DEFAULT_TARGETS", "METHODS", "MODES", "OUTPUT_LAYER",
-           "PruneReport", "Pruner", "default_mode"]
+__all__ = [
+    "DEFAULT_EXCLUDE",
+    "DEFAULT_TARGETS",
+    "METHODS",
+    "MODES",
+    "OUTPUT_LAYER",
+    "PruneReport",
+    "Pruner",
+    "default_mode",
+]

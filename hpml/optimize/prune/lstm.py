@@ -65,15 +65,17 @@ def _gate_rows(keep: Tensor, hidden: int) -> Tensor:
     return torch.cat([keep + gate * hidden for gate in range(4)])
 
 
-def shrink_lstm(lstm: nn.LSTM, keep: dict[tuple[int, int], Tensor],
-                input_keep: Tensor | None = None) -> nn.LSTM:
+def shrink_lstm(
+    lstm: nn.LSTM, keep: dict[tuple[int, int], Tensor], input_keep: Tensor | None = None
+) -> nn.LSTM:
     """A new LSTM with hidden units ``keep[(layer, direction)]`` and input features ``input_keep``.
 
     All ``keep`` entries must have the same length (the new ``hidden_size``).
     """
     if lstm.proj_size:
-        raise IncompatibleError("physical pruning of an LSTM with proj_size is not supported; "
-                                "use prune.mode=mask")
+        raise IncompatibleError(
+            "physical pruning of an LSTM with proj_size is not supported; use prune.mode=mask"
+        )
     sizes = {len(k) for k in keep.values()}
     if len(sizes) != 1:
         raise ValueError(f"every layer and direction must keep as many units, got {sizes}")
@@ -82,18 +84,26 @@ def shrink_lstm(lstm: nn.LSTM, keep: dict[tuple[int, int], Tensor],
     device = lstm.weight_ih_l0.device
     input_keep = None if input_keep is None else input_keep.to(device)
     new_input = lstm.input_size if input_keep is None else len(input_keep)
-    new = nn.LSTM(new_input, new_hidden, num_layers=lstm.num_layers, bias=lstm.bias,
-                  batch_first=lstm.batch_first, dropout=lstm.dropout,
-                  bidirectional=lstm.bidirectional, device=device,
-                  dtype=lstm.weight_ih_l0.dtype)
+    new = nn.LSTM(
+        new_input,
+        new_hidden,
+        num_layers=lstm.num_layers,
+        bias=lstm.bias,
+        batch_first=lstm.batch_first,
+        dropout=lstm.dropout,
+        bidirectional=lstm.bidirectional,
+        device=device,
+        dtype=lstm.weight_ih_l0.dtype,
+    )
     new.train(lstm.training)
     with torch.no_grad():
         for layer in range(lstm.num_layers):
             if layer == 0:
                 columns = input_keep
             else:
-                columns = torch.cat([keep[(layer - 1, d)].to(device) + d * hidden
-                                     for d in range(dirs)])
+                columns = torch.cat(
+                    [keep[(layer - 1, d)].to(device) + d * hidden for d in range(dirs)]
+                )
             for direction in range(dirs):
                 units = keep[(layer, direction)].to(device)
                 rows = _gate_rows(units, hidden)
@@ -102,8 +112,9 @@ def shrink_lstm(lstm: nn.LSTM, keep: dict[tuple[int, int], Tensor],
                 if columns is not None:
                     w_ih = w_ih[:, columns]
                 getattr(new, "weight_ih" + sfx).copy_(w_ih)
-                getattr(new, "weight_hh" + sfx).copy_(getattr(lstm, "weight_hh" + sfx)[rows][
-                    :, units])
+                getattr(new, "weight_hh" + sfx).copy_(
+                    getattr(lstm, "weight_hh" + sfx)[rows][:, units]
+                )
                 if lstm.bias:
                     for name in ("bias_ih", "bias_hh"):
                         getattr(new, name + sfx).copy_(getattr(lstm, name + sfx)[rows])
@@ -124,9 +135,11 @@ def _set_child(model: nn.Module, name: str, new: nn.Module) -> None:
 def _call_order(model: nn.Module, example: Any) -> list[str]:
     """Names of the modules with own parameters, in the order a forward pass calls them."""
     order: list[str] = []
-    handles = [m.register_forward_pre_hook(lambda _m, _a, n=name: order.append(n))
-               for name, m in model.named_modules()
-               if name and any(True for _ in m.parameters(recurse=False))]
+    handles = [
+        m.register_forward_pre_hook(lambda _m, _a, n=name: order.append(n))
+        for name, m in model.named_modules()
+        if name and any(True for _ in m.parameters(recurse=False))
+    ]
     was_training = model.training
     model.eval()
     try:
@@ -161,8 +174,15 @@ class LSTMPruner:
     (ranked by the norm of their columns of ``weight_ih_l0``).
     """
 
-    def __init__(self, model: nn.Module, example: Any, lstms: list[str], norm: str = "l2",
-                 min_channels: int = 1, embedding: bool = False) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        example: Any,
+        lstms: list[str],
+        norm: str = "l2",
+        min_channels: int = 1,
+        embedding: bool = False,
+    ) -> None:
         if norm not in NORMS:
             raise ValueError(f"unknown norm {norm!r} (valid: {', '.join(NORMS)})")
         self.model, self.example, self.norm = model, example, norm
@@ -175,22 +195,31 @@ class LSTMPruner:
             if not isinstance(lstm, nn.LSTM):
                 raise ValueError(f"{name} is a {type(lstm).__name__}, not an nn.LSTM")
             if name not in order:
-                raise IncompatibleError(f"{name} is not called by {type(model).__name__}'s "
-                                        f"forward; nothing to prune")
+                raise IncompatibleError(
+                    f"{name} is not called by {type(model).__name__}'s forward; nothing to prune"
+                )
             width = lstm.hidden_size * (2 if lstm.bidirectional else 1)
             at = order.index(name)
-            consumer = next((n for n in order[at + 1:]
-                             if isinstance(model.get_submodule(n), nn.Linear)
-                             and model.get_submodule(n).in_features == width), None)
+            consumer = next(
+                (
+                    n
+                    for n in order[at + 1 :]
+                    if isinstance(model.get_submodule(n), nn.Linear)
+                    and model.get_submodule(n).in_features == width
+                ),
+                None,
+            )
             if consumer is None:
                 raise IncompatibleError(
                     f"physical LSTM pruning found no Linear reading {name}'s {width} output "
-                    f"features in {type(model).__name__}; use prune.mode=mask")
+                    f"features in {type(model).__name__}; use prune.mode=mask"
+                )
             feeder = order[at - 1] if at > 0 else None
             if feeder is not None:
                 module = model.get_submodule(feeder)
-                if not (isinstance(module, nn.Embedding)
-                        and module.embedding_dim == lstm.input_size):
+                if not (
+                    isinstance(module, nn.Embedding) and module.embedding_dim == lstm.input_size
+                ):
                     feeder = None
             self.links[name] = (consumer, feeder)
             self.original[name] = (lstm.hidden_size, lstm.input_size)
@@ -202,33 +231,38 @@ class LSTMPruner:
             hidden0, input0 = self.original[name]
             keep_n = min(lstm.hidden_size, units_to_keep(hidden0, amount, self.min_channels))
             dirs = 2 if lstm.bidirectional else 1
-            keep = {(layer, d): top_units(unit_importance(lstm, layer, d, self.norm), keep_n)
-                    for layer in range(lstm.num_layers) for d in range(dirs)}
+            keep = {
+                (layer, d): top_units(unit_importance(lstm, layer, d, self.norm), keep_n)
+                for layer in range(lstm.num_layers)
+                for d in range(dirs)
+            }
             input_keep = None
             if self.embedding and feeder_name is not None:
                 keep_e = min(lstm.input_size, units_to_keep(input0, amount, self.min_channels))
                 columns = lstm.weight_ih_l0.detach().float()
                 if lstm.bidirectional:
                     columns = torch.cat([columns, lstm.weight_ih_l0_reverse.detach().float()])
-                score = columns.abs().sum(0) if self.norm == "l1" else \
-                    columns.pow(2).sum(0).sqrt()
+                score = columns.abs().sum(0) if self.norm == "l1" else columns.pow(2).sum(0).sqrt()
                 if self.norm == "random":
                     score = torch.rand(lstm.input_size)
                 input_keep = top_units(score.cpu(), keep_e)
-            plan = LSTMPlan(name, lstm.hidden_size, keep_n, keep, consumer_name, feeder_name,
-                            input_keep)
+            plan = LSTMPlan(
+                name, lstm.hidden_size, keep_n, keep, consumer_name, feeder_name, input_keep
+            )
             columns_out = _output_columns(lstm, keep)
             new = shrink_lstm(lstm, keep, input_keep)
             consumer = self.model.get_submodule(consumer_name)
             with torch.no_grad():
                 consumer.weight = nn.Parameter(
-                    consumer.weight[:, columns_out.to(consumer.weight.device)].clone())
+                    consumer.weight[:, columns_out.to(consumer.weight.device)].clone()
+                )
             consumer.in_features = len(columns_out)
             if input_keep is not None and feeder_name is not None:
                 feeder = self.model.get_submodule(feeder_name)
                 with torch.no_grad():
                     feeder.weight = nn.Parameter(
-                        feeder.weight[:, input_keep.to(feeder.weight.device)].clone())
+                        feeder.weight[:, input_keep.to(feeder.weight.device)].clone()
+                    )
                 feeder.embedding_dim = len(input_keep)
             _set_child(self.model, name, new)
             plans.append(plan)

@@ -49,10 +49,17 @@ class FPGMStructured(prune.BasePruningMethod):
         return mask
 
     @classmethod
-    def apply(cls, module: nn.Module, name: str, amount: int | float,  # type: ignore[override]
-              dim: int = 0, importance_scores: Tensor | None = None) -> FPGMStructured:
-        return super().apply(module, name, amount=amount, dim=dim,
-                             importance_scores=importance_scores)
+    def apply(
+        cls,
+        module: nn.Module,
+        name: str,
+        amount: int | float,  # type: ignore[override]
+        dim: int = 0,
+        importance_scores: Tensor | None = None,
+    ) -> FPGMStructured:
+        return super().apply(
+            module, name, amount=amount, dim=dim, importance_scores=importance_scores
+        )
 
 
 def _l1_unstructured(module: nn.Module, name: str, amount: int) -> None:

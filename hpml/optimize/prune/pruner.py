@@ -34,8 +34,12 @@ STRUCTURED = ("l1_structured", "l2_structured", "random_structured", "fpgm")
 METHODS = (*UNSTRUCTURED, *STRUCTURED)
 MODES = ("mask", "physical")
 # structured method -> how physical mode ranks channels
-IMPORTANCE = {"l1_structured": "l1", "l2_structured": "l2", "random_structured": "random",
-              "fpgm": "fpgm"}
+IMPORTANCE = {
+    "l1_structured": "l1",
+    "l2_structured": "l2",
+    "random_structured": "random",
+    "fpgm": "fpgm",
+}
 
 
 def default_mode(method: str) -> str:
@@ -68,22 +72,31 @@ class PruneReport:
 class Pruner:
     """Prune ``targets`` minus ``exclude`` of a model by ``method`` in ``mode``."""
 
-    def __init__(self, method: str = "l1_structured", mode: str | None = None,
-                 targets: Sequence[str] | None = DEFAULT_TARGETS,
-                 exclude: Sequence[str] | None = DEFAULT_EXCLUDE, min_channels: int = 1,
-                 embedding: bool = False,
-                 coupled: Sequence[Sequence[str]] | None = None) -> None:
+    def __init__(
+        self,
+        method: str = "l1_structured",
+        mode: str | None = None,
+        targets: Sequence[str] | None = DEFAULT_TARGETS,
+        exclude: Sequence[str] | None = DEFAULT_EXCLUDE,
+        min_channels: int = 1,
+        embedding: bool = False,
+        coupled: Sequence[Sequence[str]] | None = None,
+    ) -> None:
         if method not in METHODS:
             raise ConfigError("method", method, f"one of {', '.join(METHODS)}")
         mode = mode or default_mode(method)
         if mode not in MODES:
             raise ConfigError("mode", mode, f"one of {', '.join(MODES)}")
         if mode == "physical" and method in UNSTRUCTURED:
-            raise ConfigError("mode", mode, (
-                f"mask for {method}: single weights cannot be removed from a dense layer, only "
-                f"whole channels ({', '.join(STRUCTURED)})"))
-        if isinstance(min_channels, bool) or not isinstance(min_channels, int) \
-                or min_channels < 1:
+            raise ConfigError(
+                "mode",
+                mode,
+                (
+                    f"mask for {method}: single weights cannot be removed from a dense layer, only "
+                    f"whole channels ({', '.join(STRUCTURED)})"
+                ),
+            )
+        if isinstance(min_channels, bool) or not isinstance(min_channels, int) or min_channels < 1:
             raise ConfigError("min_channels", min_channels, "a positive integer")
         self.method, self.mode = method, mode
         self.targets_spec = list(targets) if targets else list(DEFAULT_TARGETS)
@@ -106,32 +119,51 @@ class Pruner:
         self._shapes = output_shapes(model, example)
         modules = list(dict.fromkeys(t.module_name for t in self.targets))
         lstms = [n for n in modules if isinstance(model.get_submodule(n), nn.LSTM)]
-        rnns = [n for n in modules if isinstance(model.get_submodule(n), nn.RNNBase)
-                and n not in lstms]
+        rnns = [
+            n for n in modules if isinstance(model.get_submodule(n), nn.RNNBase) and n not in lstms
+        ]
         others = [n for n in modules if n not in lstms and n not in rnns]
-        layers = [n for n in others if isinstance(model.get_submodule(n), nn.Linear
-                                                  | nn.modules.conv._ConvNd)]
+        layers = [
+            n
+            for n in others
+            if isinstance(model.get_submodule(n), nn.Linear | nn.modules.conv._ConvNd)
+        ]
         if rnns:
-            raise IncompatibleError(f"physical pruning supports nn.LSTM, not "
-                                    f"{type(model.get_submodule(rnns[0])).__name__} ({rnns[0]}); "
-                                    f"use prune.mode=mask")
+            raise IncompatibleError(
+                f"physical pruning supports nn.LSTM, not "
+                f"{type(model.get_submodule(rnns[0])).__name__} ({rnns[0]}); "
+                f"use prune.mode=mask"
+            )
         if set(others) - set(layers):
             name = sorted(set(others) - set(layers))[0]
             raise IncompatibleError(
                 f"physical pruning removes channels of Conv, Linear and LSTM layers, not of "
                 f"{type(model.get_submodule(name)).__name__} ({name}); leave it out of "
-                f"prune.targets or use prune.mode=mask")
+                f"prune.targets or use prune.mode=mask"
+            )
         if lstms and layers:
             raise IncompatibleError(
                 f"physical pruning of {', '.join(layers)} beside an nn.LSTM is not supported "
                 f"(torch-pruning cannot trace multi-layer LSTMs): add them to prune.exclude, "
-                f"or use prune.mode=mask")
+                f"or use prune.mode=mask"
+            )
         if lstms:
-            self._engines = [LSTMPruner(model, example, lstms, IMPORTANCE[self.method],
-                                        self.min_channels, self.embedding)]
+            self._engines = [
+                LSTMPruner(
+                    model,
+                    example,
+                    lstms,
+                    IMPORTANCE[self.method],
+                    self.min_channels,
+                    self.embedding,
+                )
+            ]
         else:
-            self._engines = [ChannelPruner(model, example, layers, IMPORTANCE[self.method],
-                                           self.min_channels, self.coupled)]
+            self._engines = [
+                ChannelPruner(
+                    model, example, layers, IMPORTANCE[self.method], self.min_channels, self.coupled
+                )
+            ]
         return self.targets
 
     def prune(self, model: nn.Module, amount: float) -> PruneReport:
@@ -152,8 +184,9 @@ class Pruner:
             check_runs(model, self._example, self._shapes)
         return self.report(model, amount, widths)
 
-    def report(self, model: nn.Module, amount: float,
-               widths: dict[str, tuple[int, int]] | None = None) -> PruneReport:
+    def report(
+        self, model: nn.Module, amount: float, widths: dict[str, tuple[int, int]] | None = None
+    ) -> PruneReport:
         return PruneReport(amount, layer_stats(model, self.targets, self.before), widths or {})
 
     def finalize(self, model: nn.Module) -> nn.Module:

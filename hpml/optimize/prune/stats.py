@@ -39,19 +39,32 @@ class LayerStats:
         return {**asdict(self), "sparsity": self.sparsity, "row_sparsity": self.row_sparsity}
 
 
-def layer_stats(model: nn.Module, targets: Sequence[Target],
-                before: dict[str, LayerStats] | None = None) -> dict[str, LayerStats]:
+def layer_stats(
+    model: nn.Module, targets: Sequence[Target], before: dict[str, LayerStats] | None = None
+) -> dict[str, LayerStats]:
     """Stats of each target; ``before`` (stats of the original) supplies the original sizes."""
     found = {}
     for target in targets:
         weight = target.tensor(model).detach()
         rows = weight.reshape(weight.shape[0], -1) if weight.dim() else weight.reshape(1, 1)
         shape = tuple(weight.shape)
-        now = LayerStats(shape, shape, weight.numel(), int(torch.count_nonzero(weight)),
-                         rows.shape[0], int((rows != 0).any(1).sum()))
+        now = LayerStats(
+            shape,
+            shape,
+            weight.numel(),
+            int(torch.count_nonzero(weight)),
+            rows.shape[0],
+            int((rows != 0).any(1).sum()),
+        )
         if before is not None and target.name in before:
             old = before[target.name]
-            now = LayerStats(old.shape_before, shape, old.numel_before, now.nonzero,
-                             old.rows_before, now.rows_alive)
+            now = LayerStats(
+                old.shape_before,
+                shape,
+                old.numel_before,
+                now.nonzero,
+                old.rows_before,
+                now.rows_alive,
+            )
         found[target.name] = now
     return found

@@ -35,6 +35,7 @@ IMPORTANCES: dict[str, Callable[[], Any]] = {
     "random": lambda: tp.importance.RandomImportance(),
 }
 
+
 def default_coupling(model: nn.Module) -> tuple[tuple[str, ...], ...]:
     """Layers whose outputs the model combines element-wise where tracing in eval mode cannot
     see it, as the model declares them in ``prune_coupled`` (layer names, pruned together)."""
@@ -49,21 +50,29 @@ class ChannelPruner:
     it sees first are the ones ``amount`` is measured against.
     """
 
-    def __init__(self, model: nn.Module, example: Any, layers: Sequence[str],
-                 importance: str = "l1", min_channels: int = 1,
-                 coupled: Sequence[Sequence[str]] | None = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        example: Any,
+        layers: Sequence[str],
+        importance: str = "l1",
+        min_channels: int = 1,
+        coupled: Sequence[Sequence[str]] | None = None,
+    ) -> None:
         if importance not in IMPORTANCES:
             raise ValueError(f"unknown importance {importance!r} (valid: {', '.join(IMPORTANCES)})")
         self.model, self.example = model, example
         self.layers = list(layers)
         self.importance = IMPORTANCES[importance]()
         self.min_channels = min_channels
-        self.coupled = [tuple(g) for g in (default_coupling(model) if coupled is None
-                                           else coupled)]
+        self.coupled = [tuple(g) for g in (default_coupling(model) if coupled is None else coupled)]
         names = {module: name for name, module in model.named_modules()}
         self.names = names
-        ignored = [m for n, m in model.named_modules()
-                   if isinstance(m, LAYER_TYPES) and n not in self.layers]
+        ignored = [
+            m
+            for n, m in model.named_modules()
+            if isinstance(m, LAYER_TYPES) and n not in self.layers
+        ]
         ignored += [m for m in model.modules() if isinstance(m, nn.RNNBase)]
         self.ignored = ignored
         self.graph = self._trace()
@@ -72,7 +81,8 @@ class ChannelPruner:
             raise IncompatibleError(
                 f"physical pruning found no channels it can remove in {type(model).__name__}: "
                 f"the trace shows none of {', '.join(self.layers)} feeding a prunable layer; "
-                f"use prune.mode=mask")
+                f"use prune.mode=mask"
+            )
 
     def _trace(self) -> tp.DependencyGraph:
         was_training = self.model.training
@@ -84,18 +94,23 @@ class ChannelPruner:
             raise IncompatibleError(
                 f"physical pruning cannot trace {type(self.model).__name__} "
                 f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); "
-                f"use prune.mode=mask") from exc
+                f"use prune.mode=mask"
+            ) from exc
         finally:
             self.model.train(was_training)
 
     @staticmethod
     def _width(module: nn.Module) -> int:
-        return module.out_channels if isinstance(module, nn.modules.conv._ConvNd) \
+        return (
+            module.out_channels
+            if isinstance(module, nn.modules.conv._ConvNd)
             else module.out_features
+        )
 
     def _groups(self) -> list[Any]:
-        groups = self.graph.get_all_groups(ignored_layers=self.ignored,
-                                           root_module_types=list(LAYER_TYPES))
+        groups = self.graph.get_all_groups(
+            ignored_layers=self.ignored, root_module_types=list(LAYER_TYPES)
+        )
         return [g for g in groups if self.names.get(g[0].dep.target.module) in self.layers]
 
     def roots(self) -> list[str]:
@@ -148,14 +163,16 @@ def check_runs(model: nn.Module, example: Any, reference: Sequence[torch.Size]) 
         raise IncompatibleError(
             f"{type(model).__name__} no longer runs after physical pruning "
             f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]}): it hard-codes a width "
-            f"the pruner changed; exclude that layer or use prune.mode=mask") from exc
+            f"the pruner changed; exclude that layer or use prune.mode=mask"
+        ) from exc
     finally:
         model.train(was_training)
     if shapes[:1] != list(reference)[:1]:
         raise IncompatibleError(
             f"physical pruning changed {type(model).__name__}'s output shape from "
             f"{tuple(reference[0])} to {tuple(shapes[0])}; exclude the output layer "
-            f"(prune.exclude=[output_layer])")
+            f"(prune.exclude=[output_layer])"
+        )
 
 
 def output_shapes(model: nn.Module, example: Any) -> list[torch.Size]:

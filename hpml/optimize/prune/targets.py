@@ -68,8 +68,11 @@ def output_layer(model: nn.Module) -> str | None:
 
 
 def all_weights(model: nn.Module) -> list[Target]:
-    return [Target(name, param) for name, module in model.named_modules()
-            for param in weight_names(module)]
+    return [
+        Target(name, param)
+        for name, module in model.named_modules()
+        for param in weight_names(module)
+    ]
 
 
 def _matches(entry: str, target: Target, model: nn.Module) -> bool:
@@ -79,8 +82,9 @@ def _matches(entry: str, target: Target, model: nn.Module) -> bool:
     return fnmatch.fnmatchcase(target.name, entry) or fnmatch.fnmatchcase(target.module_name, entry)
 
 
-def _select(model: nn.Module, entries: Sequence[str], key: str,
-            candidates: list[Target]) -> list[Target]:
+def _select(
+    model: nn.Module, entries: Sequence[str], key: str, candidates: list[Target]
+) -> list[Target]:
     chosen: dict[Target, None] = {}
     types = sorted({type(model.get_submodule(t.module_name)).__name__ for t in candidates})
     for entry in entries:
@@ -95,20 +99,29 @@ def _select(model: nn.Module, entries: Sequence[str], key: str,
             hits = [t for t in candidates if _matches(entry, t, model)]
             if not hits:
                 examples = ", ".join(t.name for t in candidates[:4])
-                raise ConfigError(key, entry, (
-                    f"a module type ({', '.join(types)}) or a layer or weight name of "
-                    f"{type(model).__name__} (e.g. {examples}); it matches nothing"))
+                raise ConfigError(
+                    key,
+                    entry,
+                    (
+                        f"a module type ({', '.join(types)}) or a layer or weight name of "
+                        f"{type(model).__name__} (e.g. {examples}); it matches nothing"
+                    ),
+                )
         chosen.update(dict.fromkeys(hits))
     return list(chosen)
 
 
-def resolve(model: nn.Module, targets: Sequence[str] = DEFAULT_TARGETS,
-            exclude: Sequence[str] = DEFAULT_EXCLUDE) -> list[Target]:
+def resolve(
+    model: nn.Module,
+    targets: Sequence[str] = DEFAULT_TARGETS,
+    exclude: Sequence[str] = DEFAULT_EXCLUDE,
+) -> list[Target]:
     """The weights to prune, in registration order; raises ConfigError naming the bad key."""
     candidates = all_weights(model)
     if not candidates:
-        raise ConfigError("targets", list(targets), f"a model with weights; "
-                          f"{type(model).__name__} has none")
+        raise ConfigError(
+            "targets", list(targets), f"a model with weights; {type(model).__name__} has none"
+        )
     if isinstance(targets, str):
         targets = [targets]
     if isinstance(exclude, str):
@@ -116,14 +129,22 @@ def resolve(model: nn.Module, targets: Sequence[str] = DEFAULT_TARGETS,
     targets = list(targets) if targets else list(DEFAULT_TARGETS)
     defaults = list(targets) == list(DEFAULT_TARGETS)
     if defaults:  # the defaults name types a model may lack: keep the ones present
-        present = {cls.__name__ for t in candidates
-                   for cls in type(model.get_submodule(t.module_name)).__mro__}
+        present = {
+            cls.__name__
+            for t in candidates
+            for cls in type(model.get_submodule(t.module_name)).__mro__
+        }
         targets = [t for t in targets if t in present] or targets
     chosen = _select(model, targets, "targets", candidates)
     dropped = set(_select(model, list(exclude or []), "exclude", candidates))
     kept = [t for t in chosen if t not in dropped]
     if not kept:
-        raise ConfigError("exclude", list(exclude or []), (
-            f"to leave something to prune: it removes every targeted weight "
-            f"({', '.join(t.name for t in chosen)})"))
+        raise ConfigError(
+            "exclude",
+            list(exclude or []),
+            (
+                f"to leave something to prune: it removes every targeted weight "
+                f"({', '.join(t.name for t in chosen)})"
+            ),
+        )
     return kept

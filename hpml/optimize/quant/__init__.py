@@ -21,8 +21,10 @@ from hpml.errors import ConfigError
 from hpml.optimize.quant.base import OnDevice, Quantizer, notice_once
 
 METHODS = ("dynamic_int8", "static_int8", "qat", "weight_only_int8")
-BACKENDS = {"torch_ao": ("dynamic_int8", "static_int8", "qat"),
-            "torchao": ("dynamic_int8", "weight_only_int8")}
+BACKENDS = {
+    "torch_ao": ("dynamic_int8", "static_int8", "qat"),
+    "torchao": ("dynamic_int8", "weight_only_int8"),
+}
 
 __all__ = ["BACKENDS", "METHODS", "OnDevice", "Quantizer", "make_quantizer", "notice_once"]
 
@@ -40,9 +42,14 @@ def resolve_backend(method: str, backend: str = "auto") -> str:
     return backend
 
 
-def make_quantizer(method: str, backend: str = "auto", engine: str = "x86",
-                   per_channel: bool = True, fuse: bool = True,
-                   embeddings: bool = True) -> Quantizer:
+def make_quantizer(
+    method: str,
+    backend: str = "auto",
+    engine: str = "x86",
+    per_channel: bool = True,
+    fuse: bool = True,
+    embeddings: bool = True,
+) -> Quantizer:
     """The engine for ``method`` on ``backend``; options a backend does not use are ignored."""
     backend = resolve_backend(method, backend)
     if backend == "torchao":

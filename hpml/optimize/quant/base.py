@@ -51,7 +51,8 @@ class Quantizer(ABC):
             names = ", ".join(t.__name__ for t in self.supported)
             raise IncompatibleError(
                 f"quant={self.method} ({self.backend}) quantises {names} layers, and "
-                f"{type(net).__name__} has none; choose another quant method")
+                f"{type(net).__name__} has none; choose another quant method"
+            )
 
     def check_inputs(self, net: nn.Module, example: Any) -> None:
         """Raise ``IncompatibleError`` when inputs like ``example`` cannot be quantised."""
@@ -110,7 +111,9 @@ class OnDevice(nn.Module):
     def forward(self, *args: Any) -> Any:
         tensor = first_tensor(args)
         caller = tensor.device if tensor is not None else self.run_device
-        with torch.autocast(caller.type, enabled=False), \
-                torch.autocast(self.run_device.type, enabled=False):
+        with (
+            torch.autocast(caller.type, enabled=False),
+            torch.autocast(self.run_device.type, enabled=False),
+        ):
             out = self.module(*_to(args, self.run_device, float32=True))
         return _to(out, caller)

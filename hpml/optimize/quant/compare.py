@@ -41,9 +41,12 @@ class Variant:
         return out
 
 
-def evaluate(net: nn.Module, batches: Iterable[Any], device: torch.device,
-             criterion: Callable[..., torch.Tensor] | None = None
-             ) -> tuple[float | None, float | None]:
+def evaluate(
+    net: nn.Module,
+    batches: Iterable[Any],
+    device: torch.device,
+    criterion: Callable[..., torch.Tensor] | None = None,
+) -> tuple[float | None, float | None]:
     """Top-1 accuracy and mean loss of a classifier over ``(x, y)`` batches; (None, None) when
     the net's output is not one row of logits per sample."""
     criterion = criterion or F.cross_entropy
@@ -55,8 +58,9 @@ def evaluate(net: nn.Module, batches: Iterable[Any], device: torch.device,
         with torch.inference_mode():
             for x, y in batches:
                 out = net(x.to(device))
-                if not (isinstance(out, torch.Tensor) and out.ndim == 2
-                        and not y.is_floating_point()):
+                if not (
+                    isinstance(out, torch.Tensor) and out.ndim == 2 and not y.is_floating_point()
+                ):
                     return None, None
                 out, y = out.float().cpu(), y.cpu()
                 loss_sum += float(criterion(out, y)) * len(y)
@@ -69,10 +73,16 @@ def evaluate(net: nn.Module, batches: Iterable[Any], device: torch.device,
     return correct / total, loss_sum / total
 
 
-def measure(net: nn.Module, example: Callable[[int], Any], batch_sizes: Sequence[int],
-            device: torch.device, rounds: int = 20, warmup: int = 3,
-            batches: Sequence[Any] = (),
-            criterion: Callable[..., torch.Tensor] | None = None) -> Variant:
+def measure(
+    net: nn.Module,
+    example: Callable[[int], Any],
+    batch_sizes: Sequence[int],
+    device: torch.device,
+    rounds: int = 20,
+    warmup: int = 3,
+    batches: Sequence[Any] = (),
+    criterion: Callable[..., torch.Tensor] | None = None,
+) -> Variant:
     """Size of the saved state dict, median latency per batch size, accuracy and loss."""
     variant = Variant(str(device), state_dict_bytes(net))
     for batch in dict.fromkeys(batch_sizes):

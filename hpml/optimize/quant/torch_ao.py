@@ -34,11 +34,18 @@ def use_engine(engine: str) -> None:
     if engine not in ENGINES:
         raise ConfigError("engine", engine, f"one of {', '.join(ENGINES)}")
     if engine not in torch.backends.quantized.supported_engines:
-        raise ConfigError("engine", engine, "an engine this torch build supports: "
-                          + ", ".join(torch.backends.quantized.supported_engines))
+        raise ConfigError(
+            "engine",
+            engine,
+            "an engine this torch build supports: "
+            + ", ".join(torch.backends.quantized.supported_engines),
+        )
     torch.backends.quantized.engine = engine
-    notice_once("torch.ao", "torch.ao.quantization is deprecated upstream (torchao replaces it); "
-                "hpml uses it for CPU int8 kernels. quant.backend=torchao selects torchao.")
+    notice_once(
+        "torch.ao",
+        "torch.ao.quantization is deprecated upstream (torchao replaces it); "
+        "hpml uses it for CPU int8 kernels. quant.backend=torchao selects torchao.",
+    )
 
 
 def fusable_groups(net: nn.Module) -> list[list[str]]:
@@ -55,7 +62,7 @@ def fusable_groups(net: nn.Module) -> list[list[str]]:
         index = 0
         while index < len(children):
             _, child = children[index]
-            kinds = [type(c) for _, c in children[index:index + 3]]
+            kinds = [type(c) for _, c in children[index : index + 3]]
             size = 1
             if isinstance(child, CONVS):
                 bn = BNS[type(child)]
@@ -67,7 +74,7 @@ def fusable_groups(net: nn.Module) -> list[list[str]]:
                 size = 2
             if size > 1:
                 base = f"{prefix}." if prefix else ""
-                groups.append([base + n for n, _ in children[index:index + size]])
+                groups.append([base + n for n, _ in children[index : index + size]])
             index += size
     return groups
 
@@ -99,7 +106,8 @@ def _float_inputs(method: str, net: nn.Module, sample: Any) -> None:
         raise IncompatibleError(
             f"quant={method} quantises the activations that {type(net).__name__} computes "
             f"from its inputs, but they are {tensor.dtype} ids (an embedding model): "
-            "use quant=dynamic_int8")
+            "use quant=dynamic_int8"
+        )
 
 
 class Static(Quantizer):
@@ -118,8 +126,10 @@ class Static(Quantizer):
     def qconfig(self) -> tq.QConfig:
         if self.per_channel:
             return tq.get_default_qconfig(self.engine)  # per-channel weights for x86/fbgemm/onednn
-        return tq.QConfig(activation=tq.HistogramObserver.with_args(reduce_range=False),
-                          weight=tq.default_weight_observer)
+        return tq.QConfig(
+            activation=tq.HistogramObserver.with_args(reduce_range=False),
+            weight=tq.default_weight_observer,
+        )
 
     def wrap(self, net: nn.Module, train: bool) -> tq.QuantWrapper:
         use_engine(self.engine)
@@ -144,8 +154,12 @@ class Static(Quantizer):
                 wrapped(*as_args(_cpu(batch)))
                 seen += 1
         if seen == 0:
-            raise ConfigError("calibration_batches", 0, "a positive integer: static int8 "
-                              "calibrates activation ranges on that many training batches")
+            raise ConfigError(
+                "calibration_batches",
+                0,
+                "a positive integer: static int8 "
+                "calibrates activation ranges on that many training batches",
+            )
         return tq.convert(wrapped, inplace=True)
 
 
@@ -164,8 +178,9 @@ class QAT(Static):
             _float_inputs(self.method, net, example)
         device = next((p.device for p in net.parameters()), torch.device("cpu"))
         wrapped = self.wrap(net, train=True)
-        wrapped.qconfig = tq.get_default_qat_qconfig(self.engine) if self.per_channel else \
-            tq.default_qat_qconfig
+        wrapped.qconfig = (
+            tq.get_default_qat_qconfig(self.engine) if self.per_channel else tq.default_qat_qconfig
+        )
         tq.prepare_qat(wrapped, inplace=True)
         return wrapped.to(device)
 

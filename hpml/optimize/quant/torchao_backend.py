@@ -30,7 +30,8 @@ def load_torchao() -> Any:
     except ImportError as exc:
         raise BackendMissingError(
             f"quant.backend=torchao needs the torchao package ({exc.msg}): {VERSION_HINT}, "
-            "or use quant.backend=torch_ao") from None
+            "or use quant.backend=torch_ao"
+        ) from None
 
 
 class TorchaoInt8(Quantizer):
@@ -44,7 +45,10 @@ class TorchaoInt8(Quantizer):
 
     def quantize(self, net: nn.Module, calibration: Iterable[Any] = ()) -> nn.Module:
         tq = load_torchao()
-        config = (tq.Int8WeightOnlyConfig() if self.method == "weight_only_int8"
-                  else tq.Int8DynamicActivationInt8WeightConfig())
+        config = (
+            tq.Int8WeightOnlyConfig()
+            if self.method == "weight_only_int8"
+            else tq.Int8DynamicActivationInt8WeightConfig()
+        )
         tq.quantize_(net.eval(), config)
         return net

@@ -12,8 +12,14 @@ from hpml.optimize.compile import compile_model
 
 def small_cnn() -> nn.Module:
     torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
-                         nn.MaxPool2d(2), nn.Flatten(), nn.Linear(8 * 8 * 8, 10)).eval()
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(8 * 8 * 8, 10),
+    ).eval()
 
 
 def examples() -> list[torch.Tensor]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 
-@pytest.mark.parametrize(("option", "precision"), [("default", "32-true"), ("bf16", "bf16-mixed"),
-                                                    ("fp16", "16-mixed")])
+@pytest.mark.parametrize(
+    ("option", "precision"), [("default", "32-true"), ("bf16", "bf16-mixed"), ("fp16", "16-mixed")]
+)
 def test_trainer_options_set_precision(option, precision, composed):
     cfg = composed([f"trainer={option}"])
     assert cfg.trainer.precision == precision

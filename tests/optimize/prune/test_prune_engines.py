@@ -77,9 +77,14 @@ def test_mask_sparsity_is_within_one_percent_and_the_output_layer_untouched(meth
     assert torch.equal(model.classifier.weight, head)
     pruner.finalize(model)
     assert not any(name.endswith("_mask") for name, _ in model.named_buffers())
-    assert abs(sum(int((m.weight == 0).sum()) for m in model.modules()
-                   if isinstance(m, nn.Conv2d)) / sum(m.weight.numel() for m in model.modules()
-                                                       if isinstance(m, nn.Conv2d)) - 0.6) < 0.01
+    assert (
+        abs(
+            sum(int((m.weight == 0).sum()) for m in model.modules() if isinstance(m, nn.Conv2d))
+            / sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Conv2d))
+            - 0.6
+        )
+        < 0.01
+    )
 
 
 @pytest.mark.parametrize("method", STRUCTURED)
@@ -93,8 +98,16 @@ def test_physical_keeps_shapes_and_channel_sparsity_within_one_percent(method):
     assert abs(report.row_sparsity - 0.5) < 0.01
     assert model(x).shape == (2, 10)
     assert model.classifier.out_features == 10
-    assert [m.out_channels for m in model.features if isinstance(m, nn.Conv2d)] == \
-        [32, 64, 128, 128, 256, 256, 256, 256]
+    assert [m.out_channels for m in model.features if isinstance(m, nn.Conv2d)] == [
+        32,
+        64,
+        128,
+        128,
+        256,
+        256,
+        256,
+        256,
+    ]
 
 
 def test_vae_at_0_8_has_study_3_shapes_and_flops():
@@ -104,8 +117,10 @@ def test_vae_at_0_8_has_study_3_shapes_and_flops():
     pruner = Pruner("l1_structured", min_channels=8, exclude=["fc4"])
     pruner.attach(model, x)
     pruner.prune(model, 0.8)
-    shapes = [(m.in_features, m.out_features) for m in
-              (model.fc1, model.fc21, model.fc22, model.fc3, model.fc4)]
+    shapes = [
+        (m.in_features, m.out_features)
+        for m in (model.fc1, model.fc21, model.fc22, model.fc3, model.fc4)
+    ]
     assert shapes == [(784, 80), (80, 8), (80, 8), (8, 80), (80, 784)]
     assert count_flops(model, x).per_sample == 2 * 127_360 == 254_720
     model.train()
@@ -152,15 +167,17 @@ def test_physical_pruning_still_trains():
 @pytest.mark.parametrize("bidirectional", [False, True])
 def test_lstm_pruner_equals_a_fresh_model_of_the_smaller_size(bidirectional):
     torch.manual_seed(0)
-    model = LSTMClassifier(300, embedding_dim=16, hidden_size=12, num_layers=2,
-                           bidirectional=bidirectional).eval()
+    model = LSTMClassifier(
+        300, embedding_dim=16, hidden_size=12, num_layers=2, bidirectional=bidirectional
+    ).eval()
     original = {n: p.detach().clone() for n, p in model.named_parameters()}
     tokens = torch.randint(1, 300, (5, 9))
     pruner = LSTMPruner(model, tokens, ["lstm"], norm="l2")
     (plan,) = pruner.prune(0.5)
     assert model.lstm.hidden_size == plan.hidden_after == 6
-    fresh = LSTMClassifier(300, embedding_dim=16, hidden_size=6, num_layers=2,
-                           bidirectional=bidirectional).eval()
+    fresh = LSTMClassifier(
+        300, embedding_dim=16, hidden_size=6, num_layers=2, bidirectional=bidirectional
+    ).eval()
     dirs = 2 if bidirectional else 1
     state = {"embedding.weight": original["embedding.weight"]}
     for layer in range(2):
@@ -204,11 +221,17 @@ def test_lstm_embedding_dims_pruned_on_request():
     assert model(tokens).shape == (3, 2)
 
 
-@pytest.mark.parametrize("build,example", [
-    (lambda: vgg(11), torch.randn(2, 3, 32, 32)),
-    (lambda: LSTMClassifier(100, embedding_dim=16, hidden_size=8), torch.randint(1, 100, (2, 5))),
-    (lambda: VAE(), torch.rand(2, 784)),
-])
+@pytest.mark.parametrize(
+    "build,example",
+    [
+        (lambda: vgg(11), torch.randn(2, 3, 32, 32)),
+        (
+            lambda: LSTMClassifier(100, embedding_dim=16, hidden_size=8),
+            torch.randint(1, 100, (2, 5)),
+        ),
+        (lambda: VAE(), torch.rand(2, 784)),
+    ],
+)
 def test_saved_pruned_models_reload_with_identical_outputs(tmp_path, build, example):
     torch.manual_seed(0)
     model = build().eval()
@@ -217,9 +240,11 @@ def test_saved_pruned_models_reload_with_identical_outputs(tmp_path, build, exam
     pruner.prune(model, 0.5)
     path = prune_io.save(model, tmp_path / "pruned.pt")
     reloaded = prune_io.load(path).eval()
-    for a, b in zip(model(example) if isinstance(model(example), tuple) else [model(example)],
-                    reloaded(example) if isinstance(reloaded(example), tuple)
-                    else [reloaded(example)], strict=True):
+    for a, b in zip(
+        model(example) if isinstance(model(example), tuple) else [model(example)],
+        reloaded(example) if isinstance(reloaded(example), tuple) else [reloaded(example)],
+        strict=True,
+    ):
         assert torch.equal(a, b)
 
 
@@ -234,11 +259,14 @@ def test_saved_mask_model_has_masks_folded_in(tmp_path):
     assert torch.equal(model(x)[0], reloaded(x)[0])
 
 
-@pytest.mark.parametrize("kwargs,key", [
-    ({"targets": ["Nope"]}, "targets"),
-    ({"targets": ["fc9.weight"]}, "targets"),
-    ({"exclude": ["Linear"]}, "exclude"),
-])
+@pytest.mark.parametrize(
+    "kwargs,key",
+    [
+        ({"targets": ["Nope"]}, "targets"),
+        ({"targets": ["fc9.weight"]}, "targets"),
+        ({"exclude": ["Linear"]}, "exclude"),
+    ],
+)
 def test_bad_targets_are_config_errors(kwargs, key):
     pruner = Pruner("l1_unstructured", **kwargs)
     with pytest.raises(ConfigError) as info:

@@ -72,8 +72,14 @@ def test_dynamic_int8_lstm_with_embedding_is_a_quarter_of_fp32():
 
 def test_qat_trains_and_converts():
     torch.manual_seed(0)
-    net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
-                        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4))
+    net = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 4),
+    )
     x, y = images(64, 1), torch.randint(0, 4, (64,), generator=torch.Generator().manual_seed(2))
     x = x + y.view(-1, 1, 1, 1).float()  # a learnable signal
     quantizer = make_quantizer("qat")
@@ -88,8 +94,11 @@ def test_qat_trains_and_converts():
         losses.append(float(loss))
     assert sum(losses[-5:]) / 5 < 0.7 * sum(losses[:5]) / 5
     converted = quantizer.convert(model)
-    assert any("Quantized" in type(m).__name__ or type(m).__module__.startswith(
-        "torch.ao.nn.intrinsic.quantized") for m in converted.modules())
+    assert any(
+        "Quantized" in type(m).__name__
+        or type(m).__module__.startswith("torch.ao.nn.intrinsic.quantized")
+        for m in converted.modules()
+    )
     with torch.inference_mode():
         assert converted(x).shape == (64, 4)
 
