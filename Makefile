@@ -32,6 +32,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 format: $(STAMP)
 	$(BIN)/ruff format .
