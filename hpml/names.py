@@ -20,3 +20,17 @@ X = "x"  # a ratio of two like quantities: before / after
 def metric(stage: str, quantity: str, unit: str) -> str:
     """``metric("train", "throughput", SAMPLES_PER_S)`` -> ``"train/throughput_samples_per_s"``."""
     return f"{stage}/{quantity}_{unit}"
+
+
+# What the roofline callback logs and `python -m hpml.report.roofline` reads back.
+STAGE = "roofline"
+INTENSITY = metric(STAGE, "intensity", FLOP_PER_BYTE)
+BYTES_PER_SAMPLE = metric(STAGE, "bytes_per_sample", BYTES)
+FWD_FLOPS_PER_SAMPLE = metric(STAGE, "fwd", FLOPS_PER_SAMPLE)
+FWD_BWD_FLOPS_PER_SAMPLE = metric(STAGE, "fwd_bwd", FLOPS_PER_SAMPLE)
+FORWARD_ACHIEVED = metric(STAGE, "forward_achieved", FLOPS_PER_S)
+PEAK_FP32 = metric(STAGE, "peak_fp32", FLOPS_PER_S)
+PEAK_BANDWIDTH = metric(STAGE, "peak_memory_bandwidth", BYTES_PER_S)
+RIDGE = metric(STAGE, "ridge", FLOP_PER_BYTE)
+PEAK_TAG = "hpml.roofline.peak"
+PEAK_SOURCE_TAG = "hpml.roofline.peak_source"

@@ -22,7 +22,7 @@ from hpml.analysis.roofline import (
 )
 from hpml.callbacks.logging import log_metrics, log_text, resuming
 from hpml.errors import ConfigError
-from hpml.roofline import (
+from hpml.names import (
     BYTES_PER_SAMPLE,
     FORWARD_ACHIEVED,
     FWD_BWD_FLOPS_PER_SAMPLE,

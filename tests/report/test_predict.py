@@ -1,4 +1,4 @@
-"""python -m hpml.predict against real runs: within 15% of a measured run at an unseen batch.
+"""python -m hpml.report.predict against real runs: within 15% of a measured run at an unseen batch.
 
 The model is the synthetic-text LSTM, whose step is GEMMs growing with the batch. VGG11-CIFAR's
 step time on this CPU is not a line in the batch size (oneDNN picks other convolution kernels per
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hpml.predict import main, observations
+from hpml.report.predict import main, observations
 from hpml.train import train
 
 pytestmark = pytest.mark.slow

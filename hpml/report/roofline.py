@@ -1,4 +1,4 @@
-"""``python -m hpml.roofline``: MLflow runs on one roofline, each memory- or compute-bound.
+"""``python -m hpml.report.roofline``: MLflow runs on one roofline, each memory- or compute-bound.
 
 Each run is one point: its arithmetic intensity (``roofline/intensity_flop_per_byte``, logged by
 ``hpml.callbacks.roofline.RooflineCallback``) against its achieved training FLOP/s (forward +
@@ -19,12 +19,17 @@ from typing import TYPE_CHECKING
 from hpml.analysis.devices import KNOWN_DEVICES, PRECISIONS, DevicePeak, match_device_name
 from hpml.errors import HpmlError
 from hpml.names import (
-    BYTES,
-    BYTES_PER_S,
-    FLOP_PER_BYTE,
-    FLOPS_PER_S,
-    FLOPS_PER_SAMPLE,
+    BYTES_PER_SAMPLE,
+    FORWARD_ACHIEVED,
+    FWD_BWD_FLOPS_PER_SAMPLE,
+    FWD_FLOPS_PER_SAMPLE,
+    INTENSITY,
+    PEAK_BANDWIDTH,
+    PEAK_FP32,
+    PEAK_SOURCE_TAG,
+    PEAK_TAG,
     SAMPLES_PER_S,
+    STAGE,
     metric,
 )
 from hpml.report.runs import project_root
@@ -34,18 +39,6 @@ if TYPE_CHECKING:
 
     from hpml.analysis.roofline import RooflinePoint
 
-# What the roofline callback logs and this command reads back.
-STAGE = "roofline"
-INTENSITY = metric(STAGE, "intensity", FLOP_PER_BYTE)
-BYTES_PER_SAMPLE = metric(STAGE, "bytes_per_sample", BYTES)
-FWD_FLOPS_PER_SAMPLE = metric(STAGE, "fwd", FLOPS_PER_SAMPLE)
-FWD_BWD_FLOPS_PER_SAMPLE = metric(STAGE, "fwd_bwd", FLOPS_PER_SAMPLE)
-FORWARD_ACHIEVED = metric(STAGE, "forward_achieved", FLOPS_PER_S)
-PEAK_FP32 = metric(STAGE, "peak_fp32", FLOPS_PER_S)
-PEAK_BANDWIDTH = metric(STAGE, "peak_memory_bandwidth", BYTES_PER_S)
-RIDGE = metric(STAGE, "ridge", FLOP_PER_BYTE)
-PEAK_TAG = "hpml.roofline.peak"
-PEAK_SOURCE_TAG = "hpml.roofline.peak_source"
 TRAIN_THROUGHPUT = metric("train", "throughput", SAMPLES_PER_S)
 
 
@@ -55,7 +48,7 @@ class RooflineError(HpmlError):
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m hpml.roofline",
+        prog="python -m hpml.report.roofline",
         description="Draw MLflow runs (a sweep, or chosen runs) on one roofline: intensity "
         "(FLOP/byte) against achieved FLOP/s, each point memory- or compute-bound. "
         "Runs need the roofline callback (callbacks/roofline.yaml).",

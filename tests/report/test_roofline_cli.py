@@ -1,4 +1,4 @@
-"""``python -m hpml.roofline`` on a store written by a real sweep with the roofline callback."""
+"""``python -m hpml.report.roofline`` on a store written by a sweep with the roofline callback."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from hpml.data.synthetic import SyntheticDataModule
 from hpml.errors import ConfigError
 from hpml.models.classifier import ImageClassifier
 from hpml.models.nets.vgg import vgg
-from hpml.roofline import INTENSITY, main
+from hpml.names import INTENSITY
+from hpml.report.roofline import main
 from tests.conftest import QUICK, REPO, run_cli
 
 pytestmark = pytest.mark.slow
@@ -53,7 +54,7 @@ def sweep(tmp_path_factory, store_template):
 def roofline_cli(args: list[str], root) -> subprocess.CompletedProcess:
     env = {"HPML_ROOT": str(root), "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
     return subprocess.run(
-        [sys.executable, "-m", "hpml.roofline", *args],
+        [sys.executable, "-m", "hpml.report.roofline", *args],
         cwd=root,
         env=env,
         capture_output=True,
@@ -186,7 +187,7 @@ def test_runs_without_metrics_beside_others_are_named_and_skipped(sweep, tmp_pat
 def test_help_imports_nothing_heavy():
     code = (
         "import sys, contextlib, io\n"
-        "from hpml.roofline import parse_args\n"
+        "from hpml.report.roofline import parse_args\n"
         "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
         "    parse_args(['--help'])\n"
         "heavy = {'torch', 'mlflow', 'matplotlib', 'lightning'} & set(sys.modules)\n"

@@ -1,4 +1,4 @@
-"""``python -m hpml.predict``: throughput and memory at other batch sizes, from measured runs.
+"""``python -m hpml.report.predict``: throughput and memory at other batch sizes, from runs.
 
 Fits the runs of a sweep (or ``--runs``) over ``data.batch_size`` and prints, for each
 ``--batch``, predicted step time, throughput (samples/s) and memory (bytes), and the largest batch
@@ -52,7 +52,7 @@ def capacity_bytes(runs: list) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hpml.predict", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m hpml.report.predict", description=__doc__)
     parser.add_argument("--sweep", default=None, help="'last' (default) or a parent run id")
     parser.add_argument("--runs", nargs="+", help="run ids instead of a sweep")
     parser.add_argument("--experiment", default=None, help="where to look for the last sweep")
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         batches, steps, memory, memory_metric = observations(runs, args.clock)
         model = ScalingModel.fit(batches, steps, memory)
     except HpmlError as exc:
-        print(f"hpml.predict: error: {exc}", file=sys.stderr)
+        print(f"hpml.report.predict: error: {exc}", file=sys.stderr)
         return 2
     capacity = capacity_bytes(runs)
     print(
