@@ -26,10 +26,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import lightning as L
-from lightning.pytorch.loggers import MLFlowLogger
 
-from hpml.callbacks.logging import log_metrics
-from hpml.callbacks.quant import set_tags, take
+from hpml.callbacks.logging import log_file, log_metrics, set_tags
+from hpml.callbacks.quant import take
 from hpml.errors import ConfigError, non_negative_int, positive_int
 from hpml.names import S, metric
 from hpml.optimize.compile import METHODS, MODES, compile_model
@@ -124,6 +123,4 @@ class Compile(L.Callback):
             }
         set_tags(trainer, tags)
         if compiled.artifact is not None:
-            for logger in trainer.loggers:
-                if isinstance(logger, MLFlowLogger):
-                    logger.experiment.log_artifact(logger.run_id, str(compiled.artifact), "compile")
+            log_file(trainer, compiled.artifact, "compile")

@@ -9,13 +9,12 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.trainer.states import TrainerFn
 
 from hpml.analysis.flops import FlopCount, count_flops
 from hpml.analysis.memory import peak_memory_bytes, peak_rss_bytes
 from hpml.analysis.timing import StepTimer, synchronized_now
-from hpml.callbacks.logging import log_metrics, log_text
+from hpml.callbacks.logging import log_metrics, log_text, set_tags
 from hpml.names import BYTES, FLOPS_PER_S, FLOPS_PER_SAMPLE, MS, PCT, SAMPLES_PER_S, S, metric
 
 log = logging.getLogger(__name__)
@@ -164,9 +163,7 @@ class PerformanceMonitor(L.Callback):
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         _, source = peak_memory_bytes(pl_module.device)
-        for logger in trainer.loggers:
-            if isinstance(logger, MLFlowLogger):
-                logger.experiment.set_tag(logger.run_id, "hpml.peak_memory_source", source)
+        set_tags(trainer, {"hpml.peak_memory_source": source})
 
     # training
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

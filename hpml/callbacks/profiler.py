@@ -20,12 +20,11 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.loggers import MLFlowLogger
 from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from hpml.analysis.profile_summary import DATA_REGION, summarise_events
-from hpml.callbacks.logging import log_metrics, log_text
+from hpml.callbacks.logging import log_file, log_metrics, log_text
 from hpml.names import PCT, metric
 
 log = logging.getLogger(__name__)
@@ -243,9 +242,7 @@ class TorchProfilerWindow(L.Callback):
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "trace.json"
             prof.export_chrome_trace(str(path))
-            for logger in trainer.loggers:
-                if isinstance(logger, MLFlowLogger):
-                    logger.experiment.log_artifact(logger.run_id, str(path), prefix)
+            log_file(trainer, path, prefix)
 
 
 class ProfilerReport(L.Callback):

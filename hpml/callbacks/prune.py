@@ -53,14 +53,13 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.fabric.utilities.apply_func import move_data_to_device
-from lightning.pytorch.loggers import MLFlowLogger
 from torch import nn
 from torchmetrics import Metric
 
 from hpml.analysis.flops import count_flops
 from hpml.analysis.latency import measure_latency
 from hpml.analysis.model_stats import nonzero_param_count, param_count, state_dict_bytes
-from hpml.callbacks.logging import log_metrics, log_text
+from hpml.callbacks.logging import log_file, log_metrics, log_text
 from hpml.errors import ConfigError, non_negative_int, positive_int
 from hpml.names import BYTES, COUNT, FLOPS_PER_SAMPLE, MS, NATS, PCT, X, metric
 from hpml.optimize.prune import io as prune_io
@@ -360,13 +359,10 @@ class Prune(L.Callback):
                     ): v
                     for q, v in named.items()
                 }
-                for logger in trainer.loggers:
-                    logger.log_metrics(values, step=pct)
+                log_metrics(trainer, values, step=pct)
         log_text(trainer, json.dumps(results, indent=2), "prune/sensitivity.json")
 
     def _save(self, trainer: L.Trainer, net: nn.Module) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             path = prune_io.save(net, Path(tmp) / "model.pt")
-            for logger in trainer.loggers:
-                if isinstance(logger, MLFlowLogger):
-                    logger.experiment.log_artifact(logger.run_id, str(path), "prune")
+            log_file(trainer, path, "prune")

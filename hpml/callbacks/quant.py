@@ -30,21 +30,13 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.loggers import MLFlowLogger
 
-from hpml.callbacks.logging import log_metrics, log_text
+from hpml.callbacks.logging import log_metrics, log_text, set_tags
 from hpml.errors import ConfigError, IncompatibleError, non_negative_int, positive_int
 from hpml.optimize.quant import OnDevice, Quantizer, make_quantizer
 from hpml.optimize.quant.compare import Variant, measure
 
 BEFORE, AFTER = "quant_before", "quant_after"
-
-
-def set_tags(trainer: L.Trainer, tags: dict[str, str]) -> None:
-    for logger in trainer.loggers:
-        if isinstance(logger, MLFlowLogger):
-            for key, value in tags.items():
-                logger.experiment.set_tag(logger.run_id, key, value)
 
 
 def requested_device(trainer: L.Trainer, pl_module: L.LightningModule) -> torch.device:

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-from lightning.pytorch.loggers import MLFlowLogger
 
 from hpml.analysis.devices import KNOWN_DEVICES, PRECISIONS, DevicePeak, resolve_peak
 from hpml.analysis.flops import count_flops
@@ -20,7 +19,14 @@ from hpml.analysis.roofline import (
     plot_roofline,
     points_csv,
 )
-from hpml.callbacks.logging import log_metrics, log_text, resuming
+from hpml.callbacks.logging import (
+    log_file,
+    log_metrics,
+    log_text,
+    mlflow_loggers,
+    resuming,
+    set_tags,
+)
 from hpml.errors import ConfigError
 from hpml.names import (
     BYTES_PER_SAMPLE,
@@ -150,15 +156,11 @@ class RooflineCallback(L.Callback):
             describe_peak(peak, precision),
         )
         log_text(trainer, points_csv(points, peak, precision), "roofline/layers.csv")
-        loggers = [lg for lg in trainer.loggers if isinstance(lg, MLFlowLogger)]
-        if not loggers:
+        if not mlflow_loggers(trainer):  # nowhere to keep the plot: do not draw it
             return
+        set_tags(trainer, {PEAK_TAG: peak.name, PEAK_SOURCE_TAG: peak.source[:5000]})
         with tempfile.TemporaryDirectory() as tmp:
             net = getattr(trainer.lightning_module, "net", trainer.lightning_module)
             title = f"{type(net).__name__}, batch {analysis.batch_size}, forward, on {peak.name}"
-            paths = plot_roofline(points, peak, Path(tmp) / "roofline", precision, title)
-            for logger in loggers:
-                logger.experiment.set_tag(logger.run_id, PEAK_TAG, peak.name)
-                logger.experiment.set_tag(logger.run_id, PEAK_SOURCE_TAG, peak.source[:5000])
-                for path in paths:
-                    logger.experiment.log_artifact(logger.run_id, str(path), STAGE)
+            for path in plot_roofline(points, peak, Path(tmp) / "roofline", precision, title):
+                log_file(trainer, path, STAGE)
