@@ -21,6 +21,8 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
+from hpml.tensors import tensors_in
+
 aten = torch.ops.aten
 NO_AUTOGRAD_KERNEL = r".*: an autograd kernel was not registered to the Autograd key"
 Shape = Sequence[int]
@@ -98,17 +100,6 @@ class FlopCount:
     @property
     def per_sample(self) -> float:
         return self.total / self.batch_size
-
-
-def tensors_in(result: Any) -> list[torch.Tensor]:
-    """Every tensor in a model's output (a tensor, or nested tuples, lists and dicts of them)."""
-    if isinstance(result, torch.Tensor):
-        return [result]
-    if isinstance(result, list | tuple):
-        return [t for item in result for t in tensors_in(item)]
-    if isinstance(result, dict):
-        return [t for item in result.values() for t in tensors_in(item)]
-    return []
 
 
 def _module_path(name: str, root: str) -> str | None:

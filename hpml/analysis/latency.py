@@ -10,6 +10,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from hpml.tensors import first_tensor
+
 
 @dataclass(frozen=True)
 class LatencyStats:
@@ -27,12 +29,6 @@ class LatencyStats:
         return self.batch_size / (self.median_ms / 1e3)
 
 
-def _first_tensor(example: Any) -> torch.Tensor:
-    while isinstance(example, list | tuple):
-        example = example[0]
-    return example
-
-
 def measure_latency(
     model: nn.Module, example: Any, rounds: int = 20, warmup: int = 3
 ) -> LatencyStats:
@@ -45,8 +41,8 @@ def measure_latency(
     if rounds < 1:
         raise ValueError(f"rounds={rounds} must be at least 1")
     args = example if isinstance(example, tuple) else (example,)
-    tensor = _first_tensor(example)
-    cuda = tensor.device.type == "cuda"
+    tensor = first_tensor(example)
+    cuda = tensor is not None and tensor.device.type == "cuda"
     was_training = model.training
     model.eval()
     times: list[float] = []

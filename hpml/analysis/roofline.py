@@ -36,6 +36,7 @@ from torch import nn
 
 from hpml.analysis.devices import DevicePeak
 from hpml.analysis.flops import FlopCount, count_flops
+from hpml.tensors import first_tensor, tensors_in
 
 Bound = Literal["memory-bound", "compute-bound"]
 
@@ -90,19 +91,8 @@ def classify(point: RooflinePoint, peak: DevicePeak, precision: str = "32-true")
     return "compute-bound"
 
 
-def _tensors(obj: Any) -> Iterator[torch.Tensor]:
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, list | tuple):
-        for item in obj:
-            yield from _tensors(item)
-    elif isinstance(obj, dict):
-        for item in obj.values():
-            yield from _tensors(item)
-
-
 def _nbytes(obj: Any) -> int:
-    return sum(t.numel() * t.element_size() for t in _tensors(obj))
+    return sum(t.numel() * t.element_size() for t in tensors_in(obj))
 
 
 def leaf_modules(model: nn.Module) -> dict[str, nn.Module]:
@@ -167,7 +157,7 @@ def _sync(device: torch.device) -> None:
 
 
 def _device_of(model: nn.Module, example: Any) -> torch.device:
-    first = next(_tensors(example), None)
+    first = first_tensor(example)
     if first is not None:
         return first.device
     return next(model.parameters()).device

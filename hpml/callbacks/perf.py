@@ -16,15 +16,9 @@ from hpml.analysis.memory import peak_memory_bytes, peak_rss_bytes
 from hpml.analysis.timing import StepTimer, synchronized_now
 from hpml.callbacks.logging import log_metrics, log_text, set_tags
 from hpml.names import BYTES, FLOPS_PER_S, FLOPS_PER_SAMPLE, MS, PCT, SAMPLES_PER_S, S, metric
+from hpml.tensors import batch_size
 
 log = logging.getLogger(__name__)
-
-
-def batch_size(batch: Any) -> int:
-    """Samples in a batch: the leading size of its first tensor."""
-    while isinstance(batch, list | tuple | dict):
-        batch = next(iter(batch.values())) if isinstance(batch, dict) else batch[0]
-    return int(batch.shape[0])
 
 
 class PerformanceMonitor(L.Callback):

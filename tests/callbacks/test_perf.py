@@ -11,10 +11,11 @@ import pytest
 import torch
 
 from hpml.callbacks.model_stats import ModelStats
-from hpml.callbacks.perf import PerformanceMonitor, batch_size
+from hpml.callbacks.perf import PerformanceMonitor
 from hpml.data.synthetic import SyntheticDataModule, SyntheticImages
 from hpml.models.classifier import ImageClassifier
 from hpml.models.nets.vgg import vgg
+from hpml.tensors import batch_size
 
 
 class SlowImages(SyntheticImages):

@@ -23,10 +23,10 @@ import torch
 import torch_pruning as tp
 from torch import Tensor, nn
 
-from hpml.analysis.flops import tensors_in
 from hpml.errors import IncompatibleError
 from hpml.optimize.prune.amount import units_to_keep
 from hpml.optimize.prune.targets import LAYER_TYPES
+from hpml.tensors import tensors_in
 
 IMPORTANCES: dict[str, Callable[[], Any]] = {
     "l1": lambda: tp.importance.MagnitudeImportance(p=1),

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from hpml.errors import IncompatibleError
+from hpml.tensors import first_tensor
 
 log = logging.getLogger(__name__)
 _NOTICES: set[str] = set()
@@ -71,14 +72,6 @@ class Quantizer(ABC):
 
 def as_args(inputs: Any) -> tuple[Any, ...]:
     return inputs if isinstance(inputs, tuple) else (inputs,)
-
-
-def first_tensor(value: Any) -> torch.Tensor | None:
-    while isinstance(value, list | tuple) and value:
-        value = value[0]
-    if isinstance(value, dict) and value:
-        return first_tensor(next(iter(value.values())))
-    return value if isinstance(value, torch.Tensor) else None
 
 
 def _to(value: Any, device: torch.device, float32: bool = False) -> Any:

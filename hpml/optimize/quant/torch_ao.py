@@ -21,7 +21,8 @@ import torch.ao.quantization as tq
 from torch import nn
 
 from hpml.errors import ConfigError, IncompatibleError
-from hpml.optimize.quant.base import Quantizer, as_args, first_tensor, notice_once
+from hpml.optimize.quant.base import Quantizer, as_args, notice_once
+from hpml.tensors import first_tensor
 
 ENGINES = ("x86", "fbgemm", "onednn", "qnnpack")
 CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)

@@ -1,0 +1,36 @@
+"""Tensors inside the nested values models take and return: batches, examples and outputs.
+
+Batches are tensors or (nested) tuples, lists and dicts of them: ``(images, labels)``, a VAE's
+``(reconstruction, mu, logvar)``. Plain PyTorch, so analysis, optimisation and callbacks share it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def tensors_in(value: Any) -> list[torch.Tensor]:
+    """Every tensor in ``value`` (a tensor, or nested tuples, lists and dicts of them), in order."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, list | tuple):
+        return [t for item in value for t in tensors_in(item)]
+    if isinstance(value, dict):
+        return [t for item in value.values() for t in tensors_in(item)]
+    return []
+
+
+def first_tensor(value: Any) -> torch.Tensor | None:
+    """The first tensor in ``value``, None when there is none."""
+    found = tensors_in(value)
+    return found[0] if found else None
+
+
+def batch_size(batch: Any) -> int:
+    """Samples in a batch: the leading size of its first tensor."""
+    tensor = first_tensor(batch)
+    if tensor is None:
+        raise TypeError(f"a batch of {type(batch).__name__} holds no tensor to count samples in")
+    return int(tensor.shape[0])
