@@ -25,8 +25,6 @@ from hpml.tracking.redact import redact_text
 from hpml.tracking.resume import resume_args, resume_point
 from hpml.validate import validate
 
-GROUPS_OF_ONE_CALLBACK = ("prune", "quant", "compile", "profile")
-
 
 def build(group: str, node: DictConfig, **kwargs: Any) -> Any:
     """Instantiate config group ``group``, passing live objects (data spec, callbacks) as-is.
@@ -46,13 +44,20 @@ def build(group: str, node: DictConfig, **kwargs: Any) -> Any:
 
 
 def build_callbacks(cfg: DictConfig) -> list[Any]:
-    """The ``callbacks`` group (a dict of callbacks) and the one-callback optimisation groups."""
+    """The ``callbacks`` group (a dict of callbacks), then each of ``callback_groups`` in order."""
+    unknown = [group for group in cfg.callback_groups if group not in cfg]
+    if unknown:
+        raise ConfigError(
+            "callback_groups",
+            list(cfg.callback_groups),
+            f"config groups of this config ({unknown[0]!r} is none)",
+        )
     callbacks = [
         build(f"callbacks.{name}", node)
         for name, node in (cfg.get("callbacks") or {}).items()
         if node and "_target_" in node
     ]
-    for group in GROUPS_OF_ONE_CALLBACK:
+    for group in cfg.callback_groups:
         node = cfg.get(group)
         if node and "_target_" in node:
             callbacks.append(build(group, node))

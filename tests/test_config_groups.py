@@ -19,8 +19,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import get_class
 from omegaconf import DictConfig
 
-from hpml.errors import IncompatibleError
-from hpml.train import GROUPS_OF_ONE_CALLBACK, build, build_callbacks
+from hpml.errors import ConfigError, IncompatibleError
+from hpml.train import build, build_callbacks
 from tests.conftest import CONF
 from tests.real_data import write_real_data
 
@@ -147,7 +147,29 @@ def test_option_composes_and_instantiates(group: str, option: str, composed, roo
     if reason is not None:
         pytest.skip(f"{group}={option}: {reason}")
     cfg, built = build_fitting(composed, group, overrides)
-    if group in ("callbacks", *GROUPS_OF_ONE_CALLBACK):
+    if group in ("callbacks", *cfg.callback_groups):
         for target in targets(cfg.get(group)):
             cls = get_class(target)
             assert any(isinstance(c, cls) for c in built["callbacks"]), target
+
+
+def test_one_callback_groups_run_in_the_configured_order(composed) -> None:
+    chosen = ["prune=l1_unstructured", "quant=dynamic_int8", "compile=torchscript"]
+    built = [type(c).__name__ for c in build_callbacks(composed(chosen))]
+    assert [name for name in built if name in ("Prune", "Quantize", "Compile")] == [
+        "Prune",
+        "Quantize",
+        "Compile",
+    ]
+    reordered = composed([*chosen, "callback_groups=[compile,quant,prune]"])
+    built = [type(c).__name__ for c in build_callbacks(reordered)]
+    assert [name for name in built if name in ("Prune", "Quantize", "Compile")] == [
+        "Compile",
+        "Quantize",
+        "Prune",
+    ]
+
+
+def test_a_misspelt_callback_group_is_refused_naming_it(composed) -> None:
+    with pytest.raises(ConfigError, match=r"callback_groups=.*'qaunt' is none"):
+        build_callbacks(composed(["callback_groups=[prune,qaunt]"]))
