@@ -5,6 +5,7 @@ from __future__ import annotations
 import lightning as L
 import pytest
 from lightning.fabric.plugins.environments import LightningEnvironment
+from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.strategies import DDPStrategy
 
 from hpml.callbacks.logging import log_file, log_metrics, log_text, mlflow_loggers, set_tags
@@ -16,6 +17,15 @@ from hpml.tracking.store import experiment_id
 def run_id(root, client) -> str:
     exp = experiment_id(client, "hpml", str(root / "mlartifacts"))
     return client.create_run(exp).info.run_id
+
+
+@pytest.fixture(autouse=True)
+def process_rank_restored():
+    """Setting an environment's global rank also sets Lightning's process-wide
+    ``rank_zero_only.rank``: left at 1, every later test in this process would log nothing."""
+    rank = rank_zero_only.rank
+    yield
+    rank_zero_only.rank = rank
 
 
 def trainer_at_rank(rank: int, logger: AttachedMLFlowLogger) -> L.Trainer:
@@ -67,6 +77,7 @@ def test_other_ranks_write_nothing(root, client, run_id) -> None:
         1, AttachedMLFlowLogger(tracking_uri=client.tracking_uri, run_id=run_id)
     )
     assert not trainer.is_global_zero and mlflow_loggers(trainer) == []
+    assert rank_zero_only.rank == 1  # restored by process_rank_restored after the test
     write_everything(trainer, path)
     run = client.get_run(run_id)
     assert "x/value_count" not in run.data.metrics
