@@ -24,8 +24,11 @@ from hpml.train import build, build_callbacks
 from tests.conftest import CONF
 from tests.real_data import write_real_data
 
+# conf/base/ holds the bases options inherit (`- /base/<name>@_here_`); it is not a group.
 GROUPS = sorted(
-    str(d.relative_to(CONF)) for d in CONF.rglob("*") if d.is_dir() and any(d.glob("*.yaml"))
+    str(d.relative_to(CONF))
+    for d in CONF.rglob("*")
+    if d.is_dir() and any(d.glob("*.yaml")) and d != CONF / "base"
 )
 OPTIONS = [
     pytest.param(group, p.stem, id=f"{group}={p.stem}")

@@ -9,7 +9,7 @@ How is up to ``hpml.optimize.compile``. The eager model is measured first, then 
 ``compile_{before,after}/latency_b1_ms``   median forward time at batch 1, eager / compiled,
 ``compile_{before,after}/latency_bN_ms``   and at batch N; ``..._p90_ms`` beside each
 ``compile_{before,after}/val_acc_pct``     top-1 accuracy, percent, on ``eval_batches`` val batches
-``compile_{before,after}/val_loss_nats``   mean cross-entropy on them
+``compile_{before,after}/val_loss_nats``   mean loss per sample on them (``validation_step``'s)
 ``compile/time_s``                         seconds compiling (first calls per shape included),
                                            never part of any latency or throughput
 ``compile/output_diff_max_abs``            largest |compiled - eager| output on the examples
@@ -28,11 +28,10 @@ from pathlib import Path
 import lightning as L
 
 from hpml.callbacks.logging import log_file, log_metrics, set_tags
-from hpml.callbacks.quant import take
-from hpml.errors import ConfigError, non_negative_int, positive_int
+from hpml.callbacks.measure import LATENCY_ROUNDS, LATENCY_WARMUP, Settings, measure
+from hpml.errors import ConfigError
 from hpml.names import S, metric
 from hpml.optimize.compile import METHODS, MODES, compile_model
-from hpml.optimize.quant.compare import measure
 
 BEFORE, AFTER = "compile_before", "compile_after"
 
@@ -48,9 +47,9 @@ class Compile(L.Callback):
         fullgraph: bool = False,
         tolerance: float = 1e-3,
         latency_batch_size: int = 64,
-        latency_rounds: int = 20,
-        latency_warmup: int = 3,
-        eval_batches: int = 4,
+        latency_rounds: int = LATENCY_ROUNDS,
+        latency_warmup: int = LATENCY_WARMUP,
+        eval_batches: int | None = 4,
     ) -> None:
         if method not in METHODS:
             raise ConfigError("method", method, f"one of {', '.join(METHODS)}")
@@ -58,10 +57,9 @@ class Compile(L.Callback):
             raise ConfigError("mode", mode, f"one of {', '.join(MODES)}")
         self.method, self.mode, self.dynamic, self.fullgraph = method, mode, dynamic, fullgraph
         self.tolerance = tolerance
-        self.batch_sizes = (1, positive_int("latency_batch_size", latency_batch_size))
-        self.rounds = positive_int("latency_rounds", latency_rounds)
-        self.warmup = non_negative_int("latency_warmup", latency_warmup)
-        self.eval_batches = non_negative_int("eval_batches", eval_batches)
+        self.settings = Settings.checked(
+            latency_batch_size, latency_rounds, latency_warmup, eval_batches
+        )
         self.done = False
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -74,42 +72,33 @@ class Compile(L.Callback):
 
     def _compile(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         device = pl_module.device
-        batches = (
-            take(trainer.datamodule.val_dataloader(), self.eval_batches)
-            if trainer.datamodule is not None
-            else []
-        )
-        criterion = getattr(pl_module, "criterion", None)
-
-        def example(batch: int):
-            return pl_module.example_input(batch).to(device)
-
-        def run(net):
-            return measure(
-                net, example, self.batch_sizes, device, self.rounds, self.warmup, batches, criterion
-            )
-
         net = pl_module.net.eval()
-        log_metrics(trainer, run(net).metrics(BEFORE))
+        log_metrics(trainer, measure(trainer, pl_module, BEFORE, self.settings))
         workdir = Path(trainer.default_root_dir) / "compile"
+        sizes = (1, self.settings.batch_size)
         compiled = compile_model(
             net,
             self.method,
-            [example(b) for b in self.batch_sizes],
+            [pl_module.example_input(b).to(device) for b in sizes],
             workdir,
             self.mode,
             self.dynamic,
             self.fullgraph,
             self.tolerance,
         )
-        after = run(compiled.module)
-        if compiled.size_bytes is not None:
-            after.size_bytes = compiled.size_bytes
+        after = measure(
+            trainer,
+            pl_module,
+            AFTER,
+            self.settings,
+            compiled.module,
+            size_bytes=compiled.size_bytes,
+        )
         pl_module.net = compiled.module
         self.done = True
         log_metrics(
             trainer,
-            after.metrics(AFTER)
+            after
             | {
                 metric("compile", "time", S): compiled.seconds,
                 metric("compile", "output_diff", "max_abs"): compiled.max_abs_diff,

@@ -22,12 +22,15 @@ one, before any fine-tuning) and ``prune_final`` (when training ends, after fine
 - ``fwd_flops_per_sample``: FLOPs of one forward pass per sample, 1 multiply-accumulate
   = 2 FLOPs (:func:`hpml.analysis.flops.count_flops`; dense kernels, so masks do not lower it);
 - ``latency_b1_ms``, ``latency_b<N>_ms`` (median) and ``..._p90_ms``: eval-mode forward pass at
-  batch 1 and at the data's batch size N (:func:`hpml.analysis.latency.measure_latency`);
+  batch 1 and at ``latency_batch_size`` N (the data's batch size by default);
 - ``sparsity_pct``: share of the original targeted weight elements removed or zero;
   ``row_sparsity_pct``: share of their original rows (output channels, LSTM gate rows) removed or
   all zero;
 - ``val_loss_nats``, ``val_acc_pct`` (top-1, percent) or the VAE's ``val_{loss,bce,kld}_nats``
   (per sample): the model's own validation step over ``eval_batches`` validation batches.
+
+Size, latency and quality come from :mod:`hpml.callbacks.measure`, as for quantisation and
+compilation; the counts, FLOPs and sparsity are pruning's own.
 
 Also ``prune/target_sparsity_pct`` (``amount``), ``prune/speedup_b1_x`` and ``prune/speedup_b<N>_x``
 (latency before / after pruning), ``prune/flops_reduction_x`` and ``prune/size_reduction_x``
@@ -45,82 +48,35 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
-from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import lightning as L
 import torch
-from lightning.fabric.utilities.apply_func import move_data_to_device
 from torch import nn
-from torchmetrics import Metric
 
 from hpml.analysis.flops import count_flops
-from hpml.analysis.latency import measure_latency
-from hpml.analysis.model_stats import nonzero_param_count, param_count, state_dict_bytes
+from hpml.analysis.model_stats import nonzero_param_count, param_count
 from hpml.callbacks.logging import log_file, log_metrics, log_text
-from hpml.errors import ConfigError, non_negative_int, positive_int
-from hpml.names import BYTES, COUNT, FLOPS_PER_SAMPLE, MS, NATS, PCT, X, metric
+from hpml.callbacks.measure import (
+    LATENCY_ROUNDS,
+    LATENCY_WARMUP,
+    Settings,
+    measure,
+    quality_name,
+    val_loader,
+    validation_quality,
+)
+from hpml.errors import ConfigError, non_negative_int
+from hpml.names import BYTES, COUNT, FLOPS_PER_SAMPLE, MS, PCT, X, metric
 from hpml.optimize.prune import io as prune_io
 from hpml.optimize.prune.amount import check_amount
-from hpml.optimize.prune.mask import folded_copy, one_shot_mask
+from hpml.optimize.prune.mask import folded_copy
 from hpml.optimize.prune.pruner import Pruner, PruneReport
 from hpml.optimize.prune.targets import DEFAULT_EXCLUDE, DEFAULT_TARGETS
 
 log = logging.getLogger(__name__)
 SCHEDULES = ("before_fit", "after_fit", "gradual")
-
-
-def quality_name(name: str, value: float) -> tuple[str, float]:
-    """``val/acc`` -> (``val_acc_pct``, percent); losses -> ``..._nats``; others unit-less."""
-    quantity = name.replace("/", "_")
-    if quantity.endswith("acc"):
-        return f"{quantity}_{PCT}", 100.0 * value
-    if any(word in quantity for word in ("loss", "bce", "kld")):
-        return f"{quantity}_{NATS}", value
-    return quantity, value
-
-
-def evaluate(
-    pl_module: L.LightningModule, loader: Any, max_batches: int | None
-) -> dict[str, float]:
-    """Run the module's own ``validation_step`` over ``loader``, capturing what it logs.
-
-    Tensors are averaged weighted by batch size; torchmetrics objects are computed and reset.
-    """
-    sums: dict[str, float] = defaultdict(float)
-    weights: dict[str, int] = defaultdict(int)
-    metrics: dict[str, Metric] = {}
-    current = {"size": 1}
-
-    def capture(name: str, value: Any, *args: Any, **kwargs: Any) -> None:
-        if isinstance(value, Metric):
-            metrics[name] = value
-        else:
-            sums[name] += float(value) * current["size"]
-            weights[name] += current["size"]
-
-    was_training = pl_module.training
-    pl_module.eval()
-    pl_module.log = capture  # type: ignore[method-assign]
-    try:
-        with torch.no_grad():
-            for index, batch in enumerate(loader):
-                if max_batches is not None and index >= max_batches:
-                    break
-                batch = move_data_to_device(batch, pl_module.device)
-                first = batch[0] if isinstance(batch, list | tuple) else batch
-                current["size"] = int(first.shape[0])
-                pl_module.validation_step(batch, index)
-    finally:
-        del pl_module.log
-        pl_module.train(was_training)
-    result = {name: sums[name] / weights[name] for name in sums if weights[name]}
-    for name, value in metrics.items():
-        result[name] = float(value.compute())
-        value.reset()
-    return result
 
 
 class Prune(L.Callback):
@@ -141,8 +97,9 @@ class Prune(L.Callback):
         finetune_epochs: int = 1,
         min_channels: int = 1,
         embedding: bool = False,
-        latency_rounds: int = 10,
-        latency_warmup: int = 2,
+        latency_batch_size: int = 32,
+        latency_rounds: int = LATENCY_ROUNDS,
+        latency_warmup: int = LATENCY_WARMUP,
         eval_batches: int | None = None,
         sensitivity: Sequence[float] = (),
         save_model: bool = False,
@@ -152,10 +109,8 @@ class Prune(L.Callback):
             raise ConfigError("schedule", schedule, f"one of {', '.join(SCHEDULES)}")
         self.schedule = schedule
         self.finetune_epochs = non_negative_int("finetune_epochs", finetune_epochs)
-        self.latency_rounds = positive_int("latency_rounds", latency_rounds)
-        self.latency_warmup = non_negative_int("latency_warmup", latency_warmup)
-        self.eval_batches = (
-            None if eval_batches is None else positive_int("eval_batches", eval_batches)
+        self.settings = Settings.checked(
+            latency_batch_size, latency_rounds, latency_warmup, eval_batches
         )
         self.sensitivity = [check_amount(a, "sensitivity") for a in (sensitivity or [])]
         self.save_model = bool(save_model)
@@ -290,31 +245,18 @@ class Prune(L.Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str
     ) -> dict[str, float]:
         """Size, FLOPs, latency, sparsity and validation quality of the net as it is now."""
-        net = pl_module.net
-        shipped = self._shipped(net)
+        shipped = self._shipped(pl_module.net)
         found = {
             metric(stage, "params", COUNT): param_count(shipped),
             metric(stage, "nonzero_params", COUNT): nonzero_param_count(shipped),
-            metric(stage, "size", BYTES): state_dict_bytes(shipped),
+            metric(stage, "fwd", FLOPS_PER_SAMPLE): count_flops(
+                shipped, pl_module.example_input(1)
+            ).per_sample,
         }
-        example = pl_module.example_input(1)
-        found[metric(stage, "fwd", FLOPS_PER_SAMPLE)] = count_flops(shipped, example).per_sample
-        batch = getattr(trainer.datamodule, "batch_size", None) or 32
-        for size in dict.fromkeys((1, int(batch))):
-            stats = measure_latency(
-                shipped, pl_module.example_input(size), self.latency_rounds, self.latency_warmup
-            )
-            found[metric(stage, f"latency_b{size}", MS)] = stats.median_ms
-            found[metric(stage, f"latency_b{size}_p90", MS)] = stats.p90_ms
-        report = self.pruner.report(net, self.amount)
+        report = self.pruner.report(pl_module.net, self.amount)
         found[metric(stage, "sparsity", PCT)] = 100 * report.sparsity
         found[metric(stage, "row_sparsity", PCT)] = 100 * report.row_sparsity
-        loader = self._val_loader(trainer)
-        if loader is not None:
-            for name, value in evaluate(pl_module, loader, self.eval_batches).items():
-                quantity, value = quality_name(name, value)
-                found[f"{stage}/{quantity}"] = value
-        return found
+        return found | measure(trainer, pl_module, stage, self.settings, shipped)
 
     def _shipped(self, net: nn.Module) -> nn.Module:
         """The net as deployed: masks folded in (a copy) in mask mode, itself otherwise."""
@@ -322,20 +264,10 @@ class Prune(L.Callback):
             return folded_copy(net)
         return net
 
-    @staticmethod
-    def _val_loader(trainer: L.Trainer) -> Any:
-        datamodule = trainer.datamodule
-        if datamodule is None or not hasattr(datamodule, "val_dataloader"):
-            return None
-        try:
-            return datamodule.val_dataloader()
-        except ConfigError:  # no validation split: quality is simply not measured
-            return None
-
     def _sensitivity(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Each target alone pruned at each ``sensitivity`` amount (a mask, then restored)."""
-        loader = self._val_loader(trainer)
-        if loader is None:
+        loader = val_loader(trainer)
+        if loader is None or self.settings.eval_batches == 0:
             return
         net, results = pl_module.net, {}
         for target in self.pruner.targets:
@@ -344,8 +276,8 @@ class Prune(L.Callback):
             results[target.name] = {}
             for amount in self.sensitivity:
                 with torch.no_grad():
-                    weight.mul_(one_shot_mask(self.pruner.method, saved, amount))
-                quality = evaluate(pl_module, loader, self.eval_batches)
+                    weight.mul_(self.pruner.mask_alone(saved, amount))
+                quality = validation_quality(pl_module, loader, self.settings.eval_batches)
                 with torch.no_grad():
                     weight.copy_(saved)
                 pct = round(100 * amount)

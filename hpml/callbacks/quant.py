@@ -10,8 +10,11 @@ and just after, on the same batches and inputs, and logs (``N`` = ``latency_batc
                                           calls after ``latency_warmup`` untimed ones)
 ``quant_{before,after}/latency_bN_ms``    the same at batch N; ``..._p90_ms`` beside each
 ``quant_{before,after}/val_acc_pct``      top-1 accuracy, percent, on ``eval_batches`` val batches
-``quant_{before,after}/val_loss_nats``    mean cross-entropy on those batches
+``quant_{before,after}/val_loss_nats``    mean loss per sample on those batches (what the model's
+                                          ``validation_step`` logs: a VAE's ``val_bce_nats``...)
 ========================================  ==================================================
+
+Both sides are measured by :mod:`hpml.callbacks.measure`, as for pruning and compilation.
 
 Tags: ``hpml.quant.method``, ``hpml.quant.backend``, ``hpml.quant.device_before``,
 ``hpml.quant.device_after``, and ``hpml.quant.fallback`` (why) when the quantised model runs on
@@ -26,15 +29,16 @@ end of fit (from the start when fit has no more epochs than that); it is convert
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import islice
 from typing import Any
 
 import lightning as L
 import torch
 
 from hpml.callbacks.logging import log_metrics, log_text, set_tags
+from hpml.callbacks.measure import LATENCY_ROUNDS, LATENCY_WARMUP, Settings, measure
 from hpml.errors import ConfigError, IncompatibleError, non_negative_int, positive_int
 from hpml.optimize.quant import OnDevice, Quantizer, make_quantizer
-from hpml.optimize.quant.compare import Variant, measure
 
 BEFORE, AFTER = "quant_before", "quant_after"
 
@@ -63,17 +67,6 @@ def choose_device(
     return requested, None
 
 
-def take(loader: Any, count: int) -> list[Any]:
-    batches = []
-    if count <= 0:
-        return batches
-    for batch in loader:
-        batches.append(batch)
-        if len(batches) >= count:
-            break
-    return batches
-
-
 def inputs_of(batch: Any) -> Any:
     return batch[0] if isinstance(batch, list | tuple) else batch
 
@@ -92,9 +85,9 @@ class Quantize(L.Callback):
         calibration_batches: int = 8,
         qat_epochs: int = 1,
         latency_batch_size: int = 64,
-        latency_rounds: int = 20,
-        latency_warmup: int = 3,
-        eval_batches: int = 4,
+        latency_rounds: int = LATENCY_ROUNDS,
+        latency_warmup: int = LATENCY_WARMUP,
+        eval_batches: int | None = 4,
     ) -> None:
         self.quantizer = make_quantizer(method, backend, engine, per_channel, fuse, embeddings)
         self.calibration_batches = non_negative_int("calibration_batches", calibration_batches)
@@ -106,18 +99,16 @@ class Quantize(L.Callback):
                 "calibrates activation ranges on that many training batches",
             )
         self.qat_epochs = positive_int("qat_epochs", qat_epochs)
-        self.batch_sizes = (1, positive_int("latency_batch_size", latency_batch_size))
-        self.rounds = positive_int("latency_rounds", latency_rounds)
-        self.warmup = non_negative_int("latency_warmup", latency_warmup)
-        self.eval_batches = non_negative_int("eval_batches", eval_batches)
-        self.before: Variant | None = None
+        self.settings = Settings.checked(
+            latency_batch_size, latency_rounds, latency_warmup, eval_batches
+        )
         self.before_device: torch.device | None = None
         self.done = False
 
     # -- when ---------------------------------------------------------------------------------
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         """Fail before training when the model has nothing this method can quantise."""
-        if self.done or self.before is not None:
+        if self.done or self.before_device is not None:
             return
         q = self.quantizer
         q.check(pl_module.net)
@@ -125,7 +116,7 @@ class Quantize(L.Callback):
         set_tags(trainer, {"hpml.quant.method": q.method, "hpml.quant.backend": q.backend})
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not self.quantizer.trains or self.before is not None:
+        if not self.quantizer.trains or self.before_device is not None:
             return
         max_epochs = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else 1
         if trainer.current_epoch < max(0, max_epochs - self.qat_epochs):
@@ -148,34 +139,9 @@ class Quantize(L.Callback):
         self._quantize(trainer, pl_module)
 
     # -- what is measured ---------------------------------------------------------------------
-    def _measure(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        net: torch.nn.Module,
-        device: torch.device,
-    ) -> Variant:
-        batches = (
-            take(trainer.datamodule.val_dataloader(), self.eval_batches)
-            if trainer.datamodule is not None
-            else []
-        )
-        criterion = getattr(pl_module, "criterion", None)
-        return measure(
-            net,
-            lambda b: pl_module.example_input(b).to(device),
-            self.batch_sizes,
-            device,
-            self.rounds,
-            self.warmup,
-            batches,
-            criterion,
-        )
-
     def _measure_before(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.before_device = pl_module.device
-        self.before = self._measure(trainer, pl_module, pl_module.net, pl_module.device)
-        log_metrics(trainer, self.before.metrics(BEFORE))
+        log_metrics(trainer, measure(trainer, pl_module, BEFORE, self.settings))
 
     def _calibration(self, trainer: L.Trainer) -> list[Any]:
         if not self.quantizer.needs_calibration:
@@ -186,21 +152,21 @@ class Quantize(L.Callback):
         except ConfigError:  # test-only runs: the training split was never set up
             datamodule.setup("fit")
             loader = datamodule.train_dataloader()
-        return [inputs_of(b) for b in take(loader, self.calibration_batches)]
+        return [inputs_of(b) for b in islice(loader, self.calibration_batches)]
 
     def _quantize(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         q = self.quantizer
-        if self.before is None:
+        if self.before_device is None:
             self._measure_before(trainer, pl_module)
         device, reason = choose_device(requested_device(trainer, pl_module), q)
         if q.trains:
             qnet = q.convert(pl_module.net)  # torch.ao QAT converts to CPU kernels
         else:
             qnet = q.quantize(pl_module.net.to(device), self._calibration(trainer))
-        after = self._measure(trainer, pl_module, qnet, device)
+        after = measure(trainer, pl_module, AFTER, self.settings, qnet, device)
         pl_module.net = qnet if device == pl_module.device else OnDevice(qnet, device)
         self.done = True
-        log_metrics(trainer, after.metrics(AFTER))
+        log_metrics(trainer, after)
         tags = {
             "hpml.quant.device_before": str(self.before_device),
             "hpml.quant.device_after": str(device),

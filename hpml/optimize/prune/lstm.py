@@ -4,8 +4,8 @@ torch-pruning cannot trace multi-layer LSTMs nor an LSTM fed by an embedding (op
 issues), so hpml slices them itself. Hidden unit ``j`` of a layer owns rows ``j``, ``H + j``,
 ``2H + j`` and ``3H + j`` (the input, forget, cell and output gates) of ``weight_ih``,
 ``weight_hh`` and both biases, column ``j`` of ``weight_hh`` and the matching input column of the
-next layer (or of the Linear that reads the LSTM). A unit's importance is the L1 or L2 norm of its
-rows across the four gate blocks (FPGM: its distance to the other units; random: chance). Every
+next layer (or of the Linear that reads the LSTM). A unit's importance is its method's score
+(:mod:`hpml.optimize.prune.methods`) of its rows across the four gate blocks. Every
 layer and direction keeps the same number of units (``nn.LSTM`` has one ``hidden_size``), each
 chosen by its own ranking. A new ``nn.LSTM`` of the smaller size takes the kept weights, so the
 pruned model computes exactly what a freshly built model of that size with those weights does.
@@ -17,6 +17,7 @@ output width, and the module called just before it whose output width is the LST
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +27,7 @@ from torch import Tensor, nn
 from hpml.errors import IncompatibleError
 from hpml.optimize.prune.amount import units_to_keep
 
-NORMS = ("l1", "l2", "fpgm", "random")
+Scores = Callable[[Tensor], Tensor]
 
 
 def _suffix(layer: int, direction: int) -> str:
@@ -40,20 +41,6 @@ def unit_rows(lstm: nn.LSTM, layer: int, direction: int) -> Tensor:
     w_hh = getattr(lstm, "weight_hh" + _suffix(layer, direction)).detach()
     gates = torch.cat([w_ih, w_hh], dim=1).reshape(4, hidden, -1)
     return gates.permute(1, 0, 2).reshape(hidden, -1)
-
-
-def unit_importance(lstm: nn.LSTM, layer: int, direction: int, norm: str) -> Tensor:
-    """Importance of each hidden unit of one layer and direction; the lowest go first."""
-    rows = unit_rows(lstm, layer, direction).float()
-    if norm == "l1":
-        return rows.abs().sum(1)
-    if norm == "l2":
-        return rows.pow(2).sum(1).sqrt()
-    if norm == "fpgm":
-        return torch.cdist(rows.unsqueeze(0), rows.unsqueeze(0))[0].sum(1)
-    if norm == "random":
-        return torch.rand(rows.shape[0])
-    raise ValueError(f"unknown norm {norm!r} (valid: {', '.join(NORMS)})")
 
 
 def top_units(importance: Tensor, keep: int) -> Tensor:
@@ -168,10 +155,11 @@ class LSTMPlan:
 class LSTMPruner:
     """Remove hidden units of each named ``nn.LSTM`` of ``model`` (in place: modules are swapped).
 
-    Build it on the unpruned model; ``prune(amount)`` keeps ``round``-ed ``hidden * (1 - amount)``
-    units of the original width (never fewer than ``min_channels``), also when called repeatedly.
-    With ``embedding=True`` the Embedding feeding the LSTM loses the same share of its dimensions
-    (ranked by the norm of their columns of ``weight_ih_l0``).
+    Build it on the unpruned model; ``prune(model, amount)`` keeps ``round``-ed
+    ``hidden * (1 - amount)`` units of the original width (never fewer than ``min_channels``), also
+    when called repeatedly; ``plans`` says what the last call kept. ``scores`` ranks rows (the
+    lowest go first). With ``embedding=True`` the Embedding feeding the LSTM loses the same share
+    of its dimensions (ranked by ``scores`` of their columns of ``weight_ih_l0``).
     """
 
     def __init__(
@@ -179,14 +167,12 @@ class LSTMPruner:
         model: nn.Module,
         example: Any,
         lstms: list[str],
-        norm: str = "l2",
+        scores: Scores,
         min_channels: int = 1,
         embedding: bool = False,
     ) -> None:
-        if norm not in NORMS:
-            raise ValueError(f"unknown norm {norm!r} (valid: {', '.join(NORMS)})")
-        self.model, self.example, self.norm = model, example, norm
-        self.min_channels, self.embedding = min_channels, embedding
+        self.scores, self.min_channels, self.embedding = scores, min_channels, embedding
+        self.plans: list[LSTMPlan] = []
         order = _call_order(model, example)
         self.links: dict[str, tuple[str, str | None]] = {}
         self.original: dict[str, tuple[int, int]] = {}
@@ -224,15 +210,16 @@ class LSTMPruner:
             self.links[name] = (consumer, feeder)
             self.original[name] = (lstm.hidden_size, lstm.input_size)
 
-    def prune(self, amount: float) -> list[LSTMPlan]:
+    def prune(self, model: nn.Module, amount: float) -> dict[str, tuple[int, int]]:
+        """Cut each LSTM to ``amount`` of its original width; ``{lstm: (before, after)}``."""
         plans = []
         for name, (consumer_name, feeder_name) in self.links.items():
-            lstm = self.model.get_submodule(name)
+            lstm = model.get_submodule(name)
             hidden0, input0 = self.original[name]
             keep_n = min(lstm.hidden_size, units_to_keep(hidden0, amount, self.min_channels))
             dirs = 2 if lstm.bidirectional else 1
             keep = {
-                (layer, d): top_units(unit_importance(lstm, layer, d, self.norm), keep_n)
+                (layer, d): top_units(self.scores(unit_rows(lstm, layer, d).float()), keep_n)
                 for layer in range(lstm.num_layers)
                 for d in range(dirs)
             }
@@ -242,28 +229,26 @@ class LSTMPruner:
                 columns = lstm.weight_ih_l0.detach().float()
                 if lstm.bidirectional:
                     columns = torch.cat([columns, lstm.weight_ih_l0_reverse.detach().float()])
-                score = columns.abs().sum(0) if self.norm == "l1" else columns.pow(2).sum(0).sqrt()
-                if self.norm == "random":
-                    score = torch.rand(lstm.input_size)
-                input_keep = top_units(score.cpu(), keep_e)
+                input_keep = top_units(self.scores(columns.t()).cpu(), keep_e)
             plan = LSTMPlan(
                 name, lstm.hidden_size, keep_n, keep, consumer_name, feeder_name, input_keep
             )
             columns_out = _output_columns(lstm, keep)
             new = shrink_lstm(lstm, keep, input_keep)
-            consumer = self.model.get_submodule(consumer_name)
+            consumer = model.get_submodule(consumer_name)
             with torch.no_grad():
                 consumer.weight = nn.Parameter(
                     consumer.weight[:, columns_out.to(consumer.weight.device)].clone()
                 )
             consumer.in_features = len(columns_out)
             if input_keep is not None and feeder_name is not None:
-                feeder = self.model.get_submodule(feeder_name)
+                feeder = model.get_submodule(feeder_name)
                 with torch.no_grad():
                     feeder.weight = nn.Parameter(
                         feeder.weight[:, input_keep.to(feeder.weight.device)].clone()
                     )
                 feeder.embedding_dim = len(input_keep)
-            _set_child(self.model, name, new)
+            _set_child(model, name, new)
             plans.append(plan)
-        return plans
+        self.plans = plans
+        return {p.name: (p.hidden_before, p.hidden_after) for p in plans}

@@ -19,99 +19,8 @@ from torch import Tensor, nn
 from torch.nn.utils import prune
 
 from hpml.optimize.prune.amount import units_to_remove
+from hpml.optimize.prune.methods import Method
 from hpml.optimize.prune.targets import Target
-
-
-class FPGMStructured(prune.BasePruningMethod):
-    """Structured pruning of the rows nearest the geometric median (He et al., CVPR 2019).
-
-    A row (filter, output unit) whose summed Euclidean distance to all other rows is smallest is
-    the one the others can best stand in for; those rows are zeroed first.
-    """
-
-    PRUNING_TYPE = "structured"
-
-    def __init__(self, amount: int | float, dim: int = 0) -> None:
-        prune._validate_pruning_amount_init(amount)
-        self.amount, self.dim = amount, dim
-
-    def compute_mask(self, t: Tensor, default_mask: Tensor) -> Tensor:
-        rows = t.transpose(0, self.dim).flatten(1) if self.dim else t.flatten(1)
-        n_prune = prune._compute_nparams_toprune(self.amount, rows.shape[0])
-        mask = default_mask.clone()
-        if n_prune == 0:
-            return mask
-        distances = torch.cdist(rows.unsqueeze(0).float(), rows.unsqueeze(0).float())[0].sum(1)
-        drop = torch.argsort(distances)[:n_prune]
-        index = [slice(None)] * t.dim()
-        index[self.dim] = drop
-        mask[tuple(index)] = 0
-        return mask
-
-    @classmethod
-    def apply(
-        cls,
-        module: nn.Module,
-        name: str,
-        amount: int | float,  # type: ignore[override]
-        dim: int = 0,
-        importance_scores: Tensor | None = None,
-    ) -> FPGMStructured:
-        return super().apply(
-            module, name, amount=amount, dim=dim, importance_scores=importance_scores
-        )
-
-
-def _l1_unstructured(module: nn.Module, name: str, amount: int) -> None:
-    prune.l1_unstructured(module, name, amount)
-
-
-def _random_unstructured(module: nn.Module, name: str, amount: int) -> None:
-    prune.random_unstructured(module, name, amount)
-
-
-def _l1_structured(module: nn.Module, name: str, amount: int) -> None:
-    prune.ln_structured(module, name, amount, n=1, dim=0)
-
-
-def _l2_structured(module: nn.Module, name: str, amount: int) -> None:
-    prune.ln_structured(module, name, amount, n=2, dim=0)
-
-
-def _random_structured(module: nn.Module, name: str, amount: int) -> None:
-    prune.random_structured(module, name, amount, dim=0)
-
-
-def _fpgm(module: nn.Module, name: str, amount: int) -> None:
-    FPGMStructured.apply(module, name, amount)
-
-
-# method -> (pruning function of one weight, structured?)
-LOCAL = {
-    "l1_unstructured": (_l1_unstructured, False),
-    "random_unstructured": (_random_unstructured, False),
-    "l1_structured": (_l1_structured, True),
-    "l2_structured": (_l2_structured, True),
-    "random_structured": (_random_structured, True),
-    "fpgm": (_fpgm, True),
-}
-GLOBAL = ("global_l1_unstructured",)
-METHODS = (*LOCAL, *GLOBAL)
-
-
-def one_shot_mask(method: str, weight: Tensor, amount: float) -> Tensor:
-    """The mask ``method`` would give ``weight`` alone at ``amount`` (for sensitivity scans)."""
-    ones = torch.ones_like(weight)
-    if method in ("l1_unstructured", "global_l1_unstructured"):
-        return prune.L1Unstructured(amount).compute_mask(weight, ones)
-    if method == "random_unstructured":
-        return prune.RandomUnstructured(amount).compute_mask(weight, ones)
-    if method in ("l1_structured", "l2_structured"):
-        n = 1 if method == "l1_structured" else 2
-        return prune.LnStructured(amount, n=n, dim=0).compute_mask(weight, ones)
-    if method == "random_structured":
-        return prune.RandomStructured(amount, dim=0).compute_mask(weight, ones)
-    return FPGMStructured(amount).compute_mask(weight, ones)
 
 
 def _mask(module: nn.Module, name: str) -> Tensor | None:
@@ -132,33 +41,33 @@ def pruned_elements(module: nn.Module, name: str) -> int:
 class MaskPruner:
     """Zero the weights ``method`` ranks lowest among ``targets``, through forward pre-hooks."""
 
-    def __init__(self, method: str, targets: Sequence[Target]) -> None:
-        if method not in METHODS:
-            raise ValueError(f"unknown mask method {method!r} (valid: {', '.join(METHODS)})")
+    def __init__(self, method: Method, targets: Sequence[Target]) -> None:
         self.method, self.targets = method, list(targets)
 
-    @property
-    def structured(self) -> bool:
-        return self.method in LOCAL and LOCAL[self.method][1]
+    def prune(self, model: nn.Module, amount: float) -> dict[str, tuple[int, int]]:
+        """Bring the targets to ``amount`` of their original weights (rows, when structured).
 
-    def prune(self, model: nn.Module, amount: float) -> None:
-        """Bring the targets to ``amount`` of their original weights (rows, when structured)."""
-        if self.method in GLOBAL:
+        Shapes do not change, so no layer has a new width: the result is always empty.
+        """
+        if self.method.global_scope:
             pairs = [(t.module(model), t.param_name) for t in self.targets]
             total = sum(getattr(m, n).numel() for m, n in pairs)
             done = sum(pruned_elements(m, n) for m, n in pairs)
             missing = max(0, units_to_remove(total, amount) - done)
-            prune.global_unstructured(pairs, pruning_method=prune.L1Unstructured, amount=missing)
-            return
-        apply, structured = LOCAL[self.method]
+            prune.global_unstructured(
+                pairs, pruning_method=self.method.mask, amount=missing, **self.method.mask_kwargs
+            )
+            return {}
         for target in self.targets:
             module = target.module(model)
             weight = getattr(module, target.param_name)
-            if structured:
+            if self.method.structured:
                 total, done = weight.shape[0], pruned_rows(module, target.param_name)
             else:
                 total, done = weight.numel(), pruned_elements(module, target.param_name)
-            apply(module, target.param_name, max(0, units_to_remove(total, amount) - done))
+            missing = max(0, units_to_remove(total, amount) - done)
+            self.method.apply_mask(module, target.param_name, missing)
+        return {}
 
     def make_permanent(self, model: nn.Module) -> None:
         """Fold masks into the weights and drop the hooks (no-op for weights without a mask)."""

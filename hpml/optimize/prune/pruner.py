@@ -5,45 +5,39 @@
     report = pruner.prune(net, 0.5)      # to 50% of the original, in place; call again to go on
     pruner.finalize(net)                 # masks folded into the weights (mask mode)
 
-Methods: ``l1_unstructured``, ``random_unstructured``, ``global_l1_unstructured`` (mask only),
-``l1_structured``, ``l2_structured``, ``random_structured``, ``fpgm`` (mask or physical; physical
-by default). Physical mode removes output channels of Conv/Linear layers through torch-pruning and
-hidden units of ``nn.LSTM`` through :mod:`hpml.optimize.prune.lstm`; mask mode zeroes weights
-through ``torch.nn.utils.prune``. The amount is always measured against the original model, so
-repeated calls (a gradual schedule) never compound.
+Methods: the table in :mod:`hpml.optimize.prune.methods` (unstructured ones mask only; structured
+ones mask or physical, physical by default). Physical mode removes output channels of Conv/Linear
+layers through torch-pruning and hidden units of ``nn.LSTM`` through
+:mod:`hpml.optimize.prune.lstm`; mask mode zeroes weights through ``torch.nn.utils.prune``. Every
+engine has one ``prune(model, amount)``. The amount is always measured against the original model,
+so repeated calls (a gradual schedule) never compound.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from torch import nn
+from torch import Tensor, nn
 
 from hpml.errors import ConfigError, IncompatibleError
 from hpml.optimize.prune import mask as masks
 from hpml.optimize.prune.amount import check_amount
 from hpml.optimize.prune.lstm import LSTMPruner
+from hpml.optimize.prune.methods import METHODS, find
 from hpml.optimize.prune.stats import LayerStats, layer_stats
 from hpml.optimize.prune.structured import ChannelPruner, check_runs, output_shapes
 from hpml.optimize.prune.targets import DEFAULT_EXCLUDE, DEFAULT_TARGETS, Target, resolve
 
-UNSTRUCTURED = ("l1_unstructured", "random_unstructured", "global_l1_unstructured")
-STRUCTURED = ("l1_structured", "l2_structured", "random_structured", "fpgm")
-METHODS = (*UNSTRUCTURED, *STRUCTURED)
 MODES = ("mask", "physical")
-# structured method -> how physical mode ranks channels
-IMPORTANCE = {
-    "l1_structured": "l1",
-    "l2_structured": "l2",
-    "random_structured": "random",
-    "fpgm": "fpgm",
-}
 
 
-def default_mode(method: str) -> str:
-    return "physical" if method in STRUCTURED else "mask"
+class Engine(Protocol):
+    """What every engine does: bring ``model`` to ``amount`` of the original, in place, and say
+    which layers changed width (``{name: (before, after)}``; empty for masks)."""
+
+    def prune(self, model: nn.Module, amount: float) -> dict[str, tuple[int, int]]: ...
 
 
 @dataclass
@@ -82,29 +76,29 @@ class Pruner:
         embedding: bool = False,
         coupled: Sequence[Sequence[str]] | None = None,
     ) -> None:
-        if method not in METHODS:
-            raise ConfigError("method", method, f"one of {', '.join(METHODS)}")
-        mode = mode or default_mode(method)
+        spec = find(method)
+        mode = mode or spec.default_mode
         if mode not in MODES:
             raise ConfigError("mode", mode, f"one of {', '.join(MODES)}")
-        if mode == "physical" and method in UNSTRUCTURED:
+        if mode == "physical" and not spec.structured:
+            structured = ", ".join(name for name, m in METHODS.items() if m.structured)
             raise ConfigError(
                 "mode",
                 mode,
                 (
                     f"mask for {method}: single weights cannot be removed from a dense layer, only "
-                    f"whole channels ({', '.join(STRUCTURED)})"
+                    f"whole channels ({structured})"
                 ),
             )
         if isinstance(min_channels, bool) or not isinstance(min_channels, int) or min_channels < 1:
             raise ConfigError("min_channels", min_channels, "a positive integer")
-        self.method, self.mode = method, mode
+        self.method, self.spec, self.mode = method, spec, mode
         self.targets_spec = list(targets) if targets else list(DEFAULT_TARGETS)
         self.exclude_spec = list(exclude) if exclude is not None else []
         self.min_channels, self.embedding, self.coupled = min_channels, embedding, coupled
         self.targets: list[Target] = []
         self.before: dict[str, LayerStats] = {}
-        self._engines: list[Any] = []
+        self._engines: list[Engine] = []
         self._shapes: list[Any] = []
         self._example: Any = None
 
@@ -114,7 +108,7 @@ class Pruner:
         self.before = layer_stats(model, self.targets)
         self._example = example
         if self.mode == "mask":
-            self._engines = [masks.MaskPruner(self.method, self.targets)]
+            self._engines = [masks.MaskPruner(self.spec, self.targets)]
             return self.targets
         self._shapes = output_shapes(model, example)
         modules = list(dict.fromkeys(t.module_name for t in self.targets))
@@ -153,7 +147,7 @@ class Pruner:
                     model,
                     example,
                     lstms,
-                    IMPORTANCE[self.method],
+                    self.spec.units,
                     self.min_channels,
                     self.embedding,
                 )
@@ -161,7 +155,7 @@ class Pruner:
         else:
             self._engines = [
                 ChannelPruner(
-                    model, example, layers, IMPORTANCE[self.method], self.min_channels, self.coupled
+                    model, example, layers, self.spec.channels, self.min_channels, self.coupled
                 )
             ]
         return self.targets
@@ -173,13 +167,7 @@ class Pruner:
             raise RuntimeError("call attach(model, example) before prune")
         widths: dict[str, tuple[int, int]] = {}
         for engine in self._engines:
-            if isinstance(engine, masks.MaskPruner):
-                engine.prune(model, amount)
-            elif isinstance(engine, LSTMPruner):
-                for plan in engine.prune(amount):
-                    widths[plan.name] = (plan.hidden_before, plan.hidden_after)
-            else:
-                widths |= engine.prune(amount)
+            widths |= engine.prune(model, amount)
         if self.mode == "physical":
             check_runs(model, self._example, self._shapes)
         return self.report(model, amount, widths)
@@ -188,6 +176,10 @@ class Pruner:
         self, model: nn.Module, amount: float, widths: dict[str, tuple[int, int]] | None = None
     ) -> PruneReport:
         return PruneReport(amount, layer_stats(model, self.targets, self.before), widths or {})
+
+    def mask_alone(self, weight: Tensor, amount: float) -> Tensor:
+        """The mask this pruner's method gives ``weight`` pruned alone (sensitivity scans)."""
+        return self.spec.mask_alone(weight, check_amount(amount))
 
     def finalize(self, model: nn.Module) -> nn.Module:
         """Make masks permanent (mask mode); physical pruning is permanent already."""

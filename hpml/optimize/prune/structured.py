@@ -3,8 +3,8 @@
 torch-pruning traces the model once (autograd graph of one forward pass on an example input) and
 groups the layers whose channels must go together: a conv's filters with the next BatchNorm and
 the next conv's input channels, a Linear's outputs with every consumer. Each group is ranked by
-torch-pruning's group importance (``MagnitudeImportance(p=1|2)``, ``FPGMImportance``,
-``RandomImportance``) and the lowest-ranked channels are cut out, so ``print(model)`` shows the
+the method's torch-pruning group importance (``channels`` in :mod:`hpml.optimize.prune.methods`)
+and the lowest-ranked channels are cut out, so ``print(model)`` shows the
 smaller layers and inference really gets faster.
 
 hpml plans the cut itself rather than calling ``MetaPruner.step``: channel counts are rounded as a
@@ -28,13 +28,6 @@ from hpml.optimize.prune.amount import units_to_keep
 from hpml.optimize.prune.targets import LAYER_TYPES
 from hpml.tensors import tensors_in
 
-IMPORTANCES: dict[str, Callable[[], Any]] = {
-    "l1": lambda: tp.importance.MagnitudeImportance(p=1),
-    "l2": lambda: tp.importance.MagnitudeImportance(p=2),
-    "fpgm": lambda: tp.importance.FPGMImportance(p=2),
-    "random": lambda: tp.importance.RandomImportance(),
-}
-
 
 def default_coupling(model: nn.Module) -> tuple[tuple[str, ...], ...]:
     """Layers whose outputs the model combines element-wise where tracing in eval mode cannot
@@ -47,7 +40,8 @@ class ChannelPruner:
 
     ``layers`` are module names to prune; every other Conv/Linear layer keeps its outputs (its
     inputs shrink when the layer before it is pruned). Build it on the unpruned model: the widths
-    it sees first are the ones ``amount`` is measured against.
+    it sees first are the ones ``amount`` is measured against. ``importance`` builds the
+    torch-pruning importance that ranks the groups.
     """
 
     def __init__(
@@ -55,15 +49,13 @@ class ChannelPruner:
         model: nn.Module,
         example: Any,
         layers: Sequence[str],
-        importance: str = "l1",
+        importance: Callable[[], Any],
         min_channels: int = 1,
         coupled: Sequence[Sequence[str]] | None = None,
     ) -> None:
-        if importance not in IMPORTANCES:
-            raise ValueError(f"unknown importance {importance!r} (valid: {', '.join(IMPORTANCES)})")
         self.model, self.example = model, example
         self.layers = list(layers)
-        self.importance = IMPORTANCES[importance]()
+        self.importance = importance()
         self.min_channels = min_channels
         self.coupled = [tuple(g) for g in (default_coupling(model) if coupled is None else coupled)]
         names = {module: name for name, module in model.named_modules()}
@@ -116,8 +108,13 @@ class ChannelPruner:
     def roots(self) -> list[str]:
         return [self.names[g[0].dep.target.module] for g in self._groups()]
 
-    def prune(self, amount: float) -> dict[str, tuple[int, int]]:
-        """Cut each group to ``amount`` of its original width; ``{root: (before, after)}``."""
+    def prune(self, model: nn.Module, amount: float) -> dict[str, tuple[int, int]]:
+        """Cut each group to ``amount`` of its original width; ``{root: (before, after)}``.
+
+        The dependency graph was traced on the model given at construction: ``model`` must be it.
+        """
+        if model is not self.model:
+            raise ValueError("ChannelPruner.prune got another model than the one it traced")
         scored: dict[str, tuple[Any, Tensor]] = {}
         for group in self._groups():
             imp = self.importance(group)
