@@ -1,12 +1,10 @@
-"""Peak compute and memory bandwidth of a device: the roofs that MFU and rooflines use.
+"""Datasheet peak compute and memory bandwidth of devices: the roofs that MFU and rooflines use.
 
-Two sources, each saying where its numbers come from (``DevicePeak.source``):
-
-- ``KNOWN_DEVICES``: vendor datasheet figures for common NVIDIA accelerators. All are *dense*
-  peaks: NVIDIA quotes Ampere-and-later tensor-core figures "with sparsity", which are twice
-  the dense rate, so those are halved here. Peaks are per CUDA device (one K80 board is two).
-- ``measure_peak``: a short micro-benchmark of any device (fp32 GEMM and a large copy), cached
-  as JSON per host, device and thread count, with the load average it ran under.
+``KNOWN_DEVICES`` holds vendor datasheet figures for common NVIDIA accelerators, each saying
+where its numbers come from (``DevicePeak.source``). All are *dense* peaks: NVIDIA quotes
+Ampere-and-later tensor-core figures "with sparsity", which are twice the dense rate, so those
+are halved here. Peaks are per CUDA device (one K80 board is two). Devices not in the table are
+measured instead (``hpml.analysis.measured_peak``).
 
 torch is imported only where a function needs it, so command-line tools can list the table
 (``--help``) without paying for ``import torch``.
@@ -14,26 +12,17 @@ torch is imported only where a function needs it, so command-line tools can list
 
 from __future__ import annotations
 
-import json
-import os
 import platform
 import re
-import socket
-import time
-from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     import torch
 
 T = 1e12  # TFLOP/s
 GB = 1e9  # GB/s (decimal, as datasheets quote bandwidth)
-MIB = 1 << 20
-RELOAD_LOAD_DROP = 1.0  # re-measure a cached peak once the 1-minute load is this much lower
 
 FP32 = ("32", "32-true")
 FP16 = ("16", "16-mixed", "16-true")
@@ -301,147 +290,3 @@ def table_peak(device: torch.device) -> DevicePeak | None:
     if device.type != "cuda":
         return None
     return match_device_name(device_name(device))
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-")
-
-
-def _best_seconds(
-    work: Callable[[], Any],
-    device: torch.device,
-    budget_s: float,
-    min_repeats: int = 3,
-    max_repeats: int = 50,
-) -> float:
-    """Shortest of repeated timings of ``work`` (after one untimed call), until ``budget_s``.
-
-    Best-of, not median: on a shared machine other load only ever slows a repeat down.
-    """
-    import torch
-
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-    work()
-    sync()
-    best, spent, repeats = float("inf"), 0.0, 0
-    while repeats < min_repeats or (spent < budget_s and repeats < max_repeats):
-        start = time.perf_counter()
-        work()
-        sync()
-        elapsed = time.perf_counter() - start
-        best, spent, repeats = min(best, elapsed), spent + elapsed, repeats + 1
-    return best
-
-
-def _gemm_flops_per_s(device: torch.device, budget_s: float) -> tuple[float, int]:
-    """fp32 ``n x n @ n x n`` FLOP/s (2 n^3 FLOPs per product) and the ``n`` used.
-
-    ``n`` doubles from 256 until one product takes an eighth of the budget (or 8192 is reached),
-    so the matrix is large enough to run at full rate and the repeats still fit the budget.
-    """
-    import torch
-
-    for n in (256, 512, 1024, 2048, 4096, 8192):
-        a = torch.randn(n, n, device=device)
-        b = torch.randn(n, n, device=device)
-        if _best_seconds(lambda a=a, b=b: a @ b, device, 0.0, min_repeats=1) >= budget_s / 8:
-            break
-    seconds = _best_seconds(lambda: a @ b, device, budget_s)
-    return 2 * n**3 / seconds, n
-
-
-def _copy_bytes_per_s(device: torch.device, budget_s: float) -> tuple[float, int]:
-    """Bytes per second of ``dst.copy_(src)``, counting bytes read + bytes written (2 x size).
-
-    The tensor (256 MiB on CPU, 1 GiB on GPU) is far larger than any cache, so it streams
-    through DRAM / HBM; STREAM's "copy" counts bytes the same way.
-    """
-    import torch
-
-    size = (1024 if device.type == "cuda" else 256) * MIB
-    src = torch.ones(size // 4, device=device)
-    dst = torch.empty_like(src)
-    seconds = _best_seconds(lambda: dst.copy_(src), device, budget_s)
-    return 2 * size / seconds, size
-
-
-def measure_peak(
-    device: torch.device, cache_dir: Path | str, seconds: float = 1.0, refresh: bool = False
-) -> DevicePeak:
-    """Measured fp32 GEMM FLOP/s and copy bandwidth of ``device``, cached across runs.
-
-    About ``seconds`` of benchmarking (half GEMM, half copy), best of the repeats, at torch's
-    current thread count and matmul precision (tf32 on CUDA if it is enabled). The record in
-    ``cache_dir/<host>__<device>__<threads>threads.json`` keeps the load average the numbers
-    were taken under; the next call (this run or a later one) reads it instead of measuring,
-    unless the machine is now quieter (1-minute load lower by more than ``RELOAD_LOAD_DROP``):
-    other work only lowers a measured peak, so a record taken under load is replaced then.
-    """
-    import torch
-
-    name = device_name(device)
-    host = socket.gethostname()
-    threads = torch.get_num_threads()
-    path = Path(cache_dir) / f"{_slug(host)}__{_slug(name)}__{threads}threads.json"
-    load = os.getloadavg()
-    if path.is_file() and not refresh:
-        try:
-            cached = json.loads(path.read_text())
-            if cached["load_avg_1m_5m_15m"][0] <= load[0] + RELOAD_LOAD_DROP:
-                return DevicePeak(**cached["peak"])
-        except (ValueError, KeyError, TypeError, IndexError):
-            pass  # a damaged record is measured again and overwritten
-    flops_per_s, n = _gemm_flops_per_s(device, seconds / 2)
-    bytes_per_s, size = _copy_bytes_per_s(device, seconds / 2)
-    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    loads = " ".join(f"{x:.2f}" for x in load)
-    peak = DevicePeak(
-        name=f"{name} (measured)",
-        fp32_flops_per_s=flops_per_s,
-        tf32_flops_per_s=None,
-        fp16_flops_per_s=None,
-        bf16_flops_per_s=None,
-        memory_bytes_per_s=bytes_per_s,
-        source=f"measured on {host} {when}: fp32 GEMM n={n}, copy of {size // MIB} MiB "
-        f"(read + write bytes), best of repeats, {threads} torch threads, "
-        f"load average {loads}",
-    )
-    record = {
-        "peak": asdict(peak),
-        "host": host,
-        "device": name,
-        "device_type": device.type,
-        "torch_threads": threads,
-        "load_avg_1m_5m_15m": list(load),
-        "gemm_n": n,
-        "copy_tensor_bytes": size,
-        "copy_bytes_convention": "read + written (2 x tensor bytes)",
-        "matmul_fp32_precision": torch.backends.cuda.matmul.fp32_precision,
-        "seconds_budget": seconds,
-        "measured_at": when,
-        "torch_version": torch.__version__,
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(f".{os.getpid()}.tmp")
-    partial.write_text(json.dumps(record, indent=2))
-    partial.replace(path)  # atomic: a concurrent run reads the old record or the new, never half
-    return peak
-
-
-def resolve_peak(
-    choice: str | None, device: torch.device, cache_dir: Path | str, seconds: float = 1.0
-) -> DevicePeak:
-    """The roof to draw: ``choice`` a ``KNOWN_DEVICES`` key or ``"measured"``; None means the
-    device's table entry if it has one, else a measured peak."""
-    if choice == "measured":
-        return measure_peak(device, cache_dir, seconds)
-    if choice is not None:
-        if choice not in KNOWN_DEVICES:
-            raise ValueError(
-                f"unknown device {choice!r} (valid: {', '.join(KNOWN_DEVICES)}, measured)"
-            )
-        return KNOWN_DEVICES[choice]
-    return table_peak(device) or measure_peak(device, cache_dir, seconds)

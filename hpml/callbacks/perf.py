@@ -144,7 +144,8 @@ class PerformanceMonitor(L.Callback):
             self.peaks = self._peaks(trainer, pl_module.device)
 
     def _peaks(self, trainer: L.Trainer, device: torch.device) -> dict[str, float]:
-        from hpml.analysis.devices import PRECISIONS, measure_peak, table_peak
+        from hpml.analysis.devices import PRECISIONS, table_peak
+        from hpml.analysis.measured_peak import measure_peak
 
         peaks: dict[str, float] = {}
         table = table_peak(device)

@@ -9,8 +9,9 @@ from typing import Any
 
 import lightning as L
 
-from hpml.analysis.devices import KNOWN_DEVICES, PRECISIONS, DevicePeak, resolve_peak
+from hpml.analysis.devices import KNOWN_DEVICES, PRECISIONS, DevicePeak
 from hpml.analysis.flops import count_flops
+from hpml.analysis.measured_peak import resolve_peak
 from hpml.analysis.roofline import (
     RooflineAnalysis,
     analyse,

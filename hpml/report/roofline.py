@@ -134,7 +134,7 @@ def logged_peak(run: Run) -> DevicePeak | None:
 
 def choose_peak(choice: str | None, runs: list[Run]) -> DevicePeak:
     """``--device``, else the first run's GPU in the table, its logged peak, or this machine's."""
-    from hpml.analysis.devices import measure_peak
+    from hpml.analysis.measured_peak import measure_peak
 
     if choice in KNOWN_DEVICES:
         return KNOWN_DEVICES[choice]

@@ -1,21 +1,11 @@
-"""Device peaks: datasheet table, CUDA names, precision mapping, the cached micro-benchmark."""
+"""Device peaks from the datasheet table: CUDA names, dense figures, precision mapping."""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 import torch
 
-from hpml.analysis import devices
-from hpml.analysis.devices import (
-    CUDA_NAMES,
-    KNOWN_DEVICES,
-    match_device_name,
-    measure_peak,
-    resolve_peak,
-    table_peak,
-)
+from hpml.analysis.devices import CUDA_NAMES, KNOWN_DEVICES, match_device_name, table_peak
 
 
 @pytest.mark.parametrize(
@@ -111,55 +101,3 @@ def test_fp32_follows_torchs_tf32_setting():
 
 def test_cpu_has_no_table_peak():
     assert table_peak(torch.device("cpu")) is None
-
-
-@pytest.fixture(scope="module")
-def measured(tmp_path_factory):
-    cache = tmp_path_factory.mktemp("peaks")
-    return measure_peak(torch.device("cpu"), cache, seconds=0.1), cache
-
-
-def test_measured_peak_is_recorded_with_threads_and_load(measured):
-    peak, cache = measured
-    assert peak.fp32_flops_per_s > 1e8 and peak.memory_bytes_per_s > 1e8
-    assert peak.tf32_flops_per_s is None and peak.fp16_flops_per_s is None
-    assert peak.source.startswith("measured on ")
-    (path,) = cache.glob("*.json")
-    assert path.name.endswith(f"__{torch.get_num_threads()}threads.json")
-    record = json.loads(path.read_text())
-    assert record["torch_threads"] == torch.get_num_threads()
-    assert len(record["load_avg_1m_5m_15m"]) == 3
-    assert record["copy_bytes_convention"].startswith("read + written")
-    assert record["peak"]["fp32_flops_per_s"] == peak.fp32_flops_per_s
-
-
-def test_second_call_reads_the_cache_without_measuring(measured, monkeypatch):
-    peak, cache = measured
-
-    def fail(*args):
-        raise AssertionError("measured again")
-
-    monkeypatch.setattr(devices, "_gemm_flops_per_s", fail)
-    monkeypatch.setattr(devices.os, "getloadavg", lambda: (99.0, 99.0, 99.0))  # busier now
-    assert measure_peak(torch.device("cpu"), cache) == peak
-    assert resolve_peak(None, torch.device("cpu"), cache) == peak  # CPU: no table, measured
-
-
-def test_damaged_or_loaded_records_are_measured_again(tmp_path, measured, monkeypatch):
-    _, cache = measured
-    (path,) = cache.glob("*.json")
-    record = tmp_path / path.name
-    record.write_text("{not json")
-    again = measure_peak(torch.device("cpu"), tmp_path, seconds=0.05)
-    assert json.loads(record.read_text())["peak"]["source"] == again.source
-    busy = json.loads(record.read_text()) | {"load_avg_1m_5m_15m": [9.0, 9.0, 9.0]}
-    record.write_text(json.dumps(busy))
-    monkeypatch.setattr(devices.os, "getloadavg", lambda: (0.5, 0.5, 0.5))  # quieter now
-    measure_peak(torch.device("cpu"), tmp_path, seconds=0.05)
-    assert json.loads(record.read_text())["load_avg_1m_5m_15m"] == [0.5, 0.5, 0.5]
-
-
-def test_resolve_peak_by_key_and_unknown_key(tmp_path):
-    assert resolve_peak("v100", torch.device("cpu"), tmp_path) is KNOWN_DEVICES["v100"]
-    with pytest.raises(ValueError, match=r"unknown device 'v200'.*a100-40gb"):
-        resolve_peak("v200", torch.device("cpu"), tmp_path)
