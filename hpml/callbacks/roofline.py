@@ -12,14 +12,8 @@ import lightning as L
 from hpml.analysis.devices import KNOWN_DEVICES, PRECISIONS, DevicePeak
 from hpml.analysis.flops import count_flops
 from hpml.analysis.measured_peak import resolve_peak
-from hpml.analysis.roofline import (
-    RooflineAnalysis,
-    analyse,
-    classify,
-    describe_peak,
-    plot_roofline,
-    points_csv,
-)
+from hpml.analysis.roofline import RooflineAnalysis, analyse, classify
+from hpml.analysis.roofline_plot import describe_peak, plot_roofline, points_csv
 from hpml.callbacks.logging import (
     log_file,
     log_metrics,

@@ -182,7 +182,7 @@ def table(rows: list[tuple[str, str, RooflinePoint, str]], peak: DevicePeak, pre
 def draw(args: argparse.Namespace) -> list[Path]:
     from mlflow import MlflowClient
 
-    from hpml.analysis.roofline import describe_peak, plot_roofline
+    from hpml.analysis.roofline_plot import describe_peak, plot_roofline
     from hpml.report.runs import default_tracking_uri, select_runs
 
     client = MlflowClient(args.tracking_uri or default_tracking_uri())

@@ -1,0 +1,178 @@
+"""How roofline points are shown: a CSV with units in its header, a one-line roof, the plot.
+
+The roofline callback (one run's layers) and ``python -m hpml.report.roofline`` (many runs on one
+plot) share these; the points themselves, and the conventions behind their numbers, come from
+``hpml.analysis.roofline``. matplotlib is imported only when a plot is drawn.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+from hpml.analysis.devices import DevicePeak
+from hpml.analysis.roofline import RooflinePoint, attainable_flops_per_s, classify
+
+CSV_COLUMNS = (
+    "layer",
+    "type",
+    "flops",
+    "bytes",
+    "intensity_flop_per_byte",
+    "seconds",
+    "flops_per_s",
+    "bound",
+)
+
+
+def points_csv(points: list[RooflinePoint], peak: DevicePeak, precision: str = "32-true") -> str:
+    """CSV text, one row per point, with the units in the column names; blank = not timed."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for p in points:
+        writer.writerow(
+            [
+                p.label,
+                p.kind,
+                int(p.flops),
+                int(p.bytes),
+                f"{p.intensity:.6g}",
+                "" if p.seconds is None else f"{p.seconds:.6g}",
+                "" if p.flops_per_s is None else f"{p.flops_per_s:.6g}",
+                classify(p, peak, precision),
+            ]
+        )
+    return out.getvalue()
+
+
+def _si(value: float, unit: str) -> str:
+    """``1.57e13, "FLOP/s"`` -> ``"15.7 TFLOP/s"``."""
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def describe_peak(peak: DevicePeak, precision: str = "32-true") -> str:
+    """``"Tesla V100 SXM2: 15.7 TFLOP/s (32-true), 900 GB/s, ridge 17.4 FLOP/byte"``."""
+    return (
+        f"{peak.name}: {_si(peak.peak_for_precision(precision), 'FLOP/s')} ({precision}), "
+        f"{_si(peak.memory_bytes_per_s, 'B/s')}, "
+        f"ridge {peak.ridge_for_precision(precision):.3g} FLOP/byte"
+    )
+
+
+def plot_roofline(
+    points: list[RooflinePoint],
+    peak: DevicePeak,
+    path_stem: Path | str,
+    precision: str = "32-true",
+    title: str | None = None,
+) -> list[Path]:
+    """Log-log roofline with ``points`` on it; writes ``<path_stem>.png`` and ``.svg``.
+
+    Timed points sit at their achieved FLOP/s (filled); untimed ones are drawn hollow on the
+    roof, at the best their intensity allows. Colour says memory- or compute-bound. Points
+    with no counted FLOPs (intensity 0) cannot be placed on log axes and are left out.
+    Uses matplotlib's ``Figure`` directly (Agg canvas), never pyplot: no display, no global
+    state, safe in callbacks and threads.
+    """
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    compute = peak.peak_for_precision(precision)
+    bandwidth = peak.memory_bytes_per_s
+    ridge = compute / bandwidth
+    drawn = [p for p in points if p.flops > 0 and p.bytes > 0]
+    heights = [p.flops_per_s or attainable_flops_per_s(p.intensity, peak, precision) for p in drawn]
+    intensities = [p.intensity for p in drawn] + [ridge]
+    x_lo, x_hi = min(intensities) / 4, max(intensities) * 4
+    y_lo = min([bandwidth * x_lo, *heights]) / 2
+    fig = Figure(figsize=(9, 6), layout="constrained")
+    ax = fig.add_subplot()
+    x = np.geomspace(x_lo, x_hi, 256)
+    ax.plot(
+        x,
+        np.minimum(compute, bandwidth * x),
+        color="black",
+        linewidth=2,
+        label=f"roof: {_si(compute, 'FLOP/s')} ({precision}), {_si(bandwidth, 'B/s')}",
+    )
+    ax.axvline(ridge, color="grey", linestyle=":", linewidth=1)
+    ax.annotate(
+        f"ridge {ridge:.3g} FLOP/byte",
+        (ridge, y_lo),
+        xytext=(4, 4),
+        textcoords="offset points",
+        fontsize=8,
+        color="grey",
+    )
+    ax.annotate(
+        f"compute peak {_si(compute, 'FLOP/s')}",
+        (x_hi, compute),
+        xytext=(-4, -12),
+        textcoords="offset points",
+        fontsize=8,
+        ha="right",
+    )
+    slope_x = (x_lo * ridge) ** 0.5
+    ax.annotate(
+        f"memory {_si(bandwidth, 'B/s')}",
+        (slope_x, bandwidth * slope_x),
+        xytext=(-6, 6),
+        textcoords="offset points",
+        fontsize=8,
+        ha="right",
+        rotation=25,
+        rotation_mode="anchor",
+    )
+    colours = {"memory-bound": "tab:blue", "compute-bound": "tab:red"}
+    labelled: set[str] = set()
+    for point, height in zip(drawn, heights, strict=True):
+        bound = classify(point, peak, precision)
+        timed = point.flops_per_s is not None
+        legend = f"{bound}{'' if timed else ' (not timed: on its roof)'}"
+        ax.scatter(
+            point.intensity,
+            height,
+            s=40,
+            zorder=3,
+            edgecolors=colours[bound],
+            facecolors=colours[bound] if timed else "none",
+            label=None if legend in labelled else legend,
+        )
+        labelled.add(legend)
+        if timed:
+            ax.annotate(
+                point.label,
+                (point.intensity, height),
+                xytext=(4, -3),
+                textcoords="offset points",
+                fontsize=7,
+            )
+        else:  # points on the roof line up: slanted labels above it fan out
+            ax.annotate(
+                point.label,
+                (point.intensity, height),
+                xytext=(0, 6),
+                textcoords="offset points",
+                fontsize=7,
+                rotation=60,
+            )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(x_lo, x_hi)
+    ax.set_ylim(y_lo, max([compute, *heights]) * 3)  # a noisy measured peak can be beaten
+    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+    ax.set_ylabel("performance (FLOP/s)")
+    ax.set_title(title or f"Roofline on {peak.name}", fontsize=11)
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(loc="lower right", fontsize=8)
+    stem = Path(path_stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = [Path(f"{stem}.png"), Path(f"{stem}.svg")]
+    fig.savefig(paths[0], dpi=150)
+    fig.savefig(paths[1])
+    return paths

@@ -1,0 +1,48 @@
+"""How roofline points are shown: the CSV's header and rows, the PNG and SVG plots."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+from matplotlib.image import imread
+
+from hpml.analysis.devices import KNOWN_DEVICES
+from hpml.analysis.roofline import RooflinePoint
+from hpml.analysis.roofline_plot import CSV_COLUMNS, plot_roofline, points_csv
+
+V100 = KNOWN_DEVICES["v100"]
+
+
+def test_csv_has_units_in_its_header_and_a_row_per_point():
+    points = [
+        RooflinePoint("features.0", 2e9, 1e7, 0.01, "Conv2d"),
+        RooflinePoint("features.1", 0, 4e6, None, "ReLU"),
+    ]
+    lines = points_csv(points, V100).splitlines()
+    assert lines[0] == ",".join(CSV_COLUMNS)
+    assert "intensity_flop_per_byte" in lines[0] and "flops_per_s" in lines[0]
+    assert lines[1] == "features.0,Conv2d,2000000000,10000000,200,0.01,2e+11,compute-bound"
+    assert lines[2] == "features.1,ReLU,0,4000000,0,,,memory-bound"
+
+
+def test_plot_writes_a_readable_png_and_a_valid_svg(tmp_path):
+    points = [
+        RooflinePoint("conv", 2e12, 1e10, 0.5),
+        RooflinePoint("linear", 1e9, 5e8, None),
+        RooflinePoint("relu", 0, 1e8, 0.01),
+        RooflinePoint("model", 2.1e12, 1.1e10, 0.6),
+    ]
+    paths = plot_roofline(points, V100, tmp_path / "sub" / "roofline.v100")
+    assert [p.name for p in paths] == ["roofline.v100.png", "roofline.v100.svg"]
+    png, svg = paths
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    pixels = imread(png)
+    assert pixels.shape[0] >= 600 and pixels.shape[1] >= 900
+    assert pixels[..., :3].std() > 0.05  # lines, points and text, not a blank canvas
+    assert png.stat().st_size > 20_000
+    assert ET.parse(svg).getroot().tag.endswith("svg")
+
+
+def test_plot_of_points_without_flops_still_draws_the_roof(tmp_path):
+    png, _ = plot_roofline([RooflinePoint("relu", 0, 1e8, 0.01)], V100, tmp_path / "empty")
+    assert png.stat().st_size > 10_000
