@@ -11,13 +11,8 @@ import csv
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.data.test_vision import (
-    cifar_images,
-    mnist_pixels,
-    write_idx,
-    write_jpegs,
-    write_py2_pickle,
-)
+from tests.data.test_image_folder import write_jpegs
+from tests.data.test_vision import cifar_images, mnist_pixels, write_idx, write_py2_pickle
 
 WORDS = ("great", "awful", "plot", "actor", "boring", "loved", "scene", "music", "slow", "fun")
 

@@ -18,13 +18,8 @@ import numpy as np
 import pytest
 
 from tests.bad_inputs.harness import assert_names, error_line, refused_job, run_statuses
-from tests.data.test_vision import (
-    cifar_images,
-    mnist_pixels,
-    write_idx,
-    write_jpegs,
-    write_py2_pickle,
-)
+from tests.data.test_image_folder import write_jpegs
+from tests.data.test_vision import cifar_images, mnist_pixels, write_idx, write_py2_pickle
 
 QUIET = [
     "trainer.max_epochs=1",
