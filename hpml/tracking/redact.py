@@ -7,6 +7,7 @@ masked before they are logged.
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any
 
@@ -45,3 +46,29 @@ def redact_config(resolved: Any, raw: Any) -> Any:
     if isinstance(raw, str) and any(is_secret_name(n) for n in ENV_REFERENCE.findall(raw)):
         return MASK
     return redact_text(resolved) if isinstance(resolved, str) else resolved
+
+
+class RedactingFilter(logging.Filter):
+    """Masks URI credentials in what a handler writes, tracebacks included.
+
+    MLflow's own messages carry the tracking URI whole (``API request to
+    http://user:password@host/... failed``): while a server is away they reach the terminal
+    through its system-metrics warnings and hpml's "could not record" lines.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked = redact_text(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = redact_text(logging.Formatter().formatException(record.exc_info))
+        return True
+
+
+def redact_logs() -> None:
+    """Put a RedactingFilter on the handlers of the root and ``mlflow`` loggers (once each)."""
+    for logger in (logging.getLogger(), logging.getLogger("mlflow")):
+        for handler in logger.handlers:
+            if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+                handler.addFilter(RedactingFilter())

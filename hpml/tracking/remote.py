@@ -4,13 +4,13 @@ Left to itself MLflow meets an unreachable ``http(s)://`` store with urllib3 ret
 exponential backoff) and prints nothing for minutes; ``http://`` without a host hangs, and other
 malformed URIs fail in a paragraph about the model registry. ``prepare`` runs before any run or
 training starts: it checks the URI's form, sends one request with a short bound and no retries,
-and sizes MLflow's own retries (``logger.retry_s``) so that a server that goes away mid-run (a
-restart, a network blip) pauses the logging call until it is back instead of losing the metrics.
+and sizes MLflow's own retries (``logger.retry_s``, ``hpml.tracking.retries``) so that a server
+that goes away mid-run (a restart, a network blip) pauses the logging call until it is back
+instead of losing the metrics.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import threading
@@ -18,27 +18,17 @@ from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from hpml.errors import ConfigError
-from hpml.tracking.redact import redact_text
+from hpml.tracking.redact import redact_logs, redact_text
+from hpml.tracking.retries import RETRY_S, configure_retries, undo_fail_fast
 from hpml.tracking.store import StoreError
 
-log = logging.getLogger(__name__)
-
 PREFLIGHT_TIMEOUT_S = 3.0  # the whole check, name lookup included; loopback answers in ms
-RETRY_S = 600.0  # a server restart or upgrade; longer outages fail the run, in one line
 PREFLIGHT_ENDPOINT = "/api/2.0/mlflow/experiments/search"  # any MLflow server, any auth plugin
 VALID_URIS = (
     "sqlite:///path, http(s)://host:port, databricks[://profile] or a database URI "
     "(postgresql://host/db, mysql://..., mssql://...)"
 )
 DATABASES = ("postgresql", "mysql", "mssql")
-# urllib3 sleeps factor * 2**(n-1) s after the n-th failure in a row (0 after the first), at most
-# Retry.DEFAULT_BACKOFF_MAX; MLflow takes integer factors only, and refuses more than 10 retries
-# unless its internal limit variable is raised.
-BACKOFF_FACTOR = 1
-BACKOFF_MAX_S = 120.0
-DEFAULT_RETRIES_LIMIT = 10
-RETRIES_VARIABLE = "MLFLOW_HTTP_REQUEST_MAX_RETRIES"
-_before_fail_fast: list[str | None] = []  # its value before fail_fast_if_server_gone zeroed it
 
 
 class TrackingServerError(StoreError):
@@ -62,7 +52,7 @@ def prepare(tracker: TrackerSettings) -> None:
     Raises ConfigError (a malformed URI or setting) or TrackingServerError (a server that does
     not answer), each one line with any password in the URI masked.
     """
-    _undo_fail_fast()  # a job before this one, in this process, lost its server
+    undo_fail_fast()  # a job before this one, in this process, lost its server
     timeout_s = getattr(tracker, "preflight_timeout_s", PREFLIGHT_TIMEOUT_S)
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
         raise ConfigError("logger.preflight_timeout_s", timeout_s, "seconds > 0")
@@ -204,109 +194,3 @@ def _reason(exc: BaseException, timeout_s: float) -> str:
     if any(isinstance(e, requests.exceptions.ConnectionError) for e in chain):
         return "cannot connect"
     return redact_text(" ".join(str(chain[-1]).split()))[:200] or type(chain[-1]).__name__
-
-
-def retry_window_s(retries: int) -> float:
-    """Seconds MLflow waits between ``retries`` retries of one request (jitter aside)."""
-    return sum(
-        0.0 if n <= 1 else min(BACKOFF_MAX_S, BACKOFF_FACTOR * 2.0 ** (n - 1))
-        for n in range(1, retries + 1)
-    )
-
-
-def retries_for(retry_s: float) -> int:
-    """The fewest retries whose waits add up to ``retry_s`` seconds (0: fail at once)."""
-    retries = 0
-    while retry_window_s(retries) < retry_s:
-        retries += 1
-    return retries
-
-
-def configure_retries(retry_s: float) -> int:
-    """Make MLflow retry every request to the server for about ``retry_s`` seconds.
-
-    A metric logged while the server is away then waits (training pauses) and lands once it is
-    back; an outage longer than the window fails the run in one line instead of hanging. Applies
-    to Lightning's logger, hpml's own calls and MLflow's system-metrics thread alike, since all go
-    through MLflow's HTTP client, which reads these variables at each request.
-    """
-    retries = retries_for(retry_s)
-    try:
-        from mlflow.environment_variables import _MLFLOW_HTTP_REQUEST_MAX_RETRIES_LIMIT as limit
-    except ImportError:  # a newer MLflow without the internal limit: stay under its default
-        limit = None
-        if retries > DEFAULT_RETRIES_LIMIT:
-            log.warning(
-                "logger.retry_s=%g: MLflow allows %d retries, about %g s",
-                retry_s,
-                DEFAULT_RETRIES_LIMIT,
-                retry_window_s(DEFAULT_RETRIES_LIMIT),
-            )
-            retries = DEFAULT_RETRIES_LIMIT
-    if limit is not None and retries > limit.get():
-        os.environ[limit.name] = str(retries)
-    os.environ[RETRIES_VARIABLE] = str(retries)
-    os.environ["MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"] = str(BACKOFF_FACTOR)
-    log.debug("MLflow HTTP retries: %d, waiting up to %g s", retries, retry_window_s(retries))
-    return retries
-
-
-def server_gone(exc: BaseException) -> bool:
-    """Whether ``exc`` is a request to the server that failed after all its retries."""
-    import requests
-
-    seen: BaseException | None = exc
-    for _ in range(20):  # MLflow, Lightning and hpml each wrap it once or twice
-        if seen is None:
-            return False
-        if isinstance(seen, requests.exceptions.ConnectionError | requests.exceptions.RetryError):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
-def fail_fast_if_server_gone(exc: BaseException) -> None:
-    """Let a run that lost its server end now, not after one more retry window per record.
-
-    Once a request has waited out ``logger.retry_s``, the failure tag, traceback, job log and
-    final status that follow would each wait as long again; they are tried once instead.
-    """
-    if server_gone(exc) and not _before_fail_fast:
-        _before_fail_fast.append(os.environ.get(RETRIES_VARIABLE))
-        os.environ[RETRIES_VARIABLE] = "0"
-
-
-def _undo_fail_fast() -> None:
-    """Give the next job in this process the retries it had before, whoever had set them."""
-    if _before_fail_fast:
-        value = _before_fail_fast.pop()
-        if value is None:
-            os.environ.pop(RETRIES_VARIABLE, None)
-        else:
-            os.environ[RETRIES_VARIABLE] = value
-
-
-class RedactingFilter(logging.Filter):
-    """Masks URI credentials in what a handler writes, tracebacks included.
-
-    MLflow's own messages carry the tracking URI whole (``API request to
-    http://user:password@host/... failed``): while a server is away they reach the terminal
-    through its system-metrics warnings and hpml's "could not record" lines.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        masked = redact_text(message)
-        if masked != message:
-            record.msg, record.args = masked, None
-        if record.exc_info and not record.exc_text:
-            record.exc_text = redact_text(logging.Formatter().formatException(record.exc_info))
-        return True
-
-
-def redact_logs() -> None:
-    """Put a RedactingFilter on the handlers of the root and ``mlflow`` loggers (once each)."""
-    for logger in (logging.getLogger(), logging.getLogger("mlflow")):
-        for handler in logger.handlers:
-            if not any(isinstance(f, RedactingFilter) for f in handler.filters):
-                handler.addFilter(RedactingFilter())

@@ -21,7 +21,8 @@ from hpml.errors import one_line  # re-exported: callers import it from here too
 from hpml.tracking.jobs import PARENT_FILE  # re-exported likewise
 from hpml.tracking.logger import AttachedMLFlowLogger
 from hpml.tracking.redact import redact_config, redact_text
-from hpml.tracking.remote import PREFLIGHT_TIMEOUT_S, RETRY_S, fail_fast_if_server_gone
+from hpml.tracking.remote import PREFLIGHT_TIMEOUT_S
+from hpml.tracking.retries import RETRY_S, fail_fast_if_server_gone
 from hpml.tracking.store import StoreError, experiment_id, prepare_store, retry_locked
 from hpml.tracking.tags import default_run_name, device_tags, environment_tags, hydra_tags
 

@@ -20,10 +20,12 @@ from hpml.tracking.remote import (
     PREFLIGHT_TIMEOUT_S,
     TrackingServerError,
     check_uri,
-    configure_retries,
-    fail_fast_if_server_gone,
     preflight,
     prepare,
+)
+from hpml.tracking.retries import (
+    configure_retries,
+    fail_fast_if_server_gone,
     retries_for,
     retry_window_s,
     server_gone,
