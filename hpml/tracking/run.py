@@ -199,7 +199,8 @@ class MlflowTracker:
 
 
 def _log_config(cfg: DictConfig, resumed: bool = False) -> None:
-    """The resolved config as params and as a file, plus Hydra's own record of the job.
+    """The resolved config as params and as a file, plus Hydra's own record of the job (none
+    with ``hydra.output_subdir=null``, which tells Hydra to keep none).
 
     A resumed run keeps the params it has (MLflow refuses changed values) and gains new ones;
     each resume's config goes under ``config/resumed_<time>/``.
@@ -214,7 +215,7 @@ def _log_config(cfg: DictConfig, resumed: bool = False) -> None:
         folder = f"config/resumed_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
     mlflow.log_params(params)
     mlflow.log_text(OmegaConf.to_yaml(resolved), f"{folder}/config_resolved.yaml")
-    if HydraConfig.initialized():
+    if HydraConfig.initialized() and HydraConfig.get().output_subdir is not None:
         hydra_dir = Path(HydraConfig.get().runtime.output_dir) / HydraConfig.get().output_subdir
         for path in sorted(hydra_dir.glob("*.yaml")):  # overrides may carry a URI's password
             mlflow.log_text(redact_text(path.read_text()), f"{folder}/hydra/{path.name}")
