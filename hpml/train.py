@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from hpml.cli import check_args, hoist_flags, report_failure
 from hpml.console import progress_bar, quiet_upstream
 from hpml.errors import ConfigError, HpmlError
+from hpml.hydra_job import HydraJob
 from hpml.tracking.jobs import write_job_status
 from hpml.tracking.redact import redact_text
 from hpml.tracking.resume import resume_args, resume_point
@@ -68,7 +69,13 @@ def build_callbacks(cfg: DictConfig) -> list[Any]:
     return callbacks
 
 
-def prepared(cfg: DictConfig) -> Any:
+def hydra_job() -> HydraJob | None:
+    """What Hydra knows of the job in progress, None outside Hydra. The one read of Hydra's
+    global ``HydraConfig`` besides ``main``'s: tracking gets its values passed."""
+    return HydraJob.of(HydraConfig.get()) if HydraConfig.initialized() else None
+
+
+def prepared(cfg: DictConfig, job: HydraJob | None) -> Any:
     """The run's tracker, once what must hold before a run starts holds.
 
     Output is quieted, the store answers (a bad URI or a silent server: one line, before torch
@@ -83,14 +90,15 @@ def prepared(cfg: DictConfig) -> Any:
     try:
         validate(cfg)
     except HpmlError as exc:
-        tracker.record_refused(cfg, exc)
+        tracker.record_refused(cfg, job, exc)
         raise
     return tracker
 
 
 def train(cfg: DictConfig) -> dict[str, float]:
     """Fit and test the configured model inside one MLflow run; return the final metrics."""
-    tracker = prepared(cfg)
+    job = hydra_job()
+    tracker = prepared(cfg, job)
     import lightning as L
 
     from hpml.callbacks.epoch_summary import EpochSummary
@@ -100,7 +108,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     # files every record, so without this each Lightning message shows twice.
     logging.getLogger("lightning").handlers.clear()
     resumed, ckpt_path = resume_point(tracker, cfg.get("resume"), Path(cfg.paths.output_dir))
-    with StopOnSignals() as stop, tracker.run(cfg, resume=resumed) as run:
+    with StopOnSignals(job) as stop, tracker.run(cfg, job, resume=resumed) as run:
         stop.run_id, stop.resumed_from = run.run_id, ckpt_path
         L.seed_everything(cfg.seed, workers=True, verbose=False)
         datamodule = build("data", cfg.data)
@@ -160,17 +168,16 @@ def compose_job(overrides: list[str], output_dir: Path) -> DictConfig:
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
     """Hydra task: a failed job prints one line; a sweep records it and goes on to the next job."""
-    hc = HydraConfig.get()
-    job_dir = Path(hc.runtime.output_dir)
+    job = HydraJob.of(HydraConfig.get())
     try:
         metrics = train(cfg)
     except Exception as exc:
-        line = report_failure(exc, job_dir / f"{hc.job.name}.log")
-        write_job_status(job_dir, failed=True, error=line)
-        if hc.mode == RunMode.MULTIRUN:
+        line = report_failure(exc, job.output_dir / f"{job.name}.log")
+        write_job_status(job.output_dir, failed=True, error=line)
+        if job.sweep is not None:
             return math.nan
         raise SystemExit(1) from None
-    write_job_status(job_dir, failed=False)
+    write_job_status(job.output_dir, failed=False)
     return metrics.get(cfg.optimized_metric) if cfg.optimized_metric else None
 
 

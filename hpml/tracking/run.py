@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import mlflow
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from mlflow import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
 from hpml.errors import one_line  # re-exported: callers import it from here too
+from hpml.hydra_job import HydraJob
 from hpml.tracking.jobs import PARENT_FILE  # re-exported likewise
 from hpml.tracking.logger import AttachedMLFlowLogger
 from hpml.tracking.redact import redact_config, redact_text
@@ -110,10 +109,14 @@ class MlflowTracker:
         return experiment_id(self.client(), self.experiment_name, self.artifact_root)
 
     @contextmanager
-    def run(self, cfg: DictConfig, resume: str | None = None) -> Iterator[TrackedRun]:
+    def run(
+        self, cfg: DictConfig, job: HydraJob | None, resume: str | None = None
+    ) -> Iterator[TrackedRun]:
         """Run ``cfg`` inside a fresh MLflow run (a child of its sweep's parent, if any).
 
-        ``resume``: the id of a stopped run to reopen instead (``resume=<run id>``).
+        ``job``: what Hydra knows of the job (None outside Hydra), for tags, run name, sweep
+        parent and the job's files. ``resume``: the id of a stopped run to reopen instead
+        (``resume=<run id>``).
         """
         mlflow.set_tracking_uri(self.tracking_uri)
         if self.log_system_metrics:
@@ -124,10 +127,10 @@ class MlflowTracker:
 
             set_system_metrics_sampling_interval(self.system_metrics_interval_s)
             set_system_metrics_samples_before_logging(1)
-        tags = {**environment_tags(), **hydra_tags()}
-        run_name = self.run_name or default_run_name()
+        tags = {**environment_tags(), **hydra_tags(job)}
+        run_name = self.run_name or default_run_name(job)
         try:
-            record = sweep_record()
+            record = sweep_record(job)
             parent = record["run_id"] if record else None
             active = retry_locked(
                 lambda: mlflow.start_run(
@@ -142,11 +145,11 @@ class MlflowTracker:
         except Exception as exc:  # no run to record the failure in: make one, if the store works
             fail_fast_if_server_gone(exc)
             if not isinstance(exc, StoreError):
-                _best_effort(self._record_unstarted, cfg, run_name, tags, exc)
+                _best_effort(self._record_unstarted, cfg, job, run_name, tags, exc)
             raise
         status = "FINISHED"
         try:
-            _log_config(cfg, resumed=resume is not None)
+            _log_config(cfg, job, resumed=resume is not None)
             yield TrackedRun(self, active)
         except BaseException as exc:
             status = "KILLED" if interrupted(exc) else "FAILED"
@@ -154,25 +157,31 @@ class MlflowTracker:
             _best_effort(_log_failure, exc)
             raise
         finally:  # the run always ends, or the next job in this process could not start one
-            _best_effort(_log_job_log)
+            _best_effort(_log_job_log, job)
             _best_effort(mlflow.end_run, status)
 
-    def record_refused(self, cfg: DictConfig, exc: BaseException) -> None:
+    def record_refused(self, cfg: DictConfig, job: HydraJob | None, exc: BaseException) -> None:
         """A job of a sweep refused before its run started, as a FAILED child of the sweep, so
         the sweep's page lists every job. Outside a sweep the one line on the terminal is all."""
-        if _sweep_record_or_none() is None or isinstance(exc, StoreError):
+        if _sweep_record_or_none(job) is None or isinstance(exc, StoreError):
             return
         mlflow.set_tracking_uri(self.tracking_uri)
         _best_effort(
             self._record_unstarted,
             cfg,
-            self.run_name or default_run_name(),
-            {**environment_tags(), **hydra_tags()},
+            job,
+            self.run_name or default_run_name(job),
+            {**environment_tags(), **hydra_tags(job)},
             exc,
         )
 
     def _record_unstarted(
-        self, cfg: DictConfig, run_name: str, tags: dict[str, str], exc: BaseException
+        self,
+        cfg: DictConfig,
+        job: HydraJob | None,
+        run_name: str,
+        tags: dict[str, str],
+        exc: BaseException,
     ) -> None:
         """A FAILED run for a job whose own run could not start, so no job leaves no trace.
 
@@ -180,7 +189,7 @@ class MlflowTracker:
         experiment may be what failed.
         """
         client = self.client()
-        record = _sweep_record_or_none()
+        record = _sweep_record_or_none(job)
         if record is not None:
             tags = {**tags, "mlflow.parentRunId": record["run_id"]}
         error = redact_text(one_line(exc))[:5000]
@@ -191,14 +200,14 @@ class MlflowTracker:
         )
         mlflow.start_run(run_id=run.info.run_id, log_system_metrics=False)
         try:
-            _best_effort(_log_config, cfg)
+            _best_effort(_log_config, cfg, job)
             _best_effort(_log_failure, exc)
-            _best_effort(_log_job_log)
+            _best_effort(_log_job_log, job)
         finally:
             mlflow.end_run("FAILED")
 
 
-def _log_config(cfg: DictConfig, resumed: bool = False) -> None:
+def _log_config(cfg: DictConfig, job: HydraJob | None, resumed: bool = False) -> None:
     """The resolved config as params and as a file, plus Hydra's own record of the job (none
     with ``hydra.output_subdir=null``, which tells Hydra to keep none).
 
@@ -215,9 +224,8 @@ def _log_config(cfg: DictConfig, resumed: bool = False) -> None:
         folder = f"config/resumed_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
     mlflow.log_params(params)
     mlflow.log_text(OmegaConf.to_yaml(resolved), f"{folder}/config_resolved.yaml")
-    if HydraConfig.initialized() and HydraConfig.get().output_subdir is not None:
-        hydra_dir = Path(HydraConfig.get().runtime.output_dir) / HydraConfig.get().output_subdir
-        for path in sorted(hydra_dir.glob("*.yaml")):  # overrides may carry a URI's password
+    if job is not None and job.config_dir is not None:
+        for path in sorted(job.config_dir.glob("*.yaml")):  # overrides may carry a URI's password
             mlflow.log_text(redact_text(path.read_text()), f"{folder}/hydra/{path.name}")
 
 
@@ -249,27 +257,26 @@ def _log_failure(exc: BaseException) -> None:
     mlflow.log_text(redact_text("".join(traceback.format_exception(exc))), "error/traceback.txt")
 
 
-def _log_job_log() -> None:
+def _log_job_log(job: HydraJob | None) -> None:
     """Upload the job's log file (Hydra's job logging), flushed first."""
-    if not HydraConfig.initialized():
+    if job is None:
         return
     for handler in logging.getLogger().handlers:
         handler.flush()
-    hc = HydraConfig.get()
-    path = Path(hc.runtime.output_dir) / f"{hc.job.name}.log"
+    path = job.output_dir / f"{job.name}.log"
     if path.is_file():
         mlflow.log_text(redact_text(path.read_text(errors="replace")), f"logs/{path.name}")
 
 
-def sweep_record() -> dict[str, str] | None:
+def sweep_record(job: HydraJob | None) -> dict[str, str] | None:
     """The sweep's parent run (``run_id``, ``experiment_id``), as ``MlflowSweepCallback`` wrote
     it into the sweep dir; None outside a sweep.
 
     A job of a sweep without that record fails rather than log a stray top-level run.
     """
-    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+    if job is None or job.sweep is None:
         return None
-    path = Path(HydraConfig.get().sweep.dir) / PARENT_FILE
+    path = Path(job.sweep.dir) / PARENT_FILE
     if not path.is_file():
         raise StoreError(
             f"no sweep parent run recorded at {path}: the sweep callback "
@@ -278,8 +285,8 @@ def sweep_record() -> dict[str, str] | None:
     return json.loads(path.read_text())
 
 
-def _sweep_record_or_none() -> dict[str, str] | None:
+def _sweep_record_or_none(job: HydraJob | None) -> dict[str, str] | None:
     try:
-        return sweep_record()
+        return sweep_record(job)
     except StoreError:
         return None

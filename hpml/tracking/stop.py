@@ -24,6 +24,7 @@ from typing import Any
 
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from hpml.hydra_job import HydraJob
 from hpml.tracking.run import interrupted, sweep_record
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -43,11 +44,13 @@ class Terminated(SIGTERMException):
 class StopOnSignals:
     """Context of one job: installs the handlers, and turns a stop into one line and an exit code.
 
+    ``job`` places it in its sweep (None outside Hydra), whose parent run a stop ends too.
     ``run_id``, ``trainer`` and ``resumed_from`` are filled in as the job gets them; they say
     which run stopped and which checkpoint it can resume from.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, job: HydraJob | None) -> None:
+        self.job = job
         self.received: signal.Signals | None = None
         self.run_id: str | None = None
         self.trainer: Any = None
@@ -96,7 +99,7 @@ class StopOnSignals:
             signal.SIGTERM if isinstance(exc, SIGTERMException) else signal.SIGINT
         )
         print(self.message(received.name), file=sys.stderr)
-        _end_sweep()
+        _end_sweep(self.job)
         raise SystemExit(128 + received.value) from None
 
     def message(self, name: str) -> str:
@@ -119,11 +122,11 @@ class StopOnSignals:
         return self.resumed_from
 
 
-def _end_sweep() -> None:
+def _end_sweep(job: HydraJob | None) -> None:
     """A stopped sweep job stops the sweep: its parent run ends KILLED too (Hydra's end-of-sweep
     callback, which would end it, does not run after a SystemExit)."""
     try:
-        record = sweep_record()
+        record = sweep_record(job)
         if record is not None:
             from mlflow import MlflowClient
 

@@ -11,10 +11,9 @@ import sys
 from pathlib import Path
 
 import torch
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 
 from hpml.analysis.devices import device_name
+from hpml.hydra_job import HydraJob
 from hpml.tracking.redact import redact_text
 
 
@@ -68,38 +67,36 @@ def environment_tags() -> dict[str, str]:
     return tags
 
 
-def hydra_tags() -> dict[str, str]:
-    """Choices, the job's own reproducible command and its place in a sweep."""
-    if not HydraConfig.initialized():
+def hydra_tags(job: HydraJob | None) -> dict[str, str]:
+    """Choices, the job's own reproducible command and its place in a sweep (outside Hydra,
+    ``job`` None: the command line as given)."""
+    if job is None:
         return {"hpml.command": redact_text(shlex.join(sys.argv))}
-    hc = HydraConfig.get()
-    overrides = list(hc.overrides.task)
     tags = {
-        "hpml.command": redact_text(shlex.join(["python", "-m", "hpml.train", *overrides])),
-        "hpml.output_dir": str(hc.runtime.output_dir),
+        "hpml.command": redact_text(shlex.join(["python", "-m", "hpml.train", *job.overrides])),
+        "hpml.output_dir": str(job.output_dir),
     }
     tags.update(
         {
             f"hpml.choice.{group}": str(option)
-            for group, option in hc.runtime.choices.items()
+            for group, option in job.choices.items()
             if not group.startswith("hydra") and option is not None
         }
     )
-    if hc.mode == RunMode.MULTIRUN:
-        tags["hpml.sweep_dir"] = str(hc.sweep.dir)
+    if job.sweep is not None:
+        tags["hpml.sweep_dir"] = job.sweep.dir
         tags["hpml.sweep_command"] = redact_text(
             shlex.join(["python", "-m", "hpml.train", *sys.argv[1:]])
         )
-        tags["hpml.job_num"] = str(hc.job.num)
+        tags["hpml.job_num"] = str(job.sweep.num)
     return tags
 
 
-def default_run_name() -> str:
+def default_run_name(job: HydraJob | None) -> str:
     """``model/data`` plus the job's overrides in a sweep, so sibling runs read apart in the UI."""
-    if not HydraConfig.initialized():
+    if job is None:
         return "hpml"
-    hc = HydraConfig.get()
-    name = f"{hc.runtime.choices.get('model')}/{hc.runtime.choices.get('data')}"
-    if hc.mode == RunMode.MULTIRUN and hc.job.override_dirname:
-        name += f" [{redact_text(hc.job.override_dirname)}]"
+    name = f"{job.choices.get('model')}/{job.choices.get('data')}"
+    if job.sweep is not None and job.sweep.override_dirname:
+        name += f" [{redact_text(job.sweep.override_dirname)}]"
     return name

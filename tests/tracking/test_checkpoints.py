@@ -111,7 +111,7 @@ def test_the_runs_overrides_come_first_and_the_new_ones_win():
 
 def test_sigterm_outside_lightning_ends_in_one_line_and_exit_143(capsys):
     previous = signal.getsignal(signal.SIGTERM)
-    stop = StopOnSignals()
+    stop = StopOnSignals(None)
     stop.run_id = "abc"
     with pytest.raises(SystemExit) as exc, stop:
         os.kill(os.getpid(), signal.SIGTERM)
