@@ -1,7 +1,7 @@
 """What Hydra knows of the job being run, as plain values handed down from ``hpml.train``.
 
-``hpml.train`` reads Hydra's global ``HydraConfig`` and passes a :class:`HydraJob` to tracking,
-so what tracking records depends only on its arguments.
+``hpml.train`` reads Hydra's global ``HydraConfig`` and passes a :class:`HydraJob` to tracking
+and validation, so what they record and refuse depends only on their arguments.
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ def build_callbacks(cfg: DictConfig) -> list[Any]:
 
 def hydra_job() -> HydraJob | None:
     """What Hydra knows of the job in progress, None outside Hydra. The one read of Hydra's
-    global ``HydraConfig`` besides ``main``'s: tracking gets its values passed."""
+    global ``HydraConfig`` besides ``main``'s: tracking and validation get its values passed."""
     return HydraJob.of(HydraConfig.get()) if HydraConfig.initialized() else None
 
 
@@ -88,7 +88,7 @@ def prepared(cfg: DictConfig, job: HydraJob | None) -> Any:
     prepare(cfg.logger)
     tracker = build("logger", cfg.logger)
     try:
-        validate(cfg)
+        validate(cfg, job)
     except HpmlError as exc:
         tracker.record_refused(cfg, job, exc)
         raise

@@ -1,8 +1,8 @@
 """Refuse, before training, what the config alone shows to be impossible: one line each.
 
-``validate(cfg)`` runs in :func:`hpml.train.prepared` before the MLflow run starts, so a refused
-job never reaches a training step (in a sweep it is recorded as a FAILED child run; a single run
-leaves none). In order:
+``validate(cfg, job)`` runs in :func:`hpml.train.prepared` before the MLflow run starts, so a
+refused job never reaches a training step (in a sweep it is recorded as a FAILED child run; a
+single run leaves none). In order:
 
 1. values against their declared ranges and the types their targets declare
    (:mod:`hpml.validate.knobs`);
@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from omegaconf import DictConfig
 
 from hpml.errors import ConfigError, HpmlError
+from hpml.hydra_job import HydraJob
 
 T = TypeVar("T")
 
@@ -45,8 +46,11 @@ def constructed(group: str, make: Callable[[], T]) -> T:
         ) from exc
 
 
-def validate(cfg: DictConfig) -> None:
-    """Raise an :class:`~hpml.errors.HpmlError` for the first thing that cannot work."""
+def validate(cfg: DictConfig, job: HydraJob | None) -> None:
+    """Raise an :class:`~hpml.errors.HpmlError` for the first thing that cannot work.
+
+    ``job`` (None outside Hydra) gives the ``model=`` option the refusals name the model by.
+    """
     import torch
 
     from hpml.train import build, build_callbacks
@@ -55,7 +59,8 @@ def validate(cfg: DictConfig) -> None:
     knobs.check(cfg)
     datamodule = constructed("data", lambda: build("data", cfg.data))
     spec = datamodule.planned_spec()
-    fit.check_layout(cfg, spec)
+    name = fit.model_name(cfg, job)
+    fit.check_layout(cfg, spec, name)
 
     def build_model(device: str) -> Any:
         with torch.device(device):
@@ -64,7 +69,6 @@ def validate(cfg: DictConfig) -> None:
     model = constructed("model", lambda: build_model("meta"))
     constructed("model.optimizer", model.configure_optimizers)
     callbacks = constructed("callbacks", lambda: build_callbacks(cfg))
-    name = fit.model_name(cfg)
     for callback in callbacks:
         if hasattr(callback, "pruner"):
             fit.check_prune(callback.pruner, model.net)

@@ -21,25 +21,23 @@ from torch import nn
 
 from hpml.data.spec import DataSpec
 from hpml.errors import ConfigError, HpmlError, IncompatibleError
+from hpml.hydra_job import HydraJob
 from hpml.models.input_fit import probe, size_range, sizes_text
 
 # Models whose every op eager-mode int8 covers (checked by tests/bad_inputs/test_validate.py).
 STATIC_INT8_MODELS = ("vgg11", "vgg13", "vgg16", "vgg19", "alexnet")
 
 
-def model_name(cfg: DictConfig) -> str:
+def model_name(cfg: DictConfig, job: HydraJob | None) -> str:
     """The ``model=`` option the job was composed with, else the model's target name."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if HydraConfig.initialized():
-        choice = HydraConfig.get().runtime.choices.get("model")
-        if choice:
-            return str(choice)
+    choice = job.choices.get("model") if job is not None else None
+    if choice:
+        return str(choice)
     net = cfg.model.get("net") or {}
     return str(net.get("_target_", cfg.model.get("_target_", "model"))).rsplit(".", 1)[-1]
 
 
-def check_layout(cfg: DictConfig, spec: DataSpec) -> None:
+def check_layout(cfg: DictConfig, spec: DataSpec, name: str) -> None:
     """Refuse images of a size the net's ``layout`` was not built for, naming both fixes.
 
     Applies to nets configured with ``model.net.layout`` whose builder's module lists its
@@ -80,7 +78,7 @@ def check_layout(cfg: DictConfig, spec: DataSpec) -> None:
         fixes.append(f"data with images of {sizes_text(sizes)}")
     why = f" ({here.stretched} at {size}x{size})" if here.runs and here.stretched else ""
     raise IncompatibleError(
-        f"model {model_name(cfg)} (model.net.layout={current}) is laid out for images of "
+        f"model {name} (model.net.layout={current}) is laid out for images of "
         f"{sizes_text(sizes)}, not {size}x{size}{why}: set {' or '.join(fixes)}"
     )
 

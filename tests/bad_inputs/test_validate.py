@@ -10,6 +10,7 @@ import torch
 from omegaconf import OmegaConf
 
 from hpml.errors import HpmlError
+from hpml.train import hydra_job
 from hpml.validate import validate
 from hpml.validate.fit import STATIC_INT8_MODELS, static_int8_runs
 
@@ -50,7 +51,7 @@ VALID = [
 
 @pytest.mark.parametrize("overrides", VALID, ids=[" ".join(o) or "default" for o in VALID])
 def test_valid_configs_pass(overrides: list[str], composed) -> None:
-    validate(composed(overrides))
+    validate(composed(overrides), hydra_job())
 
 
 @pytest.mark.parametrize("devices", ["auto", "-1"])
@@ -59,7 +60,7 @@ def test_all_devices_are_accepted_where_the_accelerator_has_one(devices: str, co
 
     if available(resolve_accelerator("auto")) != 1:
         pytest.skip("more than one device here: all of them would start DDP, which is refused")
-    validate(composed([f"trainer.devices={devices}"]))
+    validate(composed([f"trainer.devices={devices}"]), hydra_job())
 
 
 @pytest.mark.parametrize("model", STATIC_INT8_MODELS)
@@ -119,7 +120,7 @@ def refusal(cfg: Any) -> str | None:
 
     try:
         prepare(cfg.logger)
-        validate(cfg)
+        validate(cfg, hydra_job())
     except HpmlError as exc:
         return str(exc)
     return None
@@ -144,16 +145,18 @@ def test_every_numeric_knob_refuses_text_and_a_negative_number(composed) -> None
 
 
 def test_layout_and_size_messages_point_both_ways(composed) -> None:
-    with pytest.raises(HpmlError, match=r"set model.net.layout=imagenet or data.image_size=32"):
-        validate(composed(["data.image_size=224"]))
+    """They name the model by its ``model=`` option (vgg11, where its builder is ``vgg``)."""
+    named = r"model vgg11 .*: set model.net.layout=imagenet or data.image_size=32"
+    with pytest.raises(HpmlError, match=named):
+        validate(composed(["data.image_size=224"]), hydra_job())
     with pytest.raises(HpmlError, match=r"set model.net.layout=cifar or data.image_size=224"):
-        validate(composed(["model.net.layout=imagenet"]))
+        validate(composed(["model.net.layout=imagenet"]), hydra_job())
 
 
 def test_validation_touches_no_data_file_and_leaves_torch_as_it_was(composed, tmp_path) -> None:
     """A missing dataset is the run's failure (recorded FAILED), not the config's."""
     before = torch.backends.quantized.engine
-    validate(composed(["data=cifar10", f"data.data_dir={tmp_path}/absent"]))
-    validate(composed(["model=lstm", "data=imdb", f"data.data_dir={tmp_path}/absent"]))
+    validate(composed(["data=cifar10", f"data.data_dir={tmp_path}/absent"]), hydra_job())
+    validate(composed(["model=lstm", "data=imdb", f"data.data_dir={tmp_path}/absent"]), hydra_job())
     assert torch.backends.quantized.engine == before
     assert not (tmp_path / "absent").exists()
