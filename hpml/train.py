@@ -103,6 +103,9 @@ def train(cfg: DictConfig) -> dict[str, float]:
 
     from hpml.callbacks.epoch_summary import EpochSummary
     from hpml.tracking.stop import StopOnSignals
+    from hpml.worker import start_job
+
+    start_job(cfg.get("threads"))
 
     # `import lightning` adds its own console handler; Hydra's job logging already prints and
     # files every record, so without this each Lightning message shows twice.

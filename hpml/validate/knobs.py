@@ -76,6 +76,7 @@ COUNT, STEPS = Range(int, 1), Range(int, 0)
 # Keys are globs over the composed config; the first match decides.
 RANGES: dict[str, Range] = {
     "seed": SEED,
+    "threads": Range(int, 1, null="the process's own"),
     "data.seed": SEED,
     "data.noise": Range(float, 0),
     "data.signal": Range(float, 0, 1),

@@ -17,6 +17,7 @@ SMALL = ["trainer.max_epochs=1", "data.limit=64", "trainer.enable_progress_bar=f
 CASES: dict[str, tuple[list[str], list[str]]] = {
     # the observations this suite was written for
     "seed_not_int": (["seed=abc"], ["seed='abc'", "an integer in [0, 4294967295]"]),
+    "threads_zero": (["threads=0"], ["threads=0", "an integer >= 1"]),
     "lr_not_number": (["model.optimizer.lr=foo"], ["model.optimizer.lr='foo'", "a number > 0"]),
     "prune_exclude_int": (
         ["prune=l1_unstructured", "prune.exclude=42"],

@@ -1,0 +1,43 @@
+"""A job may share its process with jobs before it: leave it nothing they changed.
+
+Hydra's joblib launcher runs the jobs of a sweep in worker processes it reuses, and tests run
+jobs in-process one after another. What a job changes process-wide would otherwise reach the next
+job of the same worker: torch's thread count, the int8 quantisation engine, the inductor cache
+directory, an MLflow run left active. :func:`start_job` puts them back to what the process had
+before its first job, then gives torch ``threads`` intra-op threads (``threads`` in
+``conf/train.yaml``; null keeps that first value, which joblib's workers already size to
+cores / ``n_jobs``). Seeds need no reset: every job seeds everything itself.
+"""
+
+from __future__ import annotations
+
+import os
+
+import mlflow
+import torch
+
+from hpml.errors import positive_int
+
+CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+# what this process had before its first job (this module is imported by that job's start)
+_FIRST = {
+    "threads": torch.get_num_threads(),
+    "engine": torch.backends.quantized.engine,
+    "environ": {name: os.environ.get(name) for name in CACHE_VARIABLES},
+}
+
+
+def start_job(threads: int | None) -> int:
+    """Undo what earlier jobs in this process changed; return torch's intra-op thread count."""
+    while mlflow.active_run() is not None:  # a run an earlier job failed to close
+        mlflow.end_run("FAILED")
+    torch.backends.quantized.engine = _FIRST["engine"]
+    for name, value in _FIRST["environ"].items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    wanted = _FIRST["threads"] if threads is None else positive_int("threads", threads)
+    if torch.get_num_threads() != wanted:
+        torch.set_num_threads(wanted)
+    return wanted
