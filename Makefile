@@ -6,8 +6,10 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 HOST ?= 127.0.0.1
 PORT ?= 5000
+DB ?= sqlite:///$(CURDIR)/mlflow-server.db
+ARTIFACTS ?= $(CURDIR)/mlartifacts-server
 
-.PHONY: install train sweep ui test lint format bench clean
+.PHONY: install train sweep ui server test lint format bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +28,10 @@ sweep: $(STAMP)  ## a small demo multirun: one parent run, one child per batch s
 ui: $(STAMP)  ## MLflow UI on the local store (foreground; Ctrl-C stops it)
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db \
 		--default-artifact-root $(CURDIR)/mlartifacts --host $(HOST) --port $(PORT)
+
+server: $(STAMP)  ## a tracking server for a team (foreground): DB=postgresql://... HOST=0.0.0.0 PORT=5000
+	$(BIN)/mlflow server --backend-store-uri '$(DB)' --artifacts-destination '$(ARTIFACTS)' \
+		--serve-artifacts --host $(HOST) --port $(PORT)
 
 test: $(STAMP)
 	$(BIN)/pytest -q -n 2 --dist worksteal

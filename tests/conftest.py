@@ -81,10 +81,14 @@ def client(root: Path):
     return MlflowClient(f"sqlite:///{root}/mlflow.db")
 
 
-def run_cli(args: list[str], root: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``python -m hpml.train ARGS`` as a user runs it, against the project root ``root``."""
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    env |= {"HPML_ROOT": str(root), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+def run_cli(
+    args: list[str], root: Path, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """``python -m hpml.train ARGS`` as a user runs it, against the project root ``root``;
+    ``env`` adds to the environment (which has no MLFLOW_TRACKING_URI otherwise)."""
+    base = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    base |= {"HPML_ROOT": str(root), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    env = base | (env or {})
     return subprocess.run(
         [sys.executable, "-m", "hpml.train", *args],
         cwd=root,

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import REPO
+
 
 def free_port() -> int:
     """A loopback port nothing listens on (the socket is closed again)."""
@@ -32,23 +34,26 @@ class MlflowServer:
         shutil.copy(store_template, folder / "server.db")  # schema made once per session
         self.proc: subprocess.Popen | None = None
 
-    def start(self, timeout_s: float = 180) -> None:
+    def command(self) -> list[str]:
         mlflow_cli = Path(sys.executable).parent / "mlflow"
+        return [
+            str(mlflow_cli),
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--workers",
+            "1",
+            "--backend-store-uri",
+            f"sqlite:///{self.folder / 'server.db'}",
+            "--artifacts-destination",
+            str(self.folder / "artifacts"),
+        ]
+
+    def start(self, timeout_s: float = 180) -> None:
         self.proc = subprocess.Popen(
-            [
-                str(mlflow_cli),
-                "server",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--workers",
-                "1",
-                "--backend-store-uri",
-                f"sqlite:///{self.folder / 'server.db'}",
-                "--artifacts-destination",
-                str(self.folder / "artifacts"),
-            ],
+            self.command(),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
@@ -83,3 +88,24 @@ class MlflowServer:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=30)
         self.proc = None
+
+
+class MakeServer(MlflowServer):
+    """The server as a team starts it: ``make server`` from the repository, with this test's
+    port, store and artifact folder (and the running interpreter's environment)."""
+
+    def command(self) -> list[str]:
+        return [
+            "make",
+            "--no-print-directory",
+            "-C",
+            str(REPO),
+            "-o",
+            ".venv/.installed",  # never (re)install from a test: use the running environment
+            "server",
+            f"BIN={Path(sys.executable).parent}",
+            "HOST=127.0.0.1",
+            f"PORT={self.port}",
+            f"DB=sqlite:///{self.folder / 'server.db'}",
+            f"ARTIFACTS={self.folder / 'artifacts'}",
+        ]

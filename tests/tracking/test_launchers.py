@@ -1,0 +1,75 @@
+"""Sweeps on Hydra's joblib launcher: parallel worker processes, nothing leaked between jobs,
+every job a child of the sweep's parent, on the local store and on a ``make server``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from tests.conftest import QUICK, run_cli
+from tests.servers import MakeServer
+
+pytestmark = pytest.mark.slow
+JOBLIB = ["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "model=vae", *QUICK]
+
+
+def sweep_runs(client: MlflowClient) -> tuple[object, list]:
+    runs = client.search_runs([client.get_experiment_by_name("hpml").experiment_id])
+    parents = [r for r in runs if r.data.tags.get("hpml.sweep_parent") == "true"]
+    assert len(parents) == 1, [r.data.tags for r in runs]
+    children = [r for r in runs if r is not parents[0]]
+    return parents[0], children
+
+
+def test_joblib_sweep_runs_children_of_one_parent_and_leaks_no_threads(root):
+    # jobs 0 and 1 (threads=N) start the two workers; jobs 2 and 3 (threads=null) reuse them
+    explicit = (os.cpu_count() or 1) + 1  # more than any default: an inherited value shows
+    result = run_cli([*JOBLIB, f"threads={explicit},null", "seed=1,2"], root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "sweep" in result.stderr and "4 runs, 0 failed" in result.stderr
+    parent, children = sweep_runs(MlflowClient(f"sqlite:///{root}/mlflow.db"))
+    assert len(children) == 4
+    assert {r.info.status for r in children} == {"FINISHED"}
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parent.info.run_id}
+    jobs = {(r.data.params["threads"], r.data.params["seed"]) for r in children}
+    assert jobs == {(str(explicit), "1"), (str(explicit), "2"), ("None", "1"), ("None", "2")}
+    pids = {r.data.tags["hpml.checkpoint.writer"].rsplit(":", 1)[-1] for r in children}
+    assert 1 < len(pids) <= 2, pids  # two worker processes, each ran two jobs
+    for run in children:
+        threads = int(run.data.tags["hpml.cpu_threads"])
+        if run.data.params["threads"] == "None":
+            assert threads <= (os.cpu_count() or 1), "a reused worker kept the last job's threads"
+        else:
+            assert threads == explicit
+
+
+@pytest.fixture
+def make_server(tmp_path: Path, store_template: Path) -> Iterator[MakeServer]:
+    folder = tmp_path / "server"
+    folder.mkdir()
+    server = MakeServer(folder, store_template)
+    try:
+        server.start(timeout_s=120)
+        yield server
+    finally:
+        server.stop()
+
+
+def test_joblib_sweep_reaches_a_server_started_with_make_server(make_server, root):
+    result = run_cli([*JOBLIB, "seed=1,2"], root, env={"MLFLOW_TRACKING_URI": make_server.uri})
+    assert result.returncode == 0, result.stderr[-3000:]
+    client = MlflowClient(make_server.uri)
+    parent, children = sweep_runs(client)
+    assert sorted(r.data.params["seed"] for r in children) == ["1", "2"]
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parent.info.run_id}
+    assert {r.info.status for r in children} == {"FINISHED"}
+    for run in children:  # artifacts go through the server into its own folder
+        assert [a.path for a in client.list_artifacts(run.info.run_id, "model")] == [
+            "model/architecture.txt"
+        ]
+    assert len(list((make_server.folder / "artifacts").rglob("architecture.txt"))) == 2
+    assert MlflowClient(f"sqlite:///{root}/mlflow.db").get_experiment_by_name("hpml") is None
