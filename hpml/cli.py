@@ -16,11 +16,27 @@ trace = logging.getLogger("hpml.trace")  # to the job log file only (conf/hydra/
 
 
 def group_options(group: str, conf_dir: Path = CONF_DIR) -> list[str] | None:
-    """Options of config group ``group`` (file names without .yaml), or None if not a group."""
+    """Options of config group ``group``: its files under ``conf/`` and the options Hydra and its
+    plugins register (``hydra/launcher=joblib``), or None if there is no such group."""
     folder = conf_dir / group
-    if not folder.is_dir():
+    registered = registered_options(group)
+    if not folder.is_dir() and registered is None:
         return None
-    return sorted(p.stem for p in folder.glob("*.yaml"))
+    files = {p.stem for p in folder.glob("*.yaml")} if folder.is_dir() else set()
+    return sorted(files | (registered or set()))
+
+
+def registered_options(group: str) -> set[str] | None:
+    """Options of ``group`` in Hydra's ConfigStore once plugins are discovered (no torch)."""
+    from hydra.core.config_store import ConfigStore
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance()  # discovering the hydra_plugins packages registers their configs
+    try:
+        names = ConfigStore.instance().list(group)
+    except OSError:  # not a group Hydra or a plugin registers
+        return None
+    return {name.removesuffix(".yaml") for name in names if name.endswith(".yaml")}
 
 
 def unknown_option(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:

@@ -24,6 +24,11 @@ ARG_CASES = {
     "unknown_model": (["model=resnet9000"], ["unknown model 'resnet9000'", "vgg11"]),
     "unknown_optimizer": (["model/optimizer=adamw"], ["'adamw' for model/optimizer=", "adam"]),
     "key_typo": (["trainer.max_epoch=3"], ["trainer.max_epoch", "+trainer.max_epoch=3"]),
+    # options of hpml's conf/ and those Hydra's plugins register, in one list
+    "unknown_launcher": (
+        ["-m", "hydra/launcher=slrum"],
+        ["'slrum' for hydra/launcher=", "joblib", "slurm", "submitit_local"],
+    ),
     "sweep_without_m": (["data.batch_size=32,64"], ["data.batch_size=32,64", "add -m"]),
 }
 

@@ -8,7 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hydra.core.hydra_config import HydraConfig
 from mlflow import MlflowClient
+from omegaconf import OmegaConf
 
 from tests.conftest import QUICK, run_cli
 from tests.servers import MakeServer
@@ -73,3 +75,76 @@ def test_joblib_sweep_reaches_a_server_started_with_make_server(make_server, roo
         ]
     assert len(list((make_server.folder / "artifacts").rglob("architecture.txt"))) == 2
     assert MlflowClient(f"sqlite:///{root}/mlflow.db").get_experiment_by_name("hpml") is None
+
+
+def test_submitit_local_runs_two_jobs_into_one_parent(root):
+    args = ["-m", "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10", "model=vae"]
+    result = run_cli([*args, *QUICK, "seed=1,2"], root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    parent, children = sweep_runs(MlflowClient(f"sqlite:///{root}/mlflow.db"))
+    assert sorted(r.data.params["seed"] for r in children) == ["1", "2"]
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parent.info.run_id}
+    assert {r.info.status for r in children} == {"FINISHED"}
+    # each job ran in a process of its own, as submitit starts them
+    pids = {r.data.tags["hpml.checkpoint.writer"].rsplit(":", 1)[-1] for r in children}
+    assert len(pids) == 2
+
+
+def sbatch_script(launcher, folder: Path) -> str:
+    """The sbatch file hydra-submitit-launcher would submit for the ``hydra.launcher`` node
+    ``launcher``, mapped the way its
+    ``launch`` maps the config onto submitit's executor (base keys as-is, others slurm_)."""
+    import submitit
+    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+
+    params = OmegaConf.to_container(launcher, resolve=True)
+    params.pop("_target_")
+    params.pop("submitit_folder")
+    executor = submitit.AutoExecutor(
+        cluster="slurm", folder=folder, slurm_max_num_timeout=params.pop("max_num_timeout")
+    )
+    base = set(OmegaConf.structured(BaseQueueConf).keys())
+    executor.update_parameters(**{k if k in base else f"slurm_{k}": v for k, v in params.items()})
+    return executor._executor._make_submission_file_text("python -m hpml.train", "uid")
+
+
+def test_slurm_config_renders_sbatch_directives_from_the_config(composed, tmp_path, monkeypatch):
+    # submitit only checks that srun exists on a cluster; this one fails if it is ever run
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 1\n")
+    (bin_dir / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    cfg = composed(
+        [
+            "hydra/launcher=slurm",
+            "hydra.launcher.partition=gpu",
+            "hydra.launcher.account=proj42",
+            "hydra.launcher.qos=high",
+            "hydra.launcher.gpus_per_node=2",
+            "hydra.launcher.tasks_per_node=2",
+            "hydra.launcher.cpus_per_task=6",
+            "hydra.launcher.mem_gb=64",
+            "hydra.launcher.timeout_min=90",
+            "hydra.launcher.array_parallelism=4",
+            "hydra.launcher.setup=[module load cuda/12.4]",
+        ]
+    )
+    whole = OmegaConf.create(OmegaConf.to_container(cfg) | {"hydra": HydraConfig.get()})
+    launcher = whole.hydra.launcher  # its ${hydra.sweep.dir} and ${paths...} resolve in whole
+    script = sbatch_script(launcher, tmp_path / "submitit")
+    directives = {line.split()[1] for line in script.splitlines() if line.startswith("#SBATCH")}
+    assert {
+        "--partition=gpu",
+        "--account=proj42",
+        "--qos=high",
+        "--gpus-per-node=2",
+        "--ntasks-per-node=2",
+        "--cpus-per-task=6",
+        "--mem=64GB",
+        "--time=90",
+        "--nodes=1",
+        "--signal=USR2@120",
+    } <= directives, script
+    assert "module load cuda/12.4" in script
+    assert launcher.max_num_timeout == 3  # requeued after a time limit, 3 times
