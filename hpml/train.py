@@ -21,9 +21,9 @@ from hpml.cli import check_args, hoist_flags, report_failure
 from hpml.console import progress_bar, quiet_upstream
 from hpml.errors import ConfigError, HpmlError
 from hpml.hydra_job import HydraJob
-from hpml.tracking.jobs import write_job_status
+from hpml.tracking.jobs import record_run, write_job_status
 from hpml.tracking.redact import redact_text
-from hpml.tracking.resume import resume_args, resume_point
+from hpml.tracking.resume import requeued_run, resume_args, resume_point
 from hpml.validate import validate
 
 
@@ -110,9 +110,14 @@ def train(cfg: DictConfig) -> dict[str, float]:
     # `import lightning` adds its own console handler; Hydra's job logging already prints and
     # files every record, so without this each Lightning message shows twice.
     logging.getLogger("lightning").handlers.clear()
-    resumed, ckpt_path = resume_point(tracker, cfg.get("resume"), Path(cfg.paths.output_dir))
+    output_dir = Path(cfg.paths.output_dir)
+    resume = cfg.get("resume")
+    if resume is None and job is not None and job.sweep is not None:
+        resume = requeued_run(tracker, output_dir)
+    resumed, ckpt_path = resume_point(tracker, resume, output_dir)
     with StopOnSignals(job) as stop, tracker.run(cfg, job, resume=resumed) as run:
         stop.run_id, stop.resumed_from = run.run_id, ckpt_path
+        record_run(output_dir, run.run_id)
         L.seed_everything(cfg.seed, workers=True, verbose=False)
         datamodule = build("data", cfg.data)
         datamodule.prepare_data()

@@ -1,5 +1,8 @@
 """``resume=<run id>`` and ``resume=last``: continue a stopped run, in the same MLflow run.
 
+A job of a sweep that finds an unfinished run of its own in its folder (submitit requeued it
+after preemption or its time limit) continues that run the same way, without being asked.
+
 The run's own overrides (its ``hpml.command`` tag) are applied first and the new command's after
 them, so ``python -m hpml.train resume=<id>`` is all it takes and ``trainer.max_epochs=...`` may
 extend it. Training restarts from ``last.ckpt``, written at the end of the last finished epoch
@@ -253,6 +256,24 @@ def _store_of(args: list[str]) -> tuple[Any, str]:
         return tracker.client(), tracker.experiment_name
     finally:
         HydraConfig.instance().cfg = None
+
+
+def requeued_run(tracker: Any, job_dir: Path) -> str | None:
+    """The run to continue when this job is a requeued attempt (same job folder) of one that
+    stopped with a checkpoint; None for a first attempt, or one that cannot be continued (it
+    then starts afresh, saying why)."""
+    import sys
+
+    from hpml.tracking.jobs import earlier_attempt
+
+    run_id = earlier_attempt(job_dir)
+    if run_id is None:
+        return None
+    try:
+        return find_run(tracker.client(), tracker.experiment_name, run_id).info.run_id
+    except ResumeError as exc:
+        print(f"hpml: job {job_dir} starts afresh: {exc}", file=sys.stderr)
+        return None
 
 
 def resume_point(tracker: Any, value: Any, output_dir: Path) -> tuple[str | None, str | None]:

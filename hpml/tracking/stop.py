@@ -25,6 +25,7 @@ from typing import Any
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from hpml.hydra_job import HydraJob
+from hpml.tracking.jobs import this_process
 from hpml.tracking.run import interrupted, sweep_record
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -123,11 +124,13 @@ class StopOnSignals:
 
 
 def _end_sweep(job: HydraJob | None) -> None:
-    """A stopped sweep job stops the sweep: its parent run ends KILLED too (Hydra's end-of-sweep
-    callback, which would end it, does not run after a SystemExit)."""
+    """A stopped job of a sweep run in this very process (basic launcher) stops the sweep: its
+    parent run ends KILLED too (Hydra's end-of-sweep callback, which would end it, does not run
+    after a SystemExit). A job in a process of its own (joblib, submitit: preempted, requeued)
+    leaves the sweep to go on."""
     try:
         record = sweep_record(job)
-        if record is not None:
+        if record is not None and record.get("process") == this_process():
             from mlflow import MlflowClient
 
             MlflowClient(record["tracking_uri"]).set_terminated(record["run_id"], "KILLED")

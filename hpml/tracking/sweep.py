@@ -16,7 +16,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from hpml.errors import one_line
-from hpml.tracking.jobs import PARENT_FILE, failed_jobs
+from hpml.tracking.jobs import PARENT_FILE, failed_jobs, this_process
 from hpml.tracking.redact import redact_text
 from hpml.tracking.remote import prepare
 from hpml.tracking.store import retry_locked
@@ -62,7 +62,7 @@ class MlflowSweepCallback(Callback):
             prepare(config.logger)  # a bad URI or a silent server stops the sweep here, at once
             tracker = instantiate(config.logger)
             client = tracker.client()
-            run = retry_locked(
+            run = self._reopened(client, sweep_dir) or retry_locked(
                 lambda: client.create_run(
                     tracker.experiment_id(),
                     run_name=f"sweep {sweep_dir.name}",
@@ -80,6 +80,7 @@ class MlflowSweepCallback(Callback):
                         "run_id": run.info.run_id,
                         "experiment_id": run.info.experiment_id,
                         "tracking_uri": tracker.tracking_uri,
+                        "process": this_process(),
                     }
                 )
             )
@@ -87,6 +88,20 @@ class MlflowSweepCallback(Callback):
             stop_sweep(
                 f"the sweep's parent run could not be created, no job was started: {one_line(exc)}"
             )
+
+    @staticmethod
+    def _reopened(client: Any, sweep_dir: Path) -> Any:
+        """The parent run of an earlier launch into the same sweep dir that did not finish,
+        running again: a sweep started again where it stopped continues its parent, and its
+        stopped jobs their runs (``hpml.tracking.resume.requeued_run``); None otherwise."""
+        path = sweep_dir / PARENT_FILE
+        if not path.is_file():
+            return None
+        run = client.get_run(json.loads(path.read_text())["run_id"])
+        if run.info.status == "FINISHED":  # a finished sweep run again is a new sweep
+            return None
+        retry_locked(lambda: client.update_run(run.info.run_id, status="RUNNING"))
+        return run
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_dir = Path(str(config.hydra.sweep.dir))

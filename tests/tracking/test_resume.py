@@ -114,3 +114,36 @@ def test_unknown_resume_value_is_one_line_naming_it(root):
         "hpml: error: resume=0123abcd: no such run in "
         f"sqlite:///{root}/mlflow.db; no run of this experiment has a checkpoint to resume from"
     ]
+
+
+def test_a_requeued_sweep_job_continues_its_own_run(root, client):
+    # what submitit does after preemption or a time limit: the same job, in the same folder
+    sweep_dir = root / "multirun" / "requeued"
+    args = ["-m", f"hydra.sweep.dir={sweep_dir}", "model=vae", *QUICK, *SLOW]
+    args += [f"trainer.max_epochs={EPOCHS}", "data.num_workers=1", "seed=7"]
+    first = start_cli(args, root)
+    deadline = time.monotonic() + 120
+    while not (sweep_dir / "0" / "checkpoints" / "last.ckpt").is_file():
+        assert first.poll() is None, first.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "no checkpoint within 120 s"
+        time.sleep(0.1)
+    os.killpg(first.pid, signal.SIGTERM)
+    first.communicate(timeout=120)
+    assert first.returncode == 128 + signal.SIGTERM
+    (child,) = client.search_runs(
+        [client.get_experiment_by_name("hpml").experiment_id], "tags.hpml.job_num = '0'"
+    )
+    assert child.info.status == "KILLED"
+
+    again = run_cli(args, root)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "starts afresh" not in again.stderr
+    runs = client.search_runs([client.get_experiment_by_name("hpml").experiment_id])
+    children = [r for r in runs if r.data.tags.get("hpml.sweep_parent") != "true"]
+    assert [r.info.run_id for r in children] == [child.info.run_id]
+    assert children[0].info.status == "FINISHED"
+    assert children[0].data.tags["mlflow.parentRunId"] == child.data.tags["mlflow.parentRunId"]
+    assert len([r for r in runs if r.data.tags.get("hpml.sweep_parent") == "true"]) == 1
+    steps = [m.step for m in client.get_metric_history(child.info.run_id, "train/loss")]
+    assert sorted(steps) == [(e + 1) * STEPS_PER_EPOCH - 1 for e in range(EPOCHS)]
+    assert "1 runs, 0 failed" in again.stderr
