@@ -140,11 +140,14 @@ def train(cfg: DictConfig) -> dict[str, float]:
             trainer.test(model, datamodule=datamodule, verbose=False)
             metrics |= {name: float(value) for name, value in trainer.callback_metrics.items()}
     uri = redact_text(tracker.tracking_uri)
-    print(
-        f"hpml: run {run.run_id} finished in {uri}\n"
-        f"hpml: compare runs with `make ui` (or `mlflow ui --backend-store-uri {uri}`), "
-        f"then open http://127.0.0.1:5000/{run.ui_path}"
-    )
+    if uri.startswith(("http://", "https://")):  # a server: its own UI shows the run
+        where = f"hpml: compare runs at {uri.rstrip('/')}/{run.ui_path}"
+    else:
+        where = (
+            f"hpml: compare runs with `make ui` (or `mlflow ui --backend-store-uri {uri}`), "
+            f"then open http://127.0.0.1:5000/{run.ui_path}"
+        )
+    print(f"hpml: run {run.run_id} finished in {uri}\n{where}")
     return metrics
 
 

@@ -28,6 +28,7 @@ def test_run_goes_to_the_server_with_metrics_and_artifacts(server, root):
     uri, server_dir = server
     result = run_cli(["model=vae", *QUICK, f"logger.tracking_uri={uri}"], root)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert f"hpml: compare runs at {uri}/#/experiments/" in result.stdout  # the server's own UI
     from mlflow import MlflowClient
 
     client = MlflowClient(uri)
