@@ -145,8 +145,11 @@ def quality(
     loader = val_loader(trainer)
     if loader is None or max_batches == 0:
         return {}
-    found = validation_quality(pl_module, loader, max_batches)
-    return dict((f"{stage}/{q}", v) for q, v in (quality_name(k, v) for k, v in found.items()))
+    named = (
+        quality_name(name, value)
+        for name, value in validation_quality(pl_module, loader, max_batches).items()
+    )
+    return {f"{stage}/{quantity}": value for quantity, value in named}
 
 
 def measure(
