@@ -1,0 +1,278 @@
+"""An Optuna study as a Hydra sweeper: each batch of trials asked of the study, launched as jobs,
+and told their values; a failed job is a failed trial, and the study goes on.
+
+The study lives in ``storage`` (an SQLite file beside MLflow's by default), so running the same
+search again continues it until it holds ``n_trials`` finished trials.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override, Transformer
+from hydra.core.plugins import Plugins
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+RESULTS_FILE = "optimization_results.yaml"
+
+
+def distribution(override: Override) -> Any:
+    """The Optuna distribution of a sweep override: ``choice(...)`` (and ``a,b``) categorical,
+    ``range(a,b[,step])`` stepped over its values, ``interval(a,b)`` float, ``tag(log, ...)``
+    log-scaled (integer where both ends are integers)."""
+    from optuna.distributions import (
+        CategoricalDistribution,
+        FloatDistribution,
+        IntDistribution,
+    )
+
+    value = override.value()
+    if override.is_choice_sweep() or override.is_range_sweep():
+        values = list(override.sweep_iterator(transformer=Transformer.encode))
+    if override.is_choice_sweep() or (override.is_range_sweep() and value.shuffle):
+        return CategoricalDistribution(values)
+    if override.is_range_sweep():
+        if all(isinstance(v, int) for v in (value.start, value.stop, value.step)):
+            return IntDistribution(value.start, max(values), step=value.step)
+        return FloatDistribution(value.start, max(values), step=value.step)
+    if override.is_interval_sweep():
+        log_scale = "log" in value.tags
+        if log_scale and float(value.start).is_integer() and float(value.end).is_integer():
+            return IntDistribution(int(value.start), int(value.end), log=True)
+        return FloatDistribution(value.start, value.end, log=log_scale)
+    raise ValueError(f"{override.input_line}: not a sweep Optuna can sample")
+
+
+def job_value(job_return: JobReturn) -> tuple[float | None, str | None]:
+    """The job's value for the study, or None and why: a job that raised, returned NaN (hpml's
+    failed job in a sweep) or returned no number."""
+    if job_return.status == JobStatus.FAILED:
+        return None, f"the job raised {job_return._return_value!r}"
+    value = job_return.return_value
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None, f"the job returned {value!r}, not a number (is optimized_metric logged?)"
+    return (None, "its job failed (see its train.log)") if math.isnan(value) else (value, None)
+
+
+def check_compatible(study: Any, space: dict[str, Any]) -> None:
+    """Refuse a search space whose distributions differ from those the study's trials used."""
+    from optuna.distributions import check_distribution_compatibility
+
+    for trial in study.trials:
+        for name, used in trial.distributions.items():
+            if name in space:
+                try:
+                    check_distribution_compatibility(used, space[name])
+                except ValueError:
+                    raise ValueError(
+                        f"{name} is sampled from {space[name]}, but trial {trial.number} of the "
+                        f"stored study used {used}: give the new space another "
+                        "hydra.sweeper.study_name"
+                    ) from None
+
+
+class OptunaSweeper(Sweeper):
+    def __init__(
+        self,
+        n_trials: int,
+        n_jobs: int,
+        direction: str | None,
+        study_name: str | None,
+        storage: str | None,
+        sampler: DictConfig,
+        params: DictConfig | None,
+    ) -> None:
+        self.n_trials, self.n_jobs = n_trials, max(1, n_jobs)
+        self.direction, self.study_name, self.storage = direction, study_name, storage
+        self.sampler = sampler
+        self.params = OmegaConf.to_container(params) if params else {}
+        self.config: DictConfig | None = None
+        self.launcher: Any = None
+        self.hydra_context: HydraContext | None = None
+        self.job_idx = 0
+
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
+        self.config, self.hydra_context = config, hydra_context
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
+        search = config.hydra.runtime.choices.get("hparams_search")
+        self.study_name = self.study_name or search or "hpml_search"
+        self.metric = config.get("optimized_metric")
+        if self.direction is None:
+            name = str(self.metric or "").rsplit("/", 1)[-1]
+            self.direction = "maximize" if name.endswith("acc") else "minimize"
+
+    def space(self, arguments: list[str]) -> tuple[dict[str, Any], list[str]]:
+        """Distributions by override key, and the overrides every trial gets as they are: the
+        config's ``params`` first, then the command line's (which win for the same key)."""
+        assert self.hydra_context is not None
+        lines = [f"{key}={value}" for key, value in self.params.items()] + list(arguments)
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        by_key = {o.key_or_group: o for o in parser.parse_overrides(lines)}
+        space = {
+            o.get_key_element(): distribution(o) for o in by_key.values() if o.is_sweep_override()
+        }
+        fixed = [o.input_line for o in by_key.values() if not o.is_sweep_override()]
+        return space, fixed
+
+    def study(self) -> Any:
+        import hydra.utils
+        import optuna
+
+        sampler = OmegaConf.to_container(self.sampler, resolve=True)
+        study = optuna.create_study(
+            study_name=self.study_name,
+            storage=self.storage,
+            direction=self.direction,
+            load_if_exists=True,
+        )
+        if sampler.get("seed") is not None:  # a resumed search must not draw its first again
+            sampler["seed"] += len(study.trials)
+        study.sampler = hydra.utils.instantiate(sampler)
+        return study
+
+    def sweep(self, arguments: list[str]) -> Any:
+        import optuna
+        from optuna.trial import TrialState
+
+        from hpml.errors import one_line
+
+        assert self.config is not None
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        try:
+            space, fixed = self.space(arguments)
+            study = self.study()
+            check_compatible(study, space)
+        except Exception as exc:
+            why = str(exc) if isinstance(exc, ValueError) else one_line(exc)
+            self.refuse(f"search {self.study_name}: {why}")
+        finished = (TrialState.COMPLETE, TrialState.FAIL, TrialState.PRUNED)
+        returns = []
+        while (left := self.n_trials - len(study.get_trials(states=finished))) > 0:
+            trials = [study.ask(space) for _ in range(min(self.n_jobs, left))]
+            batch = [
+                [*fixed, *(f"{key}={value}" for key, value in trial.params.items())]
+                for trial in trials
+            ]
+            results = self.launcher.launch(batch, initial_job_idx=self.job_idx)
+            self.job_idx += len(results)
+            runs = self.child_runs()
+            for trial, result in zip(trials, results, strict=True):
+                value, error = job_value(result)
+                job_dir = result.hydra_cfg.hydra.runtime.output_dir if result.hydra_cfg else None
+                run_id = runs.get(str(job_dir))
+                trial.set_user_attr("job_dir", str(job_dir))
+                if run_id:
+                    trial.set_user_attr("mlflow_run_id", run_id)
+                if value is None:
+                    trial.set_user_attr("error", error)
+                    log.warning(f"trial {trial.number} failed: {error}")
+                    study.tell(trial, state=TrialState.FAIL)
+                else:
+                    study.tell(trial, value)
+                state = study.trials[trial.number].state.name
+                self.tag(run_id, {"trial": str(trial.number), "state": state})
+            returns.append(results)
+        self.report(study, sweep_dir, optuna)
+        return returns
+
+    def refuse(self, message: str) -> None:
+        """End the search before any trial in one line, its parent run FAILED."""
+        from hpml.tracking.sweep import stop_sweep
+
+        try:
+            client, record = self.tracking() or (None, None)
+            if client is not None:
+                client.set_terminated(record["run_id"], "FAILED")
+        finally:
+            stop_sweep(" ".join(message.split()))
+
+    def tracking(self) -> tuple[Any, dict] | None:
+        """The MLflow client and the sweep's parent record, None without a parent run."""
+        from hydra.utils import instantiate
+
+        from hpml.tracking.jobs import PARENT_FILE
+
+        assert self.config is not None
+        path = Path(self.config.hydra.sweep.dir) / PARENT_FILE
+        if not path.is_file():
+            return None
+        return instantiate(self.config.logger).client(), json.loads(path.read_text())
+
+    def child_runs(self) -> dict[str, str]:
+        """Run ids of the sweep's children so far, by job folder."""
+        from hpml.tracking.store import retry_locked
+
+        try:
+            client, record = self.tracking() or (None, None)
+            if client is None:
+                return {}
+            children = retry_locked(
+                lambda: client.search_runs(
+                    [record["experiment_id"]], f"tags.mlflow.parentRunId = '{record['run_id']}'"
+                )
+            )
+        except Exception as exc:  # tags are a convenience: the search goes on without them
+            log.warning(f"the sweep's runs could not be read: {exc}")
+            return {}
+        return {r.data.tags.get("hpml.output_dir"): r.info.run_id for r in children}
+
+    def tag(self, run_id: str | None, tags: dict[str, str]) -> None:
+        """Tag a run (the parent when ``run_id`` is None) with ``hpml.optuna.<name>`` tags."""
+        from hpml.tracking.store import retry_locked
+
+        try:
+            client, record = self.tracking() or (None, None)
+            if client is None:
+                return
+            run_id = run_id or record["run_id"]
+            tags = {"study": str(self.study_name), **tags}
+            for name, value in tags.items():
+                retry_locked(lambda n=name, v=value: client.set_tag(run_id, f"hpml.optuna.{n}", v))
+        except Exception as exc:
+            log.warning(f"run {run_id} could not be tagged: {exc}")
+
+    def report(self, study: Any, sweep_dir: Path, optuna: Any) -> None:
+        """The best trial: one line on stderr, ``optimization_results.yaml`` in the sweep dir
+        and tags on the parent run."""
+        from hpml.tracking.redact import redact_text
+
+        states = {}
+        for trial in study.trials:
+            states[trial.state.name] = states.get(trial.state.name, 0) + 1
+        results: dict[str, Any] = {
+            "study_name": self.study_name,
+            "storage": redact_text(str(self.storage)),
+            "direction": self.direction,
+            "optimized_metric": self.metric,
+            "trials": states,
+        }
+        complete = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+        if complete:
+            best = study.best_trial
+            overrides = [f"{key}={value}" for key, value in best.params.items()]
+            results |= {"best_value": best.value, "best_trial": best.number}
+            results["best_params"] = dict(best.params)
+            line = f"best {self.metric}={best.value} (trial {best.number}): {' '.join(overrides)}"
+            self.tag(None, {"best_value": repr(best.value), "best_trial": str(best.number)})
+        else:
+            line = f"no trial completed ({', '.join(f'{n} {s}' for s, n in states.items())})"
+        OmegaConf.save(OmegaConf.create(results), sweep_dir / RESULTS_FILE)
+        print(f"hpml: search {self.study_name}: {line}", file=sys.stderr)
