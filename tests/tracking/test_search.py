@@ -1,0 +1,91 @@
+"""``hparams_search=<name>``: an Optuna study run by hpml's own sweeper plugin, every trial a
+child run of the search's parent, failed trials recorded, the study resumed from its storage."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import optuna
+import pytest
+from mlflow import MlflowClient
+from optuna.trial import TrialState
+
+from tests.conftest import QUICK, run_cli
+
+pytestmark = pytest.mark.slow
+SEARCH = ["-m", "hparams_search=vae_optuna", "hydra.sweeper.n_jobs=2", *QUICK]
+BEST = re.compile(r"^hpml: search (\S+): best val/loss=(\S+) \(trial (\d+)\): (.*)$", re.M)
+
+
+def study(root: Path, name: str = "vae_optuna") -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{root}/optuna.db")
+
+
+def searches(client: MlflowClient) -> dict[str, list]:
+    """Each parent run's id -> its child runs."""
+    runs = client.search_runs([client.get_experiment_by_name("hpml").experiment_id])
+    parents = [r.info.run_id for r in runs if r.data.tags.get("hpml.sweep_parent") == "true"]
+    return {p: [r for r in runs if r.data.tags.get("mlflow.parentRunId") == p] for p in parents}
+
+
+def test_search_of_four_trials_logs_four_children_and_prints_the_best(root, client):
+    result = run_cli([*SEARCH, "hydra.sweeper.n_trials=4"], root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    ((parent, children),) = searches(client).items()
+    assert len(children) == 4
+    assert {r.info.status for r in children} == {"FINISHED"}
+    best = BEST.search(result.stderr)
+    assert best, result.stderr[-3000:]
+    assert best.group(1) == "vae_optuna"
+    losses = {int(r.data.tags["hpml.optuna.trial"]): r.data.metrics["val/loss"] for r in children}
+    assert sorted(losses) == [0, 1, 2, 3]
+    assert float(best.group(2)) == pytest.approx(min(losses.values()), abs=1e-6)
+    assert losses[int(best.group(3))] == min(losses.values())
+    # QUICK's data.batch_size=32 on the command line fixes what the config would sample
+    assert best.group(4).split(" ")[0].startswith("model.optimizer.lr=")
+    assert "model.net.latent=" in best.group(4) and "data.batch_size" not in best.group(4)
+    trials = study(root).trials
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 4
+    assert {t.user_attrs["mlflow_run_id"] for t in trials} == {r.info.run_id for r in children}
+    tags = client.get_run(parent).data.tags
+    assert tags["hpml.optuna.study"] == "vae_optuna"
+    assert tags["hpml.optuna.best_trial"] == best.group(3)
+    sweep_dir = Path(tags["hpml.sweep_dir"])
+    assert "best_params:" in (sweep_dir / "optimization_results.yaml").read_text()
+
+
+def test_a_failed_trial_leaves_the_search_going(root, client):
+    # with the sampler's seed (42), trial 3 draws the batch size hpml refuses
+    result = run_cli([*SEARCH, "hydra.sweeper.n_trials=4", "data.batch_size=choice(32,-1)"], root)
+    assert result.returncode == 1, result.stderr[-3000:]  # a failed job fails the sweep
+    assert "4 runs, 1 failed" in result.stderr
+    assert BEST.search(result.stderr), result.stderr[-3000:]
+    trials = study(root).trials
+    assert len(trials) == 4
+    failed = [t for t in trials if t.state == TrialState.FAIL]
+    assert [t.params["data.batch_size"] for t in failed] == [-1]
+    assert all(t.params["data.batch_size"] == 32 for t in trials if t not in failed)
+    assert {t.state for t in trials if t not in failed} == {TrialState.COMPLETE}
+    ((_, children),) = searches(client).items()
+    states = {r.data.tags["hpml.optuna.trial"]: r.data.tags["hpml.optuna.state"] for r in children}
+    assert states == {str(t.number): t.state.name for t in trials}
+    assert sorted(r.info.status for r in children) == ["FAILED", "FINISHED", "FINISHED", "FINISHED"]
+
+
+def test_a_second_invocation_resumes_the_study(root, client):
+    first = run_cli([*SEARCH, "hydra.sweeper.n_trials=2"], root)
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = run_cli([*SEARCH, "hydra.sweeper.n_trials=4"], root)
+    assert second.returncode == 0, second.stderr[-3000:]
+    trials = study(root).trials
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 4
+    parents = searches(client)
+    assert sorted(len(children) for children in parents.values()) == [2, 2]
+    numbers = sorted(
+        sorted(int(r.data.tags["hpml.optuna.trial"]) for r in children)
+        for children in parents.values()
+    )
+    assert numbers == [[0, 1], [2, 3]]
+    # the resumed sampler does not start over: no trial repeats an earlier one's values
+    assert len({tuple(sorted(t.params.items())) for t in trials}) == 4
