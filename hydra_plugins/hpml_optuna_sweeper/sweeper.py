@@ -187,8 +187,9 @@ class OptunaSweeper(Sweeper):
                     study.tell(trial, state=TrialState.FAIL)
                 else:
                     study.tell(trial, value)
-                state = study.trials[trial.number].state.name
-                self.tag(run_id, {"trial": str(trial.number), "state": state})
+                if run_id:
+                    state = "FAIL" if value is None else "COMPLETE"
+                    self.tag(run_id, {"trial": str(trial.number), "state": state})
             returns.append(results)
         self.report(study, sweep_dir, optuna)
         return returns
