@@ -47,5 +47,5 @@ bench: $(STAMP)  ## benchmark ratios, measured side by side in one run
 	$(BIN)/python -m hpml.bench $(ARGS)
 
 clean:
-	rm -rf outputs multirun/*/ mlflow.db mlartifacts .pytest_cache .ruff_cache .bench
+	rm -rf outputs multirun/*/ mlflow.db optuna.db mlartifacts .pytest_cache .ruff_cache .bench
 	find . -name __pycache__ -not -path './$(VENV)/*' -prune -exec rm -rf {} +
