@@ -56,21 +56,26 @@ def test_search_of_four_trials_logs_four_children_and_prints_the_best(root, clie
 
 
 def test_a_failed_trial_leaves_the_search_going(root, client):
-    # with the sampler's seed (42), trial 3 draws the batch size hpml refuses
-    result = run_cli([*SEARCH, "hydra.sweeper.n_trials=4", "data.batch_size=choice(32,-1)"], root)
+    # job 0 (the first trial) raises when its first epoch starts, whatever the sampler drew;
+    # the other jobs never reach the epoch their number names (one epoch each)
+    fail = [
+        "+callbacks.fail._target_=tests.helpers.FailAtEpoch",
+        "+callbacks.fail.epoch=${hydra:job.num}",
+    ]
+    result = run_cli([*SEARCH, "hydra.sweeper.n_trials=4", *fail], root)
     assert result.returncode == 1, result.stderr[-3000:]  # a failed job fails the sweep
     assert "4 runs, 1 failed" in result.stderr
     assert BEST.search(result.stderr), result.stderr[-3000:]
     trials = study(root).trials
-    assert len(trials) == 4
-    failed = [t for t in trials if t.state == TrialState.FAIL]
-    assert [t.params["data.batch_size"] for t in failed] == [-1]
-    assert all(t.params["data.batch_size"] == 32 for t in trials if t not in failed)
-    assert {t.state for t in trials if t not in failed} == {TrialState.COMPLETE}
+    assert [t.state for t in trials] == [TrialState.FAIL, *[TrialState.COMPLETE] * 3]
+    assert "failed" in trials[0].user_attrs["error"]
     ((_, children),) = searches(client).items()
     states = {r.data.tags["hpml.optuna.trial"]: r.data.tags["hpml.optuna.state"] for r in children}
-    assert states == {str(t.number): t.state.name for t in trials}
-    assert sorted(r.info.status for r in children) == ["FAILED", "FINISHED", "FINISHED", "FINISHED"]
+    assert states == {"0": "FAIL", "1": "COMPLETE", "2": "COMPLETE", "3": "COMPLETE"}
+    status = {r.data.tags["hpml.optuna.trial"]: r.info.status for r in children}
+    assert status == {"0": "FAILED", "1": "FINISHED", "2": "FINISHED", "3": "FINISHED"}
+    (failed,) = [r for r in children if r.info.status == "FAILED"]
+    assert "injected failure at epoch 0" in failed.data.tags["hpml.error"]
 
 
 def test_a_second_invocation_resumes_the_study(root, client):
