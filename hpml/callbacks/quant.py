@@ -39,6 +39,7 @@ from hpml.callbacks.logging import log_metrics, log_text, set_tags
 from hpml.callbacks.measure import LATENCY_ROUNDS, LATENCY_WARMUP, Settings, measure
 from hpml.errors import ConfigError, IncompatibleError, non_negative_int, positive_int
 from hpml.optimize.quant import OnDevice, Quantizer, make_quantizer
+from hpml.tensors import first_tensor
 
 BEFORE, AFTER = "quant_before", "quant_after"
 
@@ -65,10 +66,6 @@ def choose_device(
     if not cuda_available():
         return cpu, f"{requested} was requested but CUDA is not available: evaluated on cpu"
     return requested, None
-
-
-def inputs_of(batch: Any) -> Any:
-    return batch[0] if isinstance(batch, list | tuple) else batch
 
 
 class Quantize(L.Callback):
@@ -152,7 +149,7 @@ class Quantize(L.Callback):
         except ConfigError:  # test-only runs: the training split was never set up
             datamodule.setup("fit")
             loader = datamodule.train_dataloader()
-        return [inputs_of(b) for b in islice(loader, self.calibration_batches)]
+        return [first_tensor(b) for b in islice(loader, self.calibration_batches)]
 
     def _quantize(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         q = self.quantizer

@@ -16,7 +16,8 @@ PARENT_FILE = "mlflow_parent_run.json"  # in the sweep dir: the parent run its j
 
 
 def this_process() -> str:
-    """``host:pid``: tells a job whether it runs in the sweep's own process (basic launcher)."""
+    """``host:pid`` of this process: whether a job runs in its sweep's own process (basic
+    launcher), and whether a RUNNING run's checkpoint writer is still alive."""
     return f"{socket.gethostname()}:{os.getpid()}"
 
 

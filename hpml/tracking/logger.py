@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.loggers import MLFlowLogger
 
+from hpml.tracking.jobs import this_process
 from hpml.tracking.resume import BEST_TAG, CHECKPOINT_ARTIFACTS, LAST_TAG, WRITER_TAG
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ class AttachedMLFlowLogger(MLFlowLogger):
             LAST_TAG: checkpoint_callback.last_model_path,
             BEST_TAG: checkpoint_callback.best_model_path,
         }
-        self.experiment.set_tag(self.run_id, WRITER_TAG, f"{socket.gethostname()}:{os.getpid()}")
+        self.experiment.set_tag(self.run_id, WRITER_TAG, this_process())
         for tag, path in paths.items():
             if not path or not os.path.isfile(path):
                 continue
