@@ -11,6 +11,7 @@ import json
 import logging
 import math
 import sys
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -199,14 +200,16 @@ class OptunaSweeper(Sweeper):
         from hpml.tracking.sweep import stop_sweep
 
         try:
-            client, record = self.tracking() or (None, None)
+            client, record = self.tracking or (None, None)
             if client is not None:
                 client.set_terminated(record["run_id"], "FAILED")
         finally:
             stop_sweep(" ".join(message.split()))
 
+    @cached_property
     def tracking(self) -> tuple[Any, dict] | None:
-        """The MLflow client and the sweep's parent record, None without a parent run."""
+        """The MLflow client and the sweep's parent record, None without a parent run; read
+        once (the sweep callback writes the record before the sweeper starts)."""
         from hydra.utils import instantiate
 
         from hpml.tracking.jobs import PARENT_FILE
@@ -222,7 +225,7 @@ class OptunaSweeper(Sweeper):
         from hpml.tracking.store import retry_locked
 
         try:
-            client, record = self.tracking() or (None, None)
+            client, record = self.tracking or (None, None)
             if client is None:
                 return {}
             children = retry_locked(
@@ -240,13 +243,15 @@ class OptunaSweeper(Sweeper):
         from hpml.tracking.store import retry_locked
 
         try:
-            client, record = self.tracking() or (None, None)
+            client, record = self.tracking or (None, None)
             if client is None:
                 return
+            from mlflow.entities import RunTag
+
             run_id = run_id or record["run_id"]
             tags = {"study": str(self.study_name), **tags}
-            for name, value in tags.items():
-                retry_locked(lambda n=name, v=value: client.set_tag(run_id, f"hpml.optuna.{n}", v))
+            batch = [RunTag(f"hpml.optuna.{name}", value) for name, value in tags.items()]
+            retry_locked(lambda: client.log_batch(run_id, tags=batch))
         except Exception as exc:
             log.warning(f"run {run_id} could not be tagged: {exc}")
 
