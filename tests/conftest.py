@@ -81,18 +81,22 @@ def client(root: Path):
     return MlflowClient(f"sqlite:///{root}/mlflow.db")
 
 
+def cli_env(root: Path) -> dict[str, str]:
+    """The environment of a ``python -m hpml.train`` the tests start: this one, with the project
+    root ``root`` (HPML_ROOT), this checkout importable, and no MLFLOW_TRACKING_URI."""
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    return env | {"HPML_ROOT": str(root), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+
+
 def run_cli(
     args: list[str], root: Path, timeout: float = 300, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
     """``python -m hpml.train ARGS`` as a user runs it, against the project root ``root``;
-    ``env`` adds to the environment (which has no MLFLOW_TRACKING_URI otherwise)."""
-    base = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    base |= {"HPML_ROOT": str(root), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    env = base | (env or {})
+    ``env`` adds to :func:`cli_env`."""
     return subprocess.run(
         [sys.executable, "-m", "hpml.train", *args],
         cwd=root,
-        env=env,
+        env=cli_env(root) | (env or {}),
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hpml.console import progress_bar, quiet_upstream
-from tests.conftest import REPO
+from tests.conftest import cli_env
 
 NOISE = ("LeafSpec", "litlogger", "log_every_n_steps")
 TINY = [
@@ -53,8 +53,7 @@ def test_only_the_named_warnings_are_dropped_and_verbose_undoes_it() -> None:
 
 def run_merged(args: list[str], root: Path) -> str:
     """``python -m hpml.train ARGS`` with stdout and stderr in one pipe, in the order written."""
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    env |= {"HPML_ROOT": str(root), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    env = cli_env(root)
     result = subprocess.run(
         [sys.executable, "-m", "hpml.train", *args],
         cwd=root,

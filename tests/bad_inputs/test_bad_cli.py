@@ -7,7 +7,6 @@ terminal, and no run left RUNNING in the store.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +16,7 @@ import pytest
 from tests.bad_inputs.harness import assert_names, error_line, run_statuses
 from tests.bad_inputs.test_bad_files import damage_mnist, readonly_dir  # noqa: F401 (fixture)
 from tests.bad_inputs.test_bad_overrides import CASES, SMALL
-from tests.conftest import REPO
+from tests.conftest import cli_env
 
 # Pre-Hydra checks (hpml.cli.check_args, exit 2): overrides that cannot make a config at all.
 ARG_CASES = {
@@ -47,8 +46,7 @@ def test_overrides_that_make_no_config_exit_2(
 
 def hpml_cli(args: list[str], cwd: Path, hpml_root: Path) -> subprocess.CompletedProcess:
     """``python -m hpml.train ARGS`` with HPML_ROOT=``hpml_root``, as a user runs it."""
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    env |= {"HPML_ROOT": str(hpml_root), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    env = cli_env(hpml_root)
     return subprocess.run(
         [sys.executable, "-m", "hpml.train", *args],
         cwd=cwd,

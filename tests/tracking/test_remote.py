@@ -30,7 +30,7 @@ from hpml.tracking.retries import (
     retry_window_s,
     server_gone,
 )
-from tests.conftest import QUICK, REPO, run_cli, stderr_lines
+from tests.conftest import QUICK, cli_env, run_cli, stderr_lines
 from tests.servers import MlflowServer, free_port
 
 MALFORMED = ["htp://x", "http://", "localhost:5000", "sqlite://", "http://host:port"]
@@ -287,8 +287,7 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout_s: float = 240) -> None
 def start_gated_run(args: list[str], root: Path, gate: Path) -> subprocess.Popen:
     """``python -m hpml.train ARGS`` in the background, held at the start of epoch 1 until
     ``gate/go`` exists (tests.helpers.WaitAtEpoch)."""
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    env |= {"HPML_ROOT": str(root), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    env = cli_env(root)
     return subprocess.Popen(
         [
             sys.executable,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import QUICK, REPO, run_cli
+from tests.conftest import QUICK, cli_env, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -24,8 +24,7 @@ MULTI_POINT = {"epoch"}
 
 def start_cli(args: list[str], root: Path) -> subprocess.Popen:
     """``python -m hpml.train ARGS`` in the background, as ``run_cli`` runs it."""
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    env |= {"HPML_ROOT": str(root), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    env = cli_env(root)
     return subprocess.Popen(
         [sys.executable, "-m", "hpml.train", *args],
         cwd=root,
