@@ -15,8 +15,6 @@ Interval = tuple[float, float]
 
 DATA_REGION = "hpml/data"
 STEP_REGIONS = ("hpml/forward", "hpml/zero_grad", "hpml/backward", "hpml/optimizer_step")
-CUDA_CATEGORIES = ("kernel", "memcpy", "memset", "runtime", "data_loading", "cpu_exec")
-CPU_CATEGORIES = ("data_loading", "operator_compute", "framework_overhead")
 
 
 def _clip(intervals: Iterable[Interval], window: Interval) -> list[Interval]:
