@@ -117,7 +117,7 @@ def preflight(tracking_uri: str, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> None
         return
     outcome: list[str | None] = []
     worker = threading.Thread(
-        target=lambda: outcome.append(_probe(tracking_uri, timeout_s)),
+        target=lambda: outcome.append(probe(tracking_uri, timeout_s)),
         name="hpml-preflight",
         daemon=True,
     )
@@ -132,7 +132,7 @@ def preflight(tracking_uri: str, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> None
         )
 
 
-def _probe(tracking_uri: str, timeout_s: float) -> str | None:
+def probe(tracking_uri: str, timeout_s: float) -> str | None:
     """None if an MLflow server answered, else why not, in a few words (never raises)."""
     try:
         from mlflow.utils.credentials import get_default_host_creds
@@ -172,6 +172,7 @@ def _is_mlflow_answer(response: Any) -> bool:
 def _reason(exc: BaseException, timeout_s: float) -> str:
     """The cause at the bottom of MLflow's and requests' wrapping, as a user would say it."""
     import requests
+    import urllib3
 
     chain: list[BaseException] = []
     seen: BaseException | None = exc
@@ -179,7 +180,11 @@ def _reason(exc: BaseException, timeout_s: float) -> str:
         chain.append(seen)
         seen = seen.__cause__ or seen.__context__
     text = " ".join(str(e) for e in chain)
-    if any(isinstance(e, requests.exceptions.Timeout) for e in chain):
+    # with retries off, urllib3 wraps a read timeout in MaxRetryError and requests turns that
+    # into a plain ConnectionError: the timeout is found further down the chain (not urllib3's
+    # TimeoutError: a refused connection, NewConnectionError, is one of its subclasses)
+    timeouts = (requests.exceptions.Timeout, urllib3.exceptions.ReadTimeoutError)
+    if any(isinstance(e, timeouts) for e in chain):
         return f"no answer within {timeout_s:g} s"
     if any(isinstance(e, requests.exceptions.SSLError) for e in chain):
         return "TLS failed (see MLFLOW_TRACKING_SERVER_CERT_PATH, MLFLOW_TRACKING_INSECURE_TLS)"

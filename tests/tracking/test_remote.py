@@ -22,6 +22,7 @@ from hpml.tracking.remote import (
     check_uri,
     preflight,
     prepare,
+    probe,
 )
 from hpml.tracking.retries import (
     configure_retries,
@@ -130,6 +131,16 @@ def test_preflight_gives_up_on_a_server_that_never_answers():
         uri = f"http://127.0.0.1:{listener.getsockname()[1]}"
         with pytest.raises(TrackingServerError, match=r"no answer within 0\.3 s"):
             preflight(uri, timeout_s=0.3)
+
+
+def test_a_silent_server_is_reported_as_silent_whichever_timeout_fires_first():
+    """The probe's own read timeout (not the preflight's join) names the silence too: under
+    load it can fire first, and it once said "cannot connect"."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        uri = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        assert probe(uri, timeout_s=0.3) == "no answer within 0.3 s"
 
 
 def test_preflight_tells_a_web_server_from_an_mlflow_server():
