@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -95,18 +96,58 @@ def prepared(cfg: DictConfig, job: HydraJob | None) -> Any:
     return tracker
 
 
-def train(cfg: DictConfig) -> dict[str, float]:
-    """Fit and test the configured model inside one MLflow run; return the final metrics."""
-    job = hydra_job()
-    tracker = prepared(cfg, job)
+def assemble(cfg: DictConfig, logger: Any) -> tuple[Any, Any, Any]:
+    """The job's data module (prepared), model and trainer, seeded, logging to ``logger``."""
     import lightning as L
 
     from hpml.callbacks.epoch_summary import EpochSummary
+
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    datamodule = build("data", cfg.data)
+    datamodule.prepare_data()
+    model = build("model", cfg.model, data=datamodule.spec)
+    trainer = build(
+        "trainer",
+        cfg.trainer,
+        callbacks=[*build_callbacks(cfg), EpochSummary()],
+        logger=logger,
+        enable_progress_bar=progress_bar(cfg.trainer.get("enable_progress_bar")),
+    )
+    return datamodule, model, trainer
+
+
+def fit_and_test(
+    cfg: DictConfig,
+    parts: tuple[Any, Any, Any],
+    ckpt_path: str | None,
+    check: Callable[[], None] = lambda: None,
+) -> dict[str, float]:
+    """``cfg.fit`` then ``cfg.test`` with what :func:`assemble` made; the metrics they left.
+
+    ``check`` runs between the two (a stop signal taken after fit's last check ends it there).
+    """
+    datamodule, model, trainer = parts
+    metrics: dict[str, float] = {}
+    if cfg.fit:
+        trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=False)
+        check()
+        metrics |= {name: float(value) for name, value in trainer.callback_metrics.items()}
+    if cfg.test:  # test starts callback_metrics afresh: keep what fit left
+        trainer.test(model, datamodule=datamodule, verbose=False)
+        metrics |= {name: float(value) for name, value in trainer.callback_metrics.items()}
+    return metrics
+
+
+def train(cfg: DictConfig) -> dict[str, float]:
+    """Fit and test the configured model inside one MLflow run; return the final metrics."""
+    from hpml.distributed import hand_off, processes
+
+    job = hydra_job()
+    tracker = prepared(cfg, job)
     from hpml.tracking.stop import StopOnSignals
     from hpml.worker import start_job
 
     start_job(cfg.get("threads"))
-
     # `import lightning` adds its own console handler; Hydra's job logging already prints and
     # files every record, so without this each Lightning message shows twice.
     logging.getLogger("lightning").handlers.clear()
@@ -118,27 +159,12 @@ def train(cfg: DictConfig) -> dict[str, float]:
     with StopOnSignals(job) as stop, tracker.run(cfg, job, resume=resumed) as run:
         stop.run_id, stop.resumed_from = run.run_id, ckpt_path
         record_run(output_dir, run.run_id)
-        L.seed_everything(cfg.seed, workers=True, verbose=False)
-        datamodule = build("data", cfg.data)
-        datamodule.prepare_data()
-        model = build("model", cfg.model, data=datamodule.spec)
-        trainer = build(
-            "trainer",
-            cfg.trainer,
-            callbacks=[*build_callbacks(cfg), EpochSummary()],
-            logger=run.lightning_logger(),
-            enable_progress_bar=progress_bar(cfg.trainer.get("enable_progress_bar")),
-        )
-        stop.trainer = trainer
-        run.set_device(trainer.strategy.root_device)
-        metrics: dict[str, float] = {}
-        if cfg.fit:
-            trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=False)
-            stop.check()  # a SIGTERM Lightning took after its last check: stop before testing
-            metrics |= {name: float(value) for name, value in trainer.callback_metrics.items()}
-        if cfg.test:  # test starts callback_metrics afresh: keep what fit left
-            trainer.test(model, datamodule=datamodule, verbose=False)
-            metrics |= {name: float(value) for name, value in trainer.callback_metrics.items()}
+        parts = assemble(cfg, run.lightning_logger())
+        stop.trainer = trainer = parts[2]
+        name = job.name if job is not None else "train"
+        with hand_off(cfg, trainer, output_dir, name, run.run_id, ckpt_path):
+            run.set_device(trainer.strategy.root_device, processes(trainer))
+            metrics = fit_and_test(cfg, parts, ckpt_path, stop.check)
     uri = redact_text(tracker.tracking_uri)
     if uri.startswith(("http://", "https://")):  # a server: its own UI shows the run
         where = f"hpml: compare runs at {uri.rstrip('/')}/{run.ui_path}"
@@ -149,6 +175,21 @@ def train(cfg: DictConfig) -> dict[str, float]:
         )
     print(f"hpml: run {run.run_id} finished in {uri}\n{where}")
     return metrics
+
+
+def follow(cfg: DictConfig, run_id: str | None, ckpt_path: str | None) -> None:
+    """Train ``cfg`` as a DDP rank other than zero (:mod:`hpml.distributed`): the same steps as
+    rank zero, logged by rank zero into run ``run_id``; this process opens no run. Its torch
+    threads are those it started with: its share of the job's, or its cluster task's CPUs."""
+    from hpml.worker import start_job
+
+    quiet_upstream(verbose=bool(OmegaConf.select(cfg, "hpml.verbose", default=False)))
+    start_job(None)
+    for name in ("lightning", "lightning.fabric", "lightning.pytorch"):  # to this rank's log
+        logging.getLogger(name).handlers.clear()
+        logging.getLogger(name).propagate = True
+    logger = build("logger", cfg.logger).attached_logger(run_id)
+    fit_and_test(cfg, assemble(cfg, logger), ckpt_path)
 
 
 def compose_job(overrides: list[str], output_dir: Path) -> DictConfig:
@@ -178,7 +219,16 @@ def compose_job(overrides: list[str], output_dir: Path) -> DictConfig:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
-    """Hydra task: a failed job prints one line; a sweep records it and goes on to the next job."""
+    """Hydra task: a failed job prints one line; a sweep records it and goes on to the next job.
+
+    A process a cluster started for a rank other than zero (``srun``, ``torchrun``) follows rank
+    zero's job (:mod:`hpml.distributed`), which opens the run and records how the job ended.
+    """
+    from hpml.distributed import launched_rank
+
+    if launched_rank() != 0:
+        follow(cfg, run_id=None, ckpt_path=None)
+        return None
     job = HydraJob.of(HydraConfig.get())
     try:
         metrics = train(cfg)
@@ -192,7 +242,24 @@ def main(cfg: DictConfig) -> float | None:
     return metrics.get(cfg.optimized_metric) if cfg.optimized_metric else None
 
 
-if __name__ == "__main__":
+def follow_handed_job() -> bool:
+    """Follow the job Lightning started this process for, if it did (:mod:`hpml.distributed`):
+    its config comes from the job's folder, not from the command line it repeats."""
+    from hpml.distributed import handed_job
+
+    handed = handed_job()
+    if handed is None:
+        return False
+    logging.basicConfig(
+        filename=handed.log_file,
+        level=logging.INFO,
+        format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s",
+    )
+    follow(handed.cfg, handed.run_id, handed.ckpt_path)
+    return True
+
+
+if __name__ == "__main__" and not follow_handed_job():
     sys.argv[1:] = hoist_flags(sys.argv[1:])
     sys.argv[1:] = resume_args(sys.argv[1:])  # resume=<run id>: that run's overrides first
     check_args(sys.argv[1:])

@@ -16,6 +16,7 @@ from hpml.analysis.memory import (
     tensor_bytes,
 )
 from hpml.callbacks.logging import log_figure, log_file, log_metrics, log_text
+from hpml.callbacks.ranks import across_ranks
 from hpml.names import BYTES, metric
 
 PARTS = ("weights", "gradients", "optimizer_state", "activations")
@@ -91,8 +92,9 @@ class MemoryBreakdown(L.Callback):
         metrics = {metric("memory", part, BYTES): float(value) for part, value in parts.items()}
         metrics[metric("memory", "training_total", BYTES)] = float(sum(parts.values()))
         metrics[metric("memory", "peak", BYTES)] = float(peak_memory_bytes(pl_module.device)[0])
-        log_metrics(trainer, metrics)
-        self._plot(trainer, parts, type(getattr(pl_module, "net", pl_module)).__name__)
+        log_metrics(trainer, across_ranks(trainer, metrics, "max"))  # DDP: the largest rank's
+        if trainer.is_global_zero:
+            self._plot(trainer, parts, type(getattr(pl_module, "net", pl_module)).__name__)
         if self.cuda_snapshot and pl_module.device.type == "cuda":
             with tempfile.TemporaryDirectory() as tmp:
                 path = str(Path(tmp) / "cuda_snapshot.pickle")

@@ -15,6 +15,7 @@ from hpml.analysis.flops import FlopCount, count_flops
 from hpml.analysis.memory import peak_memory_bytes, peak_rss_bytes
 from hpml.analysis.timing import StepTimer, synchronized_now
 from hpml.callbacks.logging import log_metrics, log_text, set_tags
+from hpml.callbacks.ranks import across_ranks
 from hpml.names import BYTES, FLOPS_PER_S, FLOPS_PER_SAMPLE, MS, PCT, SAMPLES_PER_S, S, metric
 from hpml.tensors import batch_size
 
@@ -42,6 +43,12 @@ class PerformanceMonitor(L.Callback):
     fp32 GEMM micro-benchmark of this device, cached per host in ``peak_cache_dir`` (under mixed
     precision the table figure is the one to compare with).
     ``machine/load_avg_1m_procs`` records how busy the machine was: shared machines skew timings.
+
+    Under DDP the figures are the job's (:mod:`hpml.callbacks.ranks`): throughput is every
+    rank's samples over the slowest rank's window, times and peak memory the largest rank's,
+    FLOP/s the job's total, MFU that total over the peaks of all devices; with more than one
+    device ``<stage>/throughput_per_device_samples_per_s`` and
+    ``<stage>/achieved_per_device_flops_per_s`` are the job's figures over the device count.
     """
 
     def __init__(
@@ -73,35 +80,49 @@ class PerformanceMonitor(L.Callback):
         self.timers[stage] = StepTimer(device, warmup)
         self.epoch_start[stage] = synchronized_now(device)
 
-    def _finish(self, stage: str, pl_module: L.LightningModule) -> dict[str, float]:
-        elapsed = synchronized_now(pl_module.device) - self.epoch_start[stage]
-        metrics = {metric(stage, "epoch_time", S): elapsed}
+    def _finish(
+        self, stage: str, trainer: L.Trainer, pl_module: L.LightningModule
+    ) -> dict[str, float]:
+        device = pl_module.device
+        metrics = {
+            metric(stage, "epoch_time", S): synchronized_now(device) - self.epoch_start[stage]
+        }
         stats = self.timers[stage].stats()
-        if stats is not None:
-            metrics[metric(stage, "throughput", SAMPLES_PER_S)] = stats.throughput_samples_per_s
-            if stage == "train":
-                metrics |= {
-                    metric(stage, "step_time_mean", MS): stats.step_mean_ms,
-                    metric(stage, "step_time_p50", MS): stats.step_p50_ms,
-                    metric(stage, "step_time_p90", MS): stats.step_p90_ms,
-                    metric(stage, "step_cpu_time_p50", MS): stats.step_cpu_p50_ms,
-                    metric(stage, "data_wait", PCT): stats.data_wait_pct,
-                }
-            metrics |= self._flops_metrics(stage, stats.throughput_samples_per_s)
-        peak, _ = peak_memory_bytes(pl_module.device)
-        metrics[metric(stage, "peak_memory", BYTES)] = peak
-        if pl_module.device.type == "cuda":
+        if stats is not None and stage == "train":
+            metrics |= {
+                metric(stage, "step_time_mean", MS): stats.step_mean_ms,
+                metric(stage, "step_time_p50", MS): stats.step_p50_ms,
+                metric(stage, "step_time_p90", MS): stats.step_p90_ms,
+                metric(stage, "step_cpu_time_p50", MS): stats.step_cpu_p50_ms,
+                metric(stage, "data_wait", PCT): stats.data_wait_pct,
+            }
+        metrics[metric(stage, "peak_memory", BYTES)] = peak_memory_bytes(device)[0]
+        if device.type == "cuda":
             metrics[metric(stage, "peak_rss", BYTES)] = peak_rss_bytes()
-        return metrics
+        if stats is None:
+            return across_ranks(trainer, metrics, "max")
+        # under DDP the job's figures: the slowest rank's times, the largest rank's memory,
+        # and every rank's samples over the slowest rank's window
+        metrics = across_ranks(trainer, {**metrics, "window_s": stats.seconds}, "max")
+        samples = across_ranks(trainer, {"samples": float(stats.samples)}, "sum")["samples"]
+        throughput = samples / metrics.pop("window_s")
+        metrics[metric(stage, "throughput", SAMPLES_PER_S)] = throughput
+        if trainer.world_size > 1:
+            per_device = throughput / trainer.world_size
+            metrics[metric(stage, "throughput_per_device", SAMPLES_PER_S)] = per_device
+        return metrics | self._flops_metrics(stage, throughput, trainer.world_size)
 
-    def _flops_metrics(self, stage: str, throughput: float) -> dict[str, float]:
+    def _flops_metrics(self, stage: str, throughput: float, devices: int) -> dict[str, float]:
+        """FLOP/s of the job and per device, and MFU: the job's FLOP/s over ``devices`` peaks."""
         per_sample = self.flops.get(stage)
         if per_sample is None:
             return {}
         achieved = per_sample * throughput
         metrics = {metric(stage, "achieved", FLOPS_PER_S): achieved}
+        if devices > 1:
+            metrics[metric(stage, "achieved_per_device", FLOPS_PER_S)] = achieved / devices
         for kind, peak in (self.peaks or {}).items():
-            metrics[metric(stage, f"mfu_{kind}", PCT)] = 100.0 * achieved / peak
+            metrics[metric(stage, f"mfu_{kind}", PCT)] = 100.0 * achieved / (peak * devices)
         return metrics
 
     def _count(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -181,10 +202,10 @@ class PerformanceMonitor(L.Callback):
         self.timers["train"].end(batch_size(batch))
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        metrics = self._finish("train", pl_module)
+        metrics = self._finish("train", trainer, pl_module)
         metrics[metric("train", "epoch_time", S)] -= self.val_seconds_in_train_epoch
         metrics[metric("machine", "load_avg_1m", "procs")] = os.getloadavg()[0]
-        pl_module.log_dict(metrics, on_step=False, on_epoch=True)
+        _log(pl_module, metrics)
 
     # validation and test: inference speed
     def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -217,10 +238,10 @@ class PerformanceMonitor(L.Callback):
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:
             return
-        metrics = self._finish("val", pl_module)
+        metrics = self._finish("val", trainer, pl_module)
         if trainer.state.fn == TrainerFn.FITTING:
             self.val_seconds_in_train_epoch += metrics[metric("val", "epoch_time", S)]
-        pl_module.log_dict(metrics, on_step=False, on_epoch=True)
+        _log(pl_module, metrics)
 
     def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._start("test", trainer, pl_module)
@@ -247,4 +268,10 @@ class PerformanceMonitor(L.Callback):
         self.timers["test"].end(batch_size(batch))
 
     def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        pl_module.log_dict(self._finish("test", pl_module), on_step=False, on_epoch=True)
+        _log(pl_module, self._finish("test", trainer, pl_module))
+
+
+def _log(pl_module: L.LightningModule, metrics: dict[str, float]) -> None:
+    """Log the epoch's figures. They are the job's already, the same on every DDP rank:
+    syncing them by ``max`` keeps them, and tells Lightning they are not one rank's alone."""
+    pl_module.log_dict(metrics, on_step=False, on_epoch=True, sync_dist=True, reduce_fx="max")

@@ -38,7 +38,7 @@ class Classifier(HpmlModule):
         loss = self.criterion(logits, y)
         accuracy = self.accuracy[f"{stage}_acc"]
         accuracy(logits, y)
-        self.log(f"{stage}/loss", loss, on_step=False, on_epoch=True, prog_bar=True)
+        self.log(f"{stage}/loss", loss, on_step=False, on_epoch=True, sync_dist=True, prog_bar=True)
         self.log(f"{stage}/acc", accuracy, on_step=False, on_epoch=True, prog_bar=True)
         return loss
 

@@ -41,7 +41,7 @@ class VAEModule(HpmlModule):
         logits, mu, logvar = self(x)
         bce, kld = vae_loss(logits, x, mu, logvar)
         loss = bce + kld
-        self.log(f"{stage}/loss", loss, on_step=False, on_epoch=True, prog_bar=True)
-        self.log(f"{stage}/bce", bce, on_step=False, on_epoch=True)
-        self.log(f"{stage}/kld", kld, on_step=False, on_epoch=True)
+        self.log(f"{stage}/loss", loss, on_step=False, on_epoch=True, sync_dist=True, prog_bar=True)
+        self.log(f"{stage}/bce", bce, on_step=False, on_epoch=True, sync_dist=True)
+        self.log(f"{stage}/kld", kld, on_step=False, on_epoch=True, sync_dist=True)
         return loss

@@ -55,15 +55,12 @@ class TrackedRun:
         self.experiment_id: str = run.info.experiment_id
 
     def lightning_logger(self) -> AttachedMLFlowLogger:
-        return AttachedMLFlowLogger(
-            tracking_uri=self.tracker.tracking_uri,
-            run_id=self.run_id,
-            checkpoint_max_bytes=self.tracker.checkpoint_max_bytes,
-        )
+        return self.tracker.attached_logger(self.run_id)
 
-    def set_device(self, device: Any) -> None:
-        """Tag the device the trainer actually chose (known only once the trainer exists)."""
-        mlflow.set_tags(device_tags(device))
+    def set_device(self, device: Any, processes: int = 1) -> None:
+        """Tag the device the trainer actually chose (known only once the trainer exists) and
+        how many processes train (``hpml.processes``: devices x nodes under DDP)."""
+        mlflow.set_tags({**device_tags(device), "hpml.processes": str(processes)})
 
     @property
     def ui_path(self) -> str:
@@ -107,6 +104,15 @@ class MlflowTracker:
 
     def experiment_id(self) -> str:
         return experiment_id(self.client(), self.experiment_name, self.artifact_root)
+
+    def attached_logger(self, run_id: str | None) -> AttachedMLFlowLogger:
+        """A Lightning logger writing into run ``run_id``. A DDP rank other than zero gets one
+        too, with its rank's no-op writes: Lightning expects the same loggers on every rank."""
+        return AttachedMLFlowLogger(
+            tracking_uri=self.tracking_uri,
+            run_id=run_id,
+            checkpoint_max_bytes=self.checkpoint_max_bytes,
+        )
 
     @contextmanager
     def run(

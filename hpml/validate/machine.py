@@ -1,13 +1,15 @@
-"""The trainer's accelerator and devices against what this machine has.
+"""The trainer's accelerator, devices, nodes and strategy against what this machine has.
 
-hpml runs a job as one process that owns one MLflow run. Lightning meets ``devices > 1`` by
-starting a DDP process per device, each of which re-runs the command and opens a run of its own
-(and on CPU, any count is accepted: the processes start, crash, and leave a run RUNNING), so more
-than one device, or node, is refused here with what the machine has.
+More than one device runs Lightning's DDP, a process per device that hpml hands its job to
+(:mod:`hpml.distributed`). On CPU a device is a process: at most one per core. Strategies that
+spawn or fork their processes from inside ``fit`` are refused: their processes would not run
+hpml's job, only a copy of the trainer. More than one node needs a cluster that starts the
+processes of every node (SLURM's ``srun``, ``torchrun``): outside one they would wait forever.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -15,16 +17,21 @@ from omegaconf import DictConfig, OmegaConf
 from hpml.errors import ConfigError
 
 DEVICES_HINT = "a positive integer, -1 (all), auto, or a list of device indices"
+FOREIGN_LAUNCHES = ("spawn", "fork", "notebook")  # strategy names whose processes are not hpml's
+CLUSTER_VARIABLES = ("SLURM_NTASKS", "WORLD_SIZE")  # set where a cluster starts every process
 
 
 def available(name: str) -> int:
-    """Devices this machine has for accelerator ``name`` (0 when it has none)."""
+    """Devices this machine has for accelerator ``name`` (0 when it has none); on CPU, the
+    processes it can run side by side: one per core."""
     from lightning.pytorch.accelerators import AcceleratorRegistry
 
     accelerator = AcceleratorRegistry[name]["accelerator"]
     if not accelerator.is_available():
         return 0
-    return 1 if name == "cpu" else int(accelerator.auto_device_count())
+    if name == "cpu":
+        return os.cpu_count() or 1
+    return int(accelerator.auto_device_count())
 
 
 def resolve_accelerator(value: Any) -> str:
@@ -80,13 +87,18 @@ def requested_devices(devices: Any, count: int) -> list[int] | int:
 
 
 def check_trainer(trainer: DictConfig | dict[str, Any]) -> None:
-    """Accelerator present, one device that exists, one node, a strategy Lightning knows."""
+    """Accelerator present, devices that exist, nodes a cluster starts, a strategy whose
+    processes run hpml's job."""
     trainer = OmegaConf.to_container(trainer, resolve=True)  # lists as lists
     name = resolve_accelerator(trainer.get("accelerator", "auto"))
     count = available(name) if name in ("cpu", "cuda", "mps", "tpu") else 1
     devices = trainer.get("devices", "auto")
-    asked = requested_devices(devices, count)
-    has = f"accelerator {name} has {count} device{'s' if count != 1 else ''} on this machine"
+    if name == "cpu" and str(devices).strip() == "-1":  # Lightning refuses it on CPU
+        raise ConfigError("trainer.devices", devices, "a number of processes on CPU (auto: 1)")
+    asked = 1 if name == "cpu" and str(devices).strip().lower() == "auto" else None
+    asked = asked or requested_devices(devices, count)
+    unit = "core" if name == "cpu" else "device"
+    has = f"accelerator {name} has {count} {unit}{'s' if count != 1 else ''} on this machine"
     if isinstance(asked, list):
         bad = [i for i in asked if i >= count]
         if bad:
@@ -94,16 +106,16 @@ def check_trainer(trainer: DictConfig | dict[str, Any]) -> None:
         asked = len(asked)
     if asked > count:
         raise ConfigError("trainer.devices", devices, f"at most {count}: {has}")
-    if asked > 1:
-        raise ConfigError(
-            "trainer.devices",
-            devices,
-            f"1: hpml runs a job as one process with one MLflow run, and "
-            f"{asked} devices would start a DDP process per device ({has})",
-        )
     nodes = trainer.get("num_nodes", 1)
-    if nodes != 1:
-        raise ConfigError("trainer.num_nodes", nodes, "1: hpml runs a job on this machine only")
+    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
+        raise ConfigError("trainer.num_nodes", nodes, "a positive integer")
+    if nodes > 1 and not any(os.environ.get(v) for v in CLUSTER_VARIABLES):
+        raise ConfigError(
+            "trainer.num_nodes",
+            nodes,
+            "1 outside a cluster: more nodes need one that starts a process per device on "
+            "each (hydra/launcher=slurm with nodes and tasks_per_node, or torchrun)",
+        )
     strategy = trainer.get("strategy", "auto")
     if isinstance(strategy, str):
         from lightning.pytorch.strategies import StrategyRegistry
@@ -114,4 +126,11 @@ def check_trainer(trainer: DictConfig | dict[str, Any]) -> None:
                 "trainer.strategy",
                 strategy,
                 f"one of {', '.join(known[:6])}, ... (Lightning's strategies)",
+            )
+        if asked * nodes > 1 and any(word in strategy for word in FOREIGN_LAUNCHES):
+            raise ConfigError(
+                "trainer.strategy",
+                strategy,
+                "ddp (or another strategy that starts its processes by running the command "
+                "again): hpml hands its job to those; spawned or forked ones would not run it",
             )

@@ -9,7 +9,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from hpml.errors import HpmlError
+from hpml.errors import ConfigError, HpmlError
 from hpml.train import hydra_job
 from hpml.validate import validate
 from hpml.validate.fit import STATIC_INT8_MODELS, static_int8_runs
@@ -42,6 +42,7 @@ VALID = [
     ["trainer=bf16"],
     ["model/optimizer=adam", "model/scheduler=cosine"],
     ["trainer.devices=[0]"],
+    ["trainer=ddp_cpu"],
     ["trainer.max_epochs=-1"],
     ["+trainer.limit_train_batches=0.5"],
     ["data.limit=10"],
@@ -55,12 +56,38 @@ def test_valid_configs_pass(overrides: list[str], composed) -> None:
 
 
 @pytest.mark.parametrize("devices", ["auto", "-1"])
-def test_all_devices_are_accepted_where_the_accelerator_has_one(devices: str, composed) -> None:
-    from hpml.validate.machine import available, resolve_accelerator
+def test_all_devices_are_accepted_where_the_accelerator_has_them(devices: str, composed) -> None:
+    from hpml.validate.machine import resolve_accelerator
 
-    if available(resolve_accelerator("auto")) != 1:
-        pytest.skip("more than one device here: all of them would start DDP, which is refused")
+    if devices == "-1" and resolve_accelerator("auto") == "cpu":
+        with pytest.raises(ConfigError, match=r"trainer.devices=-1 .*a number of processes on CPU"):
+            validate(composed([f"trainer.devices={devices}"]), hydra_job())
+        return
     validate(composed([f"trainer.devices={devices}"]), hydra_job())
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["trainer=ddp_cpu", "trainer.num_nodes=2"], "expected 1 outside a cluster"),
+        (
+            ["trainer=ddp_cpu", "trainer.strategy=ddp_spawn"],
+            "trainer.strategy='ddp_spawn' is invalid: expected ddp",
+        ),
+        (
+            ["trainer=ddp_cpu", "trainer.devices=4096"],
+            "trainer.devices=4096 is invalid: expected at most",
+        ),
+    ],
+)
+def test_ddp_that_cannot_run_here_is_refused(
+    overrides: list[str], expected: str, composed, monkeypatch
+) -> None:
+    for name in ("SLURM_NTASKS", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ConfigError) as caught:
+        validate(composed(overrides), hydra_job())
+    assert expected in str(caught.value)
 
 
 @pytest.mark.parametrize("model", STATIC_INT8_MODELS)

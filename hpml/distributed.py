@@ -1,0 +1,134 @@
+"""One job across the processes of Lightning's DDP: one MLflow run, one Hydra folder.
+
+Lightning's ``ddp`` strategy meets ``devices > 1`` by running the command again for each extra
+device, with ``LOCAL_RANK=1, 2, ...`` set. Run again, hpml's command would compose its config
+anew, make a Hydra folder and open an MLflow run per rank, and inside a multirun start the whole
+sweep again (``-m`` is on that command line). So a job hands itself to those processes instead:
+:func:`hand_off` writes the job's resolved config, run id and checkpoint into its folder before
+``fit`` and names that file in ``HPML_DDP_JOB``, which Lightning's processes inherit.
+``python -m hpml.train`` started with it (:func:`handed_job`) trains that job as a follower: the
+same fit and test, without Hydra and without a run of its own (Lightning's loggers write from
+rank zero only). When the job ends, what the launch left in this process is undone (the
+process group, ``LOCAL_RANK`` and the other variables Lightning set, the thread count), so the
+next job of a sweep in this process starts processes of its own.
+
+Processes a cluster starts itself (``srun`` for ``hydra/launcher=slurm``, ``torchrun``) each
+run the command through Hydra; those whose rank is not zero (:func:`launched_rank`) follow too.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+HANDOFF = "HPML_DDP_JOB"
+HANDOFF_FILE = ".hpml/ddp_job.yaml"  # in the job's output folder
+# what Lightning's subprocess launcher sets in the process that starts the others
+LAUNCH_VARIABLES = (
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "NODE_RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "OMP_NUM_THREADS",
+    HANDOFF,
+)
+# the global rank of a process a cluster started, by launcher: torchrun, then srun
+RANK_VARIABLES = ("RANK", "SLURM_PROCID")
+
+
+@dataclass(frozen=True)
+class HandedJob:
+    """What a follower needs of its job: the resolved config, the run rank zero logs into and
+    the checkpoint the job resumes from."""
+
+    cfg: DictConfig
+    run_id: str
+    ckpt_path: str | None
+    log_file: Path  # the follower's own log, beside the job's
+
+
+def launched_rank() -> int:
+    """This process's global rank as a cluster launcher set it; 0 when none did."""
+    for name in RANK_VARIABLES:
+        value = os.environ.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def handed_job() -> HandedJob | None:
+    """The job this process follows, when Lightning started it for a rank other than zero."""
+    path = os.environ.get(HANDOFF)
+    rank = os.environ.get("LOCAL_RANK", "0")
+    if not path or rank == "0":
+        return None
+    saved = OmegaConf.load(path)
+    return HandedJob(
+        cfg=saved.job,
+        run_id=saved.run_id,
+        ckpt_path=saved.ckpt_path,
+        log_file=Path(path).parent.parent / f"{saved.name}_rank{rank}.log",
+    )
+
+
+def processes(trainer: Any) -> int:
+    """How many processes the trainer's strategy trains with (devices x nodes)."""
+    return int(trainer.num_devices) * int(trainer.num_nodes)
+
+
+@contextmanager
+def hand_off(
+    cfg: DictConfig,
+    trainer: Any,
+    output_dir: Path,
+    name: str,
+    run_id: str,
+    ckpt_path: str | None,
+) -> Iterator[None]:
+    """Let the processes ``trainer`` will start follow this job; undo the launch afterwards.
+
+    The job's torch threads are shared out among its processes (``OMP_NUM_THREADS``, which
+    they inherit and Lightning then leaves alone), so ranks on one machine do not oversubscribe
+    its cores. ``name``: the job's log name, which the followers' logs take with their rank.
+    """
+    count = processes(trainer)
+    if count == 1:
+        yield
+        return
+    import torch
+
+    before = {key: os.environ.get(key) for key in LAUNCH_VARIABLES}
+    job_threads = torch.get_num_threads()
+    threads = max(1, job_threads // count)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    torch.set_num_threads(threads)
+    path = output_dir / HANDOFF_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    saved = {
+        "job": OmegaConf.to_container(cfg, resolve=True),
+        "run_id": run_id,
+        "ckpt_path": ckpt_path,
+        "name": name,
+    }
+    OmegaConf.save(OmegaConf.create(saved), path)
+    os.environ[HANDOFF] = str(path)
+    try:
+        yield
+    finally:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+        torch.set_num_threads(job_threads)
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
