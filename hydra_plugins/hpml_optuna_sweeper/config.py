@@ -24,6 +24,15 @@ class OptunaSweeperConf:
     sampler: dict[str, Any] = field(
         default_factory=lambda: {"_target_": "optuna.samplers.TPESampler", "seed": 42}
     )
+    # stops unpromising trials early (callbacks.optuna_pruning reports each validation); the
+    # run ends FINISHED, tagged hpml.optuna.state=PRUNED; null: every trial runs to the end
+    pruner: dict[str, Any] | None = field(
+        default_factory=lambda: {
+            "_target_": "optuna.pruners.MedianPruner",
+            "n_startup_trials": 4,  # trials that finish before any is pruned
+            "n_warmup_steps": 0,  # epochs of a trial never pruned (0: from its first)
+        }
+    )
     # search space, key -> Hydra sweep (choice(...), range(...), interval(...), tag(log, ...));
     # a plain value fixes the key; sweeps on the command line join the space
     params: dict[str, str] | None = None

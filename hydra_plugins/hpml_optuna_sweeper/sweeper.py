@@ -93,11 +93,12 @@ class OptunaSweeper(Sweeper):
         study_name: str | None,
         storage: str | None,
         sampler: DictConfig,
+        pruner: DictConfig | None,
         params: DictConfig | None,
     ) -> None:
         self.n_trials, self.n_jobs = n_trials, max(1, n_jobs)
         self.direction, self.study_name, self.storage = direction, study_name, storage
-        self.sampler = sampler
+        self.sampler, self.pruner = sampler, pruner
         self.params = OmegaConf.to_container(params) if params else {}
         self.config: DictConfig | None = None
         self.launcher: Any = None
@@ -140,6 +141,7 @@ class OptunaSweeper(Sweeper):
             study_name=self.study_name,
             storage=self.storage,
             direction=self.direction,
+            pruner=hydra.utils.instantiate(self.pruner) if self.pruner else None,
             load_if_exists=True,
         )
         if sampler.get("seed") is not None:  # a resumed search must not draw its first again
@@ -151,6 +153,7 @@ class OptunaSweeper(Sweeper):
         import optuna
         from optuna.trial import TrialState
 
+        from hpml.callbacks.optuna_pruning import PRUNED_ATTR
         from hpml.errors import one_line
 
         assert self.config is not None
@@ -169,12 +172,18 @@ class OptunaSweeper(Sweeper):
         while (left := self.n_trials - len(study.get_trials(states=finished))) > 0:
             trials = [study.ask(space) for _ in range(min(self.n_jobs, left))]
             batch = [
-                [*fixed, *(f"{key}={value}" for key, value in trial.params.items())]
+                [
+                    *fixed,
+                    *(f"{key}={value}" for key, value in trial.params.items()),
+                    *self.pruning_override(trial),
+                ]
                 for trial in trials
             ]
             results = self.launcher.launch(batch, initial_job_idx=self.job_idx)
             self.job_idx += len(results)
             runs = self.child_runs()
+            # what the jobs wrote on their trials (a Trial object keeps what it was asked with)
+            running = {t.number: t for t in study.get_trials(states=(TrialState.RUNNING,))}
             for trial, result in zip(trials, results, strict=True):
                 value, error = job_value(result)
                 job_dir = result.hydra_cfg.hydra.runtime.output_dir if result.hydra_cfg else None
@@ -185,15 +194,25 @@ class OptunaSweeper(Sweeper):
                 if value is None:
                     trial.set_user_attr("error", error)
                     log.warning(f"trial {trial.number} failed: {error}")
-                    study.tell(trial, state=TrialState.FAIL)
+                    state = TrialState.FAIL
+                elif PRUNED_ATTR in running[trial.number].user_attrs:  # its callback stopped it
+                    state = TrialState.PRUNED
                 else:
-                    study.tell(trial, value)
+                    state = TrialState.COMPLETE
+                study.tell(trial, value if state == TrialState.COMPLETE else None, state=state)
                 if run_id:
-                    state = "FAIL" if value is None else "COMPLETE"
-                    self.tag(run_id, {"trial": str(trial.number), "state": state})
+                    self.tag(run_id, {"trial": str(trial.number), "state": state.name})
             returns.append(results)
         self.report(study, sweep_dir, optuna)
         return returns
+
+    def pruning_override(self, trial: Any) -> list[str]:
+        """The overrides that point the job's pruning callback at ``trial``, if it has one."""
+        assert self.config is not None
+        if OmegaConf.select(self.config, "callbacks.optuna_pruning") is None:
+            return []
+        node = "callbacks.optuna_pruning"
+        return [f"{node}.study_name='{self.study_name}'", f"{node}.trial={trial.number}"]
 
     def refuse(self, message: str) -> None:
         """End the search before any trial in one line, its parent run FAILED."""

@@ -94,3 +94,30 @@ def test_a_second_invocation_resumes_the_study(root, client):
     assert numbers == [[0, 1], [2, 3]]
     # the resumed sampler does not start over: no trial repeats an earlier one's values
     assert len({tuple(sorted(t.params.items())) for t in trials}) == 4
+
+
+def test_pruned_trials_stop_early_and_are_marked_in_mlflow(root, client):
+    # the pruner prunes any loss above zero: every trial after its first of three epochs
+    prune_all = "callbacks.optuna_pruning.pruner={_target_:optuna.pruners.ThresholdPruner,upper:0}"
+    args = [*SEARCH, "hydra.sweeper.n_trials=2", "trainer.max_epochs=3", prune_all]
+    result = run_cli(args, root)
+    assert result.returncode == 0, result.stderr[-3000:]  # pruning is no failure
+    assert "no trial completed (2 PRUNED)" in result.stderr
+    trials = study(root).trials
+    assert [t.state for t in trials] == [TrialState.PRUNED] * 2
+    assert [sorted(t.intermediate_values) for t in trials] == [[0], [0]]
+    ((_, children),) = searches(client).items()
+    assert {r.info.status for r in children} == {"FINISHED"}
+    assert {r.data.tags["hpml.optuna.state"] for r in children} == {"PRUNED"}
+    assert {r.data.tags["hpml.optuna.pruned_at_epoch"] for r in children} == {"0"}
+    for run in children:  # one epoch trained of three, and its loss is what the trial holds
+        (loss,) = client.get_metric_history(run.info.run_id, "val/loss")
+        trial = trials[int(run.data.tags["hpml.optuna.trial"])]
+        assert trial.intermediate_values[0] == pytest.approx(loss.value)
+
+
+def test_trials_that_run_to_their_last_epoch_are_not_pruned(root, client):
+    prune_all = "callbacks.optuna_pruning.pruner={_target_:optuna.pruners.ThresholdPruner,upper:0}"
+    result = run_cli([*SEARCH, "hydra.sweeper.n_trials=2", prune_all], root)  # one epoch each
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [t.state for t in study(root).trials] == [TrialState.COMPLETE] * 2

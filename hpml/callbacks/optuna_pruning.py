@@ -1,0 +1,93 @@
+"""Optuna trial pruning from inside a job: report each validation, stop when the pruner says.
+
+optuna-integration's ``PyTorchLightningPruningCallback`` needs the live ``Trial`` object, which
+exists only in the sweeper's process, and raises ``TrialPruned`` out of ``fit``, which would end
+hpml's run FAILED. Here the trial is reopened from the study's storage by the study name and
+trial number the sweeper gives the job (``callbacks.optuna_pruning.{study_name,trial}``), and a
+pruned trial stops like an early
+stop: the run ends FINISHED with what it measured, tagged ``hpml.optuna.state=PRUNED``; the
+trial records the epoch (``pruned_at_epoch``), which the sweeper reads to tell the study.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import lightning as L
+
+from hpml.callbacks.logging import set_tags
+
+PRUNED_ATTR = "pruned_at_epoch"
+
+
+def open_trial(storage: str, study_name: str, number: int, pruner: Any) -> Any:
+    """Trial ``number`` of study ``study_name`` in ``storage``, judged by ``pruner``."""
+    import optuna
+
+    store = optuna.storages.get_storage(storage)
+    study = optuna.load_study(study_name=study_name, storage=store, pruner=pruner)
+    study_id = store.get_study_id_from_name(study_name)
+    return optuna.trial.Trial(
+        study, store.get_trial_id_from_study_id_trial_number(study_id, number)
+    )
+
+
+class OptunaPruning(L.Callback):
+    """Reports ``monitor`` to trial ``trial`` of Optuna study ``study_name`` after every
+    validation epoch and stops training when ``pruner`` (an Optuna pruner, the sweeper's) prunes
+    it before its last epoch. With no ``trial`` (a run outside a search) it does nothing."""
+
+    def __init__(
+        self,
+        monitor: str,
+        storage: str | None = None,
+        study_name: str | None = None,
+        trial: int | None = None,
+        pruner: Any = None,
+    ) -> None:
+        self.monitor, self.storage, self.study_name, self.trial = (
+            monitor,
+            storage,
+            study_name,
+            trial,
+        )
+        self.study_pruner = pruner  # not `pruner`: that names hpml's model pruning
+        self._trial: Any = None
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.trial is None or not trainer.is_global_zero or self._trial is not None:
+            return
+        if self.storage is None or self.study_name is None:
+            raise ValueError("callbacks.optuna_pruning: a trial needs its study's storage and name")
+        self._trial = open_trial(self.storage, self.study_name, int(self.trial), self.study_pruner)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.trial is None or trainer.sanity_checking:
+            return
+        prune = False
+        if trainer.is_global_zero:  # one rank talks to the study; all stop together
+            value = trainer.callback_metrics.get(self.monitor)
+            if value is None:
+                raise KeyError(
+                    f"callbacks.optuna_pruning.monitor={self.monitor!r}: not logged; one of "
+                    f"{', '.join(sorted(trainer.callback_metrics)) or 'none yet'}"
+                )
+            value = float(value)
+            if math.isfinite(value):
+                self._trial.report(value, step=trainer.current_epoch)
+            last = trainer.current_epoch + 1 >= (trainer.max_epochs or 0) > 0
+            prune = not last and self._trial.should_prune()  # one that ran to its end is not
+        prune = trainer.strategy.reduce_boolean_decision(prune, all=False)
+        if not prune:
+            return
+        trainer.should_stop = True
+        if trainer.is_global_zero:
+            self._trial.set_user_attr(PRUNED_ATTR, trainer.current_epoch)
+            set_tags(
+                trainer,
+                {
+                    "hpml.optuna.state": "PRUNED",
+                    "hpml.optuna.pruned_at_epoch": str(trainer.current_epoch),
+                },
+            )
