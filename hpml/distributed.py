@@ -19,6 +19,7 @@ run the command through Hydra; those whose rank is not zero (:func:`launched_ran
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,6 +40,8 @@ LAUNCH_VARIABLES = (
     "OMP_NUM_THREADS",
     HANDOFF,
 )
+FOLLOWER_EXIT_S = 60.0  # after rank zero's job: for the others to finish theirs
+STOP_S = 5.0  # after rank zero failed: for the others to stop before they are killed
 # the global rank of a process a cluster started, by launcher: torchrun, then srun
 RANK_VARIABLES = ("RANK", "SLURM_PROCID")
 
@@ -83,6 +86,16 @@ def processes(trainer: Any) -> int:
     return int(trainer.num_devices) * int(trainer.num_nodes)
 
 
+def starts_processes(trainer: Any) -> bool:
+    """Whether Lightning will start this job's other processes (not a cluster)."""
+    environment = getattr(trainer.strategy, "cluster_environment", None)
+    return (
+        processes(trainer) > 1
+        and environment is not None
+        and not environment.creates_processes_externally
+    )
+
+
 @contextmanager
 def hand_off(
     cfg: DictConfig,
@@ -94,19 +107,20 @@ def hand_off(
 ) -> Iterator[None]:
     """Let the processes ``trainer`` will start follow this job; undo the launch afterwards.
 
-    The job's torch threads are shared out among its processes (``OMP_NUM_THREADS``, which
-    they inherit and Lightning then leaves alone), so ranks on one machine do not oversubscribe
-    its cores. ``name``: the job's log name, which the followers' logs take with their rank.
+    The job's torch threads are shared out among the processes of this machine
+    (``OMP_NUM_THREADS``, which they inherit and Lightning then leaves alone), so they do not
+    oversubscribe its cores. ``name``: the job's log name, which the followers' logs take with
+    their rank. The file holds the resolved config, credentials included: it is readable by
+    its owner only and removed with the job.
     """
-    count = processes(trainer)
-    if count == 1:
+    if not starts_processes(trainer):
         yield
         return
     import torch
 
     before = {key: os.environ.get(key) for key in LAUNCH_VARIABLES}
     job_threads = torch.get_num_threads()
-    threads = max(1, job_threads // count)
+    threads = max(1, job_threads // int(trainer.num_devices))
     os.environ["OMP_NUM_THREADS"] = str(threads)
     torch.set_num_threads(threads)
     path = output_dir / HANDOFF_FILE
@@ -117,13 +131,18 @@ def hand_off(
         "ckpt_path": ckpt_path,
         "name": name,
     }
+    path.touch(mode=0o600)
     OmegaConf.save(OmegaConf.create(saved), path)
     os.environ[HANDOFF] = str(path)
+    failed = True
     try:
         yield
+        failed = False
     finally:
         import torch.distributed as dist
 
+        end_followers(trainer, stop=failed)
+        path.unlink(missing_ok=True)
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
         torch.set_num_threads(job_threads)
@@ -132,3 +151,27 @@ def hand_off(
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def end_followers(trainer: Any, stop: bool) -> None:
+    """Wait for the processes Lightning started to finish the job, within ``FOLLOWER_EXIT_S``;
+    with ``stop`` (the job failed here) terminate them, and kill them after ``STOP_S``.
+
+    Lightning's watcher of those processes SIGKILLs this one as soon as any exits non-zero, as
+    a stopped one does; it would take the job's run, and the rest of a sweep, with it. Emptied
+    of processes, it ends on its next look (every 5 s).
+    """
+    launched = getattr(getattr(trainer.strategy, "launcher", None), "procs", None)
+    if not launched:
+        return
+    followers = list(launched)
+    launched.clear()
+    for follower in followers:
+        if stop and follower.poll() is None:
+            follower.terminate()  # one waiting in a collective call takes the kill below
+    for follower in followers:
+        try:
+            follower.wait(timeout=STOP_S if stop else FOLLOWER_EXIT_S)
+        except subprocess.TimeoutExpired:
+            follower.kill()
+            follower.wait()

@@ -140,7 +140,7 @@ def fit_and_test(
 
 def train(cfg: DictConfig) -> dict[str, float]:
     """Fit and test the configured model inside one MLflow run; return the final metrics."""
-    from hpml.distributed import hand_off, processes
+    from hpml.distributed import hand_off, processes, starts_processes
 
     job = hydra_job()
     tracker = prepared(cfg, job)
@@ -161,6 +161,12 @@ def train(cfg: DictConfig) -> dict[str, float]:
         record_run(output_dir, run.run_id)
         parts = assemble(cfg, run.lightning_logger())
         stop.trainer = trainer = parts[2]
+        if ckpt_path is not None and processes(trainer) > 1 and not starts_processes(trainer):
+            raise HpmlError(
+                f"resume: this job's {processes(trainer)} processes were started by the cluster "
+                "(srun, torchrun), and only rank zero would resume from the checkpoint; "
+                "resume it with trainer.num_nodes=1 and the processes Lightning starts"
+            )
         name = job.name if job is not None else "train"
         with hand_off(cfg, trainer, output_dir, name, run.run_id, ckpt_path):
             run.set_device(trainer.strategy.root_device, processes(trainer))
@@ -244,18 +250,32 @@ def main(cfg: DictConfig) -> float | None:
 
 def follow_handed_job() -> bool:
     """Follow the job Lightning started this process for, if it did (:mod:`hpml.distributed`):
-    its config comes from the job's folder, not from the command line it repeats."""
+    its config comes from the job's folder, not from the command line it repeats.
+
+    Ctrl-C reaches every process of the terminal: rank zero stops the job, then this one. A
+    failure here is logged and reported in one line, and the process still exits 0: Lightning
+    SIGKILLs rank zero when a rank it started exits otherwise, losing the job's run, while
+    rank zero, which records the run, fails on its own at its next collective call.
+    """
+    import signal
+
     from hpml.distributed import handed_job
+    from hpml.errors import one_line
 
     handed = handed_job()
     if handed is None:
         return False
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(
         filename=handed.log_file,
         level=logging.INFO,
         format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s",
     )
-    follow(handed.cfg, handed.run_id, handed.ckpt_path)
+    try:
+        follow(handed.cfg, handed.run_id, handed.ckpt_path)
+    except Exception as exc:
+        logging.getLogger(__name__).exception("this rank failed")
+        print(f"hpml: error: {one_line(exc)} (traceback: {handed.log_file})", file=sys.stderr)
     return True
 
 

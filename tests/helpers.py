@@ -11,11 +11,11 @@ import lightning as L
 class FailAtEpoch(L.Callback):
     """Raises at the start of epoch ``epoch``, after earlier epochs have logged their metrics."""
 
-    def __init__(self, epoch: int = 1) -> None:
-        self.epoch = epoch
+    def __init__(self, epoch: int = 1, rank: int | None = None) -> None:
+        self.epoch, self.rank = epoch, rank  # rank: only that DDP rank fails (None: all)
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if trainer.current_epoch == self.epoch:
+        if trainer.current_epoch == self.epoch and self.rank in (None, trainer.global_rank):
             raise RuntimeError(f"injected failure at epoch {self.epoch}")
 
 

@@ -111,18 +111,46 @@ def test_ddp_cpu_trains_one_run_with_the_throughput_of_both_ranks(root):
 
 
 @pytest.mark.slow
-def test_each_job_of_a_multirun_trains_on_its_own_two_processes(root):
-    result = run_cli(["-m", *DDP, "trainer.max_epochs=1", "seed=1,2"], root)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "2 runs, 0 failed" in result.stderr
+def test_a_multirun_goes_on_after_a_job_whose_other_rank_failed(root):
+    # job 0 fails on rank 1 only, in its first epoch; job 1 never reaches the epoch its number
+    # names. Lightning would SIGKILL this process for rank 1's exit, losing the sweep.
+    fail = [
+        "+callbacks.fail._target_=tests.helpers.FailAtEpoch",
+        "+callbacks.fail.epoch=${hydra:job.num}",
+        "+callbacks.fail.rank=1",
+    ]
+    result = run_cli(["-m", *DDP, "trainer.max_epochs=1", "seed=1,2", *fail], root)
+    assert result.returncode == 1, result.stderr[-3000:]  # a failed job fails the sweep
+    assert "2 runs, 1 failed" in result.stderr
     runs = runs_of(root)
     (parent,) = [r for r in runs if r.data.tags.get("hpml.sweep_parent") == "true"]
-    children = [r for r in runs if r is not parent]
-    assert sorted(r.data.params["seed"] for r in children) == ["1", "2"]
-    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parent.info.run_id}
-    assert {r.info.status for r in children} == {"FINISHED"}
-    assert {r.data.tags["hpml.processes"] for r in children} == {"2"}
+    children = {r.data.params["seed"]: r for r in runs if r is not parent}
+    assert {r.data.tags["mlflow.parentRunId"] for r in children.values()} == {parent.info.run_id}
+    assert {seed: r.info.status for seed, r in children.items()} == {"1": "FAILED", "2": "FINISHED"}
+    assert {r.data.tags["hpml.processes"] for r in children.values()} == {"2"}
+    client = MlflowClient(f"sqlite:///{root}/mlflow.db")
+    log = client.download_artifacts(children["1"].info.run_id, "logs/train_rank1.log")
+    assert "injected failure at epoch 0" in Path(log).read_text()  # the cause, beside the run
     (sweep,) = (root / "multirun").glob("*/*")
     assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1"]
-    for job in ("0", "1"):
-        assert "GLOBAL_RANK: 1" in (sweep / job / "train_rank1.log").read_text()
+    assert "epoch 1/1" in (sweep / "1" / "train_rank1.log").read_text()  # its own processes
+
+
+@pytest.mark.slow
+def test_a_failing_rank_zero_stops_the_others_and_fails_the_run(root):
+    fail = [
+        "+callbacks.fail._target_=tests.helpers.FailAtEpoch",
+        "+callbacks.fail.epoch=1",
+        "+callbacks.fail.rank=0",
+    ]
+    result = run_cli([*DDP, *fail], root)
+    assert result.returncode == 1, result.stderr[-3000:]
+    (run,) = runs_of(root)
+    assert run.info.status == "FAILED"
+    assert "injected failure at epoch 1" in run.data.tags["hpml.error"]
+    client = MlflowClient(f"sqlite:///{root}/mlflow.db")
+    logs = {a.path for a in client.list_artifacts(run.info.run_id, "logs")}
+    assert logs == {"logs/train.log", "logs/train_rank1.log"}
+    assert len(client.get_metric_history(run.info.run_id, "train/loss")) == 1  # epoch 0's
+    (job,) = [p for p in (root / "outputs").glob("*/*") if p.is_dir()]
+    assert not (job / ".hpml" / "ddp_job.yaml").exists()  # the resolved config is not left

@@ -11,7 +11,6 @@ trial records the epoch (``pruned_at_epoch``), which the sweeper reads to tell t
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import lightning as L
@@ -26,6 +25,7 @@ def open_trial(storage: str, study_name: str, number: int, pruner: Any) -> Any:
     import optuna
 
     store = optuna.storages.get_storage(storage)
+    pruner = pruner if pruner is not None else optuna.pruners.NopPruner()  # None: Optuna's default
     study = optuna.load_study(study_name=study_name, storage=store, pruner=pruner)
     study_id = store.get_study_id_from_name(study_name)
     return optuna.trial.Trial(
@@ -73,9 +73,7 @@ class OptunaPruning(L.Callback):
                     f"callbacks.optuna_pruning.monitor={self.monitor!r}: not logged; one of "
                     f"{', '.join(sorted(trainer.callback_metrics)) or 'none yet'}"
                 )
-            value = float(value)
-            if math.isfinite(value):
-                self._trial.report(value, step=trainer.current_epoch)
+            self._trial.report(float(value), step=trainer.current_epoch)  # NaN too: pruned
             last = trainer.current_epoch + 1 >= (trainer.max_epochs or 0) > 0
             prune = not last and self._trial.should_prune()  # one that ran to its end is not
         prune = trainer.strategy.reduce_boolean_decision(prune, all=False)

@@ -264,14 +264,19 @@ def _log_failure(exc: BaseException) -> None:
 
 
 def _log_job_log(job: HydraJob | None) -> None:
-    """Upload the job's log file (Hydra's job logging), flushed first."""
+    """Upload the job's log file (Hydra's job logging), flushed first, and those of its other
+    DDP ranks (``<name>_rank<N>.log``, :mod:`hpml.distributed`)."""
     if job is None:
         return
     for handler in logging.getLogger().handlers:
         handler.flush()
-    path = job.output_dir / f"{job.name}.log"
-    if path.is_file():
-        mlflow.log_text(redact_text(path.read_text(errors="replace")), f"logs/{path.name}")
+    paths = [
+        job.output_dir / f"{job.name}.log",
+        *sorted(job.output_dir.glob(f"{job.name}_rank*.log")),
+    ]
+    for path in paths:
+        if path.is_file():
+            mlflow.log_text(redact_text(path.read_text(errors="replace")), f"logs/{path.name}")
 
 
 def sweep_record(job: HydraJob | None) -> dict[str, str] | None:

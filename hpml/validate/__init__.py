@@ -11,8 +11,9 @@ single run leaves none). In order:
    ``TypeError``/``ValueError`` a constructor raises is reported against its config group;
 3. the model against the data (image size vs ``model.net.layout``) and the steps that will
    transform it (pruning targets, quantisation vs the net's ops) (:mod:`hpml.validate.fit`);
-4. the trainer's accelerator and devices against this machine (:mod:`hpml.validate.machine`)
-   and the store's directory (:mod:`hpml.validate.store`).
+4. the trainer's accelerator, devices and strategy against this machine, and under DDP the
+   steps that cannot run there (:mod:`hpml.validate.machine`), and the store's directory
+   (:mod:`hpml.validate.store`).
 
 Data files are not opened here: a corrupt or missing file fails the run, recorded FAILED.
 Importing this package is cheap; the checks import torch and Lightning when they run.
@@ -74,7 +75,7 @@ def validate(cfg: DictConfig, job: HydraJob | None) -> None:
             fit.check_prune(callback.pruner, model.net)
         if hasattr(callback, "quantizer"):
             fit.check_quant(callback.quantizer, model, lambda: build_model("cpu").net, spec, name)
-    machine.check_trainer(cfg.trainer)
+    machine.check_processes(cfg, machine.check_trainer(cfg.trainer))
     store.check_store(cfg.logger.tracking_uri, cfg.logger.get("artifact_root"))
 
 

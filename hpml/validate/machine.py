@@ -86,9 +86,9 @@ def requested_devices(devices: Any, count: int) -> list[int] | int:
     return count if devices == -1 else devices
 
 
-def check_trainer(trainer: DictConfig | dict[str, Any]) -> None:
+def check_trainer(trainer: DictConfig | dict[str, Any]) -> int:
     """Accelerator present, devices that exist, nodes a cluster starts, a strategy whose
-    processes run hpml's job."""
+    processes run hpml's job; the number of processes (devices x nodes)."""
     trainer = OmegaConf.to_container(trainer, resolve=True)  # lists as lists
     name = resolve_accelerator(trainer.get("accelerator", "auto"))
     count = available(name) if name in ("cpu", "cuda", "mps", "tpu") else 1
@@ -133,4 +133,25 @@ def check_trainer(trainer: DictConfig | dict[str, Any]) -> None:
                 strategy,
                 "ddp (or another strategy that starts its processes by running the command "
                 "again): hpml hands its job to those; spawned or forked ones would not run it",
+            )
+    return asked * nodes
+
+
+def check_processes(cfg: DictConfig, processes: int) -> None:
+    """Refuse, under DDP, the steps that replace the parameters DDP has already wrapped (its
+    gradient sync would miss them): physical pruning, QAT and compilation; masks are fine."""
+    if processes == 1:
+        return
+    steps = [
+        ("prune.mode", OmegaConf.select(cfg, "prune.mode"), "physical", "mask"),
+        ("quant.method", OmegaConf.select(cfg, "quant.method"), "qat", "a post-training method"),
+        ("compile.method", OmegaConf.select(cfg, "compile.method"), None, "none"),
+    ]
+    for key, value, refused, valid in steps:
+        if value is not None and (refused is None or value == refused):
+            raise ConfigError(
+                key,
+                value,
+                f"{valid} with {processes} DDP processes (trainer.devices x num_nodes): it "
+                "replaces parameters DDP has wrapped; run it with trainer.devices=1",
             )

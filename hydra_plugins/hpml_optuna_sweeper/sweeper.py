@@ -141,7 +141,9 @@ class OptunaSweeper(Sweeper):
             study_name=self.study_name,
             storage=self.storage,
             direction=self.direction,
-            pruner=hydra.utils.instantiate(self.pruner) if self.pruner else None,
+            pruner=hydra.utils.instantiate(self.pruner)
+            if self.pruner
+            else optuna.pruners.NopPruner(),
             load_if_exists=True,
         )
         if sampler.get("seed") is not None:  # a resumed search must not draw its first again
@@ -209,8 +211,11 @@ class OptunaSweeper(Sweeper):
     def pruning_override(self, trial: Any) -> list[str]:
         """The overrides that point the job's pruning callback at ``trial``, if it has one."""
         assert self.config is not None
-        if OmegaConf.select(self.config, "callbacks.optuna_pruning") is None:
-            return []
+        if (
+            self.storage is None
+            or OmegaConf.select(self.config, "callbacks.optuna_pruning") is None
+        ):
+            return []  # an in-memory study (storage: null) is out of the jobs' reach
         node = "callbacks.optuna_pruning"
         return [f"{node}.study_name='{self.study_name}'", f"{node}.trial={trial.number}"]
 

@@ -43,6 +43,8 @@ VALID = [
     ["model/optimizer=adam", "model/scheduler=cosine"],
     ["trainer.devices=[0]"],
     ["trainer=ddp_cpu"],
+    ["trainer=ddp_cpu", "prune=l1_unstructured"],
+    ["trainer=ddp_cpu", "quant=dynamic_int8"],
     ["trainer.max_epochs=-1"],
     ["+trainer.limit_train_batches=0.5"],
     ["data.limit=10"],
@@ -74,6 +76,12 @@ def test_all_devices_are_accepted_where_the_accelerator_has_them(devices: str, c
             ["trainer=ddp_cpu", "trainer.strategy=ddp_spawn"],
             "trainer.strategy='ddp_spawn' is invalid: expected ddp",
         ),
+        (
+            ["trainer=ddp_cpu", "prune=l1_structured"],
+            "prune.mode='physical' is invalid: expected mask with 2 DDP processes",
+        ),
+        (["trainer=ddp_cpu", "quant=qat"], "quant.method='qat' is invalid"),
+        (["trainer=ddp_cpu", "compile=torchscript"], "compile.method='torchscript' is invalid"),
         (
             ["trainer=ddp_cpu", "trainer.devices=4096"],
             "trainer.devices=4096 is invalid: expected at most",
