@@ -9,7 +9,7 @@ PORT ?= 5000
 DB ?= sqlite:///$(CURDIR)/mlflow-server.db
 ARTIFACTS ?= $(CURDIR)/mlartifacts-server
 
-.PHONY: install train sweep ui server test lint format bench clean
+.PHONY: install train sweep report ui server test lint format bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,9 @@ train: $(STAMP)  ## the embedded default: VGG11-CIFAR on synthetic data, offline
 
 sweep: $(STAMP)  ## a small demo multirun: one parent run, one child per batch size
 	$(BIN)/python -m hpml.train -m model=lstm trainer.max_epochs=1 data.batch_size=32,64 $(ARGS)
+
+report: $(STAMP)  ## the report of the latest sweep (ARGS="--sweep <parent id>", --runs, --filter)
+	$(BIN)/python -m hpml.report $(ARGS)
 
 ui: $(STAMP)  ## MLflow UI on the local store (foreground; Ctrl-C stops it)
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db \

@@ -21,6 +21,42 @@ def metric(stage: str, quantity: str, unit: str) -> str:
     return f"{stage}/{quantity}_{unit}"
 
 
+# how each unit reads on an axis or in a table heading, with its convention
+UNIT_LABELS = {
+    SAMPLES_PER_S: "samples/s",
+    MS: "ms",
+    S: "s",
+    BYTES: "bytes",
+    PCT: "%",
+    COUNT: "count",
+    FLOPS_PER_SAMPLE: "FLOPs/sample, 2 x MAC",
+    FLOPS_PER_S: "FLOP/s, 2 x MAC",
+    FLOP_PER_BYTE: "FLOP/byte",
+    BYTES_PER_S: "bytes/s",
+    NATS: "nats",
+    X: "x, before/after",
+}
+
+
+def unit_of(name: str) -> str | None:
+    """The unit a metric's name ends in (:data:`UNIT_LABELS` keys), None for names outside the
+    convention (a model's own ``val/loss`` or ``val/acc``)."""
+    quantity = name.rsplit("/", 1)[-1]
+    for unit in sorted(UNIT_LABELS, key=len, reverse=True):
+        if quantity.endswith(f"_{unit}"):
+            return unit
+    return None
+
+
+def label(name: str) -> str:
+    """``train/throughput_samples_per_s`` -> ``train/throughput (samples/s)``: a metric as a
+    heading; names outside the convention stay as they are."""
+    unit = unit_of(name)
+    if unit is None:
+        return name
+    return f"{name[: -len(unit) - 1]} ({UNIT_LABELS[unit]})"
+
+
 # What the roofline callback logs and `python -m hpml.report.roofline` reads back.
 STAGE = "roofline"
 INTENSITY = metric(STAGE, "intensity", FLOP_PER_BYTE)

@@ -23,7 +23,7 @@ def default_tracking_uri() -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{project_root() / 'mlflow.db'}"
 
 
-def _experiment_ids(client: MlflowClient, experiment: str | None) -> list[str]:
+def experiment_ids(client: MlflowClient, experiment: str | None) -> list[str]:
     if experiment is None:
         return [e.experiment_id for e in client.search_experiments()]
     found = client.get_experiment_by_name(experiment)
@@ -41,7 +41,7 @@ def sweep_parent(client: MlflowClient, sweep: str, experiment: str | None = None
             raise HpmlError(f"run {sweep} is not a sweep's parent run (use --runs for single runs)")
         return parent
     parents = client.search_runs(
-        _experiment_ids(client, experiment),
+        experiment_ids(client, experiment),
         "tags.`hpml.sweep_parent` = 'true'",
         order_by=["attributes.start_time DESC"],
         max_results=1,

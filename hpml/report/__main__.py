@@ -1,0 +1,135 @@
+"""``python -m hpml.report``: a sweep's (or any runs') report, as HTML and Markdown.
+
+It shows the runs side by side (the config keys that differ, metrics with their units, failed
+runs marked) and the plots their data allows, writes ``report.html`` (one file that opens
+offline) and ``report.md`` with ``figures/*.svg``, prints their paths, and logs them to the
+sweep's parent run (artifacts ``report/``) so they open from the MLflow UI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hpml.errors import HpmlError
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+    from mlflow.entities import Run
+
+    from hpml.report.page import Report
+
+ARTIFACTS = "report"
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m hpml.report",
+        description="Write the report of a sweep or of runs: HTML and Markdown, logged to the "
+        "sweep's parent run.",
+    )
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--last", action="store_true", help="the latest sweep (the default)")
+    which.add_argument("--sweep", metavar="RUN_ID", help="the sweep whose parent run this is")
+    which.add_argument("--runs", nargs="+", metavar="RUN_ID", help="these runs")
+    which.add_argument(
+        "--filter",
+        metavar="FILTER",
+        help="runs an MLflow filter string selects, e.g. "
+        "\"params.model.optimizer.lr = '0.01'\" (child and single runs, not sweep parents)",
+    )
+    parser.add_argument("--experiment", help="only this MLflow experiment (default: all)")
+    parser.add_argument("--tracking-uri", help="default: MLFLOW_TRACKING_URI, else ./mlflow.db")
+    parser.add_argument("--out", type=Path, help="folder for the report (default: the sweep's)")
+    return parser.parse_args(argv)
+
+
+def chosen(client: MlflowClient, args: argparse.Namespace) -> tuple[list[Run], Run | None]:
+    """The runs ``args`` name, and their sweep's parent run (None for ``--runs``/``--filter``)."""
+    from hpml.report.runs import experiment_ids, select_runs
+
+    if args.filter is not None:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            runs = client.search_runs(experiment_ids(client, args.experiment), args.filter)
+        except MlflowException as exc:
+            raise HpmlError(f"--filter {args.filter!r}: {exc.message}") from None
+        runs = [r for r in runs if r.data.tags.get("hpml.sweep_parent") != "true"]
+        if not runs:
+            raise HpmlError(f"no run matches --filter {args.filter!r} in {client.tracking_uri}")
+        return runs, None
+    return select_runs(client, args.sweep, args.runs, args.experiment)
+
+
+def build(client: MlflowClient, runs: list[Run], parent: Run | None) -> Report:
+    """The report of ``runs``: table, plots, learning curves (their histories fetched with a
+    progress bar on a terminal)."""
+    from tqdm import tqdm
+
+    from hpml.report import figures, table
+    from hpml.report.page import Report
+
+    keys, columns, rows = table.rows(runs)
+    histories: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    for run in tqdm(runs, desc="hpml: reading runs", unit="run", disable=not sys.stderr.isatty()):
+        points = client.get_metric_history(run.info.run_id, "val/loss")
+        histories[(run.info.run_id, "val/loss")] = sorted((m.step, m.value) for m in points)
+    plots = [plot(runs, keys) for plot in figures.PLOTS]
+    plots.append(figures.learning_curves(runs, keys, lambda r, n: histories[(r.info.run_id, n)]))
+    statuses = Counter(run.info.status for run in runs)
+    counts = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items()))
+    if parent is not None:
+        title = str(parent.info.run_name)
+        summary = f"{len(runs)} runs ({counts}) of sweep {parent.info.run_id}"
+        best = parent.data.tags.get("hpml.optuna.best_value")
+        if best is not None:
+            summary += (
+                f"; Optuna best {best} (trial {parent.data.tags.get('hpml.optuna.best_trial')})"
+            )
+    else:
+        title, summary = f"{len(runs)} runs", f"{len(runs)} runs ({counts})"
+    summary += f", in {client.tracking_uri}; swept: {', '.join(keys) or 'nothing'}."
+    return Report(title, summary, keys, columns, rows, [p for p in plots if p is not None])
+
+
+def out_folder(args: argparse.Namespace, runs: list[Run], parent: Run | None) -> Path:
+    if args.out is not None:
+        return args.out
+    sweep_dir = parent.data.tags.get("hpml.sweep_dir") if parent is not None else None
+    if sweep_dir:
+        return Path(sweep_dir) / "report"
+    from hpml.report.runs import project_root
+
+    name = parent.info.run_id if parent is not None else runs[0].info.run_id
+    return project_root() / "outputs" / "report" / name
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        from mlflow import MlflowClient
+
+        from hpml.report.runs import default_tracking_uri
+
+        client = MlflowClient(args.tracking_uri or default_tracking_uri())
+        runs, parent = chosen(client, args)
+        report = build(client, runs, parent)
+        folder = out_folder(args, runs, parent)
+        html, md = report.write(folder)
+        if parent is not None:
+            client.log_artifacts(parent.info.run_id, str(folder), ARTIFACTS)
+    except HpmlError as exc:
+        print(f"hpml: error: {exc}", file=sys.stderr)
+        return 1
+    where = f" (and to run {parent.info.run_id}, artifacts {ARTIFACTS}/)" if parent else ""
+    print(f"hpml: wrote {html}\nhpml: wrote {md}{where}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,280 @@
+"""The report's plots, each drawn only when the runs carry its data: matplotlib SVG text.
+
+SVG because it scales, embeds in one HTML file with no script, and is a static image as it
+is. Hovering a point shows its run and config: each point is drawn as its own artist with an
+id, and an SVG ``<title>`` (the browser's tooltip) is put inside that element.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from html import escape
+from typing import TYPE_CHECKING, Any
+
+from hpml.names import label
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
+
+MEMORY_PARTS = ("weights", "gradients", "optimizer_state", "activations")
+VARIANTS = ("prune", "quant", "compile")  # steps measured before and after (callbacks.measure)
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A plot of the report: its heading, one line on what it shows, and its SVG."""
+
+    title: str
+    caption: str
+    svg: str
+
+
+def run_label(run: Run, keys: list[str]) -> str:
+    """A run as a tooltip names it: its name and the values of the keys its sweep varies."""
+    values = ", ".join(f"{k}={run.data.params.get(k, '')}" for k in keys)
+    return f"{run.info.run_name}: {values}" if values else str(run.info.run_name)
+
+
+class Canvas:
+    """One matplotlib figure whose points carry tooltips in the SVG it renders to."""
+
+    def __init__(self, panels: int = 1) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from matplotlib import pyplot as plt
+
+        self.plt = plt
+        self.fig, axes = plt.subplots(1, panels, figsize=(6.4 * panels, 4.2), squeeze=False)
+        self.axes = list(axes[0])
+        self.tips: dict[str, str] = {}
+
+    def point(self, ax: Any, x: float, y: float, tip: str, **style: Any) -> None:
+        gid = f"hpml-pt-{len(self.tips)}"
+        (artist,) = ax.plot([x], [y], linestyle="none", **{"marker": "o", **style})
+        artist.set_gid(gid)
+        self.tips[gid] = tip
+
+    def svg(self) -> str:
+        buffer = io.StringIO()
+        self.fig.tight_layout()
+        self.fig.savefig(buffer, format="svg")
+        self.plt.close(self.fig)
+        text = buffer.getvalue()
+        text = text[text.index("<svg") :]  # the XML header and doctype stay out of HTML
+        for gid, tip in self.tips.items():
+            text = re.sub(
+                rf'(<g id="{gid}"[^>]*>)', rf"\1<title>{escape(tip)}</title>", text, count=1
+            )
+        return text
+
+
+def _param(run: Run, key: str) -> float | None:
+    try:
+        return float(run.data.params[key])
+    except (KeyError, ValueError):
+        return None
+
+
+def _group(run: Run, keys: list[str], left_out: str) -> str:
+    """The series a run belongs to: its values of the varied keys other than ``left_out``."""
+    return ", ".join(f"{k}={run.data.params.get(k)}" for k in keys if k != left_out) or "runs"
+
+
+def batch_scaling(runs: list[Run], keys: list[str]) -> Figure | None:
+    """Throughput and step time against batch size (study 2), a line per other config."""
+    key, speed, step = "data.batch_size", "train/throughput_samples_per_s", "train/step_time_p50_ms"
+    measured = [r for r in runs if _param(r, key) is not None and speed in r.data.metrics]
+    if key not in keys or len(measured) < 2:
+        return None
+    canvas = Canvas(panels=2)
+    series: dict[str, list[Run]] = defaultdict(list)
+    for run in measured:
+        series[_group(run, keys, key)].append(run)
+    for ax, name in zip(canvas.axes, (speed, step), strict=True):
+        for index, (group, members) in enumerate(sorted(series.items())):
+            members = sorted(members, key=lambda r: _param(r, key) or 0)
+            xs = [_param(r, key) for r in members]
+            ys = [r.data.metrics.get(name, float("nan")) for r in members]
+            ax.plot(xs, ys, color=f"C{index}", label=group)
+            for run, x, y in zip(members, xs, ys, strict=True):
+                canvas.point(
+                    ax, x, y, f"{run_label(run, keys)}\n{label(name)}: {y:.4g}", color=f"C{index}"
+                )
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch size (samples)")
+        ax.set_ylabel(label(name))
+        ax.grid(alpha=0.3)
+    canvas.axes[0].legend(fontsize=7)
+    return Figure(
+        "Throughput and step time vs batch size",
+        "Training samples per second and median step time at each batch size (study 2).",
+        canvas.svg(),
+    )
+
+
+def sparsity(runs: list[Run], keys: list[str]) -> Figure | None:
+    """Validation loss and forward FLOPs after pruning against the sparsity asked for, a line
+    per pruner (study 3)."""
+    loss, flops = "prune_after/val_loss_nats", "prune_after/fwd_flops_per_sample"
+    pruned = [r for r in runs if _param(r, "prune.amount") is not None and loss in r.data.metrics]
+    if len(pruned) < 2:
+        return None
+    canvas = Canvas(panels=2)
+    series: dict[str, list[Run]] = defaultdict(list)
+    for run in pruned:
+        series[run.data.params.get("prune.method", "?")].append(run)
+    for ax, name in zip(canvas.axes, (loss, flops), strict=True):
+        for index, (method, members) in enumerate(sorted(series.items())):
+            members = sorted(members, key=lambda r: _param(r, "prune.amount") or 0)
+            xs = [100 * (_param(r, "prune.amount") or 0) for r in members]
+            ys = [r.data.metrics.get(name, float("nan")) for r in members]
+            ax.plot(xs, ys, color=f"C{index}", label=method)
+            for run, x, y in zip(members, xs, ys, strict=True):
+                canvas.point(
+                    ax, x, y, f"{run_label(run, keys)}\n{label(name)}: {y:.4g}", color=f"C{index}"
+                )
+        ax.set_xlabel("sparsity asked for, prune.amount (%)")
+        ax.set_ylabel(label(name))
+        ax.grid(alpha=0.3)
+    canvas.axes[0].legend(fontsize=7, title="prune.method")
+    return Figure(
+        "Loss and FLOPs vs sparsity",
+        "Validation loss right after pruning and forward FLOPs per sample, per pruner (study 3).",
+        canvas.svg(),
+    )
+
+
+def pareto(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats in both coordinates (lower is better)."""
+    return [
+        i
+        for i, (x, y) in enumerate(points)
+        if not any(a <= x and b <= y and (a, b) != (x, y) for a, b in points)
+    ]
+
+
+def latency_size(runs: list[Run], keys: list[str]) -> Figure | None:
+    """Latency at batch 1 against size for every variant measured before and after pruning,
+    quantisation or compilation, the Pareto front marked (study 1)."""
+    found: list[tuple[float, float, str]] = []
+    for run in runs:
+        metrics = run.data.metrics
+        for step in VARIANTS:
+            for when in ("before", "after"):
+                size, latency = f"{step}_{when}/size_bytes", f"{step}_{when}/latency_b1_ms"
+                if size in metrics and latency in metrics:
+                    quality = metrics.get(f"{step}_{when}/val_acc_pct")
+                    extra = "" if quality is None else f", val acc {quality:.3g} %"
+                    what = f"{metrics[size]:,.0f} bytes, {metrics[latency]:.3g} ms{extra}"
+                    tip = f"{run_label(run, keys)}\n{step} {when}: {what}"
+                    found.append((metrics[size], metrics[latency], tip))
+    if len(found) < 2:
+        return None
+    canvas = Canvas()
+    ax = canvas.axes[0]
+    front = set(pareto([(x, y) for x, y, _ in found]))
+    for index, (x, y, tip) in enumerate(found):
+        on_front = index in front
+        canvas.point(
+            ax,
+            x,
+            y,
+            tip + ("\n(Pareto front)" if on_front else ""),
+            color="C3" if on_front else "C0",
+        )
+    edge = sorted((found[i][0], found[i][1]) for i in front)
+    ax.plot(
+        [x for x, _ in edge], [y for _, y in edge], color="C3", linestyle="--", label="Pareto front"
+    )
+    ax.set_xscale("log")
+    ax.set_xlabel("model size, saved state dict (bytes)")
+    ax.set_ylabel("latency at batch 1, median (ms)")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    return Figure(
+        "Latency vs size of the optimised variants",
+        "Every model measured before and after pruning, quantisation or compilation; red: "
+        "the Pareto front (no other variant is both smaller and faster) (study 1).",
+        canvas.svg(),
+    )
+
+
+def memory(runs: list[Run], keys: list[str]) -> Figure | None:
+    """Stacked bars of the first training step's memory, by part, per run (study 4)."""
+    names = [f"memory/{part}_bytes" for part in MEMORY_PARTS]
+    measured = [r for r in runs if all(n in r.data.metrics for n in names)]
+    if not measured:
+        return None
+    canvas = Canvas()
+    ax = canvas.axes[0]
+    bottoms = [0.0] * len(measured)
+    for index, (part, name) in enumerate(zip(MEMORY_PARTS, names, strict=True)):
+        heights = [r.data.metrics[name] / 2**20 for r in measured]
+        ax.bar(
+            range(len(measured)),
+            heights,
+            bottom=bottoms,
+            color=f"C{index}",
+            label=part.replace("_", " "),
+        )
+        bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
+    for i, run in enumerate(measured):
+        canvas.point(
+            ax,
+            i,
+            bottoms[i],
+            f"{run_label(run, keys)}\ntotal {bottoms[i]:.2f} MiB",
+            color="k",
+            markersize=3,
+        )
+    ax.set_xticks(
+        range(len(measured)),
+        [r.info.run_name[:18] for r in measured],
+        rotation=30,
+        ha="right",
+        fontsize=7,
+    )
+    ax.set_ylabel("memory of the first training step (MiB)")
+    ax.legend(fontsize=7)
+    return Figure(
+        "Memory breakdown",
+        "Weights, gradients, optimiser state and saved activations of the first training step.",
+        canvas.svg(),
+    )
+
+
+def learning_curves(
+    runs: list[Run], keys: list[str], history: Callable[[Run, str], list[tuple[int, float]]]
+) -> Figure | None:
+    """``val/loss`` per epoch of every run, overlaid; ``history(run, name)`` gives its points."""
+    curves = [(run, history(run, "val/loss")) for run in runs]
+    curves = [(run, points) for run, points in curves if points]
+    if not curves:
+        return None
+    canvas = Canvas()
+    ax = canvas.axes[0]
+    for index, (run, points) in enumerate(curves):
+        xs = list(range(1, len(points) + 1))
+        ys = [value for _, value in points]
+        ax.plot(xs, ys, color=f"C{index % 10}", alpha=0.8)
+        canvas.point(
+            ax,
+            xs[-1],
+            ys[-1],
+            f"{run_label(run, keys)}\nval/loss {ys[-1]:.4g} after {xs[-1]} epochs",
+            color=f"C{index % 10}",
+        )
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("val/loss (the model's loss)")
+    ax.grid(alpha=0.3)
+    return Figure(
+        "Learning curves", "Validation loss after each epoch, every run overlaid.", canvas.svg()
+    )
+
+
+PLOTS = (batch_scaling, sparsity, latency_size, memory)

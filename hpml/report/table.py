@@ -1,0 +1,102 @@
+"""The runs of a report as rows: the config keys that differ between them, and their metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from hpml.names import label
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
+
+# the columns a runs table shows when the runs carry them, in this order; then any
+# before/after measurement (prune, quant, compile) of size and latency
+HEADLINE = (
+    "val/loss",
+    "val/acc",
+    "test/loss",
+    "test/acc",
+    "train/throughput_samples_per_s",
+    "train/step_time_p50_ms",
+    "train/epoch_time_s",
+    "train/peak_memory_bytes",
+    "model/fwd_flops_per_sample",
+    "train/mfu_measured_pct",
+)
+MEASURED = ("size_bytes", "latency_b1_ms")
+# params that differ between any two runs of a sweep and say nothing of its configs
+BOOKKEEPING = ("paths.", "hydra.", "logger.", "resume")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One run: its name, id and status, its values of the differing keys, its metrics."""
+
+    name: str
+    run_id: str
+    status: str
+    error: str | None
+    keys: dict[str, str]
+    metrics: dict[str, float]
+
+
+def differing_keys(runs: list[Run]) -> list[str]:
+    """Config keys (MLflow params) whose values are not the same in every run, sorted."""
+    keys = sorted({key for run in runs for key in run.data.params})
+    differing = []
+    for key in keys:
+        values = [run.data.params.get(key) for run in runs]
+        if key.startswith(BOOKKEEPING) or len(set(values)) == 1:
+            continue
+        folders = [run.data.tags.get("hpml.output_dir") for run in runs]
+        if all(f and v and f in v for f, v in zip(folders, values, strict=True)):
+            continue  # each job's own folder (checkpoints, trainer root): not a config choice
+        differing.append(key)
+    return differing
+
+
+def metric_columns(runs: list[Run]) -> list[str]:
+    """The :data:`HEADLINE` metrics any run carries, then its before/after measurements."""
+    present = {name for run in runs for name in run.data.metrics}
+    columns = [name for name in HEADLINE if name in present]
+    measured = sorted(
+        name
+        for name in present
+        if name.split("/", 1)[0].endswith(("_before", "_after")) and name.endswith(MEASURED)
+    )
+    return columns + measured
+
+
+def rows(runs: list[Run]) -> tuple[list[str], list[str], list[Row]]:
+    """``(differing keys, metric columns, one row per run)``."""
+    keys, columns = differing_keys(runs), metric_columns(runs)
+    return (
+        keys,
+        columns,
+        [
+            Row(
+                name=run.info.run_name or run.info.run_id,
+                run_id=run.info.run_id,
+                status=run.info.status,
+                error=run.data.tags.get("hpml.error"),
+                keys={key: run.data.params.get(key, "") for key in keys},
+                metrics={c: run.data.metrics[c] for c in columns if c in run.data.metrics},
+            )
+            for run in runs
+        ],
+    )
+
+
+def number(value: float) -> str:
+    """A table cell: 4 significant digits, thousands grouped for large counts."""
+    if value != value:  # NaN
+        return "nan"
+    if abs(value) >= 1e4 and float(value).is_integer():
+        return f"{value:,.0f}"
+    return f"{value:.4g}"
+
+
+def headings(keys: list[str], columns: list[str]) -> list[str]:
+    """Column headings: run, status, the differing keys, then metrics with their units."""
+    return ["run", "status", *keys, *(label(c) for c in columns)]

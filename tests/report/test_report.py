@@ -1,0 +1,119 @@
+"""``python -m hpml.report`` on a real sweep: its sections, its tables' rows, valid SVG figures
+with tooltips, the failed job marked, and the files logged to the sweep's parent run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from tests.conftest import QUICK, cli_env, run_cli
+
+
+class Page(HTMLParser):
+    """The headings, table rows (with their class) and inline SVGs of a report page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.headings: list[str] = []
+        self.rows: list[tuple[str | None, list[str]]] = []
+        self.svgs = 0
+        self._tag: str | None = None
+        self._row: list[str] | None = None
+        self._row_class: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        self._tag = tag
+        if tag == "tr":
+            self._row, self._row_class = [], dict(attrs).get("class")
+        elif tag == "svg":
+            self.svgs += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "tr" and self._row is not None:
+            self.rows.append((self._row_class, self._row))
+            self._row = None
+        self._tag = None
+
+    def handle_data(self, data: str) -> None:
+        if self._tag == "h2":
+            self.headings.append(data)
+        elif self._tag in ("td", "th") and self._row is not None:
+            self._row.append(data)
+
+
+def report(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "hpml.report", *args],
+        cwd=root,
+        env=cli_env(root),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.slow
+def test_report_of_a_sweep_with_a_failed_job(root):
+    # job 0 fails in its first epoch; jobs 1 and 2 never reach the epoch their number names
+    fail = [
+        "+callbacks.fail._target_=tests.helpers.FailAtEpoch",
+        "+callbacks.fail.epoch=${hydra:job.num}",
+    ]
+    sweep = run_cli(["-m", "model=vae", *QUICK, "data.batch_size=16,32,64", *fail], root)
+    assert sweep.returncode == 1, sweep.stderr[-3000:]
+    result = report(root, "--last")
+    assert result.returncode == 0, result.stderr[-3000:]
+    html_path, md_path = (Path(line.split()[2]) for line in result.stdout.splitlines()[:2])
+    page = Page()
+    page.feed(html_path.read_text())
+    assert page.headings == [
+        "Runs",
+        "Throughput and step time vs batch size",
+        "Memory breakdown",
+        "Learning curves",
+    ]
+    head, *rows = page.rows
+    # the keys that differ: the one swept, and the failure's epoch (the job's number)
+    assert head[1][:4] == ["run", "status", "callbacks.fail.epoch", "data.batch_size"]
+    assert "train/throughput (samples/s)" in head[1]
+    assert len(rows) == 3
+    failed = [cells for css, cells in rows if css == "failed"]
+    assert len(failed) == 1 and failed[0][1].startswith("FAILED: ")
+    assert "injected failure at epoch 0" in failed[0][1] and failed[0][2:4] == ["0", "16"]
+    assert page.svgs == 3
+    figures = sorted((md_path.parent / "figures").glob("*.svg"))
+    assert len(figures) == 3
+    for figure in figures:  # valid SVG; every point names its run in a tooltip
+        svg = ET.parse(figure).getroot()
+        tips = [t.text for t in svg.iter("{http://www.w3.org/2000/svg}title") if t.text]
+        assert any("data.batch_size=" in tip for tip in tips), figure
+    md = md_path.read_text()
+    assert md.count("\n| vae/") == 3 and "![Learning curves](figures/3.svg)" in md
+
+    client = MlflowClient(f"sqlite:///{root}/mlflow.db")
+    (parent,) = client.search_runs(["1"], "tags.`hpml.sweep_parent` = 'true'")
+    logged = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
+    assert logged == {"report/report.html", "report/report.md", "report/figures"}
+
+    children = client.search_runs(["1"], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    ids = [r.info.run_id for r in children if r.info.status == "FINISHED"]
+    assert len(ids) == 2
+    by_ids = report(root, "--runs", *ids)
+    assert by_ids.returncode == 0, by_ids.stderr[-3000:]
+    page = Page()
+    page.feed(Path(by_ids.stdout.split()[2]).read_text())
+    assert len(page.rows) == 3  # heading and the two finished runs
+    filtered = report(root, "--filter", "params.`data.batch_size` = '64'")
+    assert filtered.returncode == 0, filtered.stderr[-3000:]
+
+
+def test_report_names_a_run_that_is_no_sweep(root):
+    result = report(root, "--sweep", "0123456789abcdef")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].startswith("hpml: error: unknown run id")
