@@ -240,7 +240,7 @@ def memory(runs: list[Run], keys: list[str]) -> Figure | None:
         fontsize=7,
     )
     ax.set_ylabel("memory of the first training step (MiB)")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return Figure(
         "Memory breakdown",
         "Weights, gradients, optimiser state and saved activations of the first training step.",
@@ -269,6 +269,9 @@ def learning_curves(
             f"{run_label(run, keys)}\nval/loss {ys[-1]:.4g} after {xs[-1]} epochs",
             color=f"C{index % 10}",
         )
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("epoch")
     ax.set_ylabel("val/loss (the model's loss)")
     ax.grid(alpha=0.3)

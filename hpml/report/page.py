@@ -17,7 +17,7 @@ th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; text-align: right; }
 th:first-child, td:first-child, td.key { text-align: left; }
 tr.failed td { background: #fde2e2; }
 figure { margin: 1.5em 0; } figcaption { color: #555; font-size: 0.9em; }
-svg { max-width: 100%; height: auto; }
+svg { max-width: 100%; height: auto; } div.wide { overflow-x: auto; }
 """
 
 
@@ -53,8 +53,9 @@ class Report:
             f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             f"<title>{escape(self.title)}</title><style>{STYLE}</style></head><body>"
             f"<h1>{escape(self.title)}</h1><p>{escape(self.summary)}</p>"
-            f'<section><h2>Runs</h2><table id="runs"><thead><tr>{head}</tr></thead>'
-            f"<tbody>{''.join(body)}</tbody></table></section>{figures}</body></html>\n"
+            f'<section><h2>Runs</h2><div class="wide"><table id="runs"><thead><tr>{head}</tr>'
+            f"</thead><tbody>{''.join(body)}</tbody></table></div></section>{figures}"
+            "</body></html>\n"
         )
 
     def markdown(self, figure_dir: str) -> str:

@@ -3,6 +3,7 @@ with tooltips, the failed job marked, and the files logged to the sweep's parent
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -111,9 +112,48 @@ def test_report_of_a_sweep_with_a_failed_job(root):
     assert len(page.rows) == 3  # heading and the two finished runs
     filtered = report(root, "--filter", "params.`data.batch_size` = '64'")
     assert filtered.returncode == 0, filtered.stderr[-3000:]
+    opens_in_a_browser(html_path, root / "report.png")
+
+
+def opens_in_a_browser(html: Path, png: Path) -> None:
+    """Headless Chromium shows ``html`` with no console message and draws text and plots."""
+    from PIL import Image
+
+    if shutil.which("chromium") is None:
+        pytest.skip("needs Debian's chromium (apt-get install chromium) for the browser check")
+    shown = screenshot(html, png)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    console = [line for line in shown.stderr.splitlines() if "CONSOLE" in line]
+    assert console == []
+    image = Image.open(png).convert("L")
+    assert image.size == (1280, 2400)
+    low, high = image.getextrema()
+    assert high - low > 100  # text and plots drawn, not a blank page
+    dark = sum(1 for value in image.getdata() if value < 128)
+    assert dark > 0.005 * image.size[0] * image.size[1]
 
 
 def test_report_names_a_run_that_is_no_sweep(root):
     result = report(root, "--sweep", "0123456789abcdef")
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith("hpml: error: unknown run id")
+
+
+def screenshot(html: Path, png: Path) -> subprocess.CompletedProcess:
+    """Headless Chromium opens ``html`` and saves what it shows; its console goes to stderr."""
+    return subprocess.run(
+        [
+            shutil.which("chromium") or "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--window-size=1280,2400",
+            f"--screenshot={png}",
+            html.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
