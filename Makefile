@@ -9,7 +9,8 @@ PORT ?= 5000
 DB ?= sqlite:///$(CURDIR)/mlflow-server.db
 ARTIFACTS ?= $(CURDIR)/mlartifacts-server
 
-.PHONY: install train sweep report ui server test lint format bench clean
+.PHONY: install train sweep report study-vae-pruning study-cnn-optimise study-lstm-optimise \
+	study-batch-scaling study-roofline ui server test lint format bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +28,17 @@ sweep: $(STAMP)  ## a small demo multirun: one parent run, one child per batch s
 
 report: $(STAMP)  ## the report of the latest sweep (ARGS="--sweep <parent id>", --runs, --filter)
 	$(BIN)/python -m hpml.report $(ARGS)
+
+# The studies of ../shared/STUDIES.md: each runs its sweep (synthetic data by default, minutes on a
+# CPU; real data by ARGS, e.g. ARGS="data=imdb"), then writes its report, even when a job failed.
+study-vae-pruning: EXPERIMENT = vae_pruning
+study-cnn-optimise: EXPERIMENT = vgg_quant
+study-lstm-optimise: EXPERIMENT = lstm_pruning
+study-batch-scaling: EXPERIMENT = batch_scaling
+study-roofline: EXPERIMENT = roofline_vgg
+study-vae-pruning study-cnn-optimise study-lstm-optimise study-batch-scaling study-roofline: $(STAMP)
+	$(BIN)/python -m hpml.train -m experiment=$(EXPERIMENT) $(ARGS); status=$$?; \
+		$(BIN)/python -m hpml.report --last && exit $$status
 
 ui: $(STAMP)  ## MLflow UI on the local store (foreground; Ctrl-C stops it)
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db \

@@ -10,6 +10,9 @@ child per job. Experiments that read real data get tiny files in the real format
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +22,19 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
-from tests.conftest import CONF, run_cli
+from tests.conftest import CONF, REPO, cli_env, run_cli
 from tests.real_data import write_real_data
 
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
+# the experiments the Makefile's study-* targets run, each followed by its report, and the
+# study table their reports must hold
+STUDY_TABLES = {
+    "vae_pruning": "Pruning: pruner x sparsity (study 3)",
+    "vgg_quant": "Before and after each optimisation (study 1)",
+}
+STUDIED = set(
+    re.findall(r"^study-[\w-]+: EXPERIMENT = (\w+)$", (REPO / "Makefile").read_text(), re.M)
+)
 CASES = [pytest.param(name, [], id=name) for name in EXPERIMENTS]
 # the study's own data, as the README runs it: covers the real-format path end to end
 CASES.append(pytest.param("imdb_lstm", ["data=imdb"], id="imdb_lstm-data=imdb"))
@@ -137,3 +149,20 @@ def test_experiment_runs_every_job_of_its_sweep(
     assert not failed and len(children) == jobs
     assert sorted(int(r.data.tags["hpml.job_num"]) for r in children) == list(range(jobs))
     assert parents[0].info.status == "FINISHED"
+    if name in STUDIED:  # its make target's second half: the report builds and marks no failure
+        report = subprocess.run(
+            [sys.executable, "-m", "hpml.report", "--last"],
+            cwd=root,
+            env=cli_env(root),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert report.returncode == 0, report.stderr[-3000:]
+        page = Path(report.stdout.split()[2]).read_text()
+        assert "<h2>Runs</h2>" in page and 'class="failed"' not in page
+        assert page.count("<tr title=") == jobs
+        if name in STUDY_TABLES:
+            assert f"<h2>{STUDY_TABLES[name]}</h2>" in page
+        if name == "vae_pruning":  # study 3's VAE: 651,200 multiply-accumulates, 2 FLOPs each
+            assert page.count("<td>1,302,400 -&gt; ") == jobs

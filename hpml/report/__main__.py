@@ -9,6 +9,7 @@ sweep's parent run (artifacts ``report/``) so they open from the MLflow UI.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
     from hpml.report.page import Report
 
 ARTIFACTS = "report"
+# artifacts the studies' tables read (hpml.report.studies), when a run has them
+TEXTS = ("prune/layers.json", "prune/architecture_before.txt", "prune/architecture_after.txt")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -71,14 +74,18 @@ def build(client: MlflowClient, runs: list[Run], parent: Run | None) -> Report:
     progress bar on a terminal)."""
     from tqdm import tqdm
 
-    from hpml.report import figures, table
+    from hpml.report import figures, studies, table
     from hpml.report.page import Report
 
     keys, columns, rows = table.rows(runs)
     histories: dict[tuple[str, str], list[tuple[int, float]]] = {}
+    texts: dict[tuple[str, str], str | None] = {}
     for run in tqdm(runs, desc="hpml: reading runs", unit="run", disable=not sys.stderr.isatty()):
         points = client.get_metric_history(run.info.run_id, "val/loss")
         histories[(run.info.run_id, "val/loss")] = sorted((m.step, m.value) for m in points)
+        for path in TEXTS:
+            texts[(run.info.run_id, path)] = artifact_text(client, run, path)
+    tables = [make(runs, lambda r, p: texts.get((r.info.run_id, p))) for make in studies.TABLES]
     plots = [plot(runs, keys) for plot in figures.PLOTS]
     plots.append(figures.learning_curves(runs, keys, lambda r, n: histories[(r.info.run_id, n)]))
     statuses = Counter(run.info.status for run in runs)
@@ -94,7 +101,26 @@ def build(client: MlflowClient, runs: list[Run], parent: Run | None) -> Report:
     else:
         title, summary = f"{len(runs)} runs", f"{len(runs)} runs ({counts})"
     summary += f", in {client.tracking_uri}; swept: {', '.join(keys) or 'nothing'}."
-    return Report(title, summary, keys, columns, rows, [p for p in plots if p is not None])
+    return Report(
+        title,
+        summary,
+        keys,
+        columns,
+        rows,
+        [t for t in tables if t is not None],
+        [p for p in plots if p is not None],
+    )
+
+
+def artifact_text(client: MlflowClient, run: Run, path: str) -> str | None:
+    """The text of artifact ``path`` of ``run``, None when it has none."""
+    import tempfile
+
+    folder, _, name = path.rpartition("/")
+    if name not in {Path(a.path).name for a in client.list_artifacts(run.info.run_id, folder)}:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        return Path(client.download_artifacts(run.info.run_id, path, tmp)).read_text()
 
 
 def out_folder(args: argparse.Namespace, runs: list[Run], parent: Run | None) -> Path:
@@ -111,6 +137,7 @@ def out_folder(args: argparse.Namespace, runs: list[Run], parent: Run | None) ->
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per file
     try:
         from mlflow import MlflowClient
 

@@ -180,13 +180,8 @@ def latency_size(runs: list[Run], keys: list[str]) -> Figure | None:
     front = set(pareto([(x, y) for x, y, _ in found]))
     for index, (x, y, tip) in enumerate(found):
         on_front = index in front
-        canvas.point(
-            ax,
-            x,
-            y,
-            tip + ("\n(Pareto front)" if on_front else ""),
-            color="C3" if on_front else "C0",
-        )
+        style = {"color": "C3", "zorder": 3} if on_front else {"color": "C0"}
+        canvas.point(ax, x, y, tip + ("\n(Pareto front)" if on_front else ""), **style)
     edge = sorted((found[i][0], found[i][1]) for i in front)
     ax.plot(
         [x for x, _ in edge], [y for _, y in edge], color="C3", linestyle="--", label="Pareto front"

@@ -8,6 +8,7 @@ from html import escape
 from pathlib import Path
 
 from hpml.report.figures import Figure
+from hpml.report.studies import Table
 from hpml.report.table import Row, headings, number
 
 STYLE = """
@@ -30,6 +31,7 @@ class Report:
     keys: list[str]
     columns: list[str]
     rows: list[Row]
+    tables: list[Table] = field(default_factory=list)
     figures: list[Figure] = field(default_factory=list)
 
     def _cells(self, row: Row) -> list[str]:
@@ -44,6 +46,7 @@ class Report:
             css = ' class="failed"' if row.status == "FAILED" else ""
             cells = "".join(f"<td>{escape(cell)}</td>" for cell in self._cells(row))
             body.append(f'<tr{css} title="run {escape(row.run_id)}">{cells}</tr>')
+        tables = "".join(_table_html(t) for t in self.tables)
         figures = "".join(
             f"<section><h2>{escape(f.title)}</h2><figure>{f.svg}"
             f"<figcaption>{escape(f.caption)}</figcaption></figure></section>"
@@ -54,7 +57,7 @@ class Report:
             f"<title>{escape(self.title)}</title><style>{STYLE}</style></head><body>"
             f"<h1>{escape(self.title)}</h1><p>{escape(self.summary)}</p>"
             f'<section><h2>Runs</h2><div class="wide"><table id="runs"><thead><tr>{head}</tr>'
-            f"</thead><tbody>{''.join(body)}</tbody></table></div></section>{figures}"
+            f"</thead><tbody>{''.join(body)}</tbody></table></div></section>{tables}{figures}"
             "</body></html>\n"
         )
 
@@ -67,6 +70,15 @@ class Report:
         for row in self.rows:
             cells = [cell.replace("|", "\\|") for cell in self._cells(row)]
             lines.append("| " + " | ".join(cells) + " |")
+        for table in self.tables:
+            lines += ["", f"## {table.title}", "", table.caption, ""]
+            lines.append("| " + " | ".join(table.headings) + " |")
+            lines.append("|" + "|".join("---" for _ in table.headings) + "|")
+            lines += [
+                "| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in table.rows
+            ]
+            for heading, text in table.texts:
+                lines += ["", f"{heading}:", "", "```", text.rstrip(), "```"]
         for index, figure in enumerate(self.figures):
             lines += ["", f"## {figure.title}", "", figure.caption, ""]
             lines.append(f"![{figure.title}]({figure_dir}/{index + 1}.svg)")
@@ -81,3 +93,19 @@ class Report:
         html.write_text(self.html())
         md.write_text(self.markdown("figures"))
         return html, md
+
+
+def _table_html(table: Table) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in table.headings)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in table.rows
+    )
+    texts = "".join(
+        f"<details><summary>{escape(h)}</summary><pre>{escape(t)}</pre></details>"
+        for h, t in table.texts
+    )
+    return (
+        f"<section><h2>{escape(table.title)}</h2><p>{escape(table.caption)}</p>"
+        f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody>'
+        f"</table></div>{texts}</section>"
+    )

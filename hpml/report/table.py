@@ -76,7 +76,7 @@ def rows(runs: list[Run]) -> tuple[list[str], list[str], list[Row]]:
         columns,
         [
             Row(
-                name=run.info.run_name or run.info.run_id,
+                name=short_name(run),
                 run_id=run.info.run_id,
                 status=run.info.status,
                 error=run.data.tags.get("hpml.error"),
@@ -86,6 +86,13 @@ def rows(runs: list[Run]) -> tuple[list[str], list[str], list[Row]]:
             for run in runs
         ],
     )
+
+
+def short_name(run: Run) -> str:
+    """``job 3`` for a job of a sweep (its config is in the table's other columns), else the
+    run's name."""
+    job = run.data.tags.get("hpml.job_num")
+    return f"job {job}" if job is not None else str(run.info.run_name or run.info.run_id)
 
 
 def number(value: float) -> str:
