@@ -15,7 +15,7 @@ STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
 table { border-collapse: collapse; font-size: 0.85em; margin: 1em 0; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; text-align: right; }
-th:first-child, td:first-child, td.key { text-align: left; }
+th:first-child, td:first-child { text-align: left; white-space: nowrap; }
 tr.failed td { background: #fde2e2; }
 figure { margin: 1.5em 0; } figcaption { color: #555; font-size: 0.9em; }
 svg { max-width: 100%; height: auto; } div.wide { overflow-x: auto; }

@@ -41,8 +41,23 @@ class Row:
     metrics: dict[str, float]
 
 
+CHOICE_TAG = "hpml.choice."  # a run's option of each config group (hpml.tracking.tags)
+
+
+def value(run: Run, key: str) -> str:
+    """A run's value of config key ``key``, or its option of config group ``key``."""
+    return run.data.params.get(key, run.data.tags.get(f"{CHOICE_TAG}{key}", ""))
+
+
 def differing_keys(runs: list[Run]) -> list[str]:
-    """Config keys (MLflow params) whose values are not the same in every run, sorted."""
+    """What differs between the runs, sorted: the config groups whose option differs (e.g.
+    ``quant``), then the config keys whose values differ other than through those options."""
+    tags = {key for run in runs for key in run.data.tags if key.startswith(CHOICE_TAG)}
+    groups = sorted(
+        tag.removeprefix(CHOICE_TAG)
+        for tag in tags
+        if len({run.data.tags.get(tag) for run in runs}) > 1
+    )
     keys = sorted({key for run in runs for key in run.data.params})
     differing = []
     for key in keys:
@@ -52,8 +67,19 @@ def differing_keys(runs: list[Run]) -> list[str]:
         folders = [run.data.tags.get("hpml.output_dir") for run in runs]
         if all(f and v and f in v for f, v in zip(folders, values, strict=True)):
             continue  # each job's own folder (checkpoints, trainer root): not a config choice
+        group = next((g for g in groups if key.startswith(f"{g}.")), None)
+        if group is not None and not _varies_within(runs, group, key):
+            continue  # it changes with the group's option, which has its own column
         differing.append(key)
-    return differing
+    return groups + differing
+
+
+def _varies_within(runs: list[Run], group: str, key: str) -> bool:
+    """Whether ``key`` takes several values among runs of one option of ``group``."""
+    seen: dict[str, set[str | None]] = {}
+    for run in runs:
+        seen.setdefault(value(run, group), set()).add(run.data.params.get(key))
+    return any(len(values) > 1 for values in seen.values())
 
 
 def metric_columns(runs: list[Run]) -> list[str]:
@@ -80,7 +106,7 @@ def rows(runs: list[Run]) -> tuple[list[str], list[str], list[Row]]:
                 run_id=run.info.run_id,
                 status=run.info.status,
                 error=run.data.tags.get("hpml.error"),
-                keys={key: run.data.params.get(key, "") for key in keys},
+                keys={key: value(run, key) for key in keys},
                 metrics={c: run.data.metrics[c] for c in columns if c in run.data.metrics},
             )
             for run in runs

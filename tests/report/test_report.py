@@ -95,7 +95,7 @@ def test_report_of_a_sweep_with_a_failed_job(root):
         tips = [t.text for t in svg.iter("{http://www.w3.org/2000/svg}title") if t.text]
         assert any("data.batch_size=" in tip for tip in tips), figure
     md = md_path.read_text()
-    assert md.count("\n| vae/") == 3 and "![Learning curves](figures/3.svg)" in md
+    assert md.count("\n| job ") == 3 and "![Learning curves](figures/3.svg)" in md
 
     client = MlflowClient(f"sqlite:///{root}/mlflow.db")
     (parent,) = client.search_runs(["1"], "tags.`hpml.sweep_parent` = 'true'")
