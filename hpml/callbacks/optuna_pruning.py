@@ -3,10 +3,10 @@
 optuna-integration's ``PyTorchLightningPruningCallback`` needs the live ``Trial`` object, which
 exists only in the sweeper's process, and raises ``TrialPruned`` out of ``fit``, which would end
 hpml's run FAILED. Here the trial is reopened from the study's storage by the study name and
-trial number the sweeper gives the job (``callbacks.optuna_pruning.{study_name,trial}``), and a
-pruned trial stops like an early
-stop: the run ends FINISHED with what it measured, tagged ``hpml.optuna.state=PRUNED``; the
-trial records the epoch (``pruned_at_epoch``), which the sweeper reads to tell the study.
+trial number the sweeper gives the job (``callbacks.optuna_pruning.{study_name,trial}``), and
+a pruned trial stops like an early stop: the run ends FINISHED with what it measured, tagged
+``hpml.optuna.state=PRUNED``; the trial records the epoch (``pruned_at_epoch``), which the
+sweeper reads to tell the study.
 """
 
 from __future__ import annotations
@@ -46,12 +46,8 @@ class OptunaPruning(L.Callback):
         trial: int | None = None,
         pruner: Any = None,
     ) -> None:
-        self.monitor, self.storage, self.study_name, self.trial = (
-            monitor,
-            storage,
-            study_name,
-            trial,
-        )
+        self.monitor, self.storage = monitor, storage
+        self.study_name, self.trial = study_name, trial
         self.study_pruner = pruner  # not `pruner`: that names hpml's model pruning
         self._trial: Any = None
 

@@ -99,13 +99,16 @@ class PerformanceMonitor(L.Callback):
         metrics[metric(stage, "peak_memory", BYTES)] = peak_memory_bytes(device)[0]
         if device.type == "cuda":
             metrics[metric(stage, "peak_rss", BYTES)] = peak_rss_bytes()
-        if stats is None:
-            return across_ranks(trainer, metrics, "max")
-        # under DDP the job's figures: the slowest rank's times, the largest rank's memory,
-        # and every rank's samples over the slowest rank's window
-        metrics = across_ranks(trainer, {**metrics, "window_s": stats.seconds}, "max")
-        samples = across_ranks(trainer, {"samples": float(stats.samples)}, "sum")["samples"]
-        throughput = samples / metrics.pop("window_s")
+        # under DDP the job's figures: the slowest rank's times, the largest rank's memory, and
+        # every rank's samples over the slowest rank's window (every rank takes as many steps)
+        window = stats.seconds if stats is not None else 0.0
+        metrics = across_ranks(trainer, {**metrics, "window_s": window}, "max")
+        window = metrics.pop("window_s")
+        samples = stats.samples if stats is not None else 0
+        samples = across_ranks(trainer, {"samples": float(samples)}, "sum")["samples"]
+        if not window:
+            return metrics
+        throughput = samples / window
         metrics[metric(stage, "throughput", SAMPLES_PER_S)] = throughput
         if trainer.world_size > 1:
             per_device = throughput / trainer.world_size

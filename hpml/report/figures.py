@@ -85,30 +85,44 @@ def _group(run: Run, keys: list[str], left_out: str) -> str:
     return ", ".join(f"{k}={run.data.params.get(k)}" for k in keys if k != left_out) or "runs"
 
 
+def _lines(
+    runs: list[Run],
+    keys: list[str],
+    x: Callable[[Run], float],
+    series: Callable[[Run], str],
+    names: tuple[str, str],
+) -> Canvas:
+    """Two panels, metric ``names[i]`` against ``x``, a line per ``series``, points with tips."""
+    canvas = Canvas(panels=2)
+    groups: dict[str, list[Run]] = defaultdict(list)
+    for run in runs:
+        groups[series(run)].append(run)
+    for ax, name in zip(canvas.axes, names, strict=True):
+        for index, (group, members) in enumerate(sorted(groups.items())):
+            members = sorted(members, key=x)
+            xs = [x(r) for r in members]
+            ys = [r.data.metrics.get(name, float("nan")) for r in members]
+            ax.plot(xs, ys, color=f"C{index}", label=group)
+            for run, px, py in zip(members, xs, ys, strict=True):
+                tip = f"{run_label(run, keys)}\n{label(name)}: {py:.4g}"
+                canvas.point(ax, px, py, tip, color=f"C{index}")
+        ax.set_ylabel(label(name))
+        ax.grid(alpha=0.3)
+    return canvas
+
+
 def batch_scaling(runs: list[Run], keys: list[str]) -> Figure | None:
     """Throughput and step time against batch size (study 2), a line per other config."""
     key, speed, step = "data.batch_size", "train/throughput_samples_per_s", "train/step_time_p50_ms"
     measured = [r for r in runs if _param(r, key) is not None and speed in r.data.metrics]
     if key not in keys or len(measured) < 2:
         return None
-    canvas = Canvas(panels=2)
-    series: dict[str, list[Run]] = defaultdict(list)
-    for run in measured:
-        series[_group(run, keys, key)].append(run)
-    for ax, name in zip(canvas.axes, (speed, step), strict=True):
-        for index, (group, members) in enumerate(sorted(series.items())):
-            members = sorted(members, key=lambda r: _param(r, key) or 0)
-            xs = [_param(r, key) for r in members]
-            ys = [r.data.metrics.get(name, float("nan")) for r in members]
-            ax.plot(xs, ys, color=f"C{index}", label=group)
-            for run, x, y in zip(members, xs, ys, strict=True):
-                canvas.point(
-                    ax, x, y, f"{run_label(run, keys)}\n{label(name)}: {y:.4g}", color=f"C{index}"
-                )
+    canvas = _lines(
+        measured, keys, lambda r: _param(r, key) or 0, lambda r: _group(r, keys, key), (speed, step)
+    )
+    for ax in canvas.axes:
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch size (samples)")
-        ax.set_ylabel(label(name))
-        ax.grid(alpha=0.3)
     canvas.axes[0].legend(fontsize=7)
     return Figure(
         "Throughput and step time vs batch size",
@@ -124,23 +138,15 @@ def sparsity(runs: list[Run], keys: list[str]) -> Figure | None:
     pruned = [r for r in runs if _param(r, "prune.amount") is not None and loss in r.data.metrics]
     if len(pruned) < 2:
         return None
-    canvas = Canvas(panels=2)
-    series: dict[str, list[Run]] = defaultdict(list)
-    for run in pruned:
-        series[run.data.params.get("prune.method", "?")].append(run)
-    for ax, name in zip(canvas.axes, (loss, flops), strict=True):
-        for index, (method, members) in enumerate(sorted(series.items())):
-            members = sorted(members, key=lambda r: _param(r, "prune.amount") or 0)
-            xs = [100 * (_param(r, "prune.amount") or 0) for r in members]
-            ys = [r.data.metrics.get(name, float("nan")) for r in members]
-            ax.plot(xs, ys, color=f"C{index}", label=method)
-            for run, x, y in zip(members, xs, ys, strict=True):
-                canvas.point(
-                    ax, x, y, f"{run_label(run, keys)}\n{label(name)}: {y:.4g}", color=f"C{index}"
-                )
+    canvas = _lines(
+        pruned,
+        keys,
+        lambda r: 100 * (_param(r, "prune.amount") or 0),
+        lambda r: r.data.params.get("prune.method", "?"),
+        (loss, flops),
+    )
+    for ax in canvas.axes:
         ax.set_xlabel("sparsity asked for, prune.amount (%)")
-        ax.set_ylabel(label(name))
-        ax.grid(alpha=0.3)
     canvas.axes[0].legend(fontsize=7, title="prune.method")
     return Figure(
         "Loss and FLOPs vs sparsity",

@@ -211,12 +211,9 @@ class OptunaSweeper(Sweeper):
     def pruning_override(self, trial: Any) -> list[str]:
         """The overrides that point the job's pruning callback at ``trial``, if it has one."""
         assert self.config is not None
-        if (
-            self.storage is None
-            or OmegaConf.select(self.config, "callbacks.optuna_pruning") is None
-        ):
-            return []  # an in-memory study (storage: null) is out of the jobs' reach
         node = "callbacks.optuna_pruning"
+        if self.storage is None or OmegaConf.select(self.config, node) is None:
+            return []  # an in-memory study (storage: null) is out of the jobs' reach
         return [f"{node}.study_name='{self.study_name}'", f"{node}.trial={trial.number}"]
 
     def refuse(self, message: str) -> None:
