@@ -54,6 +54,18 @@ def distribution(override: Override) -> Any:
     raise ValueError(f"{override.input_line}: not a sweep Optuna can sample")
 
 
+def param_importances(study: Any, optuna: Any) -> dict[str, float]:
+    """Each parameter's share of the variance of the study's values (Optuna's default
+    evaluator, PED-ANOVA; they sum to 1), or nothing where the completed trials cannot tell
+    (fewer than two, or one value for every trial)."""
+    try:
+        found = optuna.importance.get_param_importances(study)
+    except (ValueError, RuntimeError) as exc:
+        log.info(f"no parameter importances: {exc}")
+        return {}
+    return {key: float(value) for key, value in found.items()}
+
+
 def job_value(job_return: JobReturn) -> tuple[float | None, str | None]:
     """The job's value for the study, or None and why: a job that raised, returned NaN (hpml's
     failed job in a sweep) or returned no number."""
@@ -298,7 +310,12 @@ class OptunaSweeper(Sweeper):
             results |= {"best_value": best.value, "best_trial": best.number}
             results["best_params"] = dict(best.params)
             line = f"best {self.metric}={best.value} (trial {best.number}): {' '.join(overrides)}"
-            self.tag(None, {"best_value": repr(best.value), "best_trial": str(best.number)})
+            tags = {"best_value": repr(best.value), "best_trial": str(best.number)}
+            importances = param_importances(study, optuna)
+            if importances:
+                results["param_importances"] = importances
+                tags |= {f"importance.{key}": repr(value) for key, value in importances.items()}
+            self.tag(None, tags)
         else:
             line = f"no trial completed ({', '.join(f'{n} {s}' for s, n in states.items())})"
         OmegaConf.save(OmegaConf.create(results), sweep_dir / RESULTS_FILE)
