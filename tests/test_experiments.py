@@ -32,6 +32,13 @@ STUDY_TABLES = {
     "vae_pruning": "Pruning: pruner x sparsity (study 3)",
     "vgg_quant": "Before and after each optimisation (study 1)",
 }
+# and a figure each of their reports must draw
+STUDY_FIGURES = {
+    "batch_scaling": "Time share by category vs batch size",
+    "roofline_vgg": "Roofline",
+    "vae_pruning": "Loss and FLOPs vs sparsity",
+    "vgg_quant": "Latency vs size of the optimised variants",
+}
 STUDIED = set(
     re.findall(r"^study-[\w-]+: EXPERIMENT = (\w+)$", (REPO / "Makefile").read_text(), re.M)
 )
@@ -164,5 +171,12 @@ def test_experiment_runs_every_job_of_its_sweep(
         assert page.count("<tr title=") == jobs
         if name in STUDY_TABLES:
             assert f"<h2>{STUDY_TABLES[name]}</h2>" in page
+        if name in STUDY_FIGURES:
+            assert f"<h2>{STUDY_FIGURES[name]}</h2>" in page
+        if name == "batch_scaling":  # every profiled step's shares, stacked, fill its bar
+            shares: dict[str, float] = {}
+            for run, share in re.findall(r"<title>(.+?)\n\w+: ([\d.]+) % of the step", page):
+                shares[run] = shares.get(run, 0.0) + float(share)
+            assert len(shares) == jobs and all(abs(t - 100) < 0.5 for t in shares.values())
         if name == "vae_pruning":  # study 3's VAE: 651,200 multiply-accumulates, 2 FLOPs each
             assert page.count("<td>1,302,400 -&gt; ") == jobs

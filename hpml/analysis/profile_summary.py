@@ -15,6 +15,10 @@ Interval = tuple[float, float]
 
 DATA_REGION = "hpml/data"
 STEP_REGIONS = ("hpml/forward", "hpml/zero_grad", "hpml/backward", "hpml/optimizer_step")
+# the categories, highest priority first ("other" takes what none of them holds)
+CUDA_CATEGORIES = ("kernel", "memcpy", "memset", "runtime", "data_loading", "cpu_exec")
+CPU_CATEGORIES = ("data_loading", "operator_compute", "framework_overhead")
+CATEGORIES = (*dict.fromkeys([*CUDA_CATEGORIES, *CPU_CATEGORIES]), "other")  # every one, once
 
 
 def _clip(intervals: Iterable[Interval], window: Interval) -> list[Interval]:
@@ -92,19 +96,9 @@ def summarise_events(events: Iterable, cuda: bool) -> dict[str, float]:
             for e in events
             if e.name.startswith("cuda") and str(e.device_type).endswith("CPU")
         ]
-        categories = [
-            ("kernel", kernels),
-            ("memcpy", memcpy),
-            ("memset", memset),
-            ("runtime", runtime),
-            ("data_loading", data),
-            ("cpu_exec", cpu_ops),
-        ]
+        spans = [kernels, memcpy, memset, runtime, data, cpu_ops]
+        categories = list(zip(CUDA_CATEGORIES, spans, strict=True))
     else:
         framework = [_span(e) for e in events if e.name in STEP_REGIONS]
-        categories = [
-            ("data_loading", data),
-            ("operator_compute", cpu_ops),
-            ("framework_overhead", framework),
-        ]
+        categories = list(zip(CPU_CATEGORIES, [data, cpu_ops, framework], strict=True))
     return shares_pct(breakdown(window, categories))

@@ -10,9 +10,14 @@ from __future__ import annotations
 import csv
 import io
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hpml.analysis.devices import DevicePeak
 from hpml.analysis.roofline import RooflinePoint, attainable_flops_per_s, classify
+
+if TYPE_CHECKING:
+    from matplotlib.artist import Artist
+    from matplotlib.figure import Figure
 
 CSV_COLUMNS = (
     "layer",
@@ -71,7 +76,23 @@ def plot_roofline(
     precision: str = "32-true",
     title: str | None = None,
 ) -> list[Path]:
-    """Log-log roofline with ``points`` on it; writes ``<path_stem>.png`` and ``.svg``.
+    """:func:`roofline_figure` written to ``<path_stem>.png`` and ``.svg``."""
+    fig, _ = roofline_figure(points, peak, precision, title)
+    stem = Path(path_stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = [Path(f"{stem}.png"), Path(f"{stem}.svg")]
+    fig.savefig(paths[0], dpi=150)
+    fig.savefig(paths[1])
+    return paths
+
+
+def roofline_figure(
+    points: list[RooflinePoint],
+    peak: DevicePeak,
+    precision: str = "32-true",
+    title: str | None = None,
+) -> tuple[Figure, dict[int, Artist]]:
+    """Log-log roofline with ``points`` on it, and the artist drawn for each point, by index.
 
     Timed points sit at their achieved FLOP/s (filled); untimed ones are drawn hollow on the
     roof, at the best their intensity allows. Colour says memory- or compute-bound. Points
@@ -85,9 +106,11 @@ def plot_roofline(
     compute = peak.peak_for_precision(precision)
     bandwidth = peak.memory_bytes_per_s
     ridge = compute / bandwidth
-    drawn = [p for p in points if p.flops > 0 and p.bytes > 0]
-    heights = [p.flops_per_s or attainable_flops_per_s(p.intensity, peak, precision) for p in drawn]
-    intensities = [p.intensity for p in drawn] + [ridge]
+    drawn = [(i, p) for i, p in enumerate(points) if p.flops > 0 and p.bytes > 0]
+    heights = [
+        p.flops_per_s or attainable_flops_per_s(p.intensity, peak, precision) for _, p in drawn
+    ]
+    intensities = [p.intensity for _, p in drawn] + [ridge]
     x_lo, x_hi = min(intensities) / 4, max(intensities) * 4
     y_lo = min([bandwidth * x_lo, *heights]) / 2
     fig = Figure(figsize=(9, 6), layout="constrained")
@@ -130,11 +153,12 @@ def plot_roofline(
     )
     colours = {"memory-bound": "tab:blue", "compute-bound": "tab:red"}
     labelled: set[str] = set()
-    for point, height in zip(drawn, heights, strict=True):
+    artists: dict[int, Artist] = {}
+    for (index, point), height in zip(drawn, heights, strict=True):
         bound = classify(point, peak, precision)
         timed = point.flops_per_s is not None
         legend = f"{bound}{'' if timed else ' (not timed: on its roof)'}"
-        ax.scatter(
+        artists[index] = ax.scatter(
             point.intensity,
             height,
             s=40,
@@ -170,9 +194,4 @@ def plot_roofline(
     ax.set_title(title or f"Roofline on {peak.name}", fontsize=11)
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(loc="lower right", fontsize=8)
-    stem = Path(path_stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    paths = [Path(f"{stem}.png"), Path(f"{stem}.svg")]
-    fig.savefig(paths[0], dpi=150)
-    fig.savefig(paths[1])
-    return paths
+    return fig, artists

@@ -74,7 +74,7 @@ def build(client: MlflowClient, runs: list[Run], parent: Run | None) -> Report:
     progress bar on a terminal)."""
     from tqdm import tqdm
 
-    from hpml.report import figures, studies, table
+    from hpml.report import figures, roofline, search, studies, table
     from hpml.report.page import Report
 
     keys, columns, rows = table.rows(runs)
@@ -86,7 +86,8 @@ def build(client: MlflowClient, runs: list[Run], parent: Run | None) -> Report:
         for path in TEXTS:
             texts[(run.info.run_id, path)] = artifact_text(client, run, path)
     tables = [make(runs, lambda r, p: texts.get((r.info.run_id, p))) for make in studies.TABLES]
-    plots = [plot(runs, keys) for plot in figures.PLOTS]
+    plots = [plot(runs, keys) for plot in (*figures.PLOTS, roofline.figure)]
+    plots += [search.parallel_coordinates(runs, keys), search.importances(parent)]
     plots.append(figures.learning_curves(runs, keys, lambda r, n: histories[(r.info.run_id, n)]))
     statuses = Counter(run.info.status for run in runs)
     counts = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items()))

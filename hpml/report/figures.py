@@ -1,76 +1,22 @@
-"""The report's plots, each drawn only when the runs carry its data: matplotlib SVG text.
-
-SVG because it scales, embeds in one HTML file with no script, and is a static image as it
-is. Hovering a point shows its run and config: each point is drawn as its own artist with an
-id, and an SVG ``<title>`` (the browser's tooltip) is put inside that element.
-"""
+"""The report's plots, each drawn only when the runs carry its data (:mod:`hpml.report.canvas`
+renders them as SVG with tooltips)."""
 
 from __future__ import annotations
 
-import io
-import re
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
-from html import escape
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from hpml.names import label
+from hpml.analysis.profile_summary import CATEGORIES
+from hpml.names import PCT, label, metric
+from hpml.report.canvas import Canvas, Figure, run_label
+from hpml.report.table import value
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
 
 MEMORY_PARTS = ("weights", "gradients", "optimizer_state", "activations")
 VARIANTS = ("prune", "quant", "compile")  # steps measured before and after (callbacks.measure)
-
-
-@dataclass(frozen=True)
-class Figure:
-    """A plot of the report: its heading, one line on what it shows, and its SVG."""
-
-    title: str
-    caption: str
-    svg: str
-
-
-def run_label(run: Run, keys: list[str]) -> str:
-    """A run as a tooltip names it: its name and the values of the keys its sweep varies."""
-    values = ", ".join(f"{k}={run.data.params.get(k, '')}" for k in keys)
-    return f"{run.info.run_name}: {values}" if values else str(run.info.run_name)
-
-
-class Canvas:
-    """One matplotlib figure whose points carry tooltips in the SVG it renders to."""
-
-    def __init__(self, panels: int = 1) -> None:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        from matplotlib import pyplot as plt
-
-        self.plt = plt
-        self.fig, axes = plt.subplots(1, panels, figsize=(6.4 * panels, 4.2), squeeze=False)
-        self.axes = list(axes[0])
-        self.tips: dict[str, str] = {}
-
-    def point(self, ax: Any, x: float, y: float, tip: str, **style: Any) -> None:
-        gid = f"hpml-pt-{len(self.tips)}"
-        (artist,) = ax.plot([x], [y], linestyle="none", **{"marker": "o", **style})
-        artist.set_gid(gid)
-        self.tips[gid] = tip
-
-    def svg(self) -> str:
-        buffer = io.StringIO()
-        self.fig.tight_layout()
-        self.fig.savefig(buffer, format="svg")
-        self.plt.close(self.fig)
-        text = buffer.getvalue()
-        text = text[text.index("<svg") :]  # the XML header and doctype stay out of HTML
-        for gid, tip in self.tips.items():
-            text = re.sub(
-                rf'(<g id="{gid}"[^>]*>)', rf"\1<title>{escape(tip)}</title>", text, count=1
-            )
-        return text
 
 
 def _param(run: Run, key: str) -> float | None:
@@ -82,7 +28,7 @@ def _param(run: Run, key: str) -> float | None:
 
 def _group(run: Run, keys: list[str], left_out: str) -> str:
     """The series a run belongs to: its values of the varied keys other than ``left_out``."""
-    return ", ".join(f"{k}={run.data.params.get(k)}" for k in keys if k != left_out) or "runs"
+    return ", ".join(f"{k}={value(run, k)}" for k in keys if k != left_out) or "runs"
 
 
 def _lines(
@@ -127,6 +73,54 @@ def batch_scaling(runs: list[Run], keys: list[str]) -> Figure | None:
     return Figure(
         "Throughput and step time vs batch size",
         "Training samples per second and median step time at each batch size (study 2).",
+        canvas.svg(),
+    )
+
+
+def time_shares(runs: list[Run], keys: list[str]) -> Figure | None:
+    """Where a profiled training step's time went, by category, against batch size: stacked
+    bars, a panel per other config (study 2: data copies shrink as batches grow)."""
+    key = "data.batch_size"
+    names = {c: metric("profile", c, PCT) for c in CATEGORIES}
+    profiled = [
+        r
+        for r in runs
+        if _param(r, key) is not None and any(n in r.data.metrics for n in names.values())
+    ]
+    if key not in keys or len({_param(r, key) for r in profiled}) < 2:
+        return None
+    groups: dict[str, list[Run]] = defaultdict(list)
+    for run in profiled:
+        groups[_group(run, keys, key)].append(run)
+    shown = [c for c, n in names.items() if any(n in r.data.metrics for r in profiled)]
+    canvas = Canvas(panels=len(groups))
+    for ax, (group, members) in zip(canvas.axes, sorted(groups.items()), strict=True):
+        members.sort(key=lambda r: _param(r, key) or 0)
+        bottoms = [0.0] * len(members)
+        for index, category in enumerate(shown):
+            heights = [r.data.metrics.get(names[category], 0.0) for r in members]
+            bars = ax.bar(
+                range(len(members)),
+                heights,
+                bottom=bottoms,
+                color=f"C{index}",
+                label=category.replace("_", " "),
+            )
+            for run, bar, share in zip(members, bars, heights, strict=True):
+                canvas.tip(bar, f"{run_label(run, keys)}\n{category}: {share:.1f} % of the step")
+            bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
+        ax.set_xticks(range(len(members)), [f"{_param(r, key):g}" for r in members])
+        ax.set_xlabel("batch size (samples)")
+        ax.set_ylabel("share of the profiled steps' time (%)")
+        ax.set_ylim(0, 100)
+        ax.set_title(group, fontsize=9)
+    canvas.axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    return Figure(
+        "Time share by category vs batch size",
+        "Each instant of the profiled training steps goes to the highest-priority activity "
+        "running then (CUDA: kernel > memcpy > memset > runtime > data loading > CPU exec; "
+        "CPU: data loading > operator compute > framework overhead), so the shares sum to 100 % "
+        "(study 2).",
         canvas.svg(),
     )
 
@@ -272,7 +266,9 @@ def learning_curves(
         )
     from matplotlib.ticker import MaxNLocator
 
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    epochs = max(len(points) for _, points in curves)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+    ax.set_xlim(0.5, epochs + 0.5)
     ax.set_xlabel("epoch")
     ax.set_ylabel("val/loss (the model's loss)")
     ax.grid(alpha=0.3)
@@ -281,4 +277,4 @@ def learning_curves(
     )
 
 
-PLOTS = (batch_scaling, sparsity, latency_size, memory)
+PLOTS = (batch_scaling, time_shares, sparsity, latency_size, memory)

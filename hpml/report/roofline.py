@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from mlflow.entities import Run
 
     from hpml.analysis.roofline import RooflinePoint
+    from hpml.report.canvas import Figure
 
 TRAIN_THROUGHPUT = metric("train", "throughput", SAMPLES_PER_S)
 
@@ -132,6 +133,12 @@ def logged_peak(run: Run) -> DevicePeak | None:
     )
 
 
+def run_peak(run: Run) -> DevicePeak | None:
+    """The roof of the run's own device: the datasheet of its GPU, else the peak it logged."""
+    kind, _, name = run.data.tags.get("hpml.device", "").partition(": ")
+    return (match_device_name(name) if kind == "cuda" else None) or logged_peak(run)
+
+
 def choose_peak(choice: str | None, runs: list[Run]) -> DevicePeak:
     """``--device``, else the first run's GPU in the table, its logged peak, or this machine's."""
     from hpml.analysis.measured_peak import measure_peak
@@ -146,8 +153,7 @@ def choose_peak(choice: str | None, runs: list[Run]) -> DevicePeak:
                 "drawing the first run's roof",
                 file=sys.stderr,
             )
-        kind, _, name = runs[0].data.tags.get("hpml.device", "").partition(": ")
-        found = (match_device_name(name) if kind == "cuda" else None) or logged_peak(runs[0])
+        found = run_peak(runs[0])
         if found is not None:
             return found
     import torch
@@ -155,6 +161,46 @@ def choose_peak(choice: str | None, runs: list[Run]) -> DevicePeak:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return measure_peak(
         device, os.environ.get("HPML_PEAK_CACHE") or project_root() / ".hpml" / "peaks"
+    )
+
+
+def run_precision(run: Run) -> str:
+    """The precision whose roof a run is drawn under: its trainer's, or fp32 for precisions
+    the device table has no figure for (64-true and the like)."""
+    precision = run.data.params.get("trainer.precision", "32-true")
+    return precision if precision in PRECISIONS else "32-true"
+
+
+def figure(runs: list[Run], keys: list[str]) -> Figure | None:
+    """The report's roofline: every run with roofline metrics, one point each, under the roof
+    of the GPU it ran on (the device table) or the peak its callback measured (study 5)."""
+    from hpml.analysis.roofline_plot import describe_peak, roofline_figure
+    from hpml.report.canvas import Canvas, Figure, run_label
+
+    measured = [r for r in runs if INTENSITY in r.data.metrics]
+    if not measured:
+        return None
+    peak = run_peak(measured[0])
+    if peak is None:
+        return None
+    precision = run_precision(measured[0])
+    rows = [run_point(run, label) for run, label in zip(measured, labels(measured), strict=True)]
+    fig, artists = roofline_figure([point for point, _ in rows], peak, precision, peak.name)
+    canvas = Canvas(figure=fig)
+    for index, artist in artists.items():
+        point, basis = rows[index]
+        achieved = "not timed" if point.flops_per_s is None else f"{point.flops_per_s:.3g} FLOP/s"
+        canvas.tip(
+            artist,
+            f"{run_label(measured[index], keys)}\n{point.intensity:.3g} FLOP/byte, {achieved} "
+            f"({basis})",
+        )
+    return Figure(
+        "Roofline",
+        f"Each run's training step (fwd+bwd FLOPs per sample x samples/s; FLOPs = 2 x MAC) "
+        f"against its arithmetic intensity (FLOP/byte), under the roof of "
+        f"{describe_peak(peak, precision)} ({peak.source}) (study 5).",
+        canvas.svg(),
     )
 
 
@@ -198,14 +244,12 @@ def draw(args: argparse.Namespace) -> list[Path]:
         if not runs:
             raise RooflineError(message)
         print(f"hpml: warning: skipping {message}", file=sys.stderr)
-    precision = runs[0].data.params.get("trainer.precision", "32-true")
-    if precision not in PRECISIONS:  # 64-true and the like: no table figure, the fp32 roof
-        precision = "32-true"
+    precision = run_precision(runs[0])
     peak = choose_peak(args.device, runs)
-    rows = []
-    for run, label in zip(runs, labels(runs), strict=True):
-        point, basis = run_point(run, label)
-        rows.append((run.info.run_id, label, point, basis))
+    rows = [
+        (run.info.run_id, label, *run_point(run, label))
+        for run, label in zip(runs, labels(runs), strict=True)
+    ]
     print(f"roof: {describe_peak(peak, precision)}\n  source: {peak.source}")
     print(table(rows, peak, precision))
     name = parent.info.run_id if parent else runs[0].info.run_id

@@ -25,8 +25,9 @@ HEADLINE = (
     "train/mfu_measured_pct",
 )
 MEASURED = ("size_bytes", "latency_b1_ms")
-# params that differ between any two runs of a sweep and say nothing of its configs
-BOOKKEEPING = ("paths.", "hydra.", "logger.", "resume")
+# params that differ between any two runs of a sweep and say nothing of its configs (an
+# Optuna trial's number is its job's, for the pruning callback to find it)
+BOOKKEEPING = ("paths.", "hydra.", "logger.", "resume", "callbacks.optuna_pruning.trial")
 
 
 @dataclass(frozen=True)

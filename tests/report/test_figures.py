@@ -6,6 +6,7 @@ import pytest
 
 from hpml import names
 from hpml.report.figures import pareto
+from hpml.report.search import axis_heights
 
 
 @pytest.mark.parametrize(
@@ -37,3 +38,14 @@ def test_pareto_front_keeps_the_points_nothing_beats_in_both() -> None:
     points = [(10.0, 5.0), (4.0, 9.0), (12.0, 6.0), (4.0, 9.0), (20.0, 1.0), (11.0, 5.0)]
     # (12, 6) and (11, 5) lose to (10, 5); the duplicate (4, 9) pair is kept (nothing beats it)
     assert pareto(points) == [0, 1, 3, 4]
+
+
+def test_parallel_axes_scale_numbers_and_space_categories() -> None:
+    heights, ticks = axis_heights(["1", "3", "2"])
+    assert heights == [0.0, 1.0, 0.5] and [t for _, t in ticks] == ["1", "2", "3"]
+    heights, _ = axis_heights(["1e-4", "1e-2", "1e-3"])  # spans 100x: a log axis
+    assert heights == pytest.approx([0.0, 1.0, 0.5])
+    heights, ticks = axis_heights(["vgg11", "alexnet", "vgg11"])
+    assert heights == [1.0, 0.0, 1.0] and ticks == [(0.0, "alexnet"), (1.0, "vgg11")]
+    heights, ticks = axis_heights(["7", "7"])  # one value: no span to divide by
+    assert heights == [0.0, 0.0] and ticks == [(0.0, "7")]

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import csv
+import re
 import shutil
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from functools import partial
 
 import lightning as L
@@ -21,6 +23,7 @@ from hpml.models.nets.vgg import vgg
 from hpml.names import INTENSITY
 from hpml.report.roofline import main
 from tests.conftest import QUICK, REPO, run_cli
+from tests.report.test_report import report
 
 pytestmark = pytest.mark.slow
 # Small: 2 training steps per run (1 after warm-up), the roofline of 4 images.
@@ -226,3 +229,20 @@ def test_callback_in_process_at_other_precisions(tmp_path, precision):
     ridge = 19.5e12 / 1555e9 if precision == "64-true" else 312e12 / 1555e9
     assert float(row["roofline/ridge_flop_per_byte"]) == pytest.approx(ridge)
     assert float(row["roofline/intensity_flop_per_byte"]) > 0
+
+
+def test_report_draws_the_sweep_on_its_roofline(sweep):
+    root, _, _, children = sweep
+    result = report(root, "--last", "--out", str(root / "report"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    md = (root / "report" / "report.md").read_text()
+    assert "## Roofline" in md and "ridge" in md  # the caption names the roof it drew
+    figures = dict(re.findall(r"!\[(.+?)\]\((figures/\d+\.svg)\)", md))
+    svg = ET.parse(root / "report" / figures["Roofline"]).getroot()
+    tips = [t.text for t in svg.iter("{http://www.w3.org/2000/svg}title") if t.text]
+    assert len(tips) == len(children)  # one point per run, each naming its run and numbers
+    for run in children:
+        (tip,) = [t for t in tips if t.startswith(f"{run.info.run_name}:")]
+        m = run.data.metrics
+        achieved = m["roofline/fwd_bwd_flops_per_sample"] * m["train/throughput_samples_per_s"]
+        assert f"{m[INTENSITY]:.3g} FLOP/byte, {achieved:.3g} FLOP/s (train fwd+bwd)" in tip

@@ -12,6 +12,7 @@ from mlflow import MlflowClient
 from optuna.trial import TrialState
 
 from tests.conftest import QUICK, run_cli
+from tests.report.test_report import report
 
 pytestmark = pytest.mark.slow
 SEARCH = ["-m", "hparams_search=vae_optuna", "hydra.sweeper.n_jobs=2", *QUICK]
@@ -58,6 +59,19 @@ def test_search_of_four_trials_logs_four_children_and_prints_the_best(root, clie
     assert tags["hpml.optuna.best_trial"] == best.group(3)
     sweep_dir = Path(tags["hpml.sweep_dir"])
     assert "best_params:" in (sweep_dir / "optimization_results.yaml").read_text()
+    # each sampled parameter's importance, as Optuna computes it from the stored study
+    expected = optuna.importance.get_param_importances(study(root))
+    tagged = {
+        key.removeprefix("hpml.optuna.importance."): float(value)
+        for key, value in tags.items()
+        if key.startswith("hpml.optuna.importance.")
+    }
+    assert tagged == pytest.approx(expected) and sum(tagged.values()) == pytest.approx(1)
+    assert set(tagged) == {"model.optimizer.lr", "model.net.latent"}
+    page = report(root, "--last")
+    assert page.returncode == 0, page.stderr[-3000:]
+    md = Path(page.stdout.split()[5]).read_text()
+    assert "## Parameter importances" in md and "## Swept keys against the optimised metric" in md
 
 
 def test_a_failed_trial_leaves_the_search_going(root, client):
