@@ -1,4 +1,5 @@
-"""ImageNet-style class folders on disk (train/ and val/), with the transforms papers use.
+"""ImageNet-style class folders on disk (train/ and val/), with the transforms papers use by
+default (``train_transforms``/``eval_transforms`` in the config replace them).
 
 Apart from ``hpml.data.vision`` because it needs none of that module's torchvision-dataset
 machinery (downloads, md5 checks, a val split held out of train): the folders are placed by hand
@@ -8,8 +9,10 @@ become one-line hpml errors naming the path.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from PIL import Image
 from torchvision import datasets
 from torchvision import transforms as T
 from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes
@@ -17,10 +20,26 @@ from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes
 from hpml.data.base import HpmlDataModule
 from hpml.data.formats import empty_class_folder, load_image
 from hpml.data.spec import DataSpec
+from hpml.data.transforms import ResizeForCenterCrop, Transform, pipeline, value_range
 from hpml.errors import DatasetNotFoundError, HpmlError, positive_int
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def imagenet_train_transforms(size: int) -> list[Transform]:
+    """A random crop of random area and aspect, resized to ``size``, flipped half the time, then
+    standardised: the torchvision reference recipe (conf/data/imagenet.yaml's train_transforms)."""
+    return [T.RandomResizedCrop(size), T.RandomHorizontalFlip(), *_standardise()]
+
+
+def imagenet_eval_transforms(size: int) -> list[Transform]:
+    """The short side resized to ``size * 256 / 224``, the centre ``size`` square, standardised."""
+    return [ResizeForCenterCrop(size), T.CenterCrop(size), *_standardise()]
+
+
+def _standardise() -> list[Transform]:
+    return [T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
 
 
 class ImageFolderDataModule(HpmlDataModule):
@@ -28,6 +47,8 @@ class ImageFolderDataModule(HpmlDataModule):
 
     val/ serves as both the val and the test split: ImageNet's test labels are not public, so
     reported ImageNet accuracy is val accuracy. The class count is read from train/.
+    ``train_transforms`` and ``eval_transforms`` (None: the ImageNet recipe at ``image_size``)
+    must end in ``image_size`` square tensors, the shape models are built for.
     """
 
     HINT = (
@@ -35,15 +56,33 @@ class ImageFolderDataModule(HpmlDataModule):
         "train/<class>/*.JPEG and val/<class>/*.JPEG"
     )
 
-    def __init__(self, image_size: int = 224, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        image_size: int = 224,
+        train_transforms: Sequence[Transform] | None = None,
+        eval_transforms: Sequence[Transform] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
-        self.image_size = positive_int("image_size", image_size)
+        size = self.image_size = positive_int("image_size", image_size)
+        # photos come in every size: probe with one that is neither square nor image_size
+        sample, shape = Image.new("RGB", (size + 13, size + 7)), (3, size, size)
+        self.train_transform = pipeline(
+            "train_transforms", train_transforms, imagenet_train_transforms(size), sample, shape
+        )
+        self.eval_transform = pipeline(
+            "eval_transforms", eval_transforms, imagenet_eval_transforms(size), sample, shape
+        )
         self._classes: list[str] | None = None
+
+    def _spec(self, num_classes: int) -> DataSpec:
+        size = self.image_size
+        steps = (self.train_transform.transforms, self.eval_transform.transforms)
+        return DataSpec("image", (3, size, size), num_classes, value_range=value_range(*steps))
 
     @property
     def spec(self) -> DataSpec:
-        size = self.image_size
-        return DataSpec("image", (3, size, size), len(self.classes()))
+        return self._spec(len(self.classes()))
 
     def planned_spec(self) -> DataSpec:
         """The image size from the config; the class count from train/ if it can be read (a
@@ -51,7 +90,7 @@ class ImageFolderDataModule(HpmlDataModule):
         try:
             return self.spec
         except HpmlError:
-            return DataSpec("image", (3, self.image_size, self.image_size), 1000)
+            return self._spec(1000)
 
     def classes(self) -> list[str]:
         """Class folder names, checked to be the same in train/ and val/."""
@@ -80,20 +119,10 @@ class ImageFolderDataModule(HpmlDataModule):
         if self.train_set is not None:
             return
         self.classes()
-        normalize = [T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
-        train_tf = T.Compose(
-            [T.RandomResizedCrop(self.image_size), T.RandomHorizontalFlip(), *normalize]
-        )
-        eval_tf = T.Compose(
-            [
-                T.Resize(int(self.image_size * 256 / 224)),
-                T.CenterCrop(self.image_size),
-                *normalize,
-            ]
-        )
+        train_dir, val_dir = self.data_dir / "train", self.data_dir / "val"
         try:
-            train = datasets.ImageFolder(self.data_dir / "train", train_tf, loader=load_image)
-            val = datasets.ImageFolder(self.data_dir / "val", eval_tf, loader=load_image)
+            train = datasets.ImageFolder(train_dir, self.train_transform, loader=load_image)
+            val = datasets.ImageFolder(val_dir, self.eval_transform, loader=load_image)
         except FileNotFoundError as err:  # a class folder holds no image files
             empty = empty_class_folder(self.data_dir)
             if empty is None:

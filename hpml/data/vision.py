@@ -1,4 +1,5 @@
-"""CIFAR-10 and MNIST read from disk in their official formats, with the transforms papers use.
+"""CIFAR-10 and MNIST read from disk in their official formats, with the transforms papers use
+by default (``train_transforms``/``eval_transforms`` in the config replace them).
 
 Missing or unreadable files become one-line hpml errors naming the path looked at, instead of
 torchvision's generic ``RuntimeError("Dataset not found or corrupted")`` traceback.
@@ -13,6 +14,7 @@ from typing import Any, ClassVar
 from urllib.error import URLError
 
 import torch
+from PIL import Image
 from torch.utils.data import Dataset
 from torchvision import datasets
 from torchvision import transforms as T
@@ -21,6 +23,7 @@ from torchvision.datasets.utils import check_integrity
 from hpml.data.base import HpmlDataModule
 from hpml.data.formats import check_mnist, first_bad_cifar
 from hpml.data.spec import DataSpec
+from hpml.data.transforms import Transform, pipeline, value_range
 from hpml.errors import ConfigError, DatasetNotFoundError, HpmlError
 
 log = logging.getLogger(__name__)
@@ -35,6 +38,17 @@ MNIST_FILES = (
     "t10k-labels-idx1-ubyte",
 )
 DOWNLOAD_HINT = "download it with data.download=true"
+
+
+def cifar10_eval_transforms() -> list[Transform]:
+    """Tensor, standardised per channel: what conf/data/cifar10.yaml lists as eval_transforms."""
+    return [T.ToTensor(), T.Normalize(CIFAR10_MEAN, CIFAR10_STD)]
+
+
+def cifar10_train_transforms() -> list[Transform]:
+    """A random 32x32 crop of the 4-pixel padded image and a horizontal flip, then as eval: the
+    augmentation of the ResNet and VGG CIFAR papers (conf/data/cifar10.yaml's train_transforms)."""
+    return [T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), *cifar10_eval_transforms()]
 
 
 class TransformedSubset(Dataset):
@@ -105,19 +119,34 @@ class CIFAR10DataModule(HpmlDataModule):
 
     val is ``val_fraction`` of the 50k training images (seeded by ``seed``); test is the official
     test batch. ``verify=False`` skips the md5 checks, for subsets or re-encoded copies.
+    ``train_transforms`` (None: crop, flip, standardise) applies to train only, and
+    ``eval_transforms`` (None: standardise) to val and test; the lists replace a single
+    ``augment`` switch so that one augmentation can go while the others stay.
     """
 
     def __init__(
-        self, augment: bool = True, val_fraction: float = 0.1, verify: bool = True, **kwargs: Any
+        self,
+        train_transforms: Sequence[Transform] | None = None,
+        eval_transforms: Sequence[Transform] | None = None,
+        val_fraction: float = 0.1,
+        verify: bool = True,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.augment = bool(augment)
+        sample, shape = Image.new("RGB", (32, 32)), (3, 32, 32)
+        self.train_transform = pipeline(
+            "train_transforms", train_transforms, cifar10_train_transforms(), sample, shape
+        )
+        self.eval_transform = pipeline(
+            "eval_transforms", eval_transforms, cifar10_eval_transforms(), sample, shape
+        )
         self.val_fraction = _val_fraction(val_fraction)
         self.verify = bool(verify)
 
     @property
     def spec(self) -> DataSpec:
-        return DataSpec("image", (3, 32, 32), 10)
+        steps = (self.train_transform.transforms, self.eval_transform.transforms)
+        return DataSpec("image", (3, 32, 32), 10, value_range=value_range(*steps))
 
     @property
     def folder(self) -> Path:
@@ -152,13 +181,10 @@ class CIFAR10DataModule(HpmlDataModule):
         if self.train_set is not None:
             return
         self._require_files()
-        normalize = [T.ToTensor(), T.Normalize(CIFAR10_MEAN, CIFAR10_STD)]
-        augment = [T.RandomCrop(32, padding=4), T.RandomHorizontalFlip()] if self.augment else []
-        train_tf, eval_tf = T.Compose(augment + normalize), T.Compose(normalize)
         cls = self._dataset_cls()
         try:
             full = cls(self.data_dir, train=True)
-            test = cls(self.data_dir, train=False, transform=eval_tf)
+            test = cls(self.data_dir, train=False, transform=self.eval_transform)
         except RuntimeError as err:  # the files exist, so torchvision is reporting an md5 mismatch
             bad = self._first_bad(check_md5=True) or self.folder
             raise HpmlError(
@@ -173,7 +199,7 @@ class CIFAR10DataModule(HpmlDataModule):
                 "delete them and set data.download=true"
             ) from err
         self.train_set, self.val_set = _hold_out(
-            full, self.val_fraction, self.seed, train_tf, eval_tf
+            full, self.val_fraction, self.seed, self.train_transform, self.eval_transform
         )
         self.test_set = test
 
@@ -183,17 +209,34 @@ class MNISTDataModule(HpmlDataModule):
 
     Pixels stay in [0, 1] by default because a Bernoulli VAE reads them as probabilities;
     ``normalize=True`` standardises them for classifiers. val is held out from the 60k train set.
+    ``train_transforms`` and ``eval_transforms`` (None: ``ToTensor`` alone, MNIST's standard:
+    no augmentation) run first; ``normalize`` stays a switch after them, holding MNIST's mean and
+    std, because it is what the VAE's refusal of standardised pixels tells a user to turn off.
     """
 
-    def __init__(self, normalize: bool = False, val_fraction: float = 0.1, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        train_transforms: Sequence[Transform] | None = None,
+        eval_transforms: Sequence[Transform] | None = None,
+        normalize: bool = False,
+        val_fraction: float = 0.1,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
-        self.normalize = bool(normalize)
+        sample, shape = Image.new("L", (28, 28)), (1, 28, 28)
+        standardise = [T.Normalize(MNIST_MEAN, MNIST_STD)] if normalize else []
+        self.train_transform = pipeline(
+            "train_transforms", train_transforms, [T.ToTensor()], sample, shape, standardise
+        )
+        self.eval_transform = pipeline(
+            "eval_transforms", eval_transforms, [T.ToTensor()], sample, shape, standardise
+        )
         self.val_fraction = _val_fraction(val_fraction)
 
     @property
     def spec(self) -> DataSpec:
-        value_range = None if self.normalize else (0.0, 1.0)
-        return DataSpec("image", (1, 28, 28), 10, value_range=value_range)
+        steps = (self.train_transform.transforms, self.eval_transform.transforms)
+        return DataSpec("image", (1, 28, 28), 10, value_range=value_range(*steps))
 
     @property
     def folder(self) -> Path:
@@ -222,19 +265,15 @@ class MNISTDataModule(HpmlDataModule):
         if self.train_set is not None:
             return
         self._require_files()
-        steps: list[Callable] = [T.ToTensor()]
-        if self.normalize:
-            steps.append(T.Normalize(MNIST_MEAN, MNIST_STD))
-        transform = T.Compose(steps)
         try:
             full = datasets.MNIST(self.data_dir, train=True)
-            test = datasets.MNIST(self.data_dir, train=False, transform=transform)
+            test = datasets.MNIST(self.data_dir, train=False, transform=self.eval_transform)
         except (AssertionError, TypeError, ValueError, RuntimeError) as err:
             raise HpmlError(
                 f"MNIST files in {self.folder} are not valid idx files ({type(err).__name__}): "
                 f"delete them and set data.download=true"
             ) from err
         self.train_set, self.val_set = _hold_out(
-            full, self.val_fraction, self.seed, transform, transform
+            full, self.val_fraction, self.seed, self.train_transform, self.eval_transform
         )
         self.test_set = test

@@ -64,7 +64,13 @@ def _hints(target: Any) -> tuple[dict[str, Any], set[str], bool]:
 
 
 def _matches(value: Any, hint: Any) -> bool:
-    """Whether a config value (plain Python, resolved) can be what ``hint`` declares."""
+    """Whether a config value (plain Python, resolved) can be what ``hint`` declares.
+
+    A ``_target_`` node becomes whatever its target builds (a transform in a list of them), so
+    it fits any hint; :func:`check_types` judges its own arguments.
+    """
+    if isinstance(value, dict) and "_target_" in value:
+        return True
     if hint is Any or isinstance(hint, typing.TypeVar | str | typing.ForwardRef):
         return True
     if hint is None or hint is type(None):
@@ -126,6 +132,8 @@ def describe(hint: Any) -> str:
     }
     if hint in named:
         return named[hint]
+    if (origin or hint) is abc.Callable:  # a config holds these as nodes Hydra instantiates
+        return "a {_target_: ...} node"
     sequence = origin or hint
     if sequence in (list, tuple, abc.Sequence, abc.Iterable, abc.Collection):
         if sequence is tuple and len(args) > 1 and args[-1] is not Ellipsis:
@@ -146,11 +154,17 @@ def _plural(noun: str) -> str:
         .replace("number", "numbers")
         .replace("string", "strings")
         .replace("path", "paths")
+        .replace("node", "nodes")
     )
 
 
 def check_types(node: Any, path: str) -> None:
-    """Check every ``_target_`` node under ``node`` against the signature of its target."""
+    """Check every ``_target_`` node under ``node`` (in lists too, named ``key.<index>``)
+    against the signature of its target."""
+    if isinstance(node, list):
+        for index, item in enumerate(node):
+            check_types(item, f"{path}.{index}")
+        return
     if not isinstance(node, dict):
         return
     target_path = node.get("_target_")
@@ -167,9 +181,9 @@ def check_types(node: Any, path: str) -> None:
     hints, names, open_ended = _hints(target) if target is not None else ({}, set(), True)
     for key, value in node.items():
         key_path = f"{path}.{key}" if path else str(key)
-        if isinstance(value, dict):
+        if isinstance(value, dict | list):
             check_types(value, key_path)
-            if "_target_" in value:
+            if isinstance(value, dict) and "_target_" in value:
                 continue
         if target is None or str(key).startswith("_"):
             continue

@@ -103,6 +103,37 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
         ["data=cifar10", "data.val_fraction=1"],
         ["data.val_fraction=1", "strictly between 0 and 1"],
     ),
+    "transform_target_unknown": (
+        ["data=cifar10", "data.train_transforms=[{_target_: torchvision.transforms.Flip}]"],
+        ["data.train_transforms.0._target_='torchvision.transforms.Flip'", "importable"],
+    ),
+    "transform_argument_typo": (
+        [
+            "data=cifar10",
+            "data.train_transforms=[{_target_: torchvision.transforms.RandomCrop, sise: 32}]",
+        ],
+        ["data.train_transforms.0.sise=32", "did you mean size?"],
+    ),
+    "transforms_not_a_list": (
+        ["data=mnist", "data.eval_transforms=ToTensor"],
+        ["data.eval_transforms='ToTensor'", "a list of {_target_: ...} nodes"],
+    ),
+    "transforms_without_tensor": (
+        [
+            "data=cifar10",
+            "data.eval_transforms=[{_target_: torchvision.transforms.RandomHorizontalFlip}]",
+        ],
+        ["data.eval_transforms=[RandomHorizontalFlip(p=0.5)]", "3x32x32 float tensor", "PIL"],
+    ),
+    "transforms_crop_size": (
+        [
+            "data=imagenet",
+            "data.image_size=32",
+            "data.train_transforms=[{_target_: torchvision.transforms.RandomResizedCrop,"
+            " size: 24}, ${data.eval_transforms.2}]",
+        ],
+        ["data.train_transforms=[RandomResizedCrop(size=(24, 24)", "a 3x24x24 float32 tensor"],
+    ),
     "imdb_split_two": (
         ["model=lstm", "data=imdb", "data.split=[0.5,0.5]"],
         ["data.split=[0.5, 0.5]", "three positive fractions"],

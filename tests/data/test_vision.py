@@ -19,6 +19,7 @@ from hpml.data.vision import (
     MNIST_STD,
     CIFAR10DataModule,
     MNISTDataModule,
+    cifar10_eval_transforms,
 )
 from hpml.errors import ConfigError, DatasetNotFoundError, HpmlError
 
@@ -97,7 +98,12 @@ def test_cifar_fixture_matches_the_official_pickle_layout(cifar_root: Path) -> N
 
 
 def test_cifar_reads_batches_and_normalises_known_pixels(cifar_root: Path) -> None:
-    dm = CIFAR10DataModule(data_dir=cifar_root, verify=False, val_fraction=0.25, augment=False)
+    dm = CIFAR10DataModule(
+        data_dir=cifar_root,
+        verify=False,
+        val_fraction=0.25,
+        train_transforms=cifar10_eval_transforms(),  # no crop or flip: pixels stay where known
+    )
     dm.prepare_data()
     dm.setup("fit")
     assert (len(dm.train_set), len(dm.val_set), len(dm.test_set)) == (15, 5, 6)
@@ -125,7 +131,7 @@ def test_cifar_val_is_a_seeded_disjoint_holdout_never_augmented(cifar_root: Path
     assert sorted(train + val) == list(range(20))
     assert split(0).val_set.indices == val
     assert split(1).val_set.indices != val
-    image, _ = dm.val_set[0]  # augment=True, but val images come back unchanged
+    image, _ = dm.val_set[0]  # train is cropped and flipped, but val images come back unchanged
     b, k = val[0] // CIFAR_TRAIN_PER_BATCH + 1, val[0] % CIFAR_TRAIN_PER_BATCH
     torch.testing.assert_close(image, expected_cifar(cifar_images(4, offset=b)[k]))
     assert dm.train_set[0][0].shape == (3, 32, 32)
