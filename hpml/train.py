@@ -161,6 +161,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         record_run(output_dir, run.run_id)
         parts = assemble(cfg, run.lightning_logger())
         stop.trainer = trainer = parts[2]
+        run.log_dataset(parts[0])
         if ckpt_path is not None and processes(trainer) > 1 and not starts_processes(trainer):
             raise HpmlError(
                 f"resume: this job's {processes(trainer)} processes were started by the cluster "
@@ -171,6 +172,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
         with hand_off(cfg, trainer, output_dir, name, run.run_id, ckpt_path):
             run.set_device(trainer.strategy.root_device, processes(trainer))
             metrics = fit_and_test(cfg, parts, ckpt_path, stop.check)
+        run.log_model(parts[1], parts[0])
     uri = redact_text(tracker.tracking_uri)
     if uri.startswith(("http://", "https://")):  # a server: its own UI shows the run
         where = f"hpml: compare runs at {uri.rstrip('/')}/{run.ui_path}"

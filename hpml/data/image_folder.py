@@ -17,7 +17,7 @@ from torchvision import datasets
 from torchvision import transforms as T
 from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes
 
-from hpml.data.base import HpmlDataModule
+from hpml.data.base import DataDescription, HpmlDataModule, files_under
 from hpml.data.formats import empty_class_folder, load_image
 from hpml.data.spec import DataSpec
 from hpml.data.transforms import ResizeForCenterCrop, Transform, pipeline, value_range
@@ -111,6 +111,17 @@ class ImageFolderDataModule(HpmlDataModule):
                 )
             self._classes = found["train"]
         return self._classes
+
+    def description(self) -> DataDescription:
+        """The image files of train/ and val/ (one stat each; content within the digest's
+        budget), named after the folder: ``imagenet`` by default."""
+        files = [
+            f
+            for split in ("train", "val")
+            for f in files_under(self.data_dir / split, IMG_EXTENSIONS)
+        ]
+        name = self.data_dir.resolve().name or "image_folder"
+        return DataDescription.of_files(name, self.data_dir, files)
 
     def prepare_data(self) -> None:
         self.classes()

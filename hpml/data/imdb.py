@@ -23,7 +23,7 @@ import torch
 from torch.utils.data import TensorDataset
 from torchvision.datasets.utils import download_and_extract_archive
 
-from hpml.data.base import HpmlDataModule
+from hpml.data.base import DataDescription, HpmlDataModule
 from hpml.data.spec import DataSpec
 from hpml.errors import ConfigError, DatasetNotFoundError, HpmlError, positive_int
 
@@ -171,6 +171,10 @@ class IMDBDataModule(HpmlDataModule):
     def planned_spec(self) -> DataSpec:
         """Sequences of ``seq_len`` ids; the vocabulary is at most ``vocab_size`` long."""
         return DataSpec("tokens", (self.seq_len,), 2, vocab_size=self.vocab_size)
+
+    def description(self) -> DataDescription:
+        """The CSV, by name, size and content; how it is split and encoded are params."""
+        return DataDescription.of_files("imdb", self.csv_path, [self.csv_path])
 
     def prepare_data(self) -> None:
         if self.csv_path.is_file():

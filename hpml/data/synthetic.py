@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from hpml.data.base import HpmlDataModule
+from hpml.data.base import DataDescription, HpmlDataModule
 from hpml.data.spec import DataSpec
 from hpml.errors import ConfigError, positive_int
 
@@ -108,6 +108,18 @@ class SyntheticDataModule(HpmlDataModule):
             return DataSpec("tokens", (self.seq_len,), self.num_classes, self.vocab_size)
         shape = (self.channels, self.image_size, self.image_size)
         return DataSpec("image", shape, self.num_classes, value_range=(0.0, 1.0))
+
+    def description(self) -> DataDescription:
+        """Generated data, so described by what decides its samples: the knobs of its modality,
+        the split sizes and the seed; batch size, workers and ``limit`` change none of them."""
+        if self.modality == "tokens":
+            knobs = {"seq_len": self.seq_len, "vocab_size": self.vocab_size, "signal": self.signal}
+        else:
+            knobs = {"channels": self.channels, "image_size": self.image_size, "noise": self.noise}
+        sizes = {f"{split}_samples": size for split, size in self.sizes.items()}
+        config = {"modality": self.modality, "num_classes": self.num_classes, **knobs, **sizes}
+        config["seed"] = self.seed
+        return DataDescription.generated(f"synthetic_{self.modality}", type(self), config)
 
     def _templates(self) -> Tensor:
         """Smooth class templates: coarse random grids upsampled, so convolutions can learn them."""

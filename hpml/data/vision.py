@@ -20,7 +20,7 @@ from torchvision import datasets
 from torchvision import transforms as T
 from torchvision.datasets.utils import check_integrity
 
-from hpml.data.base import HpmlDataModule
+from hpml.data.base import DataDescription, HpmlDataModule
 from hpml.data.formats import check_mnist, first_bad_cifar
 from hpml.data.spec import DataSpec
 from hpml.data.transforms import Transform, pipeline, value_range
@@ -171,6 +171,13 @@ class CIFAR10DataModule(HpmlDataModule):
         if missing is not None:
             raise DatasetNotFoundError("CIFAR-10", missing, DOWNLOAD_HINT)
 
+    def description(self) -> DataDescription:
+        """The batches and meta file torchvision reads, by name, size and content."""
+        cifar = datasets.CIFAR10
+        names = [name for name, _ in [*cifar.train_list, *cifar.test_list]]
+        files = [self.folder / name for name in [*names, cifar.meta["filename"]]]
+        return DataDescription.of_files("cifar10", self.folder, files)
+
     def prepare_data(self) -> None:
         if self.download and self._first_bad(check_md5=self.verify) is not None:
             cls = self._dataset_cls()
@@ -255,6 +262,11 @@ class MNISTDataModule(HpmlDataModule):
                 "MNIST", missing, f"{DOWNLOAD_HINT}, or put the uncompressed idx files there"
             )
         check_mnist(self.folder, MNIST_FILES)
+
+    def description(self) -> DataDescription:
+        """The four idx files, by name, size and content (not the archives beside them)."""
+        files = [self.folder / name for name in MNIST_FILES]
+        return DataDescription.of_files("mnist", self.folder, files)
 
     def prepare_data(self) -> None:
         if self.download and self._first_missing() is not None:

@@ -15,8 +15,12 @@ import mlflow
 from mlflow import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
+from hpml.data.base import HpmlDataModule
 from hpml.errors import one_line  # re-exported: callers import it from here too
 from hpml.hydra_job import HydraJob
+from hpml.models.base import HpmlModule
+from hpml.tracking import model as logged_model
+from hpml.tracking.dataset import log_dataset
 from hpml.tracking.jobs import PARENT_FILE  # re-exported likewise
 from hpml.tracking.logger import AttachedMLFlowLogger
 from hpml.tracking.redact import redact_config, redact_text
@@ -47,7 +51,8 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, str]:
 
 
 class TrackedRun:
-    """The active run: its id, a Lightning logger bound to it, and where it lives."""
+    """The active run: its id, a Lightning logger bound to it, where it lives, and what goes
+    in (its dataset) and out (its model)."""
 
     def __init__(self, tracker: MlflowTracker, run: mlflow.ActiveRun) -> None:
         self.tracker = tracker
@@ -62,6 +67,28 @@ class TrackedRun:
         how many processes train (``hpml.processes``: devices x nodes under DDP)."""
         mlflow.set_tags({**device_tags(device), "hpml.processes": str(processes)})
 
+    def log_dataset(self, datamodule: HpmlDataModule) -> None:
+        """The prepared data as the run's dataset input (:mod:`hpml.tracking.dataset`). A
+        failure warns, as in MLflow's autologgers: the data's config is in the params anyway."""
+        _best_effort(log_dataset, datamodule)
+
+    def log_model(self, model: HpmlModule, datamodule: HpmlDataModule) -> None:
+        """With ``logger.log_model``: the trained ``model.net`` (:mod:`hpml.tracking.model`).
+
+        A failure warns and is the tag ``hpml.model_error``, and the run still ends FINISHED, as
+        MLflow's autologging does: the run's metrics and checkpoints (weights included) are its
+        result, and a sweep should not count a trained job as failed, nor lose its metric to the
+        sweeper, because its net would not serialise.
+        """
+        if not self.tracker.log_model:
+            return
+        try:
+            logged_model.log_model(model.net, logged_model.example_input(datamodule))
+        except Exception as exc:
+            log.warning("could not log the model to MLflow: %s", one_line(exc))
+            trace.warning("could not log the model to MLflow", exc_info=True)
+            _best_effort(mlflow.set_tag, logged_model.ERROR_TAG, redact_text(one_line(exc))[:5000])
+
     @property
     def ui_path(self) -> str:
         return f"#/experiments/{self.experiment_id}/runs/{self.run_id}"
@@ -72,7 +99,8 @@ class MlflowTracker:
 
     ``tracking_uri`` is a local SQLite store by default or an MLflow server; ``artifact_root``
     places artifacts next to a local store. A run that raises ends FAILED with what it logged,
-    the error as a tag and the traceback and job log as artifacts.
+    the error as a tag and the traceback and job log as artifacts. ``log_model``: log the trained
+    net as an MLflow model at the end of the run.
     """
 
     def __init__(
@@ -86,6 +114,7 @@ class MlflowTracker:
         retry_s: float | None = RETRY_S,
         preflight_timeout_s: float = PREFLIGHT_TIMEOUT_S,
         checkpoint_max_bytes: int | None = None,
+        log_model: bool = False,
     ) -> None:
         self.tracking_uri = tracking_uri
         self.retry_s = retry_s  # how long a request to a server that went away is retried
@@ -96,6 +125,7 @@ class MlflowTracker:
         self.log_system_metrics = log_system_metrics
         self.system_metrics_interval_s = system_metrics_interval_s
         self.checkpoint_max_bytes = checkpoint_max_bytes  # larger checkpoints stay on disk only
+        self.log_model = log_model
 
     def client(self) -> MlflowClient:
         """A client of the store, which is created first if it is a new local file."""

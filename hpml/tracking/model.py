@@ -1,0 +1,86 @@
+"""The trained net as an MLflow model (``logger.log_model=true``), for
+``mlflow.pytorch.load_model("runs:/<run id>/model")`` and MLflow's model registry.
+
+What is logged is the LightningModule's ``net`` as the run leaves it (after any pruning,
+quantisation or compilation), not the LightningModule: the net is what predicts, a batch in and
+the outputs out, and it carries no loss, metrics, optimiser factories or trainer; the whole
+LightningModule is in ``checkpoints/``, for resuming.
+
+The format is MLflow's ``pt2`` (a torch.export graph: no pickle, loads with torch alone, any
+batch size) when torch.export can take the net, else ``pickle`` (hpml must be importable where
+it is loaded), as for a dynamically quantised LSTM or a TorchScript module. The tag
+``hpml.model_format`` says which.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import mlflow
+import torch
+from mlflow.models import infer_signature
+from torch import Tensor, nn
+from torch.export import Dim
+from torch.utils.data import default_collate
+
+from hpml.data.base import HpmlDataModule
+from hpml.errors import one_line
+
+NAME = "model"
+FORMAT_TAG = "hpml.model_format"
+ERROR_TAG = "hpml.model_error"
+EXAMPLE_SAMPLES = 2  # more than 1, or torch.export fixes the batch size at it
+
+log = logging.getLogger(__name__)
+
+
+def example_input(datamodule: HpmlDataModule) -> Tensor:
+    """The first samples of the test split: real inputs, the same on every run."""
+    datamodule.setup("test")
+    dataset = datamodule.test_dataloader().dataset
+    count = min(EXAMPLE_SAMPLES, len(dataset))  # type: ignore[arg-type]
+    return default_collate([dataset[i] for i in range(count)])[0]
+
+
+def export_problem(net: nn.Module, example: Tensor) -> str | None:
+    """Why torch.export cannot take ``net`` as MLflow's ``pt2`` format exports it (the batch
+    dimension dynamic), or None when it can.
+
+    Tried here first because a failed ``pt2`` log leaves a FAILED model in the run beside the
+    ``pickle`` one; the cost is one more export (seconds; ~20 s for study 1's LSTM on 2 cores).
+    """
+    try:
+        torch.export.export(net, (example,), dynamic_shapes=[{0: Dim.AUTO}])
+    except Exception as exc:  # torch.export fails in many ways: every one means pickle
+        return one_line(exc)
+    return None
+
+
+def log_model(net: nn.Module, example: Tensor) -> str:
+    """Log ``net`` to the active run, with ``example`` as its input example; return the format.
+
+    The net goes to the CPU first (a ``pt2`` archive cannot change device when loaded) in eval
+    mode (what a logged model is for). Nets with several outputs (the VAE) get the example as a
+    tensor: MLflow then gives a ``pt2`` model no pyfunc flavour, which serves one output tensor
+    only, and so does not warn that the example fails it.
+    """
+    net = net.cpu().eval()
+    problem = export_problem(net, example)
+    serialization_format = "pt2" if problem is None else "pickle"
+    if problem is not None:
+        log.info("torch.export cannot take %s (%s): logged as pickle", type(net).__name__, problem)
+    with torch.no_grad():
+        output = net(example)
+    single = isinstance(output, Tensor)
+    info = mlflow.pytorch.log_model(
+        net,
+        name=NAME,
+        input_example=example.numpy() if single else example,
+        signature=infer_signature(example.numpy(), output.numpy() if single else None),
+        serialization_format=serialization_format,
+        # what MLflow would infer, without loading the model in a subprocess to find out
+        pip_requirements=mlflow.pytorch.get_default_pip_requirements(),
+    )
+    mlflow.set_tag(FORMAT_TAG, serialization_format)
+    log.info("logged the net as %s (%s)", info.model_uri, serialization_format)
+    return serialization_format
