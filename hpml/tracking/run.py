@@ -9,18 +9,14 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mlflow
 from mlflow import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
-from hpml.data.base import HpmlDataModule
 from hpml.errors import one_line  # re-exported: callers import it from here too
 from hpml.hydra_job import HydraJob
-from hpml.models.base import HpmlModule
-from hpml.tracking import model as logged_model
-from hpml.tracking.dataset import log_dataset
 from hpml.tracking.jobs import PARENT_FILE  # re-exported likewise
 from hpml.tracking.logger import AttachedMLFlowLogger
 from hpml.tracking.redact import redact_config, redact_text
@@ -28,6 +24,10 @@ from hpml.tracking.remote import PREFLIGHT_TIMEOUT_S
 from hpml.tracking.retries import RETRY_S, fail_fast_if_server_gone
 from hpml.tracking.store import StoreError, experiment_id, prepare_store, retry_locked
 from hpml.tracking.tags import default_run_name, device_tags, environment_tags, hydra_tags
+
+if TYPE_CHECKING:  # the dataset and model loggers import torch: only a run that logs needs them
+    from hpml.data.base import HpmlDataModule
+    from hpml.models.base import HpmlModule
 
 MAX_PARAM_CHARS = 6000  # MLflow 3's limit on one param value
 
@@ -70,6 +70,8 @@ class TrackedRun:
     def log_dataset(self, datamodule: HpmlDataModule) -> None:
         """The prepared data as the run's dataset input (:mod:`hpml.tracking.dataset`). A
         failure warns, as in MLflow's autologgers: the data's config is in the params anyway."""
+        from hpml.tracking.dataset import log_dataset
+
         _best_effort(log_dataset, datamodule)
 
     def log_model(self, model: HpmlModule, datamodule: HpmlDataModule) -> None:
@@ -82,6 +84,8 @@ class TrackedRun:
         """
         if not self.tracker.log_model:
             return
+        from hpml.tracking import model as logged_model
+
         try:
             logged_model.log_model(model.net, logged_model.example_input(datamodule))
         except Exception as exc:
