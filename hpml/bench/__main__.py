@@ -33,6 +33,7 @@ CASES: dict[str, Case] = {
     "prune": lazy("hpml.bench.prune"),
     "quant": lazy("hpml.bench.quant"),
     "parallel_sweep": lazy("hpml.bench.parallel_sweep"),
+    "activations": lazy("hpml.bench.activations"),
 }
 
 

@@ -10,7 +10,8 @@ single run leaves none). In order:
    and the model is built on the meta device with its optimiser and scheduler; any other
    ``TypeError``/``ValueError`` a constructor raises is reported against its config group;
 3. the model against the data (image size vs ``model.net.layout``) and the steps that will
-   transform it (pruning targets, quantisation vs the net's ops) (:mod:`hpml.validate.fit`);
+   transform it (pruning targets, quantisation vs the net's ops, checkpointed stages)
+   (:mod:`hpml.validate.fit`);
 4. the trainer's accelerator, devices and strategy against this machine, and under DDP the
    steps that cannot run there (:mod:`hpml.validate.machine`), and the store's directory
    (:mod:`hpml.validate.store`).
@@ -73,6 +74,8 @@ def validate(cfg: DictConfig, job: HydraJob | None) -> None:
     for callback in callbacks:
         if hasattr(callback, "pruner"):
             fit.check_prune(callback.pruner, model.net)
+        if hasattr(callback, "stages"):
+            fit.check_activations(callback, model)
         if hasattr(callback, "quantizer"):
             fit.check_quant(callback.quantizer, model, lambda: build_model("cpu").net, spec, name)
     machine.check_processes(cfg, machine.check_trainer(cfg.trainer))

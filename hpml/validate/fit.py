@@ -93,6 +93,14 @@ def check_prune(pruner: Any, net: nn.Module) -> None:
         raise exc.under("prune") from None
 
 
+def check_activations(callback: Any, model: nn.Module) -> None:
+    """Every ``activations.modules`` entry names a submodule (or a Sequential's slice)."""
+    try:
+        callback.stages(model)
+    except ConfigError as exc:
+        raise exc.under("activations") from None
+
+
 def check_quant(quantizer: Any, model: Any, build_net: Any, spec: DataSpec, name: str) -> None:
     """The quantiser has layers to quantise, inputs it can quantise, and kernels for the net.
 

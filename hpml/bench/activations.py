@@ -1,0 +1,102 @@
+"""Case ``activations``: what keeping fewer activation bytes costs a training step (study 4).
+
+Variants, VGG11-CIFAR at batch ``BATCH`` (SGD with momentum, cross-entropy, random images), each
+its own copy of the same initial weights:
+
+- ``keep``: autograd keeps what it saves, float32;
+- ``checkpoint``: every stage (each block up to its pooling layer) recomputed in backward
+  (``hpml.optimize.activations.checkpointed``, ``torch.utils.checkpoint``, non-reentrant);
+- ``bf16``: saved float32 tensors stored as bfloat16 (``Bf16SavedTensors``).
+
+Each variant, each round: the median milliseconds of ``steps`` training steps (forward, backward,
+optimiser step) after ``warmup`` untimed ones, and the bytes autograd saved for backward in one
+step (``hpml.analysis.memory.SavedActivations``, each storage once, parameters excluded: the
+``memory/activations_bytes`` of a run). Ratios: step time variant / keep (the cost, >= 1 expected)
+and saved bytes keep / variant (the reduction, larger is better). No goals: the trade is the
+result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from hpml.analysis.memory import SavedActivations
+from hpml.bench.harness import CaseResult, Measurement, Ratio, Report, Settings, run_case
+from hpml.models.nets.vgg import vgg
+from hpml.optimize.activations import Bf16SavedTensors, checkpointed, default_stages
+
+BATCH = 32
+STEP, SAVED = "step_ms", "activations_bytes"
+KEEP, CHECKPOINT, BF16 = "keep", "checkpoint", "bf16"
+RATIOS = (
+    Ratio("step time cost, checkpoint", STEP, "ms", CHECKPOINT, KEEP),
+    Ratio("step time cost, bf16", STEP, "ms", BF16, KEEP),
+    Ratio("saved activations reduction, checkpoint", SAVED, "bytes", KEEP, CHECKPOINT),
+    Ratio("saved activations reduction, bf16", SAVED, "bytes", KEEP, BF16),
+)
+Context = Callable[[nn.Module], contextlib.AbstractContextManager]
+CONTEXTS: dict[str, Context] = {
+    KEEP: lambda net: contextlib.nullcontext(),
+    CHECKPOINT: lambda net: checkpointed(net, default_stages(net)),
+    BF16: lambda net: Bf16SavedTensors(net),
+}
+
+
+def trainer(
+    net: nn.Module, context: Context, batch: tuple[torch.Tensor, torch.Tensor], settings: Settings
+) -> Callable[[], Measurement]:
+    """A variant: times its training steps and measures one step's saved bytes."""
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    images, labels = batch
+
+    def train_step(measure: bool = False) -> int:
+        optimizer.zero_grad(set_to_none=True)
+        recording = SavedActivations(net) if measure else contextlib.nullcontext()
+        with recording, context(net):
+            loss = nn.functional.cross_entropy(net(images), labels)
+        loss.backward()
+        optimizer.step()
+        return recording.bytes if isinstance(recording, SavedActivations) else 0
+
+    def measure() -> Measurement:
+        torch.set_num_threads(settings.threads)
+        saved = train_step(measure=True)
+        for _ in range(settings.warmup):
+            train_step()
+        times = []
+        for _ in range(settings.steps):
+            start = time.perf_counter()
+            train_step()
+            times.append((time.perf_counter() - start) * 1e3)
+        return {STEP: statistics.median(times), SAVED: float(saved)}
+
+    return measure
+
+
+def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> CaseResult:
+    torch.set_num_threads(settings.threads)
+    torch.manual_seed(0)
+    base = vgg(11).train()
+    batch = torch.randn(BATCH, 3, 32, 32), torch.randint(0, 10, (BATCH,))
+    variants = {
+        name: trainer(copy.deepcopy(base), context, batch, settings)
+        for name, context in CONTEXTS.items()
+    }
+    notes = {
+        "batch_size": BATCH,
+        "model": "vgg11 cifar layout, batch norm, SGD momentum 0.9",
+        "stages": [str(s) for s in default_stages(base)],
+        "device": "cpu",
+        "torch": torch.__version__,
+        "timing": "median ms of settings.steps training steps per round",
+        "saved": "bytes autograd saved for backward in one step, each storage once, no params",
+    }
+    return run_case("activations", variants, RATIOS, settings, report, notes)

@@ -1,0 +1,80 @@
+"""When to trade activation memory for time: around every training step, from the first one on.
+
+How is up to :mod:`hpml.optimize.activations`: ``checkpoint`` recomputes the chosen stages in
+backward, ``bf16`` stores what autograd saves as bfloat16. Either applies inside the module's
+``training_step`` (wrapped for the fit, then put back), so it is in force for the step the memory
+breakdown measures: ``memory/activations_bytes`` is what autograd really saved, the step-time
+metrics carry the cost, and validation, test and the after-fit steps run the model as built.
+
+Tags: ``hpml.activations.method`` and ``hpml.activations.modules`` (the stages checkpointed).
+"""
+
+from __future__ import annotations
+
+import functools
+from contextlib import AbstractContextManager
+from typing import Any
+
+import lightning as L
+from torch import nn
+
+from hpml.callbacks.logging import set_tags
+from hpml.errors import ConfigError
+from hpml.optimize.activations import Bf16SavedTensors, Stage, checkpointed, resolve
+
+METHODS = ("checkpoint", "bf16")
+
+
+class Activations(L.Callback):
+    """Apply ``method`` to every training step of the fit (see the module)."""
+
+    def __init__(self, method: str, modules: list[str] | None = None) -> None:
+        if method not in METHODS:
+            raise ConfigError("method", method, f"one of {', '.join(METHODS)}")
+        if method != "checkpoint" and modules is not None:
+            raise ConfigError("modules", modules, "null: only method=checkpoint takes modules")
+        self.method = method
+        self.modules = None if modules is None else [str(m) for m in modules]
+        self._wrapped: L.LightningModule | None = None
+
+    def stages(self, model: nn.Module) -> list[Stage]:
+        """The stages checkpointed in ``model`` (none for bf16); unknown names raise here,
+        which :mod:`hpml.validate` calls before training on the meta-built model."""
+        return resolve(model, self.modules) if self.method == "checkpoint" else []
+
+    def context(self, model: nn.Module, stages: list[Stage]) -> AbstractContextManager[Any]:
+        if self.method == "checkpoint":
+            return checkpointed(model, stages)
+        return Bf16SavedTensors(model)
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        stages = self.stages(pl_module)
+        step = pl_module.training_step
+
+        @functools.wraps(step)
+        def training_step(*args: Any, **kwargs: Any) -> Any:
+            with self.context(pl_module, stages):
+                return step(*args, **kwargs)
+
+        pl_module.training_step = training_step
+        self._wrapped = pl_module
+        set_tags(
+            trainer,
+            {
+                "hpml.activations.method": self.method,
+                "hpml.activations.modules": ",".join(map(str, stages)) or "-",
+            },
+        )
+
+    def _unwrap(self) -> None:
+        if self._wrapped is not None:
+            del self._wrapped.training_step
+            self._wrapped = None
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._unwrap()
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        self._unwrap()
