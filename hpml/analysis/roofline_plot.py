@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpml.analysis.devices import DevicePeak
+from hpml.analysis.measured_peak import is_measured
 from hpml.analysis.roofline import RooflinePoint, attainable_flops_per_s, classify
 
 if TYPE_CHECKING:
@@ -50,6 +51,34 @@ def points_csv(points: list[RooflinePoint], peak: DevicePeak, precision: str = "
             ]
         )
     return out.getvalue()
+
+
+def above_roof(
+    points: list[RooflinePoint], peak: DevicePeak, precision: str = "32-true"
+) -> list[tuple[RooflinePoint, str]]:
+    """Timed points above the roof at their intensity, each with why it can be.
+
+    A roof is a bound only if nothing beats it. Under the compute roof's flat part a point above
+    it ran faster than the micro-benchmarks did (they ran under other load, or with slower
+    kernels); under the slope, its data stayed in cache, while the roofline's bytes assume
+    none stays between layers. Datasheet roofs are not beaten by real kernels: a point above
+    one is a timing error (per-layer hooks, a clock's resolution).
+    """
+    measured = is_measured(peak)
+    above = []
+    for p in points:
+        if not p.flops_per_s or p.intensity <= 0:
+            continue
+        if p.flops_per_s <= attainable_flops_per_s(p.intensity, peak, precision):
+            continue
+        if not measured:
+            why = "timing error: a datasheet roof cannot be beaten"
+        elif classify(p, peak, precision) == "memory-bound":
+            why = "data in cache: the bytes assume no reuse between layers"
+        else:
+            why = "faster than the micro-benchmarks (other load while they ran, or slower kernels)"
+        above.append((p, why))
+    return above
 
 
 def _si(value: float, unit: str) -> str:
@@ -96,7 +125,9 @@ def roofline_figure(
 
     Timed points sit at their achieved FLOP/s (filled); untimed ones are drawn hollow on the
     roof, at the best their intensity allows. Colour says memory- or compute-bound. Points
-    with no counted FLOPs (intensity 0) cannot be placed on log axes and are left out.
+    with no counted FLOPs (intensity 0) cannot be placed on log axes and are left out. Points
+    above the roof (:func:`above_roof`) are named in a note on the plot, with why; a roof
+    raised to the best point (``measured_peak.raise_roof``) says so in its legend entry.
     Uses matplotlib's ``Figure`` directly (Agg canvas), never pyplot: no display, no global
     state, safe in callbacks and threads.
     """
@@ -121,7 +152,8 @@ def roofline_figure(
         np.minimum(compute, bandwidth * x),
         color="black",
         linewidth=2,
-        label=f"roof: {_si(compute, 'FLOP/s')} ({precision}), {_si(bandwidth, 'B/s')}",
+        label=f"roof: {_si(compute, 'FLOP/s')} ({precision}), {_si(bandwidth, 'B/s')}"
+        + (" (raised to the best point)" if "raised to" in peak.name else ""),
     )
     ax.axvline(ridge, color="grey", linestyle=":", linewidth=1)
     ax.annotate(
@@ -194,4 +226,16 @@ def roofline_figure(
     ax.set_title(title or f"Roofline on {peak.name}", fontsize=11)
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(loc="lower right", fontsize=8)
+    above = above_roof([p for _, p in drawn], peak, precision)
+    if above:
+        note = "\n".join(f"{p.label}: {why}" for p, why in above)
+        ax.text(
+            0.01,
+            0.99,
+            f"above the roof:\n{note}",
+            transform=ax.transAxes,
+            fontsize=7,
+            va="top",
+            color="tab:red",
+        )
     return fig, artists

@@ -29,6 +29,7 @@ class StepStats:
     step_p90_ms: float
     data_wait_pct: float
     step_cpu_p50_ms: float  # process CPU time (all threads) per step: steadier on a busy host
+    utilisation_pct: float  # busy share of the window: see StepTimer.utilisation_pct
 
 
 class _Mark:
@@ -40,6 +41,7 @@ class _Mark:
             self.event = torch.cuda.Event(enable_timing=True)
             self.event.record()
         self.host = time.perf_counter()
+        self.cpu = time.process_time()  # this process, all threads
 
     def seconds_until(self, later: _Mark) -> float:
         if self.event is not None and later.event is not None:
@@ -57,6 +59,7 @@ class StepTimer:
 
     def __init__(self, device: torch.device, warmup_steps: int) -> None:
         self.device, self.warmup = device, warmup_steps
+        self.threads = torch.get_num_threads()  # intra-op threads the window could keep busy
         self.steps: list[tuple[_Mark, _Mark]] = []
         self.gaps: list[float] = []
         self.samples: list[int] = []
@@ -107,4 +110,24 @@ class StepTimer:
             step_p90_ms=deciles[8] * 1e3,
             data_wait_pct=100.0 * sum(self.gaps) / seconds,
             step_cpu_p50_ms=statistics.median(self.cpu[self.warmup :]) * 1e3,
+            utilisation_pct=self.utilisation_pct(steady, seconds),
         )
+
+    def utilisation_pct(self, steady: list[float], seconds: float) -> float:
+        """Busy time over the window's wall time, percent, capped at 100.
+
+        CPU: process CPU time (every thread of this process; DataLoader worker processes are
+        not in it) over wall time x torch's intra-op threads: 100 means every thread torch
+        may use computed for the whole window. Threads beyond torch's pool (logging, a loader
+        in the main process) can push the ratio past 100, hence the cap.
+        CUDA (untested here, no GPU): the steps' spans on the GPU timeline (CUDA events) over
+        the window: the GPU had a step's work queued, so idle bubbles inside a step count as
+        busy; ``profile=torch``'s ``profile/kernel_pct`` is the kernel-only share.
+        """
+        if self.device.type == "cuda":
+            busy = sum(steady) / seconds
+        else:
+            assert self.window_start is not None
+            cpu = self.steps[-1][1].cpu - self.window_start.cpu
+            busy = cpu / (seconds * self.threads)
+        return min(100.0, 100.0 * busy)

@@ -29,7 +29,9 @@ class PerformanceMonitor(L.Callback):
     wall time they took, data loading included), ``train/step_time_{mean,p50,p90}_ms``,
     ``train/data_wait_pct`` (share of that wall time spent between steps, fetching data),
     ``train/step_cpu_time_p50_ms`` (process CPU time per step, all threads: on a shared machine
-    it moves less than wall time),
+    it moves less than wall time), ``train/utilisation_pct`` (busy over elapsed time in that
+    window: process CPU time / (wall x torch threads) on CPU, step spans on CUDA: see
+    :meth:`~hpml.analysis.timing.StepTimer.utilisation_pct`),
     ``train/epoch_time_s`` (validation excluded) and ``train/peak_memory_bytes``. For validation
     and test: ``{val,test}/epoch_time_s`` and the inference ``{val,test}/throughput_samples_per_s``
     after ``inference_warmup_steps``. The GPU is synchronised only at the edges of a window.
@@ -39,9 +41,9 @@ class PerformanceMonitor(L.Callback):
     ``flops/by_module.csv``). Each throughput then also gives ``<stage>/achieved_flops_per_s``
     (FLOPs per sample x samples/s; forward+backward for training, forward for inference) and MFU,
     the share of a peak: ``<stage>/mfu_table_pct`` against the device's datasheet peak for the
-    trainer's precision, when hpml knows the device, and ``<stage>/mfu_measured_pct`` against a
-    fp32 GEMM micro-benchmark of this device, cached per host in ``peak_cache_dir`` (under mixed
-    precision the table figure is the one to compare with).
+    trainer's precision, when hpml knows the device, and ``<stage>/mfu_measured_pct`` against
+    the best of fp32 GEMM and convolution micro-benchmarks of this device, cached per host in
+    ``peak_cache_dir`` (under mixed precision the table figure is the one to compare with).
     ``machine/load_avg_1m_procs`` records how busy the machine was: shared machines skew timings.
 
     Under DDP the figures are the job's (:mod:`hpml.callbacks.ranks`): throughput is every
@@ -95,6 +97,7 @@ class PerformanceMonitor(L.Callback):
                 metric(stage, "step_time_p90", MS): stats.step_p90_ms,
                 metric(stage, "step_cpu_time_p50", MS): stats.step_cpu_p50_ms,
                 metric(stage, "data_wait", PCT): stats.data_wait_pct,
+                metric(stage, "utilisation", PCT): stats.utilisation_pct,
             }
         metrics[metric(stage, "peak_memory", BYTES)] = peak_memory_bytes(device)[0]
         if device.type == "cuda":

@@ -110,6 +110,7 @@ RANGES: dict[str, Range] = {
     "logger.checkpoint_max_bytes": Range(int, 0, null="no cap", note="0: never uploaded"),
     "callbacks.perf.warmup_steps": STEPS,
     "callbacks.perf.inference_warmup_steps": STEPS,
+    "callbacks.target.value": Range(float, null="no target", note="the metric's target"),
     "callbacks.roofline.batch_size": Range(int, 1, null="the data's batch size"),
     "callbacks.roofline.peak_seconds": Range(float, 0, low_open=True),
     "callbacks.checkpoint.save_top_k": Range(int, -1, note="-1: every epoch"),

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 
 from matplotlib.image import imread
 
 from hpml.analysis.devices import KNOWN_DEVICES
 from hpml.analysis.roofline import RooflinePoint
-from hpml.analysis.roofline_plot import CSV_COLUMNS, plot_roofline, points_csv
+from hpml.analysis.roofline_plot import (
+    CSV_COLUMNS,
+    above_roof,
+    plot_roofline,
+    points_csv,
+    roofline_figure,
+)
 
 V100 = KNOWN_DEVICES["v100"]
 
@@ -46,3 +53,17 @@ def test_plot_writes_a_readable_png_and_a_valid_svg(tmp_path):
 def test_plot_of_points_without_flops_still_draws_the_roof(tmp_path):
     png, _ = plot_roofline([RooflinePoint("relu", 0, 1e8, 0.01)], V100, tmp_path / "empty")
     assert png.stat().st_size > 10_000
+
+
+def test_plot_names_the_points_above_its_roof_and_why():
+    # V100: 15.7 TFLOP/s fp32 (tf32 is off by default), 900 GB/s; ridge 17.4 FLOP/byte
+    above = RooflinePoint("conv", 2e12, 1e10, 0.05)  # 40 TFLOP/s at 200 FLOP/byte
+    under = RooflinePoint("fc", 1e9, 1e9, 0.01)  # 100 GFLOP/s at 1 FLOP/byte: below its slope
+    assert [p for p, _ in above_roof([above, under], V100)] == [above]
+    fig, _ = roofline_figure([above, under], V100)
+    (note,) = [t.get_text() for t in fig.axes[0].texts if t.get_text().startswith("above")]
+    assert "conv: timing error: a datasheet roof cannot be beaten" in note
+    assert "fc" not in note
+    raised = replace(V100, name="V100, raised to the best point")
+    legend = roofline_figure([under], raised)[0].axes[0].get_legend()
+    assert "(raised to the best point)" in legend.get_texts()[0].get_text()

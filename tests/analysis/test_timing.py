@@ -47,3 +47,22 @@ def test_no_statistics_without_steps_after_warmup():
         timer.begin()
         timer.end(samples=1)
     assert timer.stats() is None
+
+
+def test_cpu_utilisation_is_process_cpu_time_over_wall_time_and_threads(monkeypatch):
+    wall, cpu = Clock(), Clock()
+    monkeypatch.setattr(timing.time, "perf_counter", wall)
+    monkeypatch.setattr(timing.time, "process_time", cpu)
+    timer = timing.StepTimer(torch.device("cpu"), warmup_steps=1)
+    timer.threads = 2
+    for busy in (5.0, 3.0, 1.0, 20.0):  # each step: 2 s of wall time, ``busy`` s of CPU time
+        wall.now += 0.5  # waiting for data: wall time, no CPU time
+        timer.begin()
+        wall.now, cpu.now = wall.now + 2.0, cpu.now + busy
+        timer.end(samples=1)
+        if timer.count == 3:
+            stats = timer.stats()
+    assert stats.seconds == pytest.approx(5.0)  # two steps and the wait between them
+    assert stats.utilisation_pct == pytest.approx(100 * 4.0 / (5.0 * 2))
+    # 24 s of CPU in 7.5 s of wall time: more than two threads give, capped
+    assert timer.stats().utilisation_pct == 100.0

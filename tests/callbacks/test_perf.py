@@ -41,6 +41,7 @@ class Recorder(L.Callback):
     def __init__(self) -> None:
         self.starts: list[float] = []
         self.ends: list[float] = []
+        self.cpu_ends: list[float] = []  # process CPU time, all threads
         self.samples: list[int] = []
         self.epoch_start = self.val_start = self.val_end = self.last_train_end = 0.0
 
@@ -52,6 +53,7 @@ class Recorder(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.ends.append(time.perf_counter())
+        self.cpu_ends.append(time.process_time())
         self.samples.append(len(batch[0]))
 
     def on_validation_epoch_start(self, trainer, pl_module):
@@ -108,6 +110,14 @@ def test_data_wait_share_matches_recorded_gaps(measured):
     expected = 100 * sum(gaps) / (rec.ends[-1] - rec.ends[3])
     assert expected > 5  # 16 samples x 10 ms of loading per step is a visible share
     assert metrics["train/data_wait_pct"] == pytest.approx(expected, abs=2.0)
+
+
+def test_utilisation_is_the_recorded_cpu_time_over_wall_time_and_threads(measured):
+    metrics, rec = measured
+    cpu = rec.cpu_ends[-1] - rec.cpu_ends[3]
+    expected = 100 * cpu / ((rec.ends[-1] - rec.ends[3]) * torch.get_num_threads())
+    assert 0 < metrics["train/utilisation_pct"] <= 100
+    assert metrics["train/utilisation_pct"] == pytest.approx(min(expected, 100), abs=3.0)
 
 
 def test_train_epoch_time_leaves_validation_out(measured):

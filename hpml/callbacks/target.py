@@ -1,0 +1,119 @@
+"""Time to a target quality, MLPerf style: time and epochs until a validation metric meets it."""
+
+from __future__ import annotations
+
+import logging
+from typing import Literal
+
+import lightning as L
+from lightning.pytorch.trainer.states import TrainerFn
+
+from hpml.analysis.timing import synchronized_now
+from hpml.callbacks.logging import log_metrics, resuming, set_tags
+from hpml.errors import ConfigError
+from hpml.names import COUNT, S, metric
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["max", "min"]
+KEY = "callbacks.target"  # where the knobs live, for errors raised after the config was built
+
+
+def infer_mode(name: str) -> Mode:
+    """``max`` for accuracy-like names (ending in ``acc``), else ``min`` (losses): the rule the
+    Optuna sweeper's ``direction: null`` follows, so one metric reads the same way everywhere."""
+    return "max" if name.rsplit("/", 1)[-1].endswith("acc") else "min"
+
+
+class TimeToTarget(L.Callback):
+    """``train/time_to_target_s`` and ``train/epochs_to_target_count``, once, when met.
+
+    The clock starts at ``on_train_start`` (after Lightning's sanity validation, a check of the
+    loop rather than training) and is read at ``on_validation_end`` of the first validation
+    whose ``metric`` meets ``value`` (``>=`` for ``mode=max``, ``<=`` for ``min``), once
+    Lightning has reduced the epoch's metric. Everything between counts, as in MLPerf's time to
+    train: training epochs, every validation (the met one included), checkpoints written at
+    earlier epochs' ends, compilation. The epoch count is that validation's epoch, from 1.
+    A target never met logs neither metric; the tag ``hpml.target.met`` says ``false`` then
+    (``true`` when met) beside ``hpml.target`` (``val/acc >= 0.9``). ``stop=true`` ends
+    training after the epoch that met it (``trainer.should_stop``, as early stopping does).
+    Rank zero's metric decides under DDP, so every rank stops together. A resumed fit measures
+    nothing: its clock would miss the time before the interruption.
+    """
+
+    def __init__(
+        self,
+        metric: str | None = None,
+        value: float | None = None,
+        mode: Mode | None = None,
+        stop: bool = False,
+    ) -> None:
+        if metric is None and value is not None:
+            raise ConfigError("metric", None, f"a validation metric (val/acc) for value={value}")
+        if metric is not None and (value is None or isinstance(value, bool)):
+            raise ConfigError("value", value, f"a number, the target for metric={metric}")
+        if mode not in (None, "max", "min"):
+            raise ConfigError("mode", mode, "max, min or null (max for names ending in acc)")
+        self.metric, self.value, self.stop = metric, value, stop
+        self.mode: Mode | None = mode or (infer_mode(metric) if metric else None)
+        self.start: float | None = None
+        self.met = False
+
+    @property
+    def description(self) -> str:
+        return f"{self.metric} {'>=' if self.mode == 'max' else '<='} {self.value}"
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.metric is None or resuming(trainer):
+            return
+        self.start = synchronized_now(pl_module.device)
+        set_tags(trainer, {"hpml.target": self.description})
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if (
+            self.start is None
+            or self.met
+            or trainer.sanity_checking
+            or trainer.state.fn != TrainerFn.FITTING
+        ):
+            return
+        now = synchronized_now(pl_module.device)
+        reached = False
+        if trainer.is_global_zero:
+            reached = self._reached(trainer)
+        if not trainer.strategy.broadcast(reached, src=0):
+            return
+        self.met = True
+        epochs = trainer.current_epoch + 1
+        log_metrics(
+            trainer,
+            {
+                metric("train", "time_to_target", S): now - self.start,
+                metric("train", "epochs_to_target", COUNT): float(epochs),
+            },
+        )
+        set_tags(trainer, {"hpml.target.met": "true"})
+        log.info(
+            "target %s met at epoch %d, %.1f s after training started%s",
+            self.description,
+            epochs,
+            now - self.start,
+            ": stopping" if self.stop else "",
+        )
+        if self.stop:
+            trainer.should_stop = True
+
+    def _reached(self, trainer: L.Trainer) -> bool:
+        current = trainer.callback_metrics.get(self.metric)
+        if current is None:
+            logged = ", ".join(sorted(trainer.callback_metrics)) or "none"
+            raise ConfigError(
+                f"{KEY}.metric", self.metric, f"a metric logged at validation ({logged})"
+            )
+        current = float(current)
+        return current >= self.value if self.mode == "max" else current <= self.value
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.start is not None and not self.met:
+            set_tags(trainer, {"hpml.target.met": "false"})
+            log.info("target %s not met in %d epochs", self.description, trainer.current_epoch)
