@@ -100,8 +100,8 @@ def default_stages(model: nn.Module) -> list[Stage]:
     if stages:
         return stages
     prefix, top = "", model
-    while len(list(top.children())) == 1:
-        name, top = next(top.named_children())
+    while len(holders := [(n, c) for n, c in top.named_children() if _has_params([c])]) == 1:
+        name, top = holders[0]
         prefix += f"{name}."
     return [Stage(f"{prefix}{n}") for n, c in top.named_children() if _has_params([c])]
 

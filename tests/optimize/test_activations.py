@@ -64,6 +64,7 @@ def test_default_stages_are_the_blocks_between_poolings() -> None:
     ]
     wrapped = nn.Module()
     wrapped.net = LSTMClassifier(100, embedding_dim=8, hidden_size=8)
+    wrapped.loss = nn.CrossEntropyLoss()  # a LightningModule's parameterless helpers
     assert [str(s) for s in default_stages(wrapped)] == ["net.embedding", "net.lstm", "net.fc"]
 
 
@@ -135,6 +136,19 @@ def test_a_checkpointed_fit_predicts_a_larger_batch_that_fits() -> None:
         model = ScalingModel.fit(sizes, [1.0, 2.0], totals)
         largest[method] = model.largest_batch(capacity_bytes=64 * 2**20)
     assert largest["checkpoint"] > largest["keep"]
+
+
+def test_a_checkpointed_lstm_keeps_less_and_the_same_gradients() -> None:
+    torch.manual_seed(0)
+    keep = LSTMClassifier(50, embedding_dim=16, hidden_size=16)
+    net = copy.deepcopy(keep)
+    tokens, labels = torch.randint(1, 50, (4, 12)), torch.tensor([0, 1, 0, 1])
+    keep_bytes, keep_loss = step("keep", keep, tokens, labels)
+    saved_bytes, loss = step("checkpoint", net, tokens, labels)
+    assert saved_bytes < keep_bytes
+    assert loss == keep_loss
+    for a, b in zip(keep.parameters(), net.parameters(), strict=True):
+        torch.testing.assert_close(b.grad, a.grad)
 
 
 def test_eval_and_no_grad_run_the_stages_plainly() -> None:
