@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
@@ -66,3 +68,21 @@ def test_cpu_utilisation_is_process_cpu_time_over_wall_time_and_threads(monkeypa
     assert stats.utilisation_pct == pytest.approx(100 * 4.0 / (5.0 * 2))
     # 24 s of CPU in 7.5 s of wall time: more than two threads give, capped
     assert timer.stats().utilisation_pct == 100.0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_utilisation_is_the_steps_share_of_the_window():
+    device = torch.device("cuda")
+    a = torch.randn(2048, 2048, device=device)
+    timer = timing.StepTimer(device, warmup_steps=1)
+    for _ in range(4):
+        timer.begin()
+        a @ a
+        timer.end(samples=1)
+        torch.cuda.synchronize(device)
+        time.sleep(0.05)  # the GPU idles between steps: less than 100
+    stats = timer.stats()
+    assert 0 < stats.utilisation_pct < 100
+    busy = stats.step_mean_ms * stats.steps / 1e3
+    assert stats.utilisation_pct == pytest.approx(100 * busy / stats.seconds, rel=1e-6)
