@@ -147,11 +147,11 @@ class RooflineCallback(L.Callback):
         if not is_measured(peak):
             log.warning(
                 "roofline: above the datasheet roof: %s",
-                "; ".join(f"{p.label} ({why})" for p, why in above),
+                "; ".join(f"{p.label}: {why}" for p, why in above),
             )
             return peak
         log.warning(
-            "roofline: %d points above the measured roof (%s), e.g. %s at %.3g FLOP/s: "
+            "roofline: %d point(s) above the measured roof (%s), e.g. %s at %.3g FLOP/s: "
             "measuring the roof again",
             len(above),
             describe_peak(peak, precision),
@@ -165,7 +165,7 @@ class RooflineCallback(L.Callback):
             peak = raise_roof(peak, points, precision)
             log.warning(
                 "roofline: still above the measured roof: %s; roof raised to the best point: %s",
-                "; ".join(f"{p.label} ({why})" for p, why in above),
+                "; ".join(f"{p.label}: {why}" for p, why in above),
                 describe_peak(peak, precision),
             )
         return peak
