@@ -78,10 +78,8 @@ class TimeToTarget(L.Callback):
         ):
             return
         now = synchronized_now(pl_module.device)
-        reached = False
-        if trainer.is_global_zero:
-            reached = self._reached(trainer)
-        if not trainer.strategy.broadcast(reached, src=0):
+        # every rank reads its metric (a missing one fails them all alike); rank zero's decides
+        if not trainer.strategy.broadcast(self._reached(trainer), src=0):
             return
         self.met = True
         epochs = trainer.current_epoch + 1

@@ -122,3 +122,8 @@ def test_min_mode_and_what_null_infers():
 def test_bad_targets_are_refused_before_training(composed, overrides, message):
     with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("(", r"\(")):
         validate(composed(overrides), None)
+
+
+def test_a_metric_the_model_does_not_log_fails_at_the_first_validation(root, client):
+    with pytest.raises(ConfigError, match=r"callbacks\.target\.metric='val/acc'.*val/score"):
+        fit(root, client, TimeToTarget("val/acc", 0.5), max_epochs=1)
