@@ -7,6 +7,9 @@ Variants, each built (and quantised or compiled) once before the rounds, so no r
   ``.bench/inductor``, compile time recorded in the notes, never in a ratio);
 - VGG11-CIFAR physically pruned to 50% of each conv's output channels (``hpml.optimize.prune``,
   L1 structured; about 25% of the conv weights remain), then static int8;
+- torchvision's ResNet18 at 32x32 fp32 and static int8 through PT2E (``backend=pt2e``: its
+  residual add has no eager int8 kernel; exported, calibrated on 8 batches, converted, compiled
+  with freezing; compile time in the notes); its size is the converted graph's state dict;
 - the LSTM classifier at study 1's scale (vocabulary 83,828, embedding 400, hidden 256, two
   layers; sequences of 200 tokens) fp32 and dynamic int8 (LSTM, Linear, embedding).
 
@@ -23,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torchvision
 from torch import nn
 
 from hpml.analysis.latency import measure_latency
@@ -38,6 +42,7 @@ VOCAB, SEQ_LEN = 83828, 200
 VGG, VGG_INT8, VGG_COMPILED = "vgg11 fp32", "vgg11 static int8", "vgg11 torch.compile"
 VGG_PRUNED_INT8 = "vgg11 pruned 50% + static int8"
 LSTM, LSTM_INT8 = "lstm fp32", "lstm dynamic int8"
+RESNET, RESNET_INT8 = "resnet18 fp32", "resnet18 static int8 (pt2e)"
 LATENCY, SIZE = "latency_ms", "size_bytes"
 RATIOS = (
     Ratio("VGG11 static int8 speed-up", LATENCY, "ms", VGG, VGG_INT8, goal=4.0),
@@ -59,6 +64,15 @@ RATIOS = (
         goal=1 / 0.27,
     ),
     Ratio("VGG11 torch.compile speed-up", LATENCY, "ms", VGG, VGG_COMPILED, goal=1.2),
+    Ratio("ResNet18 static int8 (pt2e) speed-up", LATENCY, "ms", RESNET, RESNET_INT8),
+    Ratio(
+        "ResNet18 static int8 (pt2e) size reduction (size <= 0.27x)",
+        SIZE,
+        "bytes",
+        RESNET,
+        RESNET_INT8,
+        goal=1 / 0.27,
+    ),
     Ratio(
         "VGG11 pruned 50% + static int8 speed-up", LATENCY, "ms", VGG, VGG_PRUNED_INT8, goal=15.0
     ),
@@ -83,7 +97,7 @@ def pruned_int8(vgg: nn.Module, calibration: list[torch.Tensor]) -> nn.Module:
     pruner = Pruner("l1_structured", mode="physical")
     pruner.attach(pruned, calibration[0][:1])
     pruner.prune(pruned, 0.5)
-    return make_quantizer("static_int8").quantize(pruned.eval(), calibration)
+    return make_quantizer("static_int8", backend="torch_ao").quantize(pruned.eval(), calibration)
 
 
 def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> CaseResult:
@@ -96,11 +110,17 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
     vgg_int8 = CifarVGG(11).eval()
     vgg_int8.load_state_dict(vgg.state_dict())
     calibration = [torch.randn(BATCH, 3, 32, 32) for _ in range(8)]
-    vgg_int8 = make_quantizer("static_int8").quantize(vgg_int8, calibration)
+    vgg_int8 = make_quantizer("static_int8", backend="torch_ao").quantize(vgg_int8, calibration)
     vgg_pruned_int8 = pruned_int8(vgg, calibration)
     start = time.perf_counter()
     compiled = compile_model(vgg, "torch_compile", [images], bench_dir / "inductor")
     compile_s = time.perf_counter() - start
+
+    resnet = torchvision.models.resnet18(num_classes=10).eval()
+    resnet_copy = torchvision.models.resnet18(num_classes=10).eval()
+    resnet_copy.load_state_dict(resnet.state_dict())
+    pt2e = make_quantizer("static_int8", backend="pt2e")
+    resnet_int8 = pt2e.quantize(resnet_copy, calibration)
 
     lstm = LSTMClassifier(VOCAB, 2, embedding_dim=400, hidden_size=256, num_layers=2).eval()
     lstm_int8 = LSTMClassifier(VOCAB, 2, embedding_dim=400, hidden_size=256).eval()
@@ -115,6 +135,8 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
         VGG_PRUNED_INT8: variant(
             vgg_pruned_int8, images, settings, state_dict_bytes(vgg_pruned_int8)
         ),
+        RESNET: variant(resnet, images, settings, state_dict_bytes(resnet)),
+        RESNET_INT8: variant(resnet_int8, images, settings, state_dict_bytes(resnet_int8)),
         LSTM: variant(lstm, tokens, settings, state_dict_bytes(lstm)),
         LSTM_INT8: variant(lstm_int8, tokens, settings, state_dict_bytes(lstm_int8)),
     }
@@ -125,6 +147,7 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
         "quantized_engine": torch.backends.quantized.engine,
         "torch_compile_seconds": compile_s,
         "compile_output_max_abs_diff": compiled.max_abs_diff,
+        "resnet18_pt2e_compile_seconds": pt2e.compile_time_s,
         "lstm": f"vocab {VOCAB}, embedding 400, hidden 256, 2 layers, {SEQ_LEN} tokens",
     }
     return run_case("quant", variants, RATIOS, settings, report, notes)

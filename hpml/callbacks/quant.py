@@ -12,11 +12,14 @@ and just after, on the same batches and inputs, and logs (``N`` = ``latency_batc
 ``quant_{before,after}/val_acc_pct``      top-1 accuracy, percent, on ``eval_batches`` val batches
 ``quant_{before,after}/val_loss_nats``    mean loss per sample on those batches (what the model's
                                           ``validation_step`` logs: a VAE's ``val_bce_nats``...)
+``quant/compile_time_s``                  ``pt2e``: seconds of the first compiled call, apart
+                                          from every latency (later shapes compile in warm-up)
 ========================================  ==================================================
 
 Both sides are measured by :mod:`hpml.callbacks.measure`, as for pruning and compilation.
 
-Tags: ``hpml.quant.method``, ``hpml.quant.backend``, ``hpml.quant.device_before``,
+Tags: ``hpml.quant.method``, ``hpml.quant.backend`` (the engine chosen for the net when the config
+says ``auto``: ``torch_ao`` or ``pt2e`` for static int8), ``hpml.quant.device_before``,
 ``hpml.quant.device_after``, and ``hpml.quant.fallback`` (why) when the quantised model runs on
 CPU although the trainer asked for CUDA: torch.ao int8 kernels exist for CPU only, so such a model
 is evaluated (and tested) on CPU instead of failing. The test stage then measures the quantised
@@ -38,6 +41,7 @@ import torch
 from hpml.callbacks.logging import log_metrics, log_text, set_tags
 from hpml.callbacks.measure import LATENCY_ROUNDS, LATENCY_WARMUP, Settings, measure
 from hpml.errors import ConfigError, IncompatibleError, non_negative_int, positive_int
+from hpml.names import S, metric
 from hpml.optimize.quant import OnDevice, Quantizer, make_quantizer
 from hpml.tensors import first_tensor
 
@@ -79,6 +83,7 @@ class Quantize(L.Callback):
         per_channel: bool = True,
         fuse: bool = True,
         embeddings: bool = True,
+        compile: bool = True,
         calibration_batches: int = 8,
         qat_epochs: int = 1,
         latency_batch_size: int = 64,
@@ -86,7 +91,9 @@ class Quantize(L.Callback):
         latency_warmup: int = LATENCY_WARMUP,
         eval_batches: int | None = 4,
     ) -> None:
-        self.quantizer = make_quantizer(method, backend, engine, per_channel, fuse, embeddings)
+        self.quantizer = make_quantizer(
+            method, backend, engine, per_channel, fuse, embeddings, compile
+        )
         self.calibration_batches = non_negative_int("calibration_batches", calibration_batches)
         if self.quantizer.needs_calibration and calibration_batches == 0:
             raise ConfigError(
@@ -104,12 +111,15 @@ class Quantize(L.Callback):
 
     # -- when ---------------------------------------------------------------------------------
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        """Fail before training when the model has nothing this method can quantise."""
+        """Fail before training when the model has nothing this method can quantise, and pick
+        the engine for this net where the backend is ``auto``."""
         if self.done or self.before_device is not None:
             return
         q = self.quantizer
         q.check(pl_module.net)
         q.check_inputs(pl_module.net, pl_module.example_input(1))
+        example = torch.rand_like(pl_module.example_input(2).cpu().float())
+        self.quantizer = q = q.for_net(pl_module.net, example)
         set_tags(trainer, {"hpml.quant.method": q.method, "hpml.quant.backend": q.backend})
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -161,6 +171,8 @@ class Quantize(L.Callback):
         else:
             qnet = q.quantize(pl_module.net.to(device), self._calibration(trainer))
         after = measure(trainer, pl_module, AFTER, self.settings, qnet, device)
+        if q.compile_time_s is not None:
+            after[metric("quant", "compile_time", S)] = q.compile_time_s
         pl_module.net = qnet if device == pl_module.device else OnDevice(qnet, device)
         self.done = True
         log_metrics(trainer, after)

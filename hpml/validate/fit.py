@@ -3,15 +3,14 @@
 Everything here runs on a model built on the meta device (no memory, no compute), except the
 int8 check, which quantises a freshly built CPU copy of the net and runs it once on one batch:
 that is the only way to learn whether eager-mode int8 has kernels for every op the net's forward
-calls (a residual ``out += identity`` has none), and it costs a second or two, once, instead of a
-whole training run that fails at its end.
+calls (a residual ``out += identity`` has none; ``quant.backend=auto`` then quantises through
+PT2E instead), and it costs a second or two, once, instead of a whole training run that fails at
+its end.
 """
 
 from __future__ import annotations
 
 import inspect
-import re
-import warnings
 from typing import Any
 
 import torch
@@ -20,7 +19,7 @@ from omegaconf import DictConfig
 from torch import nn
 
 from hpml.data.spec import DataSpec
-from hpml.errors import ConfigError, HpmlError, IncompatibleError
+from hpml.errors import ConfigError, IncompatibleError
 from hpml.hydra_job import HydraJob
 from hpml.models.input_fit import probe, size_range, sizes_text
 
@@ -111,6 +110,8 @@ def check_quant(quantizer: Any, model: Any, build_net: Any, spec: DataSpec, name
         quantizer.check_inputs(model.net, model.example_input(1))
     except ConfigError as exc:
         raise exc.under("quant") from None
+    if quantizer.backend == "auto":  # eager where it runs the net, else pt2e (one cached probe)
+        quantizer = quantizer.for_net(build_net(), torch.rand(2, *spec.input_shape))
     if quantizer.backend != "torch_ao":
         return
     from hpml.optimize.quant.torch_ao import Static, use_engine
@@ -125,31 +126,14 @@ def check_quant(quantizer: Any, model: Any, build_net: Any, spec: DataSpec, name
 
 def static_int8_runs(quantizer: Any, net: nn.Module, spec: DataSpec, name: str) -> None:
     """Quantise ``net`` as eager-mode static int8 (and QAT) would, and run it on one batch."""
-    from hpml.optimize.quant.torch_ao import Static
+    from hpml.optimize.quant.torch_ao import eager_static_problem
 
-    example = torch.rand(2, *spec.input_shape)
-    engine = Static(quantizer.engine, quantizer.per_channel, quantizer.fuse)
-    try:
-        with warnings.catch_warnings():  # the real run shows torch.ao's deprecation warnings
-            warnings.simplefilter("ignore")
-            qnet = engine.quantize(net.eval(), [example])
-            with torch.inference_mode():
-                qnet(example)
-    except HpmlError:
-        raise
-    except Exception as exc:
-        op = re.search(r"Could not run '([^']+)' with arguments from the '(\w+)' backend", str(exc))
-        if op:
-            problem = (
-                f"its forward calls {op.group(1)} on int8 tensors, which has no "
-                f"{op.group(2)} kernel (a functional op such as a residual add, outside "
-                f"the modules eager mode replaces)"
-            )
-        else:
-            message = " ".join(str(exc).split())[:200]
-            problem = f"the int8 model fails on one batch ({type(exc).__name__}: {message})"
-        raise IncompatibleError(
-            f"quant={quantizer.method} (eager-mode torch.ao) cannot quantise model {name}: "
-            f"{problem}; use quant=dynamic_int8, or a model built of modules only "
-            f"(model={'|'.join(STATIC_INT8_MODELS)})"
-        ) from None
+    problem = eager_static_problem(quantizer, net, torch.rand(2, *spec.input_shape))
+    if problem is None:
+        return
+    fix = "quant.backend=pt2e" if quantizer.method == "static_int8" else "quant=static_int8"
+    raise IncompatibleError(
+        f"quant={quantizer.method} (eager-mode torch.ao) cannot quantise model {name}: "
+        f"{problem}; use {fix} (PT2E int8 of the traced graph), quant=dynamic_int8, "
+        f"or a model built of modules only (model={'|'.join(STATIC_INT8_MODELS)})"
+    )

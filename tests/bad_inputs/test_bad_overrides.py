@@ -33,8 +33,8 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
         ["trainer.devices=4096", "at most", "on this machine"],
     ),
     "static_int8_resnet_add": (
-        ["quant=static_int8", "model=resnet18"],
-        ["quant=static_int8", "resnet18", "aten::add", "quant=dynamic_int8", "model=vgg11"],
+        ["quant=static_int8", "model=resnet18", "quant.backend=torch_ao"],
+        ["quant=static_int8", "resnet18", "aten::add", "quant.backend=pt2e", "model=vgg11"],
     ),
     "cifar_layout_on_224": (
         ["model=vgg11", "data=imagenet"],

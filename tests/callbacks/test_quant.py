@@ -16,9 +16,11 @@ SIZE_LATENCY = ("size_bytes", "latency_b1_ms", "latency_b32_ms", "val_acc_pct", 
 
 def test_cpu_only_kernels_fall_back_to_cpu_when_cuda_is_requested():
     cuda = torch.device("cuda:0")
-    device, reason = choose_device(cuda, make_quantizer("static_int8"), lambda: True)
-    assert device == torch.device("cpu")
-    assert "static_int8 (torch_ao) kernels run on CPU only" in reason
+    for backend in ("torch_ao", "pt2e"):
+        quantizer = make_quantizer("static_int8", backend=backend)
+        device, reason = choose_device(cuda, quantizer, lambda: True)
+        assert device == torch.device("cpu")
+        assert f"static_int8 ({backend}) kernels run on CPU only" in reason
     assert choose_device(torch.device("cpu"), make_quantizer("static_int8")) == (
         torch.device("cpu"),
         None,
@@ -99,3 +101,23 @@ def test_cli_bad_quant_inputs_are_one_line(root, client):
     assert "quant=static_int8 quantises the activations" in lines[0]
     assert "use quant=dynamic_int8" in lines[0]
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_static_int8_resnet18_goes_through_pt2e_with_before_and_after(composed, client):
+    """ResNet's residual add has no eager int8 kernel: auto quantises it as a PT2E graph."""
+    from hpml.train import train
+
+    small = ["data.image_size=16", "quant.latency_rounds=2", "quant.calibration_batches=2"]
+    cfg = composed(["model=resnet18", "quant=static_int8", *QUICK, *small])
+    train(cfg)
+    run = client.search_runs([client.get_experiment_by_name("hpml").experiment_id])[0]
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["hpml.quant.backend"] == "pt2e"
+    m = run.data.metrics
+    for stage in ("quant_before", "quant_after"):
+        for name in SIZE_LATENCY:
+            assert f"{stage}/{name}" in m, f"{stage}/{name}"
+    assert m["quant_after/size_bytes"] <= 0.27 * m["quant_before/size_bytes"]
+    assert m["quant/compile_time_s"] > 0
+    assert "test/acc" in m

@@ -1,18 +1,24 @@
 """Quantisation engines behind one interface: ``make_quantizer(method, backend)`` -> Quantizer.
 
-========================  ===========================  ======================================
-method                    backend ``torch_ao`` (CPU)    backend ``torchao`` (CUDA and CPU)
-========================  ===========================  ======================================
-``dynamic_int8``          Linear, LSTM, GRU; Embedding  Linear (int8 activations and weights)
-                          weight-only
-``static_int8``           Conv, Linear; fused, per-     -
-                          channel, calibrated
-``qat``                   Conv, Linear; fake-quant      -
-                          fine-tune, then convert
-``weight_only_int8``      -                             Linear (int8 weights)
-========================  ===========================  ======================================
+====================  =========================  =========================  ===================
+method                ``torch_ao`` (CPU, eager)  ``pt2e`` (x86 CPU, graph)  ``torchao`` (CUDA,
+                                                                            CPU)
+====================  =========================  =========================  ===================
+``dynamic_int8``      Linear, LSTM, GRU;         -                          Linear (int8
+                      Embedding weight-only                                 activations and
+                                                                            weights)
+``static_int8``       Conv, Linear in modules;   Conv, Linear and the ops   -
+                      fused, per-channel,        between them (residual
+                      calibrated                 add); calibrated, compiled
+``qat``               Conv, Linear; fake-quant   -                          -
+                      fine-tune, then convert
+``weight_only_int8``  -                          -                          Linear (int8
+                                                                            weights)
+====================  =========================  =========================  ===================
 
-``backend=auto`` picks ``torch_ao`` where it has the method, else ``torchao``.
+``backend=auto`` picks the first backend in that order that has the method; for ``static_int8``
+it is decided per net (:mod:`hpml.optimize.quant.auto`): eager where eager int8 runs the net,
+else ``pt2e``.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from hpml.optimize.quant.base import OnDevice, Quantizer, notice_once
 METHODS = ("dynamic_int8", "static_int8", "qat", "weight_only_int8")
 BACKENDS = {
     "torch_ao": ("dynamic_int8", "static_int8", "qat"),
+    "pt2e": ("static_int8",),
     "torchao": ("dynamic_int8", "weight_only_int8"),
 }
 
@@ -49,9 +56,20 @@ def make_quantizer(
     per_channel: bool = True,
     fuse: bool = True,
     embeddings: bool = True,
+    compile: bool = True,
 ) -> Quantizer:
     """The engine for ``method`` on ``backend``; options a backend does not use are ignored."""
+    if method == "static_int8" and backend == "auto":
+        from hpml.optimize.quant import torch_ao
+        from hpml.optimize.quant.auto import AutoStatic
+        from hpml.optimize.quant.pt2e import PT2EStatic
+
+        return AutoStatic(torch_ao.Static(engine, per_channel, fuse), PT2EStatic(compile))
     backend = resolve_backend(method, backend)
+    if backend == "pt2e":
+        from hpml.optimize.quant.pt2e import PT2EStatic
+
+        return PT2EStatic(compile)
     if backend == "torchao":
         from hpml.optimize.quant.torchao_backend import TorchaoInt8
 

@@ -3,7 +3,8 @@
 A ``Quantizer`` says HOW (which layers, which kernels, which device they run on); a Lightning
 callback decides WHEN (after fit for post-training methods, around a fine-tune for QAT). Configs
 name a method (``dynamic_int8``, ``static_int8``, ``qat``, ``weight_only_int8``) and a backend
-(``torch_ao`` or ``torchao``), never a backend's classes, so a backend can change underneath them.
+(``torch_ao``, ``pt2e`` or ``torchao``), never a backend's classes, so a backend can change
+underneath them.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class Quantizer(ABC):
     trains: bool = False
     cuda_capable: bool = False
     supported: tuple[type[nn.Module], ...] = ()
+    compile_time_s: float | None = None  # seconds the last quantize spent compiling, if any
 
     def check(self, net: nn.Module) -> None:
         """Raise ``IncompatibleError`` (one line) when ``net`` has no layer this method handles."""
@@ -58,6 +60,10 @@ class Quantizer(ABC):
     def check_inputs(self, net: nn.Module, example: Any) -> None:
         """Raise ``IncompatibleError`` when inputs like ``example`` cannot be quantised."""
         return None  # every input kind suits weight-only and dynamic methods
+
+    def for_net(self, net: nn.Module, example: torch.Tensor) -> Quantizer:
+        """The engine that quantises ``net``: this one, unless a backend is chosen per net."""
+        return self
 
     @abstractmethod
     def quantize(self, net: nn.Module, calibration: Iterable[Any] = ()) -> nn.Module:

@@ -13,6 +13,9 @@ own warnings are left alone.
 
 from __future__ import annotations
 
+import copy
+import re
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -28,6 +31,7 @@ ENGINES = ("x86", "fbgemm", "onednn", "qnnpack")
 CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 BNS = {nn.Conv1d: nn.BatchNorm1d, nn.Conv2d: nn.BatchNorm2d, nn.Conv3d: nn.BatchNorm3d}
 STATIC_LAYERS = (*CONVS, nn.Linear)
+NO_KERNEL = r"Could not run '([^']+)' with arguments from the '(\w+)' backend"
 
 
 def use_engine(engine: str) -> None:
@@ -101,7 +105,7 @@ class Dynamic(Quantizer):
         return tq.quantize_dynamic(net.cpu().eval(), spec, dtype=torch.qint8, inplace=False)
 
 
-def _float_inputs(method: str, net: nn.Module, sample: Any) -> None:
+def float_inputs(method: str, net: nn.Module, sample: Any) -> None:
     tensor = first_tensor(sample)
     if tensor is not None and not tensor.is_floating_point():
         raise IncompatibleError(
@@ -122,7 +126,7 @@ class Static(Quantizer):
         self.engine, self.per_channel, self.fuse = engine, per_channel, fuse
 
     def check_inputs(self, net: nn.Module, example: Any) -> None:
-        _float_inputs(self.method, net, example)
+        float_inputs(self.method, net, example)
 
     def qconfig(self) -> tq.QConfig:
         if self.per_channel:
@@ -151,7 +155,7 @@ class Static(Quantizer):
         with torch.inference_mode():
             for batch in calibration:
                 if seen == 0:
-                    _float_inputs(self.method, net, batch)
+                    float_inputs(self.method, net, batch)
                 wrapped(*as_args(_cpu(batch)))
                 seen += 1
         if seen == 0:
@@ -176,7 +180,7 @@ class QAT(Static):
 
     def prepare_qat(self, net: nn.Module, example: Any = None) -> nn.Module:
         if example is not None:
-            _float_inputs(self.method, net, example)
+            float_inputs(self.method, net, example)
         device = next((p.device for p in net.parameters()), torch.device("cpu"))
         wrapped = self.wrap(net, train=True)
         wrapped.qconfig = (
@@ -187,6 +191,44 @@ class QAT(Static):
 
     def convert(self, net: nn.Module) -> nn.Module:
         return tq.convert(net.cpu().eval(), inplace=True)
+
+
+_PROBED: dict[tuple[Any, ...], str | None] = {}
+
+
+def eager_static_problem(engine: Static, net: nn.Module, example: torch.Tensor) -> str | None:
+    """Why eager static int8 cannot run ``net`` (None when it can).
+
+    Learnt by quantising a copy of ``net`` and running it on ``example``: only that shows whether
+    every op its forward calls has an int8 kernel. Cached per architecture, input shape and
+    settings, so the check before training and the callback's choice pay for one probe.
+    """
+    key = (repr(net), tuple(example.shape[1:]), engine.engine, engine.per_channel, engine.fuse)
+    if key not in _PROBED:
+        _PROBED[key] = _probe(Static(engine.engine, engine.per_channel, engine.fuse), net, example)
+    return _PROBED[key]
+
+
+def _probe(engine: Static, net: nn.Module, example: torch.Tensor) -> str | None:
+    try:
+        with warnings.catch_warnings():  # the real run shows torch.ao's deprecation warnings
+            warnings.simplefilter("ignore")
+            qnet = engine.quantize(copy.deepcopy(net).cpu().eval(), [example.cpu()])
+            with torch.inference_mode():
+                qnet(example.cpu())
+    except (ConfigError, IncompatibleError):
+        raise
+    except Exception as exc:
+        op = re.search(NO_KERNEL, str(exc))
+        if op:
+            return (
+                f"its forward calls {op.group(1)} on int8 tensors, which has no "
+                f"{op.group(2)} kernel (a functional op such as a residual add, outside "
+                f"the modules eager mode replaces)"
+            )
+        message = " ".join(str(exc).split())[:200]
+        return f"the int8 model fails on one batch ({type(exc).__name__}: {message})"
+    return None
 
 
 def _cpu(batch: Any) -> Any:

@@ -1,0 +1,46 @@
+"""``static_int8`` with ``backend=auto``: eager torch.ao where it runs the net, else PT2E.
+
+Eager mode is kept first where it works (VGG, AlexNet): it needs no compiler and its int8 model
+runs as it is. A net whose forward calls an op outside its modules (ResNet's residual add) has no
+eager int8 kernel for it; PT2E quantises the traced graph instead. Which one a net gets is known
+before training: :meth:`AutoStatic.for_net` probes eager int8 on one batch (cached per
+architecture, so the check before training and the callback share one probe).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import nn
+
+from hpml.optimize.quant.base import Quantizer, as_args
+from hpml.optimize.quant.pt2e import PT2EStatic
+from hpml.optimize.quant.torch_ao import STATIC_LAYERS, Static, eager_static_problem, float_inputs
+
+
+class AutoStatic(Quantizer):
+    """Static int8 by the first engine that can run the net: eager ``torch_ao``, then ``pt2e``."""
+
+    method, backend = "static_int8", "auto"
+    needs_calibration = True
+    supported = STATIC_LAYERS
+
+    def __init__(self, eager: Static, pt2e: PT2EStatic) -> None:
+        self.eager, self.pt2e = eager, pt2e
+
+    def check_inputs(self, net: nn.Module, example: Any) -> None:
+        float_inputs(self.method, net, example)
+
+    def for_net(self, net: nn.Module, example: torch.Tensor) -> Quantizer:
+        """The engine that will quantise ``net`` (``example``: one float input batch)."""
+        if eager_static_problem(self.eager, net, example) is None:
+            return self.eager
+        return self.pt2e
+
+    def quantize(self, net: nn.Module, calibration: Iterable[Any] = ()) -> nn.Module:
+        batches = list(calibration)
+        example = as_args(batches[0])[0] if batches else None
+        engine = self.pt2e if example is None else self.for_net(net, example)
+        return engine.quantize(net, batches)

@@ -1,0 +1,139 @@
+"""Backend ``pt2e``: static int8 of a whole traced graph (torchao's PT2E flow, x86 CPU kernels).
+
+Eager mode replaces modules, so an op written in ``forward`` (ResNet's ``out += identity``) stays
+float between int8 tensors and has no kernel. PT2E quantises the graph ``torch.export`` captures
+instead, functional ops included: export (batch dimension dynamic) -> ``prepare_pt2e`` with
+``X86InductorQuantizer`` (conv/linear weights int8 per channel, activations per tensor, conv+bn
+folded, conv+add+relu annotated as one pattern) -> calibration -> ``convert_pt2e``, which folds
+each weight's quantisation into an int8 constant. The converted graph computes in fp32 around
+quantize/dequantize pairs; ``torch.compile`` with inductor freezing turns those patterns into
+oneDNN int8 convolutions and matmuls, which is where the speed comes from (``compile=False`` runs
+the reference graph: same numbers, slower than fp32).
+
+Export is strict (TorchDynamo): non-strict export names a module called twice (torchvision's
+shared ``self.relu``) as one source partition, which the quantizer's pattern matcher refuses.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import nn
+
+from hpml.errors import ConfigError
+from hpml.optimize.quant.base import Quantizer, as_args
+from hpml.optimize.quant.torch_ao import STATIC_LAYERS, float_inputs
+
+
+def drop_unused_state(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Delete parameters and buffers no node of the graph reads any more.
+
+    ``convert_pt2e`` adds the int8 weights (and conv biases with batch norm folded in) as new
+    buffers but leaves the float originals registered: the state dict would hold both, larger
+    than the fp32 model. What remains is what the graph runs on.
+    """
+    used = {str(node.target) for node in graph_module.graph.nodes if node.op == "get_attr"}
+    names = [name for name, _ in graph_module.named_parameters()]
+    names += [name for name, _ in graph_module.named_buffers()]
+    for name in names:
+        if name not in used:
+            owner_name, _, attr = name.rpartition(".")
+            owner = graph_module.get_submodule(owner_name) if owner_name else graph_module
+            delattr(owner, attr)
+    return graph_module
+
+
+def batch_example(batch: Any) -> tuple[Any, ...]:
+    """``batch`` as export arguments, at least two rows: a batch of one would fix the size."""
+    args = as_args(batch)
+    first = args[0]
+    if first.shape[0] < 2:
+        first = torch.cat([first, first])
+    return (first.cpu(), *args[1:])
+
+
+class Int8Graph(nn.Module):
+    """The converted int8 graph as an inference-only module, compiled with freezing by default.
+
+    Inductor freezing folds the int8 weights into prepacked oneDNN kernels. It is read when a
+    graph is compiled, and a new input shape compiles again on some later call, so it is set
+    around every call rather than process-wide (where it would change how every other
+    ``torch.compile`` in the process treats parameters). ``train()``/``eval()`` only set the flag:
+    the graph was exported in eval mode (batch norm folded, dropout off) and Lightning calls them
+    around every stage. The state dict is the graph's alone (int8 weights, float biases, scales
+    and zero points): the compiled forward is a function, not a second copy of the module.
+    """
+
+    def __init__(self, graph: torch.fx.GraphModule, compile: bool = True) -> None:
+        super().__init__()
+        self.graph = graph
+        self.compiled = torch.compile(graph.forward) if compile else None
+
+    def train(self, mode: bool = True) -> Int8Graph:
+        self.training = mode
+        return self
+
+    def forward(self, *args: Any) -> Any:
+        if self.compiled is None:
+            return self.graph(*args)
+        with torch._inductor.config.patch(freezing=True):
+            return self.compiled(*args)
+
+
+class PT2EStatic(Quantizer):
+    """Post-training static int8 of the exported graph: export, annotate, calibrate, convert."""
+
+    method, backend = "static_int8", "pt2e"
+    needs_calibration = True
+    supported = STATIC_LAYERS
+
+    def __init__(self, compile: bool = True) -> None:
+        self.compile = compile
+        self.compile_time_s: float | None = None
+
+    def check_inputs(self, net: nn.Module, example: Any) -> None:
+        float_inputs(self.method, net, example)
+
+    def convert(self, net: nn.Module, calibration: Iterable[Any] = ()) -> torch.fx.GraphModule:
+        """The converted graph (int8 weight constants, quantize/dequantize nodes), not compiled."""
+        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+        from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as x86
+
+        batches = iter(calibration)
+        first = next(batches, None)
+        if first is None:
+            raise ConfigError(
+                "calibration_batches",
+                0,
+                "a positive integer: static int8 calibrates activation ranges on that many "
+                "training batches",
+            )
+        float_inputs(self.method, net, first)
+        example = batch_example(first)
+        batch = torch.export.Dim("batch", min=1)
+        dynamic = tuple({0: batch} if i == 0 else None for i in range(len(example)))
+        exported = torch.export.export(
+            net.cpu().eval(), example, dynamic_shapes=dynamic, strict=True
+        )
+        config = x86.get_default_x86_inductor_quantization_config()  # per-channel weights only
+        quantizer = x86.X86InductorQuantizer().set_global(config)
+        prepared = prepare_pt2e(exported.module(), quantizer)
+        with torch.no_grad():
+            for calibration_batch in (first, *batches):
+                prepared(*(t.cpu() for t in as_args(calibration_batch)))
+        return drop_unused_state(convert_pt2e(prepared))
+
+    def quantize(self, net: nn.Module, calibration: Iterable[Any] = ()) -> nn.Module:
+        """The converted graph as an :class:`Int8Graph`; when ``compile``, its first call (on the
+        first calibration batch's shape) is timed in ``compile_time_s``."""
+        calibration = list(calibration)
+        int8 = Int8Graph(self.convert(net, calibration), self.compile)
+        if self.compile:
+            start = time.perf_counter()
+            with torch.no_grad():
+                int8(*(t.cpu() for t in as_args(calibration[0])))
+            self.compile_time_s = time.perf_counter() - start
+        return int8
