@@ -32,6 +32,7 @@ CASES: dict[str, Case] = {
     "analysis_callbacks": lazy("hpml.bench.analysis", "run_analysis_callbacks"),
     "prune": lazy("hpml.bench.prune"),
     "quant": lazy("hpml.bench.quant"),
+    "train_speed": lazy("hpml.bench.train_speed"),
     "parallel_sweep": lazy("hpml.bench.parallel_sweep"),
     "activations": lazy("hpml.bench.activations"),
 }

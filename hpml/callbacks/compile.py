@@ -19,19 +19,32 @@ Tags: ``hpml.compile.method``, ``hpml.compile.mode``, ``hpml.compile.device`` an
 torch.compile, ``hpml.compile.cache_dir`` (per run, under the run's output dir). ``export`` saves
 the program as the artifact ``compile/model.pt2``. The test stage's throughput then measures the
 compiled model after its warm-up steps; the compile already happened here.
+
+With ``train=true`` the training step is compiled too (``hpml.optimize.compile.training``, always
+``torch.compile`` with ``mode``, ``dynamic`` and ``fullgraph``): at train start, before any epoch
+is timed, the net is compiled and warmed up (forward and backward) on each batch size the
+training loader yields, under the trainer's autocast; those seconds are ``train/compile_time_s``
+(tag ``hpml.compile.train``). The compiled module is swapped in for each training batch only, so
+everything else sees the eager net: FLOPs counted on one sample, validation, checkpoints (no
+``_orig_mod.`` keys) and the compile after fit. The memory breakdown's first step is a compiled
+step: its activations are what the compiled graph saves for backward.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import lightning as L
+from lightning.pytorch.utilities import rank_zero_warn
+from torch import nn
 
 from hpml.callbacks.logging import log_file, log_metrics, set_tags
 from hpml.callbacks.measure import LATENCY_ROUNDS, LATENCY_WARMUP, Settings, measure
 from hpml.errors import ConfigError
 from hpml.names import S, metric
 from hpml.optimize.compile import METHODS, MODES, compile_model
+from hpml.optimize.compile.training import compile_for_training
 
 BEFORE, AFTER = "compile_before", "compile_after"
 
@@ -50,6 +63,9 @@ class Compile(L.Callback):
         latency_rounds: int = LATENCY_ROUNDS,
         latency_warmup: int = LATENCY_WARMUP,
         eval_batches: int | None = 4,
+        train: bool = False,
+        freezing: bool = False,
+        channels_last: bool = False,
     ) -> None:
         if method not in METHODS:
             raise ConfigError("method", method, f"one of {', '.join(METHODS)}")
@@ -61,6 +77,63 @@ class Compile(L.Callback):
             latency_batch_size, latency_rounds, latency_warmup, eval_batches
         )
         self.done = False
+        self.compile_train = train
+        self.freezing, self.channels_last = freezing, channels_last
+        self.train_net: nn.Module | None = None  # compiled for training, shares the parameters
+        self.eager_net: nn.Module | None = None  # put back after each training batch
+        self.compiled_of: nn.Module | None = None  # the eager net train_net compiles
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self.compile_train or self.train_net is not None:
+            return
+        examples = [pl_module.example_input(b) for b in _train_batch_sizes(trainer)]
+        self.compiled_of = pl_module.net
+        self.train_net, seconds = compile_for_training(
+            pl_module.net,
+            examples,
+            Path(trainer.default_root_dir) / "compile" / "train",
+            self.mode,
+            self.dynamic,
+            self.fullgraph,
+            trainer.precision_plugin.train_step_context,
+        )
+        log_metrics(trainer, {metric("train", "compile_time", S): seconds})
+        set_tags(trainer, {"hpml.compile.train": "true", "hpml.compile.mode": self.mode})
+
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        if self.train_net is None:
+            return
+        if pl_module.net is not self.compiled_of:
+            # replaced mid-training (QAT's prepare, physical pruning): train that net eagerly
+            rank_zero_warn("compile.train: the net was replaced during training; it runs eager")
+            self.train_net = None
+            return
+        self.eager_net, pl_module.net = pl_module.net, self.train_net
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        self._put_back_eager(pl_module)
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        self._put_back_eager(pl_module)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._put_back_eager(pl_module)
+        self.train_net = self.compiled_of = None
+
+    def _put_back_eager(self, pl_module: L.LightningModule) -> None:
+        if self.eager_net is not None:
+            pl_module.net, self.eager_net = self.eager_net, None
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.done:
@@ -85,6 +158,8 @@ class Compile(L.Callback):
             self.dynamic,
             self.fullgraph,
             self.tolerance,
+            self.freezing,
+            self.channels_last,
         )
         after = measure(
             trainer,
@@ -108,8 +183,19 @@ class Compile(L.Callback):
         if self.method == "torch_compile":
             tags |= {
                 "hpml.compile.mode": self.mode,
+                "hpml.compile.freezing": str(self.freezing).lower(),
+                "hpml.compile.channels_last": str(self.channels_last).lower(),
                 "hpml.compile.cache_dir": str(workdir / "inductor_cache"),
             }
         set_tags(trainer, tags)
         if compiled.artifact is not None:
             log_file(trainer, compiled.artifact, "compile")
+
+
+def _train_batch_sizes(trainer: L.Trainer) -> list[int]:
+    """The loader's batch size, and the last batch's where the dataset leaves a smaller one."""
+    loader = trainer.train_dataloader
+    size = getattr(loader, "batch_size", None) or 1
+    samples = len(getattr(loader, "dataset", ()))
+    last = samples % size if samples and not getattr(loader, "drop_last", False) else 0
+    return [size, last] if last else [size]
