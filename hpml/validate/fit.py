@@ -10,6 +10,7 @@ its end.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any
 
@@ -110,6 +111,7 @@ def check_quant(quantizer: Any, model: Any, build_net: Any, spec: DataSpec, name
         quantizer.check_inputs(model.net, model.example_input(1))
     except ConfigError as exc:
         raise exc.under("quant") from None
+    build_net = functools.cache(build_net)  # the choice below and the eager run share one net
     if quantizer.backend == "auto":  # eager where it runs the net, else pt2e (one cached probe)
         quantizer = quantizer.for_net(build_net(), torch.rand(2, *spec.input_shape))
     if quantizer.backend != "torch_ao":
