@@ -7,9 +7,13 @@ Variants, each built (and quantised or compiled) once before the rounds, so no r
   (default mode, ``freezing`` and ``channels_last``; inductor cache under ``.bench/inductor``,
   compile time recorded in the notes, never in a ratio) and TorchScript trace + freeze +
   ``optimize_for_inference`` (the baseline study 1 measured, 1.30x once here). Plain
-  ``torch.compile`` (weights as graph inputs, NCHW) measured 1.0-1.18x: what freezing adds is
-  oneDNN weight pre-packing and constant folding, what channels_last adds is NHWC convolutions
-  with no reorder of the activations around each;
+  ``torch.compile`` (weights as graph inputs, NCHW) measured 1.0-1.18x, and cannot do much
+  better: ``torch.profiler`` (``key_averages``, 5 calls at batch 32, one thread) puts 86% of
+  eager's 2.10 s in ``aten::mkldnn_convolution`` (1.80 s), 11% in max-pooling, 2% in BatchNorm;
+  plain compile fuses the pooling, BatchNorm and ReLU (0.16 s of generated code) but calls the
+  same convolutions (1.56 s): 1.73 s, 1.21x at best. With freezing and channels_last the
+  convolutions themselves get faster: ``mkldnn::_convolution_pointwise`` on pre-packed NHWC
+  weights with the ReLU fused, 1.47 s, and 0.04 s for the rest: 1.51 s, 1.38x;
 - VGG11-CIFAR physically pruned to 50% of each conv's output channels (``hpml.optimize.prune``,
   L1 structured; about 25% of the conv weights remain), then static int8;
 - torchvision's ResNet18 at 32x32 fp32 and static int8 through PT2E (``backend=pt2e``: its
