@@ -102,13 +102,20 @@ class PerformanceMonitor(L.Callback):
         metrics[metric(stage, "peak_memory", BYTES)] = peak_memory_bytes(device)[0]
         if device.type == "cuda":
             metrics[metric(stage, "peak_rss", BYTES)] = peak_rss_bytes()
-        # under DDP the job's figures: the slowest rank's times, the largest rank's memory, and
+        # under DDP the job's figures: the slowest rank's times, the largest rank's memory,
         # every rank's samples over the slowest rank's window (every rank takes as many steps)
+        # and the ranks' mean utilisation; the same two collectives on every rank
+        utilisation_name = metric(stage, "utilisation", PCT)
+        utilisation = metrics.pop(utilisation_name, None)
         window = stats.seconds if stats is not None else 0.0
         metrics = across_ranks(trainer, {**metrics, "window_s": window}, "max")
         window = metrics.pop("window_s")
         samples = stats.samples if stats is not None else 0
-        samples = across_ranks(trainer, {"samples": float(samples)}, "sum")["samples"]
+        summed = {"samples": float(samples), "utilisation": utilisation or 0.0}
+        summed = across_ranks(trainer, summed, "sum")
+        samples = summed["samples"]
+        if utilisation is not None:
+            metrics[utilisation_name] = summed["utilisation"] / trainer.world_size
         if not window:
             return metrics
         throughput = samples / window

@@ -10,7 +10,8 @@ single run leaves none). In order:
    and the model is built on the meta device with its optimiser and scheduler; any other
    ``TypeError``/``ValueError`` a constructor raises is reported against its config group;
 3. the model against the data (image size vs ``model.net.layout``) and the steps that will
-   transform it (pruning targets, quantisation vs the net's ops, checkpointed stages)
+   transform it (pruning targets, quantisation vs the net's ops, checkpointed stages and the
+   steps that would replace them)
    (:mod:`hpml.validate.fit`);
 4. the trainer's accelerator, devices and strategy against this machine, and under DDP the
    steps that cannot run there (:mod:`hpml.validate.machine`), and the store's directory
@@ -63,6 +64,7 @@ def validate(cfg: DictConfig, job: HydraJob | None) -> None:
     spec = datamodule.planned_spec()
     name = fit.model_name(cfg, job)
     fit.check_layout(cfg, spec, name)
+    fit.check_checkpointing(cfg)
 
     def build_model(device: str) -> Any:
         with torch.device(device):

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 from hydra.utils import get_object, instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from hpml.data.spec import DataSpec
@@ -99,6 +99,28 @@ def check_activations(callback: Any, model: nn.Module) -> None:
         callback.stages(model)
     except ConfigError as exc:
         raise exc.under("activations") from None
+
+
+def check_checkpointing(cfg: DictConfig) -> None:
+    """``activations=checkpoint`` patches the net's stages by name when training starts; a step
+    that replaces the net during training renames them (``compile.train``: ``_orig_mod.``,
+    ``quant=qat``: its ``QuantWrapper``), so the stages would not be found mid-fit."""
+    if OmegaConf.select(cfg, "activations.method") != "checkpoint":
+        return
+    replacing = [
+        choice
+        for choice, on in (
+            ("compile.train=true", OmegaConf.select(cfg, "compile.train") is True),
+            ("quant=qat", OmegaConf.select(cfg, "quant.method") == "qat"),
+        )
+        if on
+    ]
+    if replacing:
+        raise IncompatibleError(
+            f"activations=checkpoint cannot run with {replacing[0]}: it replaces the net during "
+            "training, and the checkpointed stages are the eager net's; use activations=bf16, "
+            "or drop one of the two"
+        )
 
 
 def check_quant(quantizer: Any, model: Any, build_net: Any, spec: DataSpec, name: str) -> None:

@@ -36,6 +36,14 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
         ["quant=static_int8", "model=resnet18", "quant.backend=torch_ao"],
         ["quant=static_int8", "resnet18", "aten::add", "quant.backend=pt2e", "model=vgg11"],
     ),
+    "checkpoint_with_compiled_training": (
+        ["activations=checkpoint", "compile=torch_compile", "compile.train=true"],
+        ["activations=checkpoint", "compile.train=true", "activations=bf16"],
+    ),
+    "checkpoint_with_qat": (
+        ["activations=checkpoint", "quant=qat"],
+        ["activations=checkpoint", "quant=qat"],
+    ),
     "cifar_layout_on_224": (
         ["model=vgg11", "data=imagenet"],
         [

@@ -45,7 +45,12 @@ def compile_for_training(
     context: Context = nullcontext,
 ) -> tuple[nn.Module, float]:
     """``net`` compiled and warmed up on ``examples`` (one per batch size the training meets)
-    inside ``context`` (the trainer's autocast), and the seconds that took."""
+    inside ``context`` (the trainer's autocast), and the seconds that took.
+
+    The warm-up leaves no trace on the run: gradients are cleared, buffers (BatchNorm's
+    statistics) restored and the random streams forked, so a seeded run draws what the eager
+    run draws (dropout inside the compiled graph still draws from inductor's own generator).
+    """
     if mode not in MODES:
         from hpml.errors import ConfigError
 
@@ -57,8 +62,9 @@ def compile_for_training(
     net.train()
     start = time.perf_counter()
     compiled = torch.compile(net, mode=mode, dynamic=dynamic, fullgraph=fullgraph)
+    devices = [e.device for e in examples if isinstance(e, torch.Tensor) and e.is_cuda][:1]
     try:
-        with torch.inference_mode(False), torch.enable_grad():
+        with torch.random.fork_rng(devices), torch.inference_mode(False), torch.enable_grad():
             for example in examples:
                 with context():
                     output = compiled(*_args(example))

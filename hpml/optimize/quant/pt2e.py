@@ -128,7 +128,9 @@ class PT2EStatic(Quantizer):
 
     def quantize(self, net: nn.Module, calibration: Iterable[Any] = ()) -> nn.Module:
         """The converted graph as an :class:`Int8Graph`; when ``compile``, its first call (on the
-        first calibration batch's shape) is timed in ``compile_time_s``."""
+        first calibration batch's shape) is timed in ``compile_time_s``: a cold compile unless
+        inductor's on-disk cache (``TORCHINDUCTOR_CACHE_DIR``, the process's) already holds the
+        same graph from an earlier job, when it is the cache's load time."""
         calibration = list(calibration)
         int8 = Int8Graph(self.convert(net, calibration), self.compile)
         if self.compile:
