@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
-import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,13 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 import mlflow
 from mlflow import MlflowClient
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from hpml.errors import one_line  # re-exported: callers import it from here too
 from hpml.hydra_job import HydraJob
 from hpml.tracking.jobs import PARENT_FILE  # re-exported likewise
 from hpml.tracking.logger import AttachedMLFlowLogger
-from hpml.tracking.redact import redact_config, redact_text
+from hpml.tracking.records import log_config, log_failure, log_job_log
+from hpml.tracking.redact import redact_text
 from hpml.tracking.remote import PREFLIGHT_TIMEOUT_S
 from hpml.tracking.retries import RETRY_S, fail_fast_if_server_gone
 from hpml.tracking.store import StoreError, experiment_id, prepare_store, retry_locked
@@ -29,25 +28,10 @@ if TYPE_CHECKING:  # the dataset and model loggers import torch: only a run that
     from hpml.data.base import HpmlDataModule
     from hpml.models.base import HpmlModule
 
-MAX_PARAM_CHARS = 6000  # MLflow 3's limit on one param value
-
 log = logging.getLogger(__name__)
 trace = logging.getLogger("hpml.trace")  # to the job log file only (conf/hydra/default.yaml)
 # MLflow announces every start and stop of its system-metrics thread at INFO: noise on every run.
 logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
-
-
-def flatten(tree: Any, prefix: str = "") -> dict[str, str]:
-    """``{"a": {"b": 1}}`` -> ``{"a.b": "1"}``: one MLflow param per config leaf."""
-    if isinstance(tree, dict):
-        flat: dict[str, str] = {}
-        for key, value in tree.items():
-            flat.update(flatten(value, f"{prefix}{key}."))
-        return flat
-    text = str(tree)
-    if len(text) > MAX_PARAM_CHARS:
-        text = text[: MAX_PARAM_CHARS - 3] + "..."
-    return {prefix.rstrip("."): text}
 
 
 class TrackedRun:
@@ -189,15 +173,15 @@ class MlflowTracker:
             raise
         status = "FINISHED"
         try:
-            _log_config(cfg, job, resumed=resume is not None)
+            log_config(cfg, job, resumed=resume is not None)
             yield TrackedRun(self, active)
         except BaseException as exc:
             status = "KILLED" if interrupted(exc) else "FAILED"
             fail_fast_if_server_gone(exc)  # retried for logger.retry_s already: once is enough
-            _best_effort(_log_failure, exc)
+            _best_effort(log_failure, exc)
             raise
         finally:  # the run always ends, or the next job in this process could not start one
-            _best_effort(_log_job_log, job)
+            _best_effort(log_job_log, job)
             _best_effort(mlflow.end_run, status)
 
     def record_refused(self, cfg: DictConfig, job: HydraJob | None, exc: BaseException) -> None:
@@ -240,33 +224,11 @@ class MlflowTracker:
         )
         mlflow.start_run(run_id=run.info.run_id, log_system_metrics=False)
         try:
-            _best_effort(_log_config, cfg, job)
-            _best_effort(_log_failure, exc)
-            _best_effort(_log_job_log, job)
+            _best_effort(log_config, cfg, job)
+            _best_effort(log_failure, exc)
+            _best_effort(log_job_log, job)
         finally:
             mlflow.end_run("FAILED")
-
-
-def _log_config(cfg: DictConfig, job: HydraJob | None, resumed: bool = False) -> None:
-    """The resolved config as params and as a file, plus Hydra's own record of the job (none
-    with ``hydra.output_subdir=null``, which tells Hydra to keep none).
-
-    A resumed run keeps the params it has (MLflow refuses changed values) and gains new ones;
-    each resume's config goes under ``config/resumed_<time>/``.
-    """
-    resolved = redact_config(
-        OmegaConf.to_container(cfg, resolve=True), OmegaConf.to_container(cfg, resolve=False)
-    )
-    params, folder = flatten(resolved), "config"
-    if resumed:
-        known = MlflowClient().get_run(mlflow.active_run().info.run_id).data.params
-        params = {key: value for key, value in params.items() if key not in known}
-        folder = f"config/resumed_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
-    mlflow.log_params(params)
-    mlflow.log_text(OmegaConf.to_yaml(resolved), f"{folder}/config_resolved.yaml")
-    if job is not None and job.config_dir is not None:
-        for path in sorted(job.config_dir.glob("*.yaml")):  # overrides may carry a URI's password
-            mlflow.log_text(redact_text(path.read_text()), f"{folder}/hydra/{path.name}")
 
 
 def interrupted(exc: BaseException) -> bool:
@@ -290,27 +252,6 @@ def _best_effort(action: Callable[..., None], *args: Any) -> None:
     except Exception as exc:  # the traceback goes to the job log, the terminal gets one line
         log.warning("could not record %s in MLflow: %s", action.__name__, one_line(exc))
         trace.warning("could not record %s in MLflow", action.__name__, exc_info=True)
-
-
-def _log_failure(exc: BaseException) -> None:
-    mlflow.set_tag("hpml.error", redact_text(one_line(exc))[:5000])
-    mlflow.log_text(redact_text("".join(traceback.format_exception(exc))), "error/traceback.txt")
-
-
-def _log_job_log(job: HydraJob | None) -> None:
-    """Upload the job's log file (Hydra's job logging), flushed first, and those of its other
-    DDP ranks (``<name>_rank<N>.log``, :mod:`hpml.distributed`)."""
-    if job is None:
-        return
-    for handler in logging.getLogger().handlers:
-        handler.flush()
-    paths = [
-        job.output_dir / f"{job.name}.log",
-        *sorted(job.output_dir.glob(f"{job.name}_rank*.log")),
-    ]
-    for path in paths:
-        if path.is_file():
-            mlflow.log_text(redact_text(path.read_text(errors="replace")), f"logs/{path.name}")
 
 
 def sweep_record(job: HydraJob | None) -> dict[str, str] | None:
