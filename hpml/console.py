@@ -18,21 +18,35 @@ import sys
 import warnings
 from typing import Any, TextIO
 
-# (category, regex matched at the start of the message); subclasses match too, so UserWarning
-# covers Lightning's PossibleUserWarning.
-NOISY_WARNINGS: tuple[tuple[type[Warning], str], ...] = (
+# (category, regex matched at the start of the message, regex of the raising module or "" for
+# any); subclasses match too, so UserWarning covers Lightning's PossibleUserWarning.
+NOISY_WARNINGS: tuple[tuple[type[Warning], str, str], ...] = (
     # lightning 2.6 builds torch's deprecated LeafSpec when it moves every batch
-    (FutureWarning, r"`isinstance\(treespec, LeafSpec\)` is deprecated"),
+    (FutureWarning, r"`isinstance\(treespec, LeafSpec\)` is deprecated", ""),
     # hpml logs metrics per epoch, never per step: the logging interval does not matter
-    (UserWarning, r"The number of training batches \(\d+\) is smaller than the logging interval"),
+    (
+        UserWarning,
+        r"The number of training batches \(\d+\) is smaller than the logging interval",
+        "",
+    ),
     # torch.ao's own deprecation notes, per observer and per quantised layer: hpml already says
     # once that torch.ao is deprecated upstream (hpml.optimize.quant)
-    (UserWarning, r"Please use quant_min and quant_max to specify the range for observers"),
-    (UserWarning, r"torch\.quantize_per_tensor, torch\.quantize_per_channel and other quantized"),
+    (UserWarning, r"Please use quant_min and quant_max to specify the range for observers", ""),
+    (
+        UserWarning,
+        r"torch\.quantize_per_tensor, torch\.quantize_per_channel and other quantized",
+        "",
+    ),
+    # inductor's int8 lowering (quant=static_int8 through PT2E) copies its own zero points
+    (UserWarning, r"To copy construct from a tensor", r"torch\._inductor\.mkldnn_lowerings"),
 )
 # (logger, message start): log records dropped by a filter on the logger that emits them
 NOISY_RECORDS: tuple[tuple[str, str], ...] = (
     ("lightning.pytorch.utilities.rank_zero", "💡 Tip: For seamless cloud logging"),
+    # torchao registers an Enum with torch's pytree on import (PT2E): torch's own to settle
+    ("torch.utils._pytree", "%s is an Enum subclass and is now natively supported"),
+    # inductor looks for a CUDA toolkit when it compiles on CPU: nothing a CPU run lacks
+    ("torch.utils.cpp_extension", "No CUDA runtime is found"),
 )
 
 
@@ -68,8 +82,8 @@ def quiet_upstream(verbose: bool = False) -> None:
     _installed_filters.clear()
     if verbose:
         return
-    for category, message in NOISY_WARNINGS:
-        warnings.filterwarnings("ignore", message=message, category=category)
+    for category, message, module in NOISY_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category, module=module)
         _installed_warnings.append(warnings.filters[0])
     by_logger: dict[str, tuple[str, ...]] = {}
     for name, start in NOISY_RECORDS:
