@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from hpml.bench.harness import CaseResult, Measurement, Report, Settings, write_json
+from hpml.console import quiet_upstream
 
 Case = Callable[[Settings, Path, Report], CaseResult]
 BENCH_DIR = Path(".bench")  # git-ignored: results and the bench's own MLflow store
@@ -188,6 +189,7 @@ def main(
         print(f"hpml.bench: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     settings = Settings(args.rounds, args.steps, args.warmup, args.threads)
+    quiet_upstream()  # the known upstream notes, as a run drops them (hpml.console)
     results = []
     for name in names:
         result = cases[name](settings, bench_dir, progress(name, settings.rounds))
