@@ -12,8 +12,11 @@ Variants, each built (and quantised or compiled) once before the rounds, so no r
   eager's 2.10 s in ``aten::mkldnn_convolution`` (1.80 s), 11% in max-pooling, 2% in BatchNorm;
   plain compile fuses the pooling, BatchNorm and ReLU (0.16 s of generated code) but calls the
   same convolutions (1.56 s): 1.73 s, 1.21x at best. With freezing and channels_last the
-  convolutions themselves get faster: ``mkldnn::_convolution_pointwise`` on pre-packed NHWC
-  weights with the ReLU fused, 1.47 s, and 0.04 s for the rest: 1.51 s, 1.38x;
+  convolutions themselves got faster once (``mkldnn::_convolution_pointwise`` on pre-packed NHWC
+  weights with the ReLU fused, 1.47 s: 1.38x), but another run's compiled graph called
+  ``aten::mkldnn_convolution`` as eager does (84% of eager's time, the same 426 ms): 1.15x. The
+  case prints both models' profiler tables every run (:func:`profile_tables`), so the ratio it
+  measures comes with the operators behind it;
 - VGG11-CIFAR physically pruned to 50% of each conv's output channels (``hpml.optimize.prune``,
   L1 structured; about 25% of the conv weights remain), then static int8;
 - torchvision's ResNet18 at 32x32 fp32 and static int8 through PT2E (``backend=pt2e``: its
@@ -111,6 +114,24 @@ def pruned_int8(vgg: nn.Module, calibration: list[torch.Tensor]) -> nn.Module:
     return make_quantizer("static_int8", backend="torch_ao").quantize(pruned.eval(), calibration)
 
 
+def profile_tables(models: dict[str, nn.Module], images: torch.Tensor, calls: int = 3) -> str:
+    """torch.profiler's operator table (self CPU time, top rows) of each model over ``calls``
+    forward passes after one untimed: where eager and compiled inference spend their time, the
+    evidence behind the torch.compile speed-up whatever this machine's rounds measure."""
+    from torch.profiler import ProfilerActivity, profile
+
+    parts = []
+    for name, model in models.items():
+        with torch.no_grad():
+            model(images)
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                for _ in range(calls):
+                    model(images)
+        table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=6)
+        parts.append(f"{name}, {calls} forward passes at batch {len(images)}:\n{table}")
+    return "\n".join(parts)
+
+
 def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> CaseResult:
     torch.set_num_threads(settings.threads)
     torch.manual_seed(0)
@@ -162,6 +183,7 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
         LSTM: variant(lstm, tokens, settings, state_dict_bytes(lstm)),
         LSTM_INT8: variant(lstm_int8, tokens, settings, state_dict_bytes(lstm_int8)),
     }
+    print(profile_tables({VGG: vgg, VGG_COMPILED: compiled.module}, images))
     notes = {
         "batch_size": BATCH,
         "device": "cpu",
