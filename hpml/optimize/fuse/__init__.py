@@ -1,0 +1,1 @@
+"""Fused training arrays (HFTA): N same-shaped models trained as one."""
