@@ -69,3 +69,12 @@ PEAK_BANDWIDTH = metric(STAGE, "peak_memory_bandwidth", BYTES_PER_S)
 RIDGE = metric(STAGE, "ridge", FLOP_PER_BYTE)
 PEAK_TAG = "hpml.roofline.peak"
 PEAK_SOURCE_TAG = "hpml.roofline.peak_source"
+
+
+MEMBER_PREFIX = "fused"
+
+
+def member_prefix(index: int) -> str:
+    """What member ``index`` of a fused array prefixes its metric names with: ``fused3/``. The
+    member's own run (:class:`hpml.tracking.fused.MemberLogger`) stores them without it."""
+    return f"{MEMBER_PREFIX}{index}/"

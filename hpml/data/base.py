@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from hpml.data.spec import DataSpec
@@ -148,10 +149,14 @@ class HpmlDataModule(L.LightningDataModule):
         return dataset
 
     def _loader(self, dataset: Dataset | None, split: str, shuffle: bool) -> DataLoader:
+        """Shuffled from ``seed``'s own generator: a job's data order is its seed's alone, not
+        what else drew from the global generator first (a fused array's members build N nets
+        before the first batch, and each must read its serial twin's order)."""
         return DataLoader(
             self._limited(dataset, split),
             batch_size=self.batch_size,
             shuffle=shuffle,
+            generator=torch.Generator().manual_seed(self.seed) if shuffle else None,
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
             persistent_workers=self.num_workers > 0,

@@ -8,12 +8,15 @@ from typing import Any, ClassVar
 import lightning as L
 import torch
 from torch import Tensor, nn
+from torchmetrics import Metric
 
 from hpml.data.spec import DataSpec
 from hpml.errors import ConfigError, IncompatibleError
 
+Measured = dict[str, Tensor | Metric]
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 SchedulerFactory = Callable[[torch.optim.Optimizer], Any]
+PROGRESS_BAR = ("loss", "acc")
 
 
 class HpmlModule(L.LightningModule):
@@ -58,9 +61,17 @@ class HpmlModule(L.LightningModule):
     def build_net(self, net: Callable[..., nn.Module], data: DataSpec) -> nn.Module:
         raise NotImplementedError
 
-    def _step(self, batch: tuple[Tensor, Tensor], stage: str) -> Tensor:
-        """Loss of one batch, logging the family's metrics under ``stage``."""
+    def measure(self, output: Any, batch: tuple[Tensor, Tensor], stage: str) -> Measured:
+        """The loss (key ``loss``) and the family's other metrics of ``output``, the net's
+        output on ``batch``; metric objects are updated here. Apart from the forward pass so a
+        fused array (:mod:`hpml.models.fused`) scores each member's slice of one vmapped call."""
         raise NotImplementedError
+
+    def _step(self, batch: tuple[Tensor, Tensor], stage: str) -> Tensor:
+        """Loss of one batch, logging what :meth:`measure` gives as ``<stage>/<name>``."""
+        measured = self.measure(self(batch[0]), batch, stage)
+        log_measured(self, measured, stage)
+        return measured["loss"]
 
     def _formatted(self, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
         """The batch with its inputs in the net's memory format (a no-op unless channels_last)."""
@@ -89,3 +100,19 @@ class HpmlModule(L.LightningModule):
         if self.hparams.scheduler is None:
             return optimizer
         return {"optimizer": optimizer, "lr_scheduler": self.hparams.scheduler(optimizer)}
+
+
+def log_measured(
+    module: L.LightningModule, measured: Measured, stage: str, prefix: str = ""
+) -> None:
+    """Log each of ``measured`` as ``<prefix><stage>/<name>``, per epoch; loss and accuracy also
+    on the progress bar. Metric objects sync themselves under DDP, tensors are synced here."""
+    for name, value in measured.items():
+        module.log(
+            f"{prefix}{stage}/{name}",
+            value,
+            on_step=False,
+            on_epoch=True,
+            sync_dist=not isinstance(value, Metric),
+            prog_bar=not prefix and name in PROGRESS_BAR,
+        )

@@ -10,7 +10,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from hpml.data.spec import DataSpec
 from hpml.errors import IncompatibleError
-from hpml.models.base import HpmlModule
+from hpml.models.base import HpmlModule, Measured
 from hpml.models.input_fit import CANDIDATES, MAX_SIZE, probe, size_range, sizes_text
 
 STAGES = ("train", "val", "test")
@@ -32,15 +32,11 @@ class Classifier(HpmlModule):
     def forward(self, x: Tensor) -> Tensor:
         return self.net(x)
 
-    def _step(self, batch: tuple[Tensor, Tensor], stage: str) -> Tensor:
-        x, y = batch
-        logits = self(x)
-        loss = self.criterion(logits, y)
+    def measure(self, output: Tensor, batch: tuple[Tensor, Tensor], stage: str) -> Measured:
+        _, y = batch
         accuracy = self.accuracy[f"{stage}_acc"]
-        accuracy(logits, y)
-        self.log(f"{stage}/loss", loss, on_step=False, on_epoch=True, sync_dist=True, prog_bar=True)
-        self.log(f"{stage}/acc", accuracy, on_step=False, on_epoch=True, prog_bar=True)
-        return loss
+        accuracy(output, y)
+        return {"loss": self.criterion(output, y), "acc": accuracy}
 
 
 def check_input_fits(net: Callable[..., nn.Module], data: DataSpec, name: str) -> None:

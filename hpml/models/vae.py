@@ -10,7 +10,7 @@ from torch.nn import functional as F
 
 from hpml.data.spec import DataSpec
 from hpml.errors import IncompatibleError
-from hpml.models.base import HpmlModule
+from hpml.models.base import HpmlModule, Measured
 
 
 def vae_loss(logits: Tensor, x: Tensor, mu: Tensor, logvar: Tensor) -> tuple[Tensor, Tensor]:
@@ -36,12 +36,9 @@ class VAEModule(HpmlModule):
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         return self.net(x)
 
-    def _step(self, batch: tuple[Tensor, Tensor], stage: str) -> Tensor:
-        x, _ = batch
-        logits, mu, logvar = self(x)
-        bce, kld = vae_loss(logits, x, mu, logvar)
-        loss = bce + kld
-        self.log(f"{stage}/loss", loss, on_step=False, on_epoch=True, sync_dist=True, prog_bar=True)
-        self.log(f"{stage}/bce", bce, on_step=False, on_epoch=True, sync_dist=True)
-        self.log(f"{stage}/kld", kld, on_step=False, on_epoch=True, sync_dist=True)
-        return loss
+    def measure(
+        self, output: tuple[Tensor, Tensor, Tensor], batch: tuple[Tensor, Tensor], stage: str
+    ) -> Measured:
+        logits, mu, logvar = output
+        bce, kld = vae_loss(logits, batch[0], mu, logvar)
+        return {"loss": bce + kld, "bce": bce, "kld": kld}

@@ -1,0 +1,86 @@
+"""N same-shaped nets run as one vmapped call: the forward pass of a fused training array.
+
+``torch.func`` does what HFTA hand-wrote kernels for: ``vmap`` batches a Linear over the
+members as one ``bmm`` and a Conv2d as one grouped convolution. Each member keeps its own
+parameters (leaves its own optimiser steps, as a serially trained net's would); a forward
+stacks them, so autograd hands each member exactly the gradient of its own loss. BatchNorm's
+running statistics live stacked here and are copied back to the members by
+:meth:`FusedNets.sync_buffers`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call, vmap
+from torch.utils._pytree import tree_map
+
+from hpml.errors import IncompatibleError
+from hpml.optimize.fuse.lstm import vmappable
+
+
+class FusedNets(nn.Module):
+    """``nets`` (same architecture, any values) as one module whose forward runs them all.
+
+    ``forward(x, stacked)``: ``x`` is one batch every member sees (``stacked=False``) or a
+    batch per member along dim 0 (``stacked=True``); the output is the nets' output with the
+    member as its leading dim. Dropout and other random ops draw independently per member
+    (``randomness="different"``).
+    """
+
+    def __init__(self, nets: Sequence[nn.Module]) -> None:
+        super().__init__()
+        self.nets = nn.ModuleList(vmappable(net) for net in nets)
+        names = [[name for name, _ in net.named_parameters()] for net in self.nets]
+        shapes = [[tuple(p.shape) for p in net.parameters()] for net in self.nets]
+        for index in range(1, len(self.nets)):
+            if names[index] != names[0] or shapes[index] != shapes[0]:
+                raise IncompatibleError(
+                    f"member {index} of the fused array differs in its parameters' names or "
+                    "shapes from member 0; only same-shaped nets fuse"
+                )
+        self.param_names = names[0]
+        self.buffer_names = [name for name, _ in self.nets[0].named_buffers()]
+        for slot, name in enumerate(self.buffer_names):
+            member_buffers = [net.get_buffer(name) for net in self.nets]
+            self.register_buffer(f"stacked_{slot}", torch.stack(member_buffers).clone())
+        # the skeleton functional_call runs with the stacked values: no storage of its own
+        self.__dict__["skeleton"] = copy.deepcopy(self.nets[0]).to("meta")
+
+    def __len__(self) -> int:
+        return len(self.nets)
+
+    def stacked_parameters(self) -> dict[str, Tensor]:
+        """Each parameter of every member along a new dim 0, differentiable to the members'."""
+        members = [dict(net.named_parameters()) for net in self.nets]
+        return {name: torch.stack([m[name] for m in members]) for name in self.param_names}
+
+    def stacked_buffers(self) -> dict[str, Tensor]:
+        return {name: self.get_buffer(f"stacked_{k}") for k, name in enumerate(self.buffer_names)}
+
+    def forward(self, x: Any, stacked: bool = False) -> Any:
+        skeleton = self.skeleton.train(self.training)
+
+        def one(params: dict[str, Tensor], buffers: dict[str, Tensor], inputs: Any) -> Any:
+            return functional_call(skeleton, (params, buffers), (inputs,))
+
+        in_dims = (0, 0, 0 if stacked else None)
+        fused = vmap(one, in_dims=in_dims, randomness="different")
+        return fused(self.stacked_parameters(), self.stacked_buffers(), x)
+
+    @torch.no_grad()
+    def sync_buffers(self) -> None:
+        """Copy the stacked running statistics into each member's own buffers."""
+        for k, name in enumerate(self.buffer_names):
+            stacked = self.get_buffer(f"stacked_{k}")
+            for index, net in enumerate(self.nets):
+                net.get_buffer(name).copy_(stacked[index])
+
+
+def member_output(output: Any, index: int) -> Any:
+    """Member ``index``'s slice of a fused output (a tensor or a tuple of them)."""
+    return tree_map(lambda t: t[index] if isinstance(t, Tensor) else t, output)

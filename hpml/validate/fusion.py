@@ -1,0 +1,111 @@
+"""Which jobs of a sweep can train as one fused array (``fuse=array``), and if not, why.
+
+Jobs fuse when their configs differ only in keys that keep every tensor's shape (the patterns
+of ``fuse.fusable``: learning rate, weight decay, momentum, betas, dropout, seed, ...) and the
+array can do all they ask. Anything else runs the normal way, one job at a time, after one line
+saying which key or setting kept them apart: a sweep is never refused for asking to fuse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+# slowdown measured on CPU (../shared/FIELD_NOTES.md): 8 study-3 VAEs, one thread
+CPU_SLOWDOWN = "0.54-0.85x of serial for 8 VAEs"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The job indices of each fused array, those that run one by one, and why they do."""
+
+    arrays: list[list[int]] = field(default_factory=list)
+    serial: list[int] = field(default_factory=list)
+    reason: str | None = None
+
+
+def leaves(tree: Any, prefix: str = "") -> dict[str, str]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": "1"}``, interpolations as written (``${seed}``)."""
+    if isinstance(tree, dict):
+        flat: dict[str, str] = {}
+        for key, value in tree.items():
+            flat.update(leaves(value, f"{prefix}{key}."))
+        return flat
+    return {prefix.rstrip("."): repr(tree)}
+
+
+def differing_keys(configs: Sequence[DictConfig]) -> list[str]:
+    """The config keys whose value is not the same in every job (Hydra's own node aside)."""
+    flats = []
+    for cfg in configs:
+        tree = OmegaConf.to_container(cfg, resolve=False)
+        tree.pop("hydra", None)
+        flats.append(leaves(tree))
+    keys = sorted(set().union(*flats))
+    return [key for key in keys if len({flat.get(key, "<unset>") for flat in flats}) > 1]
+
+
+def unfusable_setting(cfg: DictConfig) -> str | None:
+    """A setting every job shares that an array cannot train with, as ``key=value``."""
+    for group in cfg.callback_groups:
+        node = cfg.get(group)
+        if node and "_target_" in node:
+            return f"{group}={OmegaConf.select(cfg, f'hydra.runtime.choices.{group}') or 'set'}"
+    trainer = cfg.trainer
+    for key, default in (
+        ("devices", 1),
+        ("num_nodes", 1),
+        ("accumulate_grad_batches", 1),
+        ("gradient_clip_val", None),
+    ):
+        value = trainer.get(key, default)
+        if value not in (default, "auto") and not (key == "devices" and value == [0]):
+            return f"trainer.{key}={value}"
+    if cfg.get("resume") is not None:
+        return f"resume={cfg.resume}"
+    return None
+
+
+def plan(configs: Sequence[DictConfig], on_cpu: bool, capacity: int | None = None) -> Plan:
+    """How to run ``configs`` (every job of one launch), ``capacity`` members per array at most
+    (the memory guard's figure; None: no limit)."""
+    everyone = list(range(len(configs)))
+    fuse = configs[0].get("fuse") or {}
+    if fuse.get("mode") != "array":
+        return Plan(serial=everyone)
+    count = len(configs)
+    one_by_one = f"running the {count} jobs one by one"
+    if count < 2:
+        return Plan(serial=everyone, reason="fuse=array: a single job has nothing to fuse with")
+    setting = unfusable_setting(configs[0])
+    if setting is not None:
+        return Plan(
+            serial=everyone,
+            reason=f"fuse=array: not fusing: {setting} changes each net on its own (an array "
+            "trains plain nets: prune, quant, compile, profile at none, activations=keep, one "
+            f"device, no gradient accumulation or clipping); {one_by_one}",
+        )
+    patterns = list(fuse.get("fusable", []))
+    changing = [
+        key for key in differing_keys(configs) if not any(fnmatchcase(key, p) for p in patterns)
+    ]
+    if changing:
+        return Plan(
+            serial=everyone,
+            reason=f"fuse=array: not fusing: {changing[0]} differs between the jobs and may "
+            f"change shapes (the keys that fuse: {', '.join(patterns)}); {one_by_one}",
+        )
+    if on_cpu and not fuse.get("force", False):
+        return Plan(
+            serial=everyone,
+            reason=f"fuse=array: on CPU a fused array trains slower than its jobs one by one "
+            f"(vmap measured {CPU_SLOWDOWN}); {one_by_one}; fuse.force=true fuses anyway",
+        )
+    size = max(1, min(capacity or count, fuse.get("max_members") or count))
+    arrays = [everyone[start : start + size] for start in range(0, count, size)]
+    serial = [group[0] for group in arrays if len(group) == 1]
+    return Plan(arrays=[group for group in arrays if len(group) > 1], serial=serial)

@@ -1,0 +1,182 @@
+"""A Hydra launcher that trains a sweep's same-shaped jobs as fused arrays (``fuse=array``).
+
+It composes every job's config as Hydra's basic launcher does, asks
+:func:`hpml.validate.fusion.plan` which jobs fuse, and runs each array through
+:func:`hpml.train_array.train_array` inside one ``run_job`` (the first member's folder holds the
+array's log). The other members get their own folder, Hydra's record of their config and a
+``JobReturn`` with their own metric, so sweepers and callbacks see every job as if it had run
+alone. Jobs that do not fuse run one by one, exactly as under the basic launcher.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import (
+    JobReturn,
+    JobStatus,
+    _save_config,
+    configure_log,
+    filter_overrides,
+    run_job,
+    setup_globals,
+)
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+log = logging.getLogger(__name__)
+
+
+class FusedLauncher(Launcher):
+    def __init__(self) -> None:
+        self.config: DictConfig | None = None
+        self.task_function: TaskFunction | None = None
+        self.hydra_context: HydraContext | None = None
+
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
+        self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
+
+    def launch(
+        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+    ) -> Sequence[JobReturn]:
+        from hpml.validate.fusion import plan
+
+        assert self.config is not None and self.hydra_context is not None
+        setup_globals()
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        configs = []
+        for offset, overrides in enumerate(job_overrides):
+            config = self.hydra_context.config_loader.load_sweep_config(
+                self.config, list(overrides)
+            )
+            with open_dict(config):
+                config.hydra.job.id = config.hydra.job.num = initial_job_idx + offset
+            configs.append(config)
+        decided = plan(configs, on_cpu(configs[0]), capacity(configs))
+        if decided.reason:
+            print(f"hpml: {decided.reason}", flush=True)
+        if len(decided.arrays) > 1:
+            sizes = ", ".join(str(len(group)) for group in decided.arrays)
+            print(
+                f"hpml: fuse=array: {len(configs)} jobs in {len(decided.arrays)} arrays "
+                f"({sizes} members): the memory guard or fuse.max_members caps an array"
+            )
+        returns: dict[int, JobReturn] = {}
+        for group in decided.arrays:
+            returns |= self._array([configs[i] for i in group], group)
+        for index in decided.serial:
+            log.info(
+                f"\t#{configs[index].hydra.job.num} : "
+                f"{' '.join(filter_overrides(job_overrides[index]))}"
+            )
+            returns[index] = self._run(configs[index], self.task_function)
+        return [returns[index] for index in range(len(configs))]
+
+    def _run(self, config: DictConfig, task: Any) -> JobReturn:
+        assert self.hydra_context is not None
+        result = run_job(
+            hydra_context=self.hydra_context,
+            task_function=task,
+            config=config,
+            job_dir_key="hydra.sweep.dir",
+            job_subdir_key="hydra.sweep.subdir",
+        )
+        assert self.config is not None
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        return result
+
+    def _array(self, configs: list[DictConfig], indices: list[int]) -> dict[int, JobReturn]:
+        """Train ``configs`` as one array; a JobReturn for each, keyed by its job index."""
+        from hpml.hydra_job import HydraJob
+
+        members = [placed(config) for config in configs]
+        jobs = [HydraJob.of(config.hydra) for config in members]
+        tasks = [task_config(config) for config in members]
+        nums = ", ".join(str(config.hydra.job.num) for config in members)
+        log.info(f"\tfused array of jobs #{nums}")
+
+        def task(_: DictConfig) -> list[float | None]:
+            return array_task(list(zip(tasks, jobs, strict=True)))
+
+        leader = self._run(members[0], task)
+        returns = {}
+        for index, config, job_config in zip(indices, members, tasks, strict=True):
+            result = copy.copy(leader)
+            result.cfg, result.hydra_cfg = job_config, OmegaConf.create({"hydra": config.hydra})
+            result.overrides = list(config.hydra.overrides.task)
+            if leader.status == JobStatus.COMPLETED:
+                result.return_value = leader.return_value[len(returns)]
+            returns[index] = result
+        callbacks = self.hydra_context.callbacks  # the leader's job ran through run_job already
+        for index, config in zip(indices[1:], members[1:], strict=True):
+            callbacks.on_job_end(config=config, job_return=returns[index])
+        return returns
+
+
+def array_task(members: list[tuple[DictConfig, Any]]) -> list[float | None]:
+    """What hpml.train.main is for one job, for an array: a failure is one line, recorded in
+    every member's folder and run; each member's optimised metric (NaN for a failed array)."""
+    from hpml.cli import report_failure
+    from hpml.train_array import train_array
+
+    cfg, job = members[0]
+    try:
+        metrics = train_array(members)
+    except Exception as exc:
+        report_failure(exc, job.output_dir / f"{job.name}.log")
+        return [math.nan] * len(members)
+    name = cfg.optimized_metric
+    return [result.get(name) if name else None for result in metrics]
+
+
+def placed(config: DictConfig) -> DictConfig:
+    """``config`` with its job folder set and Hydra's record of it written, as run_job does for
+    the job it runs: the members run_job does not run get theirs here."""
+    HydraConfig.instance().set_config(config)
+    output_dir = Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
+    with read_write(config.hydra.runtime), open_dict(config.hydra.runtime):
+        config.hydra.runtime.output_dir = str(output_dir.resolve())
+    HydraConfig.instance().set_config(config)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    if config.hydra.output_subdir is not None:
+        record = output_dir / str(config.hydra.output_subdir)
+        _save_config(task_config(config), "config.yaml", record)
+        _save_config(OmegaConf.create({"hydra": config.hydra}), "hydra.yaml", record)
+        _save_config(config.hydra.overrides.task, "overrides.yaml", record)
+    return config
+
+
+def task_config(config: DictConfig) -> DictConfig:
+    """The job's config without Hydra's node, its ``${hydra:...}`` values resolved now, while
+    HydraConfig holds this job (the array later runs with the first member's)."""
+    HydraConfig.instance().set_config(config)
+    task = copy.deepcopy(config)
+    with read_write(task), open_dict(task):
+        del task["hydra"]
+    OmegaConf.resolve(task)
+    return task
+
+
+def on_cpu(config: DictConfig) -> bool:
+    """Whether the jobs would train on the CPU (no accelerator asked for or found)."""
+    accelerator = str(config.trainer.get("accelerator", "auto"))
+    if accelerator == "cpu":
+        return True
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def capacity(configs: list[DictConfig]) -> int | None:
+    """The memory guard's members per array (:mod:`hpml.optimize.fuse.memory`); None: no cap."""
+    return None
