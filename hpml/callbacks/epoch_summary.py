@@ -13,20 +13,28 @@ import time
 
 import lightning as L
 
+from hpml.names import member_prefix
+
 log = logging.getLogger(__name__)
 
 SHOWN = ("loss", "acc")
 
 
 def summary(trainer: L.Trainer, stages: tuple[str, ...]) -> str:
-    """``stage/name value`` for each of those metrics the trainer has, in a fixed order."""
+    """``stage/name value`` for each of those metrics the trainer has, in a fixed order; for a
+    fused array each member's value, in member order: ``val/loss 0.6925 | 0.7012``."""
     metrics = trainer.callback_metrics
-    parts = [
-        f"{stage}/{name} {float(metrics[f'{stage}/{name}']):.4f}"
-        for stage in stages
-        for name in SHOWN
-        if f"{stage}/{name}" in metrics
-    ]
+    size = len(trainer.lightning_module) if hasattr(trainer.lightning_module, "members") else 0
+    parts = []
+    for stage in stages:
+        for name in SHOWN:
+            key = f"{stage}/{name}"
+            if key in metrics:
+                parts.append(f"{key} {float(metrics[key]):.4f}")
+            values = [metrics.get(f"{member_prefix(i)}{key}") for i in range(size)]
+            if any(value is not None for value in values):
+                shown = " | ".join("-" if v is None else f"{float(v):.4f}" for v in values)
+                parts.append(f"{key} {shown}")
     return "  ".join(parts)
 
 

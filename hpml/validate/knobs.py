@@ -91,6 +91,8 @@ RANGES: dict[str, Range] = {
     "trainer.accumulate_grad_batches": COUNT,
     "trainer.check_val_every_n_epoch": Range(int, 1, null="by val_check_interval"),
     "trainer.gradient_clip_val": Range(float, 0, null="no clipping"),
+    "fuse.max_members": Range(int, 1, null="as many as fit the device's memory"),
+    "fuse.memory_fraction": Range(float, 0, 1, low_open=True),
     "model.net.embedding_dim": COUNT,
     "model.net.hidden_size": COUNT,
     "model.net.num_layers": COUNT,
