@@ -33,6 +33,7 @@ def assemble_array(
     from omegaconf import OmegaConf
 
     from hpml.callbacks.epoch_summary import EpochSummary
+    from hpml.callbacks.fused import member_targets
     from hpml.console import progress_bar
     from hpml.data.fused import FusedData
     from hpml.models.fused import FusedArray
@@ -52,6 +53,7 @@ def assemble_array(
         for name, changes in cfg.fuse.callbacks.items()
         if cfg.callbacks.get(name)
     ]
+    callbacks += member_targets(cfg.callbacks.get("target"), len(members))
     trainer = build(
         "trainer",
         cfg.trainer,
@@ -61,6 +63,14 @@ def assemble_array(
         enable_progress_bar=progress_bar(cfg.trainer.get("enable_progress_bar")),
     )
     return FusedData(datamodules, shared), FusedArray(models, shared), trainer
+
+
+def member_model(cfg: DictConfig) -> tuple[Any, int]:
+    """Job ``cfg``'s model as its job builds it, and its batch size, before any job runs: the
+    memory guard's probe. The data module gives its planned spec, so no data file is read (an
+    IMDB vocabulary at its cap: the probe errs large)."""
+    datamodule = build("data", cfg.data)
+    return build("model", cfg.model, data=datamodule.planned_spec()), datamodule.batch_size
 
 
 def member_metrics(metrics: dict[str, Any], index: int) -> dict[str, float]:

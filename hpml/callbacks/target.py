@@ -67,7 +67,7 @@ class TimeToTarget(L.Callback):
         if self.metric is None or resuming(trainer):
             return
         self.start = synchronized_now(pl_module.device)
-        set_tags(trainer, {"hpml.target": self.description})
+        self._tag(trainer, {"hpml.target": self.description})
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if (
@@ -83,26 +83,42 @@ class TimeToTarget(L.Callback):
             return
         self.met = True
         epochs = trainer.current_epoch + 1
-        log_metrics(
+        self._log(
             trainer,
             {
                 metric("train", "time_to_target", S): now - self.start,
                 metric("train", "epochs_to_target", COUNT): float(epochs),
             },
         )
-        set_tags(trainer, {"hpml.target.met": "true"})
+        self._tag(trainer, {"hpml.target.met": "true"})
         log.info(
-            "target %s met at epoch %d, %.1f s after training started%s",
+            "%starget %s met at epoch %d, %.1f s after training started%s",
+            self.whose,
             self.description,
             epochs,
             now - self.start,
             ": stopping" if self.stop else "",
         )
         if self.stop:
-            trainer.should_stop = True
+            self._stop(trainer, pl_module)
+
+    # what a fused array's member overrides (hpml.callbacks.fused): its metric, its run, its stop
+    whose = ""  # how log lines name whose target it is
+
+    def watched(self) -> str:
+        return str(self.metric)
+
+    def _log(self, trainer: L.Trainer, metrics: dict[str, float]) -> None:
+        log_metrics(trainer, metrics)
+
+    def _tag(self, trainer: L.Trainer, tags: dict[str, str]) -> None:
+        set_tags(trainer, tags)
+
+    def _stop(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        trainer.should_stop = True
 
     def _reached(self, trainer: L.Trainer) -> bool:
-        current = trainer.callback_metrics.get(self.metric)
+        current = trainer.callback_metrics.get(self.watched())
         if current is None:
             logged = ", ".join(sorted(trainer.callback_metrics)) or "none"
             raise ConfigError(
@@ -113,5 +129,10 @@ class TimeToTarget(L.Callback):
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.start is not None and not self.met:
-            set_tags(trainer, {"hpml.target.met": "false"})
-            log.info("target %s not met in %d epochs", self.description, trainer.current_epoch)
+            self._tag(trainer, {"hpml.target.met": "false"})
+            log.info(
+                "%starget %s not met in %d epochs",
+                self.whose,
+                self.description,
+                trainer.current_epoch,
+            )

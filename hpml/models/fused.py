@@ -40,7 +40,9 @@ class FusedArray(L.LightningModule):
         self.fused = FusedNets([member.net for member in members])
         for member, net in zip(self.members, self.fused.nets, strict=True):
             member.net = net  # the same net, its LSTMs in vmappable form
-        self.frozen: set[int] = set()  # members whose loss went non-finite
+        # members done training: their loss went non-finite, or their target stopped them
+        # (hpml.callbacks.fused); they are still tested, as a stopped serial job is
+        self.frozen: set[int] = set()
         self.automatic_optimization = False
 
     def __len__(self) -> int:
@@ -66,7 +68,7 @@ class FusedArray(L.LightningModule):
         output = self(x, stacked)
         losses: list[Tensor | None] = []
         for index, member in enumerate(self.members):
-            if index in self.frozen:
+            if index in self.frozen and stage != "test":  # its fit is over; its test is not
                 losses.append(None)
                 continue
             measured = member.measure(member_output(output, index), batches[index], stage)
@@ -85,9 +87,14 @@ class FusedArray(L.LightningModule):
             return torch.zeros((), device=self.device)
         total = torch.stack(live).sum()
         self.manual_backward(total)
+        counted = False  # Lightning counts each optimiser step: one per batch, as a serial run
         for index, optimizer in enumerate(self._optimizers()):
             if index not in self.frozen:
-                optimizer.step()
+                if counted:  # its trainer.global_step (max_steps ...), not one per member
+                    self.trainer.strategy.optimizer_step(optimizer.optimizer, lambda: None)
+                else:
+                    optimizer.step()
+                counted = True
             optimizer.zero_grad(set_to_none=True)
         return total.detach()
 
