@@ -45,6 +45,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="runs an MLflow filter string selects, e.g. "
         "\"params.model.optimizer.lr = '0.01'\" (child and single runs, not sweep parents)",
     )
+    parser.add_argument(
+        "--twin",
+        nargs="+",
+        default=[],
+        metavar="RUN_ID",
+        help="serial runs, or the parent of the serial sweep, to compare the fused members of "
+        "the report with (their twins are looked for among the report's runs too)",
+    )
     parser.add_argument("--experiment", help="only this MLflow experiment (default: all)")
     parser.add_argument("--tracking-uri", help="default: MLFLOW_TRACKING_URI, else ./mlflow.db")
     parser.add_argument("--out", type=Path, help="folder for the report (default: the sweep's)")
@@ -69,12 +77,15 @@ def chosen(client: MlflowClient, args: argparse.Namespace) -> tuple[list[Run], R
     return select_runs(client, args.sweep, args.runs, args.experiment)
 
 
-def build(client: MlflowClient, runs: list[Run], parent: Run | None) -> Report:
+def build(
+    client: MlflowClient, runs: list[Run], parent: Run | None, serial: Sequence[Run] = ()
+) -> Report:
     """The report of ``runs``: table, plots, learning curves (their histories fetched with a
-    progress bar on a terminal)."""
+    progress bar on a terminal); fused members compared with their twins among ``runs`` and
+    ``serial``."""
     from tqdm import tqdm
 
-    from hpml.report import figures, roofline, search, studies, table
+    from hpml.report import figures, fused, roofline, search, studies, table
     from hpml.report.page import Report
 
     keys, columns, rows = table.rows(runs)
@@ -86,7 +97,9 @@ def build(client: MlflowClient, runs: list[Run], parent: Run | None) -> Report:
         for path in TEXTS:
             texts[(run.info.run_id, path)] = artifact_text(client, run, path)
     tables = [make(runs, lambda r, p: texts.get((r.info.run_id, p))) for make in studies.TABLES]
+    tables.append(fused.table(runs, serial))
     plots = [plot(runs, keys) for plot in (*figures.PLOTS, roofline.figure)]
+    plots.append(fused.speeds(runs, serial))
     plots += [search.parallel_coordinates(runs, keys), search.importances(parent)]
     plots.append(figures.learning_curves(runs, keys, lambda r, n: histories[(r.info.run_id, n)]))
     statuses = Counter(run.info.status for run in runs)
@@ -142,11 +155,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         from mlflow import MlflowClient
 
-        from hpml.report.runs import default_tracking_uri
+        from hpml.report.fused import members
+        from hpml.report.runs import default_tracking_uri, runs_or_jobs
 
         client = MlflowClient(args.tracking_uri or default_tracking_uri())
         runs, parent = chosen(client, args)
-        report = build(client, runs, parent)
+        serial = runs_or_jobs(client, args.twin)
+        if serial and not members(runs):
+            print("hpml: warning: --twin: the report's runs have no fused members", file=sys.stderr)
+        report = build(client, runs, parent, serial)
         folder = out_folder(args, runs, parent)
         html, md = report.write(folder)
         if parent is not None:

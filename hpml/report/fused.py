@@ -1,0 +1,206 @@
+"""Fused training arrays (study 4, HFTA) beside their serial twins: a table of every member's
+quality and samples/s against the run its job would have been alone, and the samples/s of
+arrays against training their jobs one by one.
+
+A member's *serial twin* is a finished run without ``hpml.fused`` whose config equals the
+member's but for how it trained (``fuse.*``) and bookkeeping (the runs table's
+:data:`~hpml.report.table.BOOKKEEPING`: paths, Hydra, logger); values that name the run's own
+job or sweep folder (its trainer root, its checkpoints) are compared with the folder taken out.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from statistics import fmean, harmonic_mean
+from typing import TYPE_CHECKING
+
+from hpml.names import label
+from hpml.report.canvas import Canvas, Figure
+from hpml.report.studies import Table
+from hpml.report.table import BOOKKEEPING, differing_keys, number, short_name, value
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
+
+# the tags hpml.tracking.fused puts on each member's run (not imported: it imports Lightning)
+FUSED_TAG = "hpml.fused"
+ARRAY_SIZE_TAG = "hpml.fused.array_size"
+MEMBER_TAG = "hpml.fused.member"
+ARRAY_TAG = "hpml.fused.array"  # the leader's job folder: members of one array share it
+SPEED = "train/throughput_samples_per_s"  # a member's: every member reads every batch
+LOSS = "val/loss"
+NOT_CONFIG = (*BOOKKEEPING, "fuse.")
+
+
+def members(runs: Sequence[Run]) -> list[Run]:
+    """The fused members among ``runs``, by array, then member index."""
+    fused = [r for r in runs if r.data.tags.get(FUSED_TAG) == "true"]
+    return sorted(
+        fused, key=lambda r: (r.data.tags.get(ARRAY_TAG, ""), int(r.data.tags.get(MEMBER_TAG, 0)))
+    )
+
+
+def config(run: Run) -> frozenset[tuple[str, str]]:
+    """What a twin must share with a member: the params other than :data:`NOT_CONFIG`, the
+    run's own job and sweep folders replaced by placeholders."""
+    folders = [
+        (run.data.tags.get("hpml.output_dir"), "<job>"),
+        (run.data.tags.get("hpml.sweep_dir"), "<sweep>"),
+    ]
+    params = set()
+    for key, text in run.data.params.items():
+        if key.startswith(NOT_CONFIG):
+            continue
+        for folder, placeholder in folders:
+            if folder:
+                text = text.replace(folder, placeholder)
+        params.add((key, text))
+    return frozenset(params)
+
+
+def twins(fused: Sequence[Run], candidates: Sequence[Run]) -> dict[str, Run]:
+    """Each member's serial twin among ``candidates``, by the member's run id (the newest twin
+    where several match); members without one are left out."""
+    serial = [
+        r
+        for r in candidates
+        if r.data.tags.get(FUSED_TAG) != "true" and r.info.status == "FINISHED"
+    ]
+    by_config = {config(r): r for r in sorted(serial, key=lambda r: r.info.start_time or 0)}
+    found = {m.info.run_id: by_config.get(config(m)) for m in fused}
+    return {run_id: twin for run_id, twin in found.items() if twin is not None}
+
+
+def _size(run: Run) -> int:
+    return int(run.data.tags[ARRAY_SIZE_TAG])
+
+
+def _cell(x: float | None) -> str:
+    return "" if x is None else number(x)
+
+
+def _quality(fused: Sequence[Run]) -> list[str]:
+    """val/loss, the metric the sweep optimised, val/acc: those the members logged."""
+    names = [LOSS, *(r.data.params.get("optimized_metric", LOSS) for r in fused), "val/acc"]
+    return [n for n in dict.fromkeys(names) if any(n in r.data.metrics for r in fused)]
+
+
+def table(runs: Sequence[Run], candidates: Sequence[Run] = ()) -> Table | None:
+    """A row per fused member of ``runs``: its swept values, quality and samples/s, and its
+    serial twin's (found among ``runs`` and ``candidates``) with the difference and speed-up."""
+    fused = members(runs)
+    if not fused:
+        return None
+    found = twins(fused, [*runs, *candidates])
+    keys = differing_keys(fused)
+    quality = _quality(fused)
+    rows = []
+    for run in fused:
+        m, tags = run.data.metrics, run.data.tags
+        speed = m.get(SPEED)
+        total = None if speed is None else _size(run) * speed
+        twin = found.get(run.info.run_id)
+        cells = [
+            short_name(run),
+            run.info.status,
+            Path(tags.get(ARRAY_TAG, "")).name,
+            tags.get(MEMBER_TAG, ""),
+            *(value(run, k) for k in keys),
+            *(_cell(m.get(name)) for name in quality),
+            _cell(speed),
+            str(_size(run)),
+            _cell(total),
+        ]
+        if twin is None:
+            cells += [""] * 5
+        else:
+            t = twin.data.metrics
+            twin_speed = t.get(SPEED)
+            cells += [
+                f"{short_name(twin)} ({twin.info.run_id[:8]})",
+                _cell(t.get(LOSS)),
+                _cell(m[LOSS] - t[LOSS] if LOSS in m and LOSS in t else None),
+                _cell(twin_speed),
+                _cell(total / twin_speed if total is not None and twin_speed else None),
+            ]
+        rows.append(cells)
+    return Table(
+        "Fused arrays (HFTA, study 4)",
+        "A row per member of a fused array. samples/s: training samples per second of wall "
+        "time (train/throughput_samples_per_s); a member's counts its own samples, and every "
+        "member goes through every step, so the array's total is array size x a member's. "
+        "Serial twin: the finished "
+        "run, not fused, whose config equals the member's but for fuse.* and its own paths "
+        f"(looked for among the report's runs and those --twin names; {len(found)} of "
+        f"{len(fused)} found). Difference: member's val/loss - twin's. Speed-up: the array's "
+        "total samples/s / the twin's samples/s, i.e. how much longer training the array's "
+        "jobs one by one at the twin's speed takes than the array (> 1: the array is faster).",
+        [
+            "run",
+            "status",
+            "array (leader's job folder)",
+            "member",
+            *keys,
+            *quality,
+            "samples/s per member",
+            "array size (members)",
+            "array total (samples/s)",
+            "serial twin",
+            f"twin {LOSS}",
+            f"{LOSS} difference (fused - twin)",
+            "twin (samples/s)",
+            "speed-up (x, array total / twin)",
+        ],
+        rows,
+    )
+
+
+def speeds(runs: Sequence[Run], candidates: Sequence[Run] = ()) -> Figure | None:
+    """Bars of samples/s per array size: the arrays' totals against their members' twins
+    trained one by one; drawn where some member has a twin."""
+    fused = [r for r in members(runs) if SPEED in r.data.metrics]
+    found = twins(fused, [*runs, *candidates])
+    arrays: dict[str, list[Run]] = defaultdict(list)
+    for run in fused:
+        arrays[run.data.tags.get(ARRAY_TAG, "")].append(run)
+    by_size: dict[int, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
+    for group in arrays.values():
+        size = _size(group[0])
+        totals, serial = by_size[size]
+        totals.append(size * fmean(r.data.metrics[SPEED] for r in group))
+        for run in group:
+            twin = found.get(run.info.run_id)
+            if twin is not None and twin.data.metrics.get(SPEED):
+                serial.append(twin.data.metrics[SPEED])
+    by_size = {n: (t, s) for n, (t, s) in by_size.items() if s}
+    if not by_size:
+        return None
+    canvas = Canvas()
+    ax = canvas.axes[0]
+    for x, (size, (totals, serial)) in enumerate(sorted(by_size.items())):
+        fused_bar = ax.bar(x - 0.2, fmean(totals), 0.4, color="C0", label="fused array (total)")
+        serial_bar = ax.bar(x + 0.2, harmonic_mean(serial), 0.4, color="C1", label="serial twins")
+        canvas.tip(
+            fused_bar[0],
+            f"{size} members: {len(totals)} arrays, {fmean(totals):.4g} samples/s in total",
+        )
+        canvas.tip(
+            serial_bar[0],
+            f"{len(serial)} serial twins, one by one: {harmonic_mean(serial):.4g} samples/s",
+        )
+    handles, names = ax.get_legend_handles_labels()
+    ax.legend(handles[:2], names[:2], fontsize=7)
+    ax.set_xticks(range(len(by_size)), [f"{n} members" for n in sorted(by_size)])
+    ax.set_xlim(-0.8, len(by_size) - 0.2)  # one array size: bars of the same width as for more
+    ax.set_xlabel("array size")
+    ax.set_ylabel(label(SPEED))
+    ax.grid(alpha=0.3, axis="y")
+    return Figure(
+        "Fused arrays vs serial twins: samples/s",
+        "Training samples per second per array size. Fused: the array's total (array size x a "
+        "member's samples/s), the mean over arrays of that size. Serial: the twins' samples/s "
+        "trained one after another (their harmonic mean: total samples over total time).",
+        canvas.svg(),
+    )
