@@ -171,11 +171,14 @@ def measure_peak(
                 return DevicePeak(**cached["peak"])
         except (ValueError, KeyError, TypeError, IndexError):
             pass  # a damaged record is measured again and overwritten
-    gemm, n = _gemm_flops_per_s(device, seconds / 3)
-    compute = {f"gemm n={n}": gemm}
-    for channels, side in CONV_SHAPES:
-        conv, batch = _conv_flops_per_s(device, channels, side, seconds / 3 / len(CONV_SHAPES))
-        compute[f"conv3x3 {channels}->{channels} {side}x{side} batch {batch}"] = conv
+    # the operands are random: drawn from a fork, so a training that measures mid-run draws
+    # the same numbers (noise, dropout) whether the record was cached or not
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        gemm, n = _gemm_flops_per_s(device, seconds / 3)
+        compute = {f"gemm n={n}": gemm}
+        for channels, side in CONV_SHAPES:
+            conv, batch = _conv_flops_per_s(device, channels, side, seconds / 3 / len(CONV_SHAPES))
+            compute[f"conv3x3 {channels}->{channels} {side}x{side} batch {batch}"] = conv
     best = max(compute, key=compute.__getitem__)
     bytes_per_s, size = _copy_bytes_per_s(device, seconds / 3)
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")

@@ -50,6 +50,14 @@ def test_second_call_reads_the_cache_without_measuring(measured, monkeypatch):
     assert resolve_peak(None, torch.device("cpu"), cache) == peak  # CPU: no table, measured
 
 
+def test_measuring_leaves_the_random_stream_as_it_was(tmp_path):
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    measure_peak(torch.device("cpu"), tmp_path, seconds=0.05)  # no record: measured
+    assert torch.equal(torch.rand(3), expected)
+
+
 def test_damaged_or_loaded_records_are_measured_again(tmp_path, measured, monkeypatch):
     _, cache = measured
     (path,) = cache.glob("*.json")
