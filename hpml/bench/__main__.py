@@ -36,6 +36,7 @@ CASES: dict[str, Case] = {
     "train_speed": lazy("hpml.bench.train_speed"),
     "parallel_sweep": lazy("hpml.bench.parallel_sweep"),
     "activations": lazy("hpml.bench.activations"),
+    "fuse": lazy("hpml.bench.fuse"),
 }
 
 
