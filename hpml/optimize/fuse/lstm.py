@@ -153,8 +153,10 @@ class GateLSTM(nn.Module):
         projected = torch.matmul(x, w_ih.t()) + (b_ih + b_hh)
         w_hh_t = w_hh.t()
         steps = []
-        for t in range(x.shape[0]):
-            gates = torch.addmm(projected[t], h, w_hh_t)
+        # unbind, not projected[t]: each indexing's backward would write a zero-filled copy of
+        # the whole (T, B, 4H) projection, O(T^2) memory traffic; unbind's is one stack
+        for step in projected.unbind(0):
+            gates = torch.addmm(step, h, w_hh_t)
             i, f, g, o = gates.chunk(4, dim=-1)
             c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
             h = torch.sigmoid(o) * torch.tanh(c)
