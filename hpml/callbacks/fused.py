@@ -7,8 +7,40 @@ from typing import Any
 
 import lightning as L
 
+from hpml.callbacks.logging import log_metrics, log_text
+from hpml.callbacks.model_stats import ModelStats
 from hpml.callbacks.target import TimeToTarget
-from hpml.names import member_prefix
+from hpml.names import FLOPS_PER_SAMPLE, member_prefix, metric
+
+
+def prefixed(metrics: dict[str, float], member: int) -> dict[str, float]:
+    """``metrics`` named for member ``member``'s run (:class:`hpml.tracking.fused.MemberLogger`)."""
+    return {f"{member_prefix(member)}{name}": value for name, value in metrics.items()}
+
+
+class MemberStats(ModelStats):
+    """Each member's ``model/*`` counts and size in its own run, as a serial run's
+    :class:`~hpml.callbacks.model_stats.ModelStats` logs them, and its forward and
+    forward+backward FLOPs per sample (2 x MAC), which the speed monitor would count for all
+    members at once on an array (``fuse.callbacks.perf.count_flops: false``)."""
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        from hpml.analysis.flops import count_flops
+
+        for index, member in enumerate(pl_module.members):
+            example = member.example_input(1)
+            counted = self.stats(member, "model") | {
+                metric("model", "fwd", FLOPS_PER_SAMPLE): count_flops(member, example).per_sample,
+                metric("model", "fwd_bwd", FLOPS_PER_SAMPLE): count_flops(
+                    member, example, with_backward=True
+                ).per_sample,
+            }
+            log_metrics(trainer, prefixed(counted, index))
+        log_text(trainer, str(pl_module.members[0]), "model/architecture.txt")
+
+    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        for index, member in enumerate(pl_module.members):
+            log_metrics(trainer, prefixed(self.stats(member, "model_final"), index))
 
 
 class MemberTimeToTarget(TimeToTarget):
@@ -29,8 +61,7 @@ class MemberTimeToTarget(TimeToTarget):
         return f"{member_prefix(self.member)}{self.metric}"
 
     def _log(self, trainer: L.Trainer, metrics: dict[str, float]) -> None:
-        prefix = member_prefix(self.member)
-        super()._log(trainer, {f"{prefix}{name}": value for name, value in metrics.items()})
+        super()._log(trainer, prefixed(metrics, self.member))
 
     def _tag(self, trainer: L.Trainer, tags: dict[str, str]) -> None:
         if not trainer.is_global_zero:

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from hpml.models.base import HpmlModule, log_measured
-from hpml.names import FLOPS_PER_SAMPLE, member_prefix, metric
+from hpml.names import member_prefix
 from hpml.optimize.fuse.array import FusedNets, member_output
 
 
@@ -133,22 +133,6 @@ class FusedArray(L.LightningModule):
             else:
                 optimizers.append(configured)
         return optimizers, schedulers
-
-    def on_fit_start(self) -> None:
-        """One member's FLOPs per sample (2 x MAC), what its serial run logs: the speed monitor
-        of an array would count all members' (``fuse.callbacks.perf.count_flops: false``)."""
-        from hpml.analysis.flops import count_flops
-        from hpml.callbacks.logging import log_metrics
-
-        member = self.members[0]
-        example = member.example_input(1)
-        forward = count_flops(member, example)
-        both = count_flops(member, example, with_backward=True)
-        flops = {
-            metric("model", "fwd", FLOPS_PER_SAMPLE): forward.per_sample,
-            metric("model", "fwd_bwd", FLOPS_PER_SAMPLE): both.per_sample,
-        }
-        log_metrics(self.trainer, flops)
 
     def on_train_end(self) -> None:
         self.fused.sync_buffers()
