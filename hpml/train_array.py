@@ -33,7 +33,7 @@ def assemble_array(
     from omegaconf import OmegaConf
 
     from hpml.callbacks.epoch_summary import EpochSummary
-    from hpml.callbacks.fused import member_targets
+    from hpml.callbacks.fused import MemberStats, member_targets
     from hpml.console import progress_bar
     from hpml.data.fused import FusedData
     from hpml.models.fused import FusedArray
@@ -53,6 +53,8 @@ def assemble_array(
         for name, changes in cfg.fuse.callbacks.items()
         if cfg.callbacks.get(name)
     ]
+    if cfg.callbacks.get("model_stats"):
+        callbacks.append(MemberStats())
     callbacks += member_targets(cfg.callbacks.get("target"), len(members))
     trainer = build(
         "trainer",
