@@ -8,7 +8,7 @@ saying which key or setting kept them apart: a sweep is never refused for asking
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
@@ -70,9 +70,14 @@ def unfusable_setting(cfg: DictConfig) -> str | None:
     return None
 
 
-def plan(configs: Sequence[DictConfig], on_cpu: bool, capacity: int | None = None) -> Plan:
-    """How to run ``configs`` (every job of one launch), ``capacity`` members per array at most
-    (the memory guard's figure; None: no limit)."""
+def plan(
+    configs: Sequence[DictConfig],
+    on_cpu: bool,
+    capacity: Callable[[], int | None] | None = None,
+) -> Plan:
+    """How to run ``configs`` (every job of one launch), ``capacity()`` members per array at
+    most (the memory guard's figure; None: no limit). ``capacity`` is called only once the jobs
+    are to fuse: a sweep that runs one by one never builds a model to measure it."""
     everyone = list(range(len(configs)))
     fuse = configs[0].get("fuse") or {}
     if fuse.get("mode") != "array":
@@ -105,7 +110,8 @@ def plan(configs: Sequence[DictConfig], on_cpu: bool, capacity: int | None = Non
             reason=f"fuse=array: on CPU a fused array trains slower than its jobs one by one "
             f"(vmap measured {CPU_SLOWDOWN}); {one_by_one}; fuse.force=true fuses anyway",
         )
-    size = max(1, min(capacity or count, fuse.get("max_members") or count))
+    cap = capacity() if capacity is not None else None
+    size = max(1, min(cap or count, fuse.get("max_members") or count))
     arrays = [everyone[start : start + size] for start in range(0, count, size)]
     serial = [group[0] for group in arrays if len(group) == 1]
     return Plan(arrays=[group for group in arrays if len(group) > 1], serial=serial)

@@ -62,7 +62,7 @@ class FusedLauncher(Launcher):
             with open_dict(config):
                 config.hydra.job.id = config.hydra.job.num = initial_job_idx + offset
             configs.append(config)
-        decided = plan(configs, on_cpu(configs[0]), capacity(configs))
+        decided = plan(configs, on_cpu(configs[0]), lambda: capacity(configs))
         if decided.reason:
             print(f"hpml: {decided.reason}", flush=True)
         if len(decided.arrays) > 1:
@@ -178,5 +178,33 @@ def on_cpu(config: DictConfig) -> bool:
 
 
 def capacity(configs: list[DictConfig]) -> int | None:
-    """The memory guard's members per array (:mod:`hpml.optimize.fuse.memory`); None: no cap."""
-    return None
+    """Members per array: ``fuse.max_members``, else as many as the memory guard fits
+    (:mod:`hpml.optimize.fuse.memory`: the first job's footprint against the free memory of the
+    device the array trains on). None: no cap, for a job whose model cannot be built (the
+    array's build then fails and is reported as the job's failure)."""
+    fuse = configs[0].fuse
+    if fuse.get("max_members"):
+        return int(fuse.max_members)
+    import torch
+
+    from hpml.errors import one_line
+    from hpml.optimize.fuse.memory import array_capacity, free_bytes, member_footprint
+    from hpml.train_array import member_model
+
+    try:
+        model, batch_size = member_model(configs[0])
+        footprint = member_footprint(model, batch_size)
+        device = torch.device("cpu" if on_cpu(configs[0]) else "cuda")
+        free = free_bytes(device)
+        size = array_capacity(footprint.total, free, float(fuse.memory_fraction))
+    except Exception as exc:  # the array's own build fails alike and is reported as the job's
+        print(f"hpml: fuse=array: memory guard skipped: {one_line(exc)}", flush=True)
+        return None
+    if size < len(configs):
+        print(
+            f"hpml: fuse=array: memory guard: one member trains in {footprint.total / 2**20:.1f} "
+            f"MiB (batch {batch_size}); {fuse.memory_fraction} of {free / 2**30:.1f} GiB free "
+            f"on {device.type} fits {size}",
+            flush=True,
+        )
+    return size
