@@ -76,6 +76,16 @@ def hydra_job() -> HydraJob | None:
     return HydraJob.of(HydraConfig.get()) if HydraConfig.initialized() else None
 
 
+def tracker_of(cfg: DictConfig) -> Any:
+    """The ``logger`` group's tracker, once output is quieted and the store answers (a bad URI
+    or a silent server: one line, before torch loads)."""
+    from hpml.tracking.remote import prepare
+
+    quiet_upstream(verbose=bool(OmegaConf.select(cfg, "hpml.verbose", default=False)))
+    prepare(cfg.logger)
+    return build("logger", cfg.logger)
+
+
 def prepared(cfg: DictConfig, job: HydraJob | None) -> Any:
     """The run's tracker, once what must hold before a run starts holds.
 
@@ -83,11 +93,7 @@ def prepared(cfg: DictConfig, job: HydraJob | None) -> Any:
     loads) and the config can work (``hpml.validate``). A refused job of a sweep is recorded as a
     FAILED child of the sweep so its page lists every job; a refused single run leaves no run.
     """
-    from hpml.tracking.remote import prepare
-
-    quiet_upstream(verbose=bool(OmegaConf.select(cfg, "hpml.verbose", default=False)))
-    prepare(cfg.logger)
-    tracker = build("logger", cfg.logger)
+    tracker = tracker_of(cfg)
     try:
         validate(cfg, job)
     except HpmlError as exc:
@@ -144,6 +150,12 @@ def train(cfg: DictConfig) -> dict[str, float]:
 
     job = hydra_job()
     tracker = prepared(cfg, job)
+    if job is None or job.sweep is None:
+        from hpml.validate.fusion import unfused_note
+
+        note = unfused_note(cfg, None, multirun=False)
+        if note is not None:
+            print(f"hpml: {note}")
     from hpml.tracking.stop import StopOnSignals
     from hpml.worker import start_job
 

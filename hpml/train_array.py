@@ -20,7 +20,7 @@ from hpml.errors import HpmlError, one_line
 from hpml.hydra_job import HydraJob
 from hpml.names import MEMBER_PREFIX, member_prefix
 from hpml.tracking.jobs import record_run, write_job_status
-from hpml.train import build, prepared
+from hpml.train import build, tracker_of
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +53,11 @@ def assemble_array(
         for name, changes in cfg.fuse.callbacks.items()
         if cfg.callbacks.get(name)
     ]
-    if cfg.callbacks.get("model_stats"):
+    per_member = set(cfg.fuse.member_callbacks)
+    if "model_stats" in per_member and cfg.callbacks.get("model_stats"):
         callbacks.append(MemberStats())
-    callbacks += member_targets(cfg.callbacks.get("target"), len(members))
+    if "target" in per_member:
+        callbacks += member_targets(cfg.callbacks.get("target"), len(members))
     trainer = build(
         "trainer",
         cfg.trainer,
@@ -93,13 +95,8 @@ def train_array(members: Sequence[tuple[DictConfig, HydraJob]]) -> list[dict[str
     from hpml.worker import start_job
 
     cfg, job = members[0]
-    tracker = prepared(cfg, job)
-    for other_cfg, other_job in members[1:]:
-        try:
-            validate(other_cfg, other_job)
-        except HpmlError as exc:
-            tracker.record_refused(other_cfg, other_job, exc)
-            raise
+    tracker = tracker_of(cfg)
+    refused_members(tracker, members, validate)
     start_job(cfg.get("threads"))
     logging.getLogger("lightning").handlers.clear()
     run_ids = [
@@ -137,6 +134,29 @@ def train_array(members: Sequence[tuple[DictConfig, HydraJob]]) -> list[dict[str
             write_job_status(member_job.output_dir, failed=failure is not None, error=error)
             close_member(run_ids[index], member_job, failure, _dataset_logger(parts, index))
     return [member_metrics(metrics, index) for index in range(len(members))]
+
+
+def refused_members(
+    tracker: Any, members: Sequence[tuple[DictConfig, HydraJob]], check: Any
+) -> None:
+    """Validate every member; if one is refused, the whole array is: each member is recorded
+    as a FAILED run of the sweep (the refused with its own reason, the others with it), so
+    the sweep's page lists every job, and the first refusal is raised."""
+    reasons: list[HpmlError | None] = []
+    for member_cfg, member_job in members:
+        try:
+            check(member_cfg, member_job)
+            reasons.append(None)
+        except HpmlError as exc:
+            reasons.append(exc)
+    first = next((reason for reason in reasons if reason is not None), None)
+    if first is None:
+        return
+    index = reasons.index(first)
+    for (member_cfg, member_job), reason in zip(members, reasons, strict=True):
+        because = reason or HpmlError(f"member {index} of this fused array was refused: {first}")
+        tracker.record_refused(member_cfg, member_job, because)
+    raise first
 
 
 def set_device_tags(trainer: Any, size: int) -> None:

@@ -20,6 +20,7 @@ from hpml.tracking.jobs import PARENT_FILE, failed_jobs, this_process
 from hpml.tracking.redact import redact_text
 from hpml.tracking.remote import prepare
 from hpml.tracking.store import retry_locked
+from hpml.validate.fusion import unfused_note
 
 
 def job_failed(job_return: JobReturn) -> bool:
@@ -56,6 +57,10 @@ class MlflowSweepCallback(Callback):
         # The launcher sets this only when jobs start; the sweep dir and the store's path
         # interpolate `${hydra:...}` values now.
         HydraConfig.instance().set_config(config)
+        launcher = config.hydra.runtime.choices.get("hydra/launcher")
+        note = unfused_note(config, launcher, multirun=True)
+        if note is not None:
+            print(f"hpml: {note}", flush=True)
         sweep_dir = Path(str(config.hydra.sweep.dir))
         command = shlex.join(["python", "-m", "hpml.train", *sys.argv[1:]])
         try:

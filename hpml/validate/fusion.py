@@ -15,6 +15,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+FUSED_LAUNCHER = "hpml_fused"  # hydra/launcher option of hydra_plugins/hpml_fused_launcher
 # slowdown measured on CPU (../shared/FIELD_NOTES.md): 8 study-3 VAEs, one thread
 CPU_SLOWDOWN = "0.54-0.85x of serial for 8 VAEs"
 
@@ -51,6 +52,11 @@ def differing_keys(configs: Sequence[DictConfig]) -> list[str]:
 
 def unfusable_setting(cfg: DictConfig) -> str | None:
     """A setting every job shares that an array cannot train with, as ``key=value``."""
+    handled = {*cfg.fuse.get("callbacks", {}), *cfg.fuse.get("member_callbacks", [])}
+    handled |= set(cfg.fuse.get("skipped_callbacks", []))
+    for name, node in (cfg.get("callbacks") or {}).items():
+        if node and "_target_" in node and name not in handled:
+            return f"callbacks.{name}"
     for group in cfg.callback_groups:
         node = cfg.get(group)
         if node and "_target_" in node:
@@ -65,6 +71,8 @@ def unfusable_setting(cfg: DictConfig) -> str | None:
         value = trainer.get(key, default)
         if value not in (default, "auto") and not (key == "devices" and value == [0]):
             return f"trainer.{key}={value}"
+    if str(trainer.get("precision")).startswith("16"):  # one GradScaler, N optimiser steps
+        return f"trainer.precision={trainer.precision}"
     if cfg.get("resume") is not None:
         return f"resume={cfg.resume}"
     return None
@@ -90,9 +98,10 @@ def plan(
     if setting is not None:
         return Plan(
             serial=everyone,
-            reason=f"fuse=array: not fusing: {setting} changes each net on its own (an array "
-            "trains plain nets: prune, quant, compile, profile at none, activations=keep, one "
-            f"device, no gradient accumulation or clipping); {one_by_one}",
+            reason=f"fuse=array: not fusing: {setting} is set, and an array trains plain nets "
+            "(prune, quant, compile, profile at none, activations=keep, the callbacks of "
+            "fuse.callbacks, fuse.member_callbacks or fuse.skipped_callbacks, one device, no "
+            f"fp16 loss scaling, no gradient accumulation or clipping); {one_by_one}",
         )
     patterns = list(fuse.get("fusable", []))
     changing = [
@@ -115,3 +124,19 @@ def plan(
     arrays = [everyone[start : start + size] for start in range(0, count, size)]
     serial = [group[0] for group in arrays if len(group) == 1]
     return Plan(arrays=[group for group in arrays if len(group) > 1], serial=serial)
+
+
+def unfused_note(cfg: DictConfig, launcher: str | None, multirun: bool) -> str | None:
+    """Why ``fuse=array`` cannot act on this job, when it cannot: a single run (nothing to fuse
+    with) or a sweep under another launcher (the command line's ``hydra/launcher=...`` wins
+    over the one ``fuse=array`` selects)."""
+    if (cfg.get("fuse") or {}).get("mode") != "array":
+        return None
+    if not multirun:
+        return "fuse=array: a single run trains alone; fuse a sweep's jobs with -m"
+    if launcher != FUSED_LAUNCHER:
+        return (
+            f"fuse=array: hydra/launcher={launcher} runs this sweep's jobs one by one; leave "
+            f"hydra/launcher out (fuse=array selects {FUSED_LAUNCHER}) to fuse them"
+        )
+    return None

@@ -127,13 +127,16 @@ def array_task(members: list[tuple[DictConfig, Any]]) -> list[float | None]:
     """What hpml.train.main is for one job, for an array: a failure is one line, recorded in
     every member's folder and run; each member's optimised metric (NaN for a failed array)."""
     from hpml.cli import report_failure
+    from hpml.tracking.jobs import write_job_status
     from hpml.train_array import train_array
 
     cfg, job = members[0]
     try:
         metrics = train_array(members)
     except Exception as exc:
-        report_failure(exc, job.output_dir / f"{job.name}.log")
+        line = report_failure(exc, job.output_dir / f"{job.name}.log")
+        for _, member_job in members:  # for the sweep to count, as hpml.train.main records it
+            write_job_status(member_job.output_dir, failed=True, error=line)
         return [math.nan] * len(members)
     name = cfg.optimized_metric
     return [result.get(name) if name else None for result in metrics]
