@@ -1,0 +1,290 @@
+"""Which jobs of a sweep fuse (``hpml.validate.fusion``), on real configs composed from ``conf/``.
+
+The configs are composed as the fused launcher gets them (Hydra's node included: a refusal names
+the option of a config group from ``hydra.runtime.choices``). A sweep that cannot fuse runs one
+by one after one line naming what kept it apart; a refused member of an array fails every
+member, each as a FAILED run of the sweep in a real MLflow store.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from mlflow import MlflowClient
+from omegaconf import DictConfig, open_dict
+
+from hpml.errors import HpmlError
+from hpml.hydra_job import HydraJob
+from hpml.tracking.jobs import PARENT_FILE, this_process
+from hpml.train import tracker_of
+from hpml.train_array import refused_members
+from hpml.validate import validate
+from hpml.validate.fusion import FUSED_LAUNCHER, plan, unfused_note
+from hydra_plugins.hpml_fused_launcher.launcher import placed, task_config
+from tests.conftest import CONF
+
+FUSED = ["model=vae", "fuse=array"]  # VAE: Adam, synthetic MNIST
+
+
+@pytest.fixture(autouse=True)
+def conf() -> Iterator[None]:
+    """Hydra initialised on ``conf/`` for the test's compositions; its globals cleared after."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        yield
+    HydraConfig.instance().cfg = None
+
+
+@cache
+def composed(*overrides: str) -> DictConfig:
+    """Composing is most of this file's time: each set of overrides is composed once."""
+    return compose("train", overrides=list(overrides), return_hydra_config=True)
+
+
+def job(*overrides: str) -> DictConfig:
+    """One job's config as the launcher composes it, Hydra's node included."""
+    return copy.deepcopy(composed(*overrides))
+
+
+def sweep(values: list[str], *shared: str) -> list[DictConfig]:
+    """One job per entry of ``values`` (an override each), all with ``shared``."""
+    return [job(*shared, value) for value in values]
+
+
+class Calls:
+    """A capacity that counts how often plan() asks for it."""
+
+    def __init__(self, size: int | None) -> None:
+        self.size, self.count = size, 0
+
+    def __call__(self) -> int | None:
+        self.count += 1
+        return self.size
+
+
+@pytest.mark.parametrize(
+    ("values", "shared"),
+    [
+        (["model.optimizer.lr=0.1", "model.optimizer.lr=0.01", "model.optimizer.lr=3e-4"], []),
+        (["seed=1", "seed=2"], []),
+        (["+model.optimizer.betas=[0.9,0.99]", "+model.optimizer.betas=[0.8,0.9]"], []),
+        (
+            ["model.scheduler.gamma=0.5", "model.scheduler.gamma=0.9"],
+            ["model/scheduler=step", "model.scheduler.step_size=2"],
+        ),
+        (
+            ["model.scheduler.gamma=0.5", "model.scheduler.step_size=3"],
+            ["model/scheduler=step"],
+        ),
+        (["model/scheduler=step", "model/scheduler=cosine", "model.optimizer.lr=1e-3"], []),
+    ],
+    ids=["lr", "seed", "betas", "scheduler-gamma", "scheduler-options", "step-cosine-none"],
+)
+def test_jobs_differing_in_shape_preserving_values_fuse_into_one_array(
+    values: list[str], shared: list[str]
+) -> None:
+    """A scheduler of another kind, or none, fuses too: each member steps its own."""
+    configs = sweep(values, *FUSED, *shared)
+    capacity = Calls(None)
+    decided = plan(configs, on_cpu=False, capacity=capacity)
+    assert decided.arrays == [list(range(len(values)))]
+    assert decided.serial == []
+    assert decided.reason is None
+    assert capacity.count == 1
+
+
+def test_a_swept_shape_runs_every_job_alone_naming_the_key() -> None:
+    configs = sweep(["model.net.hidden=400", "model.net.hidden=200"], *FUSED)
+    capacity = Calls(8)
+    decided = plan(configs, on_cpu=False, capacity=capacity)
+    assert (decided.arrays, decided.serial) == ([], [0, 1])
+    assert decided.reason.startswith("fuse=array: not fusing: model.net.hidden differs")
+    assert "running the 2 jobs one by one" in decided.reason
+    assert capacity.count == 0  # no model is built to measure jobs that run alone
+
+
+def test_a_lr_and_a_shape_swept_together_do_not_fuse() -> None:
+    configs = [
+        job(*FUSED, f"model.optimizer.lr={lr}", f"model.net.hidden={hidden}")
+        for lr in (0.1, 0.2)
+        for hidden in (400, 200)
+    ]
+    decided = plan(configs, on_cpu=False)
+    assert decided.serial == [0, 1, 2, 3]
+    assert "not fusing: model.net.hidden" in decided.reason
+
+
+def test_on_cpu_the_jobs_run_alone_unless_forced() -> None:
+    values = ["model.optimizer.lr=0.1", "model.optimizer.lr=0.2"]
+    decided = plan(sweep(values, *FUSED), on_cpu=True)
+    assert (decided.arrays, decided.serial) == ([], [0, 1])
+    assert "on CPU" in decided.reason and "fuse.force=true fuses anyway" in decided.reason
+    forced = plan(sweep(values, *FUSED, "fuse.force=true"), on_cpu=True)
+    assert (forced.arrays, forced.serial, forced.reason) == ([[0, 1]], [], None)
+
+
+def test_the_default_callbacks_fuse_but_an_extra_one_does_not() -> None:
+    values = ["model.optimizer.lr=0.1", "model.optimizer.lr=0.2"]
+    defaults = sweep(values, *FUSED)
+    assert set(defaults[0].callbacks) == {"model_stats", "perf", "target", "memory", "checkpoint"}
+    assert plan(defaults, on_cpu=False).arrays == [[0, 1]]
+    extra = "+callbacks.extra._target_=hpml.callbacks.epoch_summary.EpochSummary"
+    decided = plan(sweep(values, *FUSED, extra), on_cpu=False)
+    assert (decided.arrays, decided.serial) == ([], [0, 1])
+    assert decided.reason.startswith("fuse=array: not fusing: callbacks.extra is set")
+
+
+@pytest.mark.parametrize(
+    ("setting", "named"),
+    [
+        ("prune=l1_unstructured", "prune=l1_unstructured is set"),
+        ("trainer.precision=16-mixed", "trainer.precision=16-mixed is set"),
+        ("+trainer.accumulate_grad_batches=2", "trainer.accumulate_grad_batches=2 is set"),
+        ("+trainer.gradient_clip_val=1.0", "trainer.gradient_clip_val=1.0 is set"),
+    ],
+)
+def test_a_setting_an_array_cannot_train_with_runs_every_job_alone(
+    setting: str, named: str
+) -> None:
+    configs = sweep(["model.optimizer.lr=0.1", "model.optimizer.lr=0.2"], *FUSED, setting)
+    capacity = Calls(8)
+    decided = plan(configs, on_cpu=False, capacity=capacity)
+    assert (decided.arrays, decided.serial) == ([], [0, 1])
+    assert decided.reason.startswith(f"fuse=array: not fusing: {named}")
+    assert capacity.count == 0
+
+
+def test_without_fuse_array_every_job_runs_alone_silently() -> None:
+    configs = sweep(["model.optimizer.lr=0.1", "model.optimizer.lr=0.2"], "model=vae", "fuse=none")
+    capacity = Calls(8)
+    decided = plan(configs, on_cpu=False, capacity=capacity)
+    assert (decided.arrays, decided.serial, decided.reason) == ([], [0, 1], None)
+    assert capacity.count == 0
+
+
+def test_a_single_job_has_nothing_to_fuse_with() -> None:
+    decided = plan([job(*FUSED)], on_cpu=False, capacity=Calls(8))
+    assert (decided.arrays, decided.serial) == ([], [0])
+    assert "single job" in decided.reason
+
+
+def lrs(count: int, *shared: str) -> list[DictConfig]:
+    return sweep([f"model.optimizer.lr={i + 1}e-3" for i in range(count)], *FUSED, *shared)
+
+
+def test_the_capacity_splits_a_sweep_and_a_lone_remainder_runs_serially() -> None:
+    decided = plan(lrs(5), on_cpu=False, capacity=lambda: 2)
+    assert decided.arrays == [[0, 1], [2, 3]]
+    assert decided.serial == [4]
+    assert decided.reason is None
+
+
+def test_max_members_caps_an_array_without_a_capacity() -> None:
+    decided = plan(lrs(7, "fuse.max_members=3"), on_cpu=False)
+    assert decided.arrays == [[0, 1, 2], [3, 4, 5]]
+    assert decided.serial == [6]
+
+
+@pytest.mark.parametrize(("capacity", "size"), [(2, 2), (5, 3), (None, 3)])
+def test_an_array_holds_the_smaller_of_max_members_and_the_capacity(
+    capacity: int | None, size: int
+) -> None:
+    """Both are a most per array (fuse.max_members in conf/fuse/array.yaml, capacity in
+    plan()'s docstring), so the tighter one holds."""
+    decided = plan(lrs(6, "fuse.max_members=3"), on_cpu=False, capacity=lambda: capacity)
+    assert decided.arrays == [list(range(i, min(i + size, 6))) for i in range(0, 6, size)]
+    assert decided.serial == []
+
+
+def test_a_capacity_of_one_runs_every_job_alone() -> None:
+    decided = plan(lrs(3), on_cpu=False, capacity=lambda: 1)
+    assert (decided.arrays, decided.serial, decided.reason) == ([], [0, 1, 2], None)
+
+
+def test_fuse_array_selects_the_fused_launcher_and_the_command_line_can_override_it() -> None:
+    fused = job(*FUSED)
+    assert fused.hydra.runtime.choices["hydra/launcher"] == FUSED_LAUNCHER
+    assert unfused_note(fused, FUSED_LAUNCHER, multirun=True) is None
+    basic = job(*FUSED, "hydra/launcher=basic")
+    launcher = basic.hydra.runtime.choices["hydra/launcher"]
+    assert launcher == "basic"
+    note = unfused_note(basic, launcher, multirun=True)
+    assert note.startswith("fuse=array: hydra/launcher=basic runs this sweep's jobs one by one")
+
+
+def test_the_note_when_fuse_array_cannot_act() -> None:
+    cfg = job(*FUSED)
+    single = unfused_note(cfg, FUSED_LAUNCHER, multirun=False)
+    assert single is not None and "single run" in single and " -m" in single
+    joblib = unfused_note(cfg, "joblib", multirun=True)
+    assert joblib is not None and "hydra/launcher=joblib" in joblib
+    assert unfused_note(cfg, FUSED_LAUNCHER, multirun=True) is None
+    plain = job("model=vae", "fuse=none")
+    assert unfused_note(plain, "basic", multirun=True) is None
+    assert unfused_note(plain, None, multirun=False) is None
+
+
+def member(overrides: list[str], sweep_dir: Path, num: int) -> tuple[DictConfig, HydraJob]:
+    """A job of a multirun in ``sweep_dir``, placed as the fused launcher places a member: its
+    folder, Hydra's record, and its config with ``${hydra:...}`` resolved."""
+    config = job(*overrides)
+    with open_dict(config):
+        config.hydra.mode = RunMode.MULTIRUN
+        config.hydra.sweep.dir = str(sweep_dir)
+        config.hydra.job.num = config.hydra.job.id = num
+        config.hydra.job.name = "train"
+    config = placed(config)
+    return task_config(config), HydraJob.of(config.hydra)
+
+
+def test_a_refused_member_fails_every_member_as_a_run_of_the_sweep(
+    root: Path, client: MlflowClient
+) -> None:
+    sweep_dir = root / "multirun" / "sweep"
+    shared = [*FUSED, f"paths.root_dir={root}"]
+    members = [
+        member([*shared, "model.optimizer.lr=0.001"], sweep_dir, 0),
+        member([*shared, "model.optimizer.lr=-1"], sweep_dir, 1),
+    ]
+    tracker = tracker_of(members[0][0])
+    assert tracker.tracking_uri == f"sqlite:///{root}/mlflow.db"
+    parent = client.create_run(tracker.experiment_id(), tags={"hpml.sweep_parent": "true"})
+    record = {
+        "run_id": parent.info.run_id,
+        "experiment_id": parent.info.experiment_id,
+        "tracking_uri": tracker.tracking_uri,
+        "process": this_process(),
+    }
+    (sweep_dir / PARENT_FILE).write_text(json.dumps(record))
+
+    with pytest.raises(HpmlError, match=r"model\.optimizer\.lr=-1") as refused:
+        refused_members(tracker, members, validate)
+
+    children = client.search_runs(
+        [parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}'"
+    )
+    by_num = {run.data.tags["hpml.job_num"]: run for run in children}
+    assert sorted(by_num) == ["0", "1"]
+    assert {run.info.status for run in children} == {"FAILED"}
+    own = by_num["1"].data.tags["hpml.error"]
+    assert own == f"{type(refused.value).__name__}: {refused.value}"
+    assert own.endswith("model.optimizer.lr=-1 is invalid: expected a number > 0")
+    kept = by_num["0"].data.tags["hpml.error"]
+    assert kept == f"HpmlError: member 1 of this fused array was refused: {refused.value}"
+    assert by_num["0"].data.params["model.optimizer.lr"] == "0.001"
+
+
+def test_members_that_pass_validation_record_nothing(root: Path, client: MlflowClient) -> None:
+    sweep_dir = root / "multirun" / "sweep"
+    shared = [*FUSED, f"paths.root_dir={root}"]
+    members = [member([*shared, f"seed={seed}"], sweep_dir, seed) for seed in (0, 1)]
+    tracker = tracker_of(members[0][0])
+    refused_members(tracker, members, validate)
+    assert client.search_runs([tracker.experiment_id()]) == []
