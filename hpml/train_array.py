@@ -10,16 +10,15 @@ own metrics; the array trains with the first member's trainer config.
 from __future__ import annotations
 
 import logging
+import math
 import shutil
 from collections.abc import Sequence
 from typing import Any
 
 from omegaconf import DictConfig
 
-from hpml.errors import HpmlError, one_line
 from hpml.hydra_job import HydraJob
-from hpml.names import MEMBER_PREFIX, member_prefix
-from hpml.tracking.jobs import record_run, write_job_status
+from hpml.names import DIVERGED_TAG, MEMBER_PREFIX, member_prefix
 from hpml.train import build, tracker_of
 
 log = logging.getLogger(__name__)
@@ -53,11 +52,9 @@ def assemble_array(
         for name, changes in cfg.fuse.callbacks.items()
         if cfg.callbacks.get(name)
     ]
-    per_member = set(cfg.fuse.member_callbacks)
-    if "model_stats" in per_member and cfg.callbacks.get("model_stats"):
+    if cfg.callbacks.get("model_stats"):  # the PER_MEMBER of hpml.validate.fusion
         callbacks.append(MemberStats())
-    if "target" in per_member:
-        callbacks += member_targets(cfg.callbacks.get("target"), len(members))
+    callbacks += member_targets(cfg.callbacks.get("target"), len(members))
     trainer = build(
         "trainer",
         cfg.trainer,
@@ -88,34 +85,34 @@ def member_metrics(metrics: dict[str, Any], index: int) -> dict[str, float]:
 
 
 def train_array(members: Sequence[tuple[DictConfig, HydraJob]]) -> list[dict[str, float]]:
-    """Fit and test ``members`` as one array; each member's final metrics, in order."""
-    from hpml.tracking.fused import close_member, member_loggers, open_member
+    """Fit and test ``members`` as one array; each member's final metrics, in order.
+
+    The members were validated by the caller (the fused launcher runs a refused job alone).
+    Each member's run ends as a serial job's would: FINISHED, FAILED with the error, or
+    KILLED by Ctrl-C or SIGTERM; a member whose loss stopped being finite returns NaN as its
+    optimised metric (its serial job would have logged NaN), tagged with the step.
+    """
+    from hpml.tracking.fused import MemberRuns, member_loggers
+    from hpml.tracking.run import interrupted
     from hpml.tracking.stop import StopOnSignals
-    from hpml.validate import validate
     from hpml.worker import start_job
 
     cfg, job = members[0]
     tracker = tracker_of(cfg)
-    refused_members(tracker, members, validate)
     start_job(cfg.get("threads"))
     logging.getLogger("lightning").handlers.clear()
-    run_ids = [
-        open_member(tracker, member_cfg, member_job, len(members), index, str(job.output_dir))
-        for index, (member_cfg, member_job) in enumerate(members)
-    ]
-    for (_, member_job), run_id in zip(members, run_ids, strict=True):
-        record_run(member_job.output_dir, run_id)
-    log.info("fused array of %d members: runs %s", len(members), ", ".join(run_ids))
-    failure: BaseException | None = None
+    runs = MemberRuns(tracker, list(members))
     metrics: dict[str, Any] = {}
     parts: tuple[Any, Any, Any] | None = None
-    try:
-        with StopOnSignals(job) as stop:
-            stop.run_id = run_ids[0]
-            parts = assemble_array(members, member_loggers(tracker, run_ids))
+    with StopOnSignals(job) as stop:
+        try:
+            runs.open()
+            stop.run_id = ", ".join(runs.ids)
+            log.info("fused array of %d members: runs %s", len(members), stop.run_id)
+            parts = assemble_array(members, member_loggers(tracker, runs.ids))
             data, model, trainer = parts
             stop.trainer = trainer
-            set_device_tags(trainer, len(members))
+            set_device_tags(trainer)
             if cfg.fit:
                 trainer.fit(model, datamodule=data)
                 stop.check()
@@ -123,43 +120,22 @@ def train_array(members: Sequence[tuple[DictConfig, HydraJob]]) -> list[dict[str
             if cfg.test:
                 trainer.test(model, datamodule=data, verbose=False)
                 metrics |= dict(trainer.callback_metrics)
-    except BaseException as exc:
-        failure = exc
-        raise
-    finally:
-        for index, (_, member_job) in enumerate(members):
-            if member_job.output_dir != job.output_dir:
-                copy_log(job, member_job)
-            error = None if failure is None else one_line(failure)
-            write_job_status(member_job.output_dir, failed=failure is not None, error=error)
-            close_member(run_ids[index], member_job, failure, _dataset_logger(parts, index))
-    return [member_metrics(metrics, index) for index in range(len(members))]
+        except BaseException as exc:
+            copy_logs(members)
+            status = "KILLED" if interrupted(exc) or stop.received else "FAILED"
+            runs.close(status, exc, recorder(tracker, parts))
+            raise
+        copy_logs(members)
+        runs.close("FINISHED", None, recorder(tracker, parts))
+    results = [member_metrics(metrics, index) for index in range(len(members))]
+    for index, step in getattr(parts[1], "diverged", {}).items():
+        tracker.client().set_tag(runs.ids[index], DIVERGED_TAG, str(step))
+        if cfg.optimized_metric:
+            results[index][cfg.optimized_metric] = math.nan
+    return results
 
 
-def refused_members(
-    tracker: Any, members: Sequence[tuple[DictConfig, HydraJob]], check: Any
-) -> None:
-    """Validate every member; if one is refused, the whole array is: each member is recorded
-    as a FAILED run of the sweep (the refused with its own reason, the others with it), so
-    the sweep's page lists every job, and the first refusal is raised."""
-    reasons: list[HpmlError | None] = []
-    for member_cfg, member_job in members:
-        try:
-            check(member_cfg, member_job)
-            reasons.append(None)
-        except HpmlError as exc:
-            reasons.append(exc)
-    first = next((reason for reason in reasons if reason is not None), None)
-    if first is None:
-        return
-    index = reasons.index(first)
-    for (member_cfg, member_job), reason in zip(members, reasons, strict=True):
-        because = reason or HpmlError(f"member {index} of this fused array was refused: {first}")
-        tracker.record_refused(member_cfg, member_job, because)
-    raise first
-
-
-def set_device_tags(trainer: Any, size: int) -> None:
+def set_device_tags(trainer: Any) -> None:
     """The device the array trains on, in every member's run, as a serial run tags it."""
     from hpml.callbacks.logging import set_tags
     from hpml.tracking.tags import device_tags
@@ -167,18 +143,32 @@ def set_device_tags(trainer: Any, size: int) -> None:
     set_tags(trainer, {**device_tags(trainer.strategy.root_device), "hpml.processes": "1"})
 
 
-def _dataset_logger(parts: tuple[Any, Any, Any] | None, index: int) -> Any:
-    """What records member ``index``'s dataset in its run, once the array's data exists."""
+def recorder(tracker: Any, parts: tuple[Any, Any, Any] | None) -> Any:
+    """What records member ``index``'s dataset (and, with ``logger.log_model``, its trained
+    net) in its run while it is being closed, once the array's data and model exist."""
 
-    def log_dataset() -> None:
+    def record(index: int) -> None:
         if parts is None:
             return
-        from hpml.tracking.dataset import log_dataset as log_input
+        from hpml.tracking import model as logged_model
+        from hpml.tracking.dataset import log_dataset
 
-        members = parts[0].members
-        log_input(members[index if len(members) > 1 else 0])
+        datamodules = parts[0].members
+        datamodule = datamodules[index if len(datamodules) > 1 else 0]
+        log_dataset(datamodule)
+        if tracker.log_model:
+            net = parts[1].members[index].net
+            logged_model.log_model(net, logged_model.example_input(datamodule))
 
-    return log_dataset
+    return record
+
+
+def copy_logs(members: Sequence[tuple[DictConfig, HydraJob]]) -> None:
+    """The array's job log into every other member's folder (:func:`copy_log`)."""
+    leader = members[0][1]
+    for _, member_job in members[1:]:
+        if member_job.output_dir != leader.output_dir:
+            copy_log(leader, member_job)
 
 
 def copy_log(leader: HydraJob, member: HydraJob) -> None:

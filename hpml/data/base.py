@@ -151,7 +151,9 @@ class HpmlDataModule(L.LightningDataModule):
     def _loader(self, dataset: Dataset | None, split: str, shuffle: bool) -> DataLoader:
         """Shuffled from ``seed``'s own generator: a job's data order is its seed's alone, not
         what else drew from the global generator first (a fused array's members build N nets
-        before the first batch, and each must read its serial twin's order)."""
+        before the first batch, and each must read its serial twin's order). Under DDP
+        Lightning's DistributedSampler shuffles instead, from the job's ``seed``, which
+        ``data.seed`` follows by default."""
         return DataLoader(
             self._limited(dataset, split),
             batch_size=self.batch_size,

@@ -16,7 +16,7 @@ from pathlib import Path
 from statistics import fmean, harmonic_mean
 from typing import TYPE_CHECKING
 
-from hpml.names import label
+from hpml.names import ARRAY_SIZE_TAG, ARRAY_TAG, FUSED_TAG, MEMBER_TAG, label
 from hpml.report.canvas import Canvas, Figure
 from hpml.report.studies import Table
 from hpml.report.table import BOOKKEEPING, differing_keys, number, short_name, value
@@ -24,11 +24,6 @@ from hpml.report.table import BOOKKEEPING, differing_keys, number, short_name, v
 if TYPE_CHECKING:
     from mlflow.entities import Run
 
-# the tags hpml.tracking.fused puts on each member's run (not imported: it imports Lightning)
-FUSED_TAG = "hpml.fused"
-ARRAY_SIZE_TAG = "hpml.fused.array_size"
-MEMBER_TAG = "hpml.fused.member"
-ARRAY_TAG = "hpml.fused.array"  # the leader's job folder: members of one array share it
 SPEED = "train/throughput_samples_per_s"  # a member's: every member reads every batch
 LOSS = "val/loss"
 NOT_CONFIG = (*BOOKKEEPING, "fuse.")

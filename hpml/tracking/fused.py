@@ -9,26 +9,24 @@ end to record how it ended.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from typing import Any
 
 import mlflow
+from mlflow import MlflowClient
 from omegaconf import DictConfig
 
 from hpml.hydra_job import HydraJob
-from hpml.names import MEMBER_PREFIX
+from hpml.names import ARRAY_SIZE_TAG, ARRAY_TAG, FUSED_TAG, MEMBER_PREFIX, MEMBER_TAG
 from hpml.tracking.logger import AttachedMLFlowLogger
 from hpml.tracking.records import log_config, log_failure, log_job_log
 from hpml.tracking.run import MlflowTracker, _best_effort, sweep_record
 from hpml.tracking.store import retry_locked
 from hpml.tracking.tags import default_run_name, environment_tags, hydra_tags
 
-FUSED_TAG = "hpml.fused"
-ARRAY_SIZE_TAG = "hpml.fused.array_size"
-MEMBER_TAG = "hpml.fused.member"
-ARRAY_TAG = "hpml.fused.array"  # the leader's job folder: members of one array share it
-
+log = logging.getLogger(__name__)
 _MEMBER = re.compile(rf"^{MEMBER_PREFIX}(\d+)/(.+)$")
 
 
@@ -51,51 +49,116 @@ class MemberLogger(AttachedMLFlowLogger):
         super().log_metrics(own, step)
 
 
-def open_member(
-    tracker: MlflowTracker, cfg: DictConfig, job: HydraJob, size: int, index: int, array: str
-) -> str:
-    """Start member ``index``'s child run with what a serial job's run starts with; its id."""
-    mlflow.set_tracking_uri(tracker.tracking_uri)
-    record = sweep_record(job)
-    tags = {
-        **environment_tags(),
-        **hydra_tags(job),
-        FUSED_TAG: "true",
-        ARRAY_SIZE_TAG: str(size),
-        MEMBER_TAG: str(index),
-        ARRAY_TAG: array,
-    }
-    active = retry_locked(
-        lambda: mlflow.start_run(
-            experiment_id=tracker.experiment_id(),
-            run_name=tracker.run_name or default_run_name(job),
-            parent_run_id=record["run_id"] if record else None,
-            tags=tags,
-            log_system_metrics=False,
+class MemberRuns:
+    """The open runs of an array's members, one per member, in member order.
+
+    :meth:`open` starts each (or reopens the run of an earlier attempt that stopped in the same
+    job folder: a sweep started again continues its stopped jobs' runs, and an array, which
+    keeps no checkpoint, starts afresh inside them, saying so); :meth:`close` ends each one
+    with its own status, one member's failure to close never keeping another's open.
+    """
+
+    def __init__(self, tracker: MlflowTracker, members: list[tuple[DictConfig, HydraJob]]) -> None:
+        self.tracker, self.members = tracker, members
+        self.ids: list[str] = []
+        self.monitors: list[Any] = []
+
+    def open(self) -> None:
+        from hpml.tracking.jobs import record_run
+
+        array = str(self.members[0][1].output_dir)
+        for index, (cfg, job) in enumerate(self.members):
+            earlier = self._earlier(job)
+            if earlier is not None:
+                print(
+                    f"hpml: job {job.output_dir} starts afresh in its run {earlier}: a fused "
+                    "array keeps no checkpoint",
+                    flush=True,
+                )
+            run_id = self._start(cfg, job, index, array, earlier)
+            self.ids.append(run_id)
+            record_run(job.output_dir, run_id)
+            if self.tracker.log_system_metrics:
+                self.monitors.append(self._monitor(run_id))
+
+    def _earlier(self, job: HydraJob) -> str | None:
+        """The run of an earlier attempt of this job that did not finish (its folder's record
+        names it), if the store still has it: checkpoint or not, an array starts it afresh."""
+        from hpml.tracking.jobs import earlier_attempt
+
+        run_id = earlier_attempt(job.output_dir)
+        if run_id is None:
+            return None
+        try:
+            return self.tracker.client().get_run(run_id).info.run_id
+        except Exception:  # deleted, or another store: a new run, as a first attempt gets
+            return None
+
+    def _start(
+        self, cfg: DictConfig, job: HydraJob, index: int, array: str, earlier: str | None
+    ) -> str:
+        """Start member ``index``'s child run with what a serial job's run starts with, then
+        set it aside, RUNNING; its id."""
+        tracker = self.tracker
+        mlflow.set_tracking_uri(tracker.tracking_uri)
+        record = sweep_record(job)
+        tags = {
+            **environment_tags(),
+            **hydra_tags(job),
+            FUSED_TAG: "true",
+            ARRAY_SIZE_TAG: str(len(self.members)),
+            MEMBER_TAG: str(index),
+            ARRAY_TAG: array,
+        }
+        active = retry_locked(
+            lambda: mlflow.start_run(
+                run_id=earlier,
+                experiment_id=None if earlier else tracker.experiment_id(),
+                run_name=None if earlier else tracker.run_name or default_run_name(job),
+                parent_run_id=record["run_id"] if record else None,
+                tags=tags,
+                log_system_metrics=False,
+            )
         )
-    )
-    try:
-        log_config(cfg, job)
-    finally:
-        mlflow.end_run("RUNNING")  # set aside, open: close_member ends it
-    return active.info.run_id
+        try:
+            if earlier is not None and "hpml.error" in active.data.tags:
+                MlflowClient(tracker.tracking_uri).delete_tag(earlier, "hpml.error")
+            log_config(cfg, job, resumed=earlier is not None)
+        finally:
+            mlflow.end_run("RUNNING")  # set aside, open: close() ends it
+        return active.info.run_id
 
+    def _monitor(self, run_id: str) -> Any:
+        """MLflow's system metrics for the member's run, as a serial run samples them."""
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
-def close_member(
-    run_id: str,
-    job: HydraJob,
-    exc: BaseException | None,
-    record: Callable[[], None] = lambda: None,
-) -> None:
-    """End member run ``run_id``: ``record`` (its dataset, say), the failure if any, the job log."""
-    mlflow.start_run(run_id=run_id, log_system_metrics=False)
-    try:
-        _best_effort(record)
-        if exc is not None:
-            _best_effort(log_failure, exc)
-        _best_effort(log_job_log, job)
-    finally:
-        mlflow.end_run("FINISHED" if exc is None else "FAILED")
+        monitor = SystemMetricsMonitor(
+            run_id,
+            sampling_interval=self.tracker.system_metrics_interval_s,
+            tracking_uri=self.tracker.tracking_uri,
+        )
+        monitor.start()
+        return monitor
+
+    def close(self, status: str, exc: BaseException | None, record: Callable[[int], None]) -> None:
+        """End every opened run with ``status``: ``record(index)`` (its dataset, its model),
+        the failure if any, the job log; each member on its own, errors logged."""
+        for monitor in self.monitors:
+            _best_effort(monitor.finish)
+        for index, run_id in enumerate(self.ids):
+            job = self.members[index][1]
+            try:
+                retry_locked(lambda run_id=run_id: mlflow.start_run(run_id=run_id))
+            except Exception as error:
+                log.warning("could not end member %d's run %s: %s", index, run_id, error)
+                continue
+            try:
+                _best_effort(record, index)
+                if exc is not None:
+                    _best_effort(log_failure, exc)
+                _best_effort(log_job_log, job)
+            finally:
+                _best_effort(mlflow.end_run, status)
 
 
 def member_loggers(tracker: MlflowTracker, run_ids: list[str]) -> list[MemberLogger]:

@@ -15,6 +15,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+# the callbacks group's entries a member runs for itself (hpml/callbacks/fused.py)
+PER_MEMBER = ("model_stats", "target")
 FUSED_LAUNCHER = "hpml_fused"  # hydra/launcher option of hydra_plugins/hpml_fused_launcher
 # slowdown measured on CPU (../shared/FIELD_NOTES.md): 8 study-3 VAEs, one thread
 CPU_SLOWDOWN = "0.54-0.85x of serial for 8 VAEs"
@@ -50,10 +52,21 @@ def differing_keys(configs: Sequence[DictConfig]) -> list[str]:
     return [key for key in keys if len({flat.get(key, "<unset>") for flat in flats}) > 1]
 
 
+def processes(trainer: DictConfig) -> int:
+    """The processes ``trainer`` would train in (devices x nodes; 1 for a config validation
+    refuses: that job fails alone, with its own line)."""
+    from hpml.errors import HpmlError
+    from hpml.validate.machine import check_trainer
+
+    try:
+        return check_trainer(trainer)
+    except HpmlError:
+        return 1
+
+
 def unfusable_setting(cfg: DictConfig) -> str | None:
     """A setting every job shares that an array cannot train with, as ``key=value``."""
-    handled = {*cfg.fuse.get("callbacks", {}), *cfg.fuse.get("member_callbacks", [])}
-    handled |= set(cfg.fuse.get("skipped_callbacks", []))
+    handled = {*cfg.fuse.get("callbacks", {}), *PER_MEMBER, *cfg.fuse.get("skipped_callbacks", [])}
     for name, node in (cfg.get("callbacks") or {}).items():
         if node and "_target_" in node and name not in handled:
             return f"callbacks.{name}"
@@ -62,14 +75,14 @@ def unfusable_setting(cfg: DictConfig) -> str | None:
         if node and "_target_" in node:
             return f"{group}={OmegaConf.select(cfg, f'hydra.runtime.choices.{group}') or 'set'}"
     trainer = cfg.trainer
-    for key, default in (
-        ("devices", 1),
-        ("num_nodes", 1),
-        ("accumulate_grad_batches", 1),
-        ("gradient_clip_val", None),
-    ):
+    strategy = trainer.get("strategy", "auto")
+    if strategy not in ("auto", "single_device"):
+        return f"trainer.strategy={strategy}"
+    if processes(trainer) > 1:
+        return f"trainer.devices={trainer.get('devices')} (x trainer.num_nodes)"
+    for key, default in (("accumulate_grad_batches", 1), ("gradient_clip_val", None)):
         value = trainer.get(key, default)
-        if value not in (default, "auto") and not (key == "devices" and value == [0]):
+        if value != default:
             return f"trainer.{key}={value}"
     if str(trainer.get("precision")).startswith("16"):  # one GradScaler, N optimiser steps
         return f"trainer.precision={trainer.precision}"
@@ -82,10 +95,14 @@ def plan(
     configs: Sequence[DictConfig],
     on_cpu: bool,
     capacity: Callable[[], int | None] | None = None,
+    admit: Callable[[int], bool] | None = None,
 ) -> Plan:
     """How to run ``configs`` (every job of one launch), ``capacity()`` members per array at
-    most (the memory guard's figure; None: no limit). ``capacity`` is called only once the jobs
-    are to fuse: a sweep that runs one by one never builds a model to measure it."""
+    most (the memory guard's figure; None: no limit). ``admit(index)``, asked once the jobs
+    could fuse, says whether that job may join an array (the launcher validates it: a refused
+    job runs alone and fails with its own line, as under the basic launcher, and the rest
+    fuse). ``capacity`` is called only after that, once jobs are to fuse: a sweep that runs one
+    by one never builds a model to measure it."""
     everyone = list(range(len(configs)))
     fuse = configs[0].get("fuse") or {}
     if fuse.get("mode") != "array":
@@ -100,7 +117,7 @@ def plan(
             serial=everyone,
             reason=f"fuse=array: not fusing: {setting} is set, and an array trains plain nets "
             "(prune, quant, compile, profile at none, activations=keep, the callbacks of "
-            "fuse.callbacks, fuse.member_callbacks or fuse.skipped_callbacks, one device, no "
+            f"fuse.callbacks or fuse.skipped_callbacks or {', '.join(PER_MEMBER)}, one device, no "
             f"fp16 loss scaling, no gradient accumulation or clipping); {one_by_one}",
         )
     patterns = list(fuse.get("fusable", []))
@@ -119,11 +136,16 @@ def plan(
             reason=f"fuse=array: on CPU a fused array trains slower than its jobs one by one "
             f"(vmap measured {CPU_SLOWDOWN}); {one_by_one}; fuse.force=true fuses anyway",
         )
+    admitted = [index for index in everyone if admit is None or admit(index)]
+    refused = [index for index in everyone if index not in admitted]  # fail alone, own line
+    if len(admitted) < 2:
+        return Plan(serial=everyone)
     cap = capacity() if capacity is not None else None
+    count = len(admitted)
     size = max(1, min(cap or count, fuse.get("max_members") or count))
-    arrays = [everyone[start : start + size] for start in range(0, count, size)]
-    serial = [group[0] for group in arrays if len(group) == 1]
-    return Plan(arrays=[group for group in arrays if len(group) > 1], serial=serial)
+    arrays = [admitted[start : start + size] for start in range(0, count, size)]
+    serial = refused + [group[0] for group in arrays if len(group) == 1]
+    return Plan(arrays=[group for group in arrays if len(group) > 1], serial=sorted(serial))
 
 
 def unfused_note(cfg: DictConfig, launcher: str | None, multirun: bool) -> str | None:

@@ -39,6 +39,8 @@ class FusedLauncher(Launcher):
         self.config: DictConfig | None = None
         self.task_function: TaskFunction | None = None
         self.hydra_context: HydraContext | None = None
+        self.said: set[str] = set()  # the reasons printed: a sweeper's batches repeat them
+        self.members: dict[int, tuple[DictConfig, Any]] = {}  # job num -> (task config, job)
 
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
@@ -62,8 +64,22 @@ class FusedLauncher(Launcher):
             with open_dict(config):
                 config.hydra.job.id = config.hydra.job.num = initial_job_idx + offset
             configs.append(config)
-        decided = plan(configs, on_cpu(configs[0]), lambda: capacity(configs))
-        if decided.reason:
+        admitted: list[int] = []
+
+        def admit(index: int) -> bool:
+            if self._admitted(configs[index]):
+                admitted.append(index)
+                return True
+            return False
+
+        decided = plan(
+            configs,
+            on_cpu(configs[0]),
+            lambda: capacity([configs[index] for index in admitted]),
+            admit,
+        )
+        if decided.reason and decided.reason not in self.said:  # once per sweep, not per batch
+            self.said.add(decided.reason)
             print(f"hpml: {decided.reason}", flush=True)
         if len(decided.arrays) > 1:
             sizes = ", ".join(str(len(group)) for group in decided.arrays)
@@ -95,31 +111,55 @@ class FusedLauncher(Launcher):
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         return result
 
-    def _array(self, configs: list[DictConfig], indices: list[int]) -> dict[int, JobReturn]:
-        """Train ``configs`` as one array; a JobReturn for each, keyed by its job index."""
+    def _admitted(self, config: DictConfig) -> bool:
+        """Whether the job may join an array: its config passes hpml's validation (a refused
+        job runs alone, as under the basic launcher, and fails there with its own line). Its
+        folder, Hydra's record of it and its task config are made here, once."""
+        from hpml.errors import HpmlError
         from hpml.hydra_job import HydraJob
+        from hpml.validate import validate
 
-        members = [placed(config) for config in configs]
-        jobs = [HydraJob.of(config.hydra) for config in members]
-        tasks = [task_config(config) for config in members]
-        nums = ", ".join(str(config.hydra.job.num) for config in members)
+        task, job = task_config(placed(config)), HydraJob.of(config.hydra)
+        try:
+            validate(task, job)
+        except HpmlError:
+            return False
+        self.members[config.hydra.job.num] = (task, job)
+        return True
+
+    def _array(self, configs: list[DictConfig], indices: list[int]) -> dict[int, JobReturn]:
+        """Train ``configs`` as one array; a JobReturn for each, keyed by its job index.
+
+        The array runs as the first member's job (run_job: its folder, log and Hydra callbacks);
+        that job returns its own metric to the callbacks, the others' come back through
+        ``values``, and each other member gets its own job start and end callbacks.
+        """
+        assert self.hydra_context is not None and self.task_function is not None
+        members = [self.members[config.hydra.job.num] for config in configs]
+        nums = ", ".join(str(config.hydra.job.num) for config in configs)
         log.info(f"\tfused array of jobs #{nums}")
+        callbacks = self.hydra_context.callbacks
+        for config in configs[1:]:
+            callbacks.on_job_start(config=config, task_function=self.task_function)
+        values: list[float | None] = []
 
-        def task(_: DictConfig) -> list[float | None]:
-            return array_task(list(zip(tasks, jobs, strict=True)))
+        def task(_: DictConfig) -> float | None:
+            values.extend(array_task(members))
+            return values[0]
 
-        leader = self._run(members[0], task)
-        returns = {}
-        for index, config, job_config in zip(indices, members, tasks, strict=True):
+        leader = self._run(configs[0], task)
+        returns = {indices[0]: leader}
+        for position, (index, config) in enumerate(zip(indices, configs, strict=True)):
+            if position == 0:
+                continue
             result = copy.copy(leader)
-            result.cfg, result.hydra_cfg = job_config, OmegaConf.create({"hydra": config.hydra})
+            result.cfg = members[position][0]
+            result.hydra_cfg = OmegaConf.create({"hydra": config.hydra})
             result.overrides = list(config.hydra.overrides.task)
             if leader.status == JobStatus.COMPLETED:
-                result.return_value = leader.return_value[len(returns)]
+                result.return_value = values[position]
             returns[index] = result
-        callbacks = self.hydra_context.callbacks  # the leader's job ran through run_job already
-        for index, config in zip(indices[1:], members[1:], strict=True):
-            callbacks.on_job_end(config=config, job_return=returns[index])
+            callbacks.on_job_end(config=config, job_return=result)
         return returns
 
 
@@ -138,6 +178,8 @@ def array_task(members: list[tuple[DictConfig, Any]]) -> list[float | None]:
         for _, member_job in members:  # for the sweep to count, as hpml.train.main records it
             write_job_status(member_job.output_dir, failed=True, error=line)
         return [math.nan] * len(members)
+    for _, member_job in members:
+        write_job_status(member_job.output_dir, failed=False)
     name = cfg.optimized_metric
     return [result.get(name) if name else None for result in metrics]
 

@@ -9,7 +9,6 @@ member, each as a FAILED run of the sweep in a real MLflow store.
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -18,17 +17,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from mlflow import MlflowClient
 from omegaconf import DictConfig, open_dict
 
-from hpml.errors import HpmlError
-from hpml.hydra_job import HydraJob
-from hpml.tracking.jobs import PARENT_FILE, this_process
-from hpml.train import tracker_of
-from hpml.train_array import refused_members
-from hpml.validate import validate
 from hpml.validate.fusion import FUSED_LAUNCHER, plan, unfused_note
-from hydra_plugins.hpml_fused_launcher.launcher import placed, task_config
+from hydra_plugins.hpml_fused_launcher.launcher import FusedLauncher
 from tests.conftest import CONF
 
 FUSED = ["model=vae", "fuse=array"]  # VAE: Adam, synthetic MNIST
@@ -231,60 +223,41 @@ def test_the_note_when_fuse_array_cannot_act() -> None:
     assert unfused_note(plain, None, multirun=False) is None
 
 
-def member(overrides: list[str], sweep_dir: Path, num: int) -> tuple[DictConfig, HydraJob]:
-    """A job of a multirun in ``sweep_dir``, placed as the fused launcher places a member: its
-    folder, Hydra's record, and its config with ``${hydra:...}`` resolved."""
+def sweep_job(overrides: list[str], sweep_dir: Path, num: int) -> DictConfig:
+    """A job of a multirun in ``sweep_dir``, as the fused launcher composes it."""
     config = job(*overrides)
     with open_dict(config):
         config.hydra.mode = RunMode.MULTIRUN
         config.hydra.sweep.dir = str(sweep_dir)
         config.hydra.job.num = config.hydra.job.id = num
         config.hydra.job.name = "train"
-    config = placed(config)
-    return task_config(config), HydraJob.of(config.hydra)
+    return config
 
 
-def test_a_refused_member_fails_every_member_as_a_run_of_the_sweep(
-    root: Path, client: MlflowClient
+def test_the_launcher_admits_valid_jobs_and_leaves_a_refused_one_to_run_alone(
+    root: Path,
 ) -> None:
     sweep_dir = root / "multirun" / "sweep"
     shared = [*FUSED, f"paths.root_dir={root}"]
-    members = [
-        member([*shared, "model.optimizer.lr=0.001"], sweep_dir, 0),
-        member([*shared, "model.optimizer.lr=-1"], sweep_dir, 1),
+    lrs = ("0.001", "-1", "0.01")
+    configs = [
+        sweep_job([*shared, f"model.optimizer.lr={lr}"], sweep_dir, num)
+        for num, lr in enumerate(lrs)
     ]
-    tracker = tracker_of(members[0][0])
-    assert tracker.tracking_uri == f"sqlite:///{root}/mlflow.db"
-    parent = client.create_run(tracker.experiment_id(), tags={"hpml.sweep_parent": "true"})
-    record = {
-        "run_id": parent.info.run_id,
-        "experiment_id": parent.info.experiment_id,
-        "tracking_uri": tracker.tracking_uri,
-        "process": this_process(),
-    }
-    (sweep_dir / PARENT_FILE).write_text(json.dumps(record))
+    launcher = FusedLauncher()
+    admitted = [launcher._admitted(config) for config in configs]
+    assert admitted == [True, False, True]
+    task, member_job = launcher.members[2]
+    assert task.model.optimizer.lr == 0.01 and member_job.sweep.num == 2
+    assert member_job.output_dir == (sweep_dir / "2").resolve()
+    assert (member_job.output_dir / ".hydra" / "overrides.yaml").is_file()
 
-    with pytest.raises(HpmlError, match=r"model\.optimizer\.lr=-1") as refused:
-        refused_members(tracker, members, validate)
-
-    children = client.search_runs(
-        [parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}'"
-    )
-    by_num = {run.data.tags["hpml.job_num"]: run for run in children}
-    assert sorted(by_num) == ["0", "1"]
-    assert {run.info.status for run in children} == {"FAILED"}
-    own = by_num["1"].data.tags["hpml.error"]
-    assert own == f"{type(refused.value).__name__}: {refused.value}"
-    assert own.endswith("model.optimizer.lr=-1 is invalid: expected a number > 0")
-    kept = by_num["0"].data.tags["hpml.error"]
-    assert kept == f"HpmlError: member 1 of this fused array was refused: {refused.value}"
-    assert by_num["0"].data.params["model.optimizer.lr"] == "0.001"
+    decided = plan(configs, on_cpu=False, capacity=Calls(None), admit=lambda i: admitted[i])
+    assert (decided.arrays, decided.serial, decided.reason) == ([[0, 2]], [1], None)
 
 
-def test_members_that_pass_validation_record_nothing(root: Path, client: MlflowClient) -> None:
-    sweep_dir = root / "multirun" / "sweep"
-    shared = [*FUSED, f"paths.root_dir={root}"]
-    members = [member([*shared, f"seed={seed}"], sweep_dir, seed) for seed in (0, 1)]
-    tracker = tracker_of(members[0][0])
-    refused_members(tracker, members, validate)
-    assert client.search_runs([tracker.experiment_id()]) == []
+def test_one_admitted_job_has_no_array_to_join() -> None:
+    capacity = Calls(8)
+    decided = plan(lrs(3), on_cpu=False, capacity=capacity, admit=lambda i: i == 0)
+    assert (decided.arrays, decided.serial) == ([], [0, 1, 2])
+    assert capacity.count == 0
