@@ -286,4 +286,5 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
         else "not applicable on CPU: the field notes measured 0.54-0.85x for eight VAEs on "
         f"this 2-core CPU; {GOAL_VAE_N8:g}x is HFTA's lower bound on GPUs",
     }
-    return run_case("fuse", variants, ratios, settings, report, notes)
+    # each (model, N)'s fused and serial variants run back to back in every round
+    return run_case("fuse", variants, ratios, settings, report, notes, group=2)

@@ -33,10 +33,19 @@ class Settings:
     threads: int = 1
 
 
-def round_order(names: Sequence[str], index: int) -> list[str]:
-    """Variants in round ``index``: each round starts one variant later (A B, B A, A B, ...)."""
-    shift = index % len(names)
-    return [*names[shift:], *names[:shift]]
+def round_order(names: Sequence[str], index: int, group: int = 1) -> list[str]:
+    """Variants in round ``index``: each round starts one variant later (A B, B A, A B, ...).
+
+    With ``group`` > 1, each run of ``group`` consecutive names (the two sides of one ratio)
+    stays together: the groups rotate, and so does the order within each, so a ratio's sides
+    run back to back in every round, each going first in turn.
+    """
+    sets = [list(names[start : start + group]) for start in range(0, len(names), group)]
+    shift = index % len(sets)
+    rotated = [*sets[shift:], *sets[:shift]]
+    return [
+        name for one in rotated for name in [*one[index % len(one) :], *one[: index % len(one)]]
+    ]
 
 
 @dataclass(frozen=True)
@@ -48,15 +57,16 @@ class Round:
 
 
 def interleave(
-    variants: Mapping[str, Variant], rounds: int, report: Report | None = None
+    variants: Mapping[str, Variant], rounds: int, report: Report | None = None, group: int = 1
 ) -> list[Round]:
-    """Run every variant once per round in rotating order; ``report(round, name, m)`` after each."""
+    """Run every variant once per round in rotating order (:func:`round_order`, ``group``);
+    ``report(round, name, m)`` after each."""
     if not variants:
         raise ValueError("interleave needs at least one variant")
     names = list(variants)
     done: list[Round] = []
     for index in range(rounds):
-        order = round_order(names, index)
+        order = round_order(names, index, group)
         measurements: dict[str, Measurement] = {}
         for name in order:
             measurements[name] = variants[name]()
@@ -172,10 +182,12 @@ def run_case(
     settings: Settings,
     report: Report | None = None,
     notes: Mapping[str, Any] | None = None,
+    group: int = 1,
 ) -> CaseResult:
-    """Interleave ``variants`` for ``settings.rounds`` rounds and summarise ``ratios``."""
+    """Interleave ``variants`` for ``settings.rounds`` rounds (``group``: :func:`round_order`)
+    and summarise ``ratios``."""
     load_before, start = load_average(), time.perf_counter()
-    rounds = interleave(variants, settings.rounds, report)
+    rounds = interleave(variants, settings.rounds, report, group)
     seconds, load_after = time.perf_counter() - start, load_average()
     return CaseResult(
         case,

@@ -51,6 +51,21 @@ def fake_case(name: str, a: float, b: float, ran: list[str]) -> Case:
     return case
 
 
+def test_grouped_round_order_keeps_each_pair_together_and_alternates_within_it():
+    names = ["A1", "A2", "B1", "B2", "C1", "C2"]
+    orders = [round_order(names, i, group=2) for i in range(4)]
+    assert orders == [
+        ["A1", "A2", "B1", "B2", "C1", "C2"],
+        ["B2", "B1", "C2", "C1", "A2", "A1"],
+        ["C1", "C2", "A1", "A2", "B1", "B2"],
+        ["A2", "A1", "B2", "B1", "C2", "C1"],
+    ]
+    for order in orders:  # the two sides of each ratio are adjacent in every round
+        for pair in ("A", "B", "C"):
+            first = order.index(f"{pair}1")
+            assert abs(first - order.index(f"{pair}2")) == 1
+
+
 def test_round_order_alternates_which_variant_goes_first():
     assert [round_order(["A", "B"], i) for i in range(4)] == [
         ["A", "B"],
