@@ -21,6 +21,7 @@ import lightning as L
 import torch
 from torch import Tensor
 
+from hpml.errors import IncompatibleError
 from hpml.models.base import HpmlModule, log_measured
 from hpml.names import member_prefix
 from hpml.optimize.fuse.array import FusedNets, member_output
@@ -29,9 +30,18 @@ from hpml.optimize.fuse.array import FusedNets, member_output
 class FusedArray(L.LightningModule):
     """``members`` trained as one array. Batches are one ``(x, y)`` every member sees
     (``shared_data``: their data and its order are the same) or a list with one ``(x, y)`` per
-    member (their seeds differ). A member whose training loss stops being finite is frozen: it
-    no longer steps nor logs, while the others train on (a diverging learning rate must not end
-    its array)."""
+    member (their seeds differ).
+
+    ``frozen`` holds the members done training: they no longer step, log nor update their
+    BatchNorm statistics while the others train on, and are still validated and tested as a
+    stopped serial job is. A member is frozen when its training loss stops being finite (a
+    diverging learning rate must not end its array) or when its target stops it
+    (:class:`~hpml.callbacks.fused.MemberTimeToTarget`). ``diverged`` tells the first reason
+    apart: member index -> the trainer's ``global_step`` (optimiser steps taken) when its
+    training loss was first non-finite; its keys are a subset of ``frozen``.
+
+    Each member's scheduler, if any, steps once per epoch without a metric (the only kind
+    supported: others raise :class:`~hpml.errors.IncompatibleError` when the fit starts)."""
 
     def __init__(self, members: Sequence[HpmlModule], shared_data: bool = True) -> None:
         super().__init__()
@@ -40,9 +50,9 @@ class FusedArray(L.LightningModule):
         self.fused = FusedNets([member.net for member in members])
         for member, net in zip(self.members, self.fused.nets, strict=True):
             member.net = net  # the same net, its LSTMs in vmappable form
-        # members done training: their loss went non-finite, or their target stopped them
-        # (hpml.callbacks.fused); they are still tested, as a stopped serial job is
         self.frozen: set[int] = set()
+        self.diverged: dict[int, int] = {}
+        self.scheduled: list[int] = []  # the members with a scheduler, in Lightning's order
         self.automatic_optimization = False
 
     def __len__(self) -> int:
@@ -52,7 +62,7 @@ class FusedArray(L.LightningModule):
         return self.members[0].example_input(batch_size)
 
     def forward(self, x: Any, stacked: bool = False) -> Any:
-        return self.fused(x, stacked)
+        return self.fused(x, stacked, keep=self.frozen)
 
     def _split(self, batch: Any) -> tuple[Any, bool, list[Any]]:
         """The fused input, whether it is per member, and each member's own batch."""
@@ -76,15 +86,21 @@ class FusedArray(L.LightningModule):
             losses.append(measured["loss"])
         return losses
 
-    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor | None:
+        if len(self.frozen) == len(self):  # min_epochs / min_steps keep the loop going
+            self.trainer.should_stop = True
+            return None
         losses = self._scored(batch, "train")
         scored = [index for index, loss in enumerate(losses) if loss is not None]
         finite = torch.isfinite(torch.stack([losses[i].detach() for i in scored])).tolist()
-        self.frozen.update(index for index, ok in zip(scored, finite, strict=True) if not ok)
+        for index, ok in zip(scored, finite, strict=True):
+            if not ok:
+                self.frozen.add(index)
+                self.diverged[index] = self.trainer.global_step
         live = [losses[i] for i in scored if i not in self.frozen]
         if not live:
             self.trainer.should_stop = True
-            return torch.zeros((), device=self.device)
+            return None
         total = torch.stack(live).sum()
         self.manual_backward(total)
         counted = False  # Lightning counts each optimiser step: one per batch, as a serial run
@@ -123,12 +139,12 @@ class FusedArray(L.LightningModule):
     def configure_optimizers(self) -> Any:
         """Every member's own optimiser (and scheduler), over its own parameters."""
         optimizers, schedulers = [], []
-        self.scheduled: list[int] = []
+        self.scheduled = []
         for index, member in enumerate(self.members):
             configured = member.configure_optimizers()
             if isinstance(configured, dict):
                 optimizers.append(configured["optimizer"])
-                schedulers.append(configured["lr_scheduler"])
+                schedulers.append(per_epoch(configured["lr_scheduler"], index))
                 self.scheduled.append(index)
             else:
                 optimizers.append(configured)
@@ -136,3 +152,21 @@ class FusedArray(L.LightningModule):
 
     def on_train_end(self) -> None:
         self.fused.sync_buffers()
+
+
+def per_epoch(scheduler: Any, member: int) -> Any:
+    """``scheduler`` (an LR scheduler or Lightning's config dict of one) if it steps once per
+    epoch without a metric, which is how :meth:`FusedArray.on_train_epoch_end` steps it."""
+    config = scheduler if isinstance(scheduler, dict) else {"scheduler": scheduler}
+    interval, frequency = config.get("interval", "epoch"), config.get("frequency", 1)
+    name = type(config["scheduler"]).__name__
+    if isinstance(config["scheduler"], torch.optim.lr_scheduler.ReduceLROnPlateau):
+        reason = "it steps on a metric"
+    elif interval != "epoch" or frequency != 1:
+        reason = f"its interval is {interval!r} with frequency {frequency}"
+    else:
+        return scheduler
+    raise IncompatibleError(
+        f"member {member}'s scheduler {name} cannot be fused: {reason}, and a fused array steps "
+        "each member's scheduler once per epoch without a metric"
+    )

@@ -1,7 +1,8 @@
 """A fused training array trains each member as its serial job would (issue 13's acceptance
 tests): after K steps every member's weights and BatchNorm statistics equal those of a model
 trained alone with the same seed and hyper-parameters, whatever the members' learning rates,
-optimisers, seeds or schedulers, and a diverging member is frozen without touching the others.
+optimisers, seeds or schedulers; a diverging member is frozen without touching the others, and
+a member frozen by its target keeps the weights and BatchNorm statistics of its stopped twin.
 
 Members are built as :func:`hpml.train_array.assemble_array` builds a job's (seed, data,
 ``prepare_data``, model) and trained by a real Lightning Trainer, the fused array on
@@ -32,6 +33,7 @@ from torch import nn
 
 from hpml.data.fused import FusedData
 from hpml.data.synthetic import SyntheticDataModule
+from hpml.errors import IncompatibleError
 from hpml.models.base import HpmlModule
 from hpml.models.classifier import ImageClassifier, TextClassifier
 from hpml.models.fused import FusedArray
@@ -224,11 +226,105 @@ def test_diverging_member_is_frozen_and_the_others_train_on() -> None:
     array, fit = fit_fused("lstm", members, max_steps=4)
 
     assert array.frozen == {2}
+    assert array.diverged == {2: 2}  # the third batch's loss (after two steps) was NaN
     assert fit.global_step == 4  # the array went on after the freeze
     assert not all(torch.isfinite(p).all() for p in array.members[2].parameters())
     for index in (0, 1):
         twin = fit_serial("lstm", members[index], max_steps=4)
         assert_same(array.members[index].net, twin.net, f"member {index}")
+
+
+class FreezeAt(L.Callback):
+    """Freezes ``member`` after ``step`` optimiser steps, as its target would, and keeps its
+    stacked buffers as they were then."""
+
+    def __init__(self, member: int, step: int) -> None:
+        self.member, self.step = member, step
+        self.buffers: dict[str, torch.Tensor] = {}
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, *args: Any) -> None:
+        if trainer.global_step == self.step:
+            pl_module.frozen.add(self.member)
+            stacked = pl_module.fused.stacked_buffers().items()
+            self.buffers = {name: buffer[self.member].clone() for name, buffer in stacked}
+
+
+def test_member_frozen_by_its_target_keeps_its_batchnorm_statistics() -> None:
+    members = [Member(0, sgd(lr)) for lr in (0.01, 0.03, 0.1)]
+    parts = [built("vgg11_bn", member) for member in members]
+    array = FusedArray([model for _, model in parts], shared_data=True)
+    freeze = FreezeAt(member=1, step=2)
+    fit = trainer("64-true", max_steps=4, callbacks=[freeze])
+
+    fit.fit(array, datamodule=FusedData([data for data, _ in parts], shared=True))
+
+    assert fit.global_step == 4 and array.frozen == {1} and array.diverged == {}
+    frozen = dict(array.members[1].net.named_buffers())
+    assert frozen.keys() == freeze.buffers.keys() and len(frozen) == 3 * 8  # 8 BatchNorms
+    for name, buffer in freeze.buffers.items():
+        assert torch.equal(frozen[name], buffer), name
+    assert int(array.members[0].net.features[1].num_batches_tracked) == 4
+    # weights and statistics: member 1 equals its twin stopped after 2 steps, the others theirs
+    assert_same(array.members[1].net, fit_serial("vgg11_bn", members[1], max_steps=2).net, "1")
+    for index in (0, 2):
+        twin = fit_serial("vgg11_bn", members[index], max_steps=4)
+        assert_same(array.members[index].net, twin.net, f"member {index}")
+
+
+def test_an_all_frozen_array_held_by_min_steps_takes_no_step() -> None:
+    members = [Member(0, sgd(0.1)), Member(0, sgd(0.3))]
+    parts = [built("lstm", member) for member in members]
+    array = FusedArray([model for _, model in parts], shared_data=True)
+    array.frozen.update({0, 1})  # e.g. both stopped by their targets
+    start = copy.deepcopy(array.state_dict())
+    fit = trainer(min_steps=6, max_epochs=2)  # 4 batches an epoch
+
+    fit.fit(array, datamodule=FusedData([data for data, _ in parts], shared=True))
+
+    assert fit.global_step == 0 and fit.current_epoch == 2
+    assert all(torch.equal(start[name], value) for name, value in array.state_dict().items())
+
+
+def test_an_array_whose_members_all_diverge_stops_stepping() -> None:
+    members = [Member(0, sgd(1e30)), Member(0, sgd(3e30))]
+    array, fit = fit_fused("lstm", members, min_steps=6, max_epochs=2)
+
+    assert array.frozen == {0, 1} and array.diverged == {0: 2, 1: 2}
+    assert fit.global_step == 2  # no step after the last member diverged
+
+
+halving = partial(torch.optim.lr_scheduler.StepLR, step_size=1, gamma=0.5)
+
+
+def reduce_on_plateau(optimizer: torch.optim.Optimizer) -> Any:
+    return torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
+
+
+def configured(optimizer: torch.optim.Optimizer, **config: Any) -> dict[str, Any]:
+    """A StepLR halving the lr every epoch, in Lightning's scheduler config dict with
+    ``config`` (bound with ``partial``: a member's hyper-parameters must pickle)."""
+    return {"scheduler": halving(optimizer), **config}
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "reason"),
+    [
+        (reduce_on_plateau, "ReduceLROnPlateau cannot be fused: it steps on a metric"),
+        (partial(configured, interval="step"), "StepLR cannot be fused: its interval is 'step'"),
+        (partial(configured, frequency=2), "StepLR cannot be fused: its .* with frequency 2"),
+    ],
+    ids=["plateau", "per_step", "every_2_epochs"],
+)
+def test_member_scheduler_other_than_once_per_epoch_is_refused(
+    scheduler: Callable[..., Any], reason: str
+) -> None:
+    members = [Member(0, sgd(0.04)), Member(0, sgd(0.04), scheduler)]
+    parts = [built("lstm", member) for member in members]
+    array = FusedArray([model for _, model in parts], shared_data=True)
+
+    with pytest.raises(IncompatibleError, match=f"^member 1's scheduler {reason}") as error:
+        trainer().fit(array, datamodule=FusedData([data for data, _ in parts], shared=True))
+    assert "\n" not in str(error.value)
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
@@ -299,8 +395,10 @@ class EpochLrs(L.Callback):
         self.lrs.append([opt.param_groups[0]["lr"] for opt in trainer.optimizers])
 
 
-def test_member_scheduler_steps_per_epoch_and_only_its_own_lr() -> None:
-    step = partial(torch.optim.lr_scheduler.StepLR, step_size=1, gamma=0.5)
+@pytest.mark.parametrize("as_dict", [False, True], ids=["scheduler", "config_dict"])
+def test_member_scheduler_steps_per_epoch_and_only_its_own_lr(as_dict: bool) -> None:
+    # Lightning's config dict of a once-per-epoch scheduler fuses as a bare scheduler does
+    step = partial(configured, interval="epoch", frequency=1) if as_dict else halving
     members = [Member(0, sgd(0.04), step), Member(0, sgd(0.04))]
     parts = [built("lstm", member) for member in members]
     array = FusedArray([model for _, model in parts], shared_data=True)

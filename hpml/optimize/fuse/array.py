@@ -5,13 +5,14 @@ members as one ``bmm`` and a Conv2d as one grouped convolution. Each member keep
 parameters (leaves its own optimiser steps, as a serially trained net's would); a forward
 stacks them, so autograd hands each member exactly the gradient of its own loss. BatchNorm's
 running statistics live stacked here and are copied back to the members by
-:meth:`FusedNets.sync_buffers`.
+:meth:`FusedNets.sync_buffers`; a training forward leaves those of the members it is told to
+``keep`` (members done training) as they were, as their serial runs stopped updating them.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import torch
@@ -29,7 +30,9 @@ class FusedNets(nn.Module):
     ``forward(x, stacked)``: ``x`` is one batch every member sees (``stacked=False``) or a
     batch per member along dim 0 (``stacked=True``); the output is the nets' output with the
     member as its leading dim. Dropout and other random ops draw independently per member
-    (``randomness="different"``).
+    (``randomness="different"``). In training mode, the members in ``keep`` keep their
+    buffers (BatchNorm's running statistics and count) unchanged; their outputs are computed
+    but meant to be unused.
     """
 
     def __init__(self, nets: Sequence[nn.Module]) -> None:
@@ -62,7 +65,7 @@ class FusedNets(nn.Module):
     def stacked_buffers(self) -> dict[str, Tensor]:
         return {name: self.get_buffer(f"stacked_{k}") for k, name in enumerate(self.buffer_names)}
 
-    def forward(self, x: Any, stacked: bool = False) -> Any:
+    def forward(self, x: Any, stacked: bool = False, keep: Collection[int] = ()) -> Any:
         skeleton = self.skeleton.train(self.training)
 
         def one(params: dict[str, Tensor], buffers: dict[str, Tensor], inputs: Any) -> Any:
@@ -70,7 +73,18 @@ class FusedNets(nn.Module):
 
         in_dims = (0, 0, 0 if stacked else None)
         fused = vmap(one, in_dims=in_dims, randomness="different")
-        return fused(self.stacked_parameters(), self.stacked_buffers(), x)
+        buffers = self.stacked_buffers()
+        if not (self.training and keep and buffers):
+            return fused(self.stacked_parameters(), buffers, x)
+        # BatchNorm's backward saves the running statistics it was given, so they must not be
+        # written before it: the forward updates copies, the other members' slices come back
+        scratch = {name: buffer.clone() for name, buffer in buffers.items()}
+        output = fused(self.stacked_parameters(), scratch, x)
+        updated = [index for index in range(len(self)) if index not in keep]
+        with torch.no_grad():
+            for name, buffer in buffers.items():
+                buffer[updated] = scratch[name][updated]
+        return output
 
     @torch.no_grad()
     def sync_buffers(self) -> None:
