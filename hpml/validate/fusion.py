@@ -58,8 +58,9 @@ def processes(trainer: DictConfig) -> int:
     from hpml.errors import HpmlError
     from hpml.validate.machine import check_trainer
 
+    keys = ("accelerator", "devices", "num_nodes", "strategy")  # not its folders' ${hydra:}
     try:
-        return check_trainer(trainer)
+        return check_trainer(OmegaConf.create({k: trainer[k] for k in keys if k in trainer}))
     except HpmlError:
         return 1
 
