@@ -4,6 +4,7 @@ MLflow and each job's folder record of a fused array that finished or failed."""
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from pathlib import Path
 
@@ -162,3 +163,38 @@ def test_failed_array_fails_every_member_and_the_sweep(root, client):
         record = json.loads((job_dir(run) / "hpml_job.json").read_text())
         assert record["status"] == "FAILED"
         assert record["run_id"] == run.info.run_id
+
+
+def test_diverging_member_is_frozen_tagged_and_fails_the_sweep_while_the_other_finishes(
+    root, client
+):
+    # Adam's step is at most its lr, so only float32 overflow makes it diverge (about 1e37 to
+    # 3.4e37, above which torch's Adam raises instead); SGD's step grows with its gradient, and
+    # at lr 1e30 this LSTM's loss is NaN by its third step.
+    args = [
+        *LSTM,
+        "model.net.hidden_size=16",
+        "model/optimizer=sgd",
+        "model.optimizer.lr=0.01,1e30",
+    ]
+    result = run_cli([*args, *FUSED], root)
+    assert result.returncode == 1, result.stderr[-3000:]  # the NaN return is a failed job
+    assert "Traceback" not in result.stderr
+    assert fuse_lines(result) == []  # one array of both jobs
+    parent, children = sweep_runs(client)
+    assert stderr_lines(result) == [f"hpml: sweep {parent.info.run_id}: 2 runs, 1 failed"]
+    assert parent.info.status == "FAILED"
+    runs = by_lr(children)
+    assert sorted(runs) == ["0.01", "1e+30"]
+    for run in children:
+        assert run.data.tags["hpml.fused"] == "true"
+        assert run.data.tags["hpml.fused.array_size"] == "2"
+        # each ends as its serial job would: FINISHED; only the diverged one's return is NaN
+        assert run.info.status == "FINISHED"
+
+    step = int(runs["1e+30"].data.tags["hpml.fused.diverged_at_step"])
+    assert 0 <= step < 4  # within the first epoch: 128 samples in batches of 32
+    sane = runs["0.01"]
+    assert "hpml.fused.diverged_at_step" not in sane.data.tags
+    assert math.isfinite(sane.data.metrics["val/loss"])
+    assert math.isfinite(sane.data.metrics["test/loss"])
