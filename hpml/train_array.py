@@ -93,7 +93,7 @@ def train_array(members: Sequence[tuple[DictConfig, HydraJob]]) -> list[dict[str
     optimised metric (its serial job would have logged NaN), tagged with the step.
     """
     from hpml.tracking.fused import MemberRuns, member_loggers
-    from hpml.tracking.run import interrupted
+    from hpml.tracking.run import _best_effort, interrupted
     from hpml.tracking.stop import StopOnSignals
     from hpml.worker import start_job
 
@@ -121,17 +121,15 @@ def train_array(members: Sequence[tuple[DictConfig, HydraJob]]) -> list[dict[str
                 trainer.test(model, datamodule=data, verbose=False)
                 metrics |= dict(trainer.callback_metrics)
         except BaseException as exc:
-            copy_logs(members)
+            _best_effort(copy_logs, members)
             status = "KILLED" if interrupted(exc) or stop.received else "FAILED"
-            runs.close(status, exc, recorder(tracker, parts))
+            runs.close(status, exc, recorder(tracker, parts, trained=False))
             raise
-        copy_logs(members)
-        runs.close("FINISHED", None, recorder(tracker, parts))
+        _best_effort(copy_logs, members)
+        runs.close("FINISHED", None, recorder(tracker, parts, trained=True))
     results = [member_metrics(metrics, index) for index in range(len(members))]
-    for index, step in getattr(parts[1], "diverged", {}).items():
-        tracker.client().set_tag(runs.ids[index], DIVERGED_TAG, str(step))
-        if cfg.optimized_metric:
-            results[index][cfg.optimized_metric] = math.nan
+    for index in parts[1].diverged if cfg.optimized_metric else ():
+        results[index][cfg.optimized_metric] = math.nan  # its serial job's metric: NaN
     return results
 
 
@@ -143,9 +141,13 @@ def set_device_tags(trainer: Any) -> None:
     set_tags(trainer, {**device_tags(trainer.strategy.root_device), "hpml.processes": "1"})
 
 
-def recorder(tracker: Any, parts: tuple[Any, Any, Any] | None) -> Any:
-    """What records member ``index``'s dataset (and, with ``logger.log_model``, its trained
-    net) in its run while it is being closed, once the array's data and model exist."""
+def recorder(tracker: Any, parts: tuple[Any, Any, Any] | None, trained: bool) -> Any:
+    """What records member ``index``'s dataset in its run while it is being closed, and once
+    ``trained`` (as a serial run: after a fit that ended well) whether its loss diverged and,
+    with ``logger.log_model``, its trained net; each best effort, as a serial run's."""
+    import mlflow
+
+    from hpml.tracking.run import _best_effort
 
     def record(index: int) -> None:
         if parts is None:
@@ -155,10 +157,18 @@ def recorder(tracker: Any, parts: tuple[Any, Any, Any] | None) -> Any:
 
         datamodules = parts[0].members
         datamodule = datamodules[index if len(datamodules) > 1 else 0]
-        log_dataset(datamodule)
+        _best_effort(log_dataset, datamodule)
+        if not trained:
+            return
+        if index in parts[1].diverged:
+            _best_effort(mlflow.set_tag, DIVERGED_TAG, str(parts[1].diverged[index]))
         if tracker.log_model:
-            net = parts[1].members[index].net
-            logged_model.log_model(net, logged_model.example_input(datamodule))
+            net, example = parts[1].members[index].net, logged_model.example_input(datamodule)
+            try:
+                logged_model.log_model(net, example)
+            except Exception as exc:  # as TrackedRun.log_model: the run stays FINISHED
+                log.warning("could not log member %d's model to MLflow: %s", index, exc)
+                _best_effort(mlflow.set_tag, logged_model.ERROR_TAG, str(exc)[:5000])
 
     return record
 

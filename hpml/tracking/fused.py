@@ -76,10 +76,12 @@ class MemberRuns:
                     flush=True,
                 )
             run_id = self._start(cfg, job, index, array, earlier)
-            self.ids.append(run_id)
             record_run(job.output_dir, run_id)
             if self.tracker.log_system_metrics:
-                self.monitors.append(self._monitor(run_id))
+                try:  # as MLflow's start_run: a monitor that cannot start only warns
+                    self.monitors.append(self._monitor(run_id, resumed=earlier is not None))
+                except Exception as error:
+                    log.warning("no system metrics for run %s: %s", run_id, error)
 
     def _earlier(self, job: HydraJob) -> str | None:
         """The run of an earlier attempt of this job that did not finish (its folder's record
@@ -90,15 +92,17 @@ class MemberRuns:
         if run_id is None:
             return None
         try:
-            return self.tracker.client().get_run(run_id).info.run_id
-        except Exception:  # deleted, or another store: a new run, as a first attempt gets
+            run = self.tracker.client().get_run(run_id)
+        except Exception:  # gone, or another store: a new run, as a first attempt gets
             return None
+        return run.info.run_id if run.info.lifecycle_stage == "active" else None
 
     def _start(
         self, cfg: DictConfig, job: HydraJob, index: int, array: str, earlier: str | None
     ) -> str:
         """Start member ``index``'s child run with what a serial job's run starts with, then
-        set it aside, RUNNING; its id."""
+        set it aside, RUNNING; its id, in :attr:`ids` as soon as the run exists, so
+        :meth:`close` ends it whatever fails after."""
         tracker = self.tracker
         mlflow.set_tracking_uri(tracker.tracking_uri)
         record = sweep_record(job)
@@ -120,6 +124,7 @@ class MemberRuns:
                 log_system_metrics=False,
             )
         )
+        self.ids.append(active.info.run_id)
         try:
             if earlier is not None and "hpml.error" in active.data.tags:
                 MlflowClient(tracker.tracking_uri).delete_tag(earlier, "hpml.error")
@@ -128,32 +133,37 @@ class MemberRuns:
             mlflow.end_run("RUNNING")  # set aside, open: close() ends it
         return active.info.run_id
 
-    def _monitor(self, run_id: str) -> Any:
-        """MLflow's system metrics for the member's run, as a serial run samples them."""
+    def _monitor(self, run_id: str, resumed: bool) -> Any:
+        """MLflow's system metrics for the member's run, as a serial run samples them (a
+        reopened run's continue its steps)."""
         from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
         monitor = SystemMetricsMonitor(
             run_id,
             sampling_interval=self.tracker.system_metrics_interval_s,
+            resume_logging=resumed,
             tracking_uri=self.tracker.tracking_uri,
         )
         monitor.start()
         return monitor
 
     def close(self, status: str, exc: BaseException | None, record: Callable[[int], None]) -> None:
-        """End every opened run with ``status``: ``record(index)`` (its dataset, its model),
-        the failure if any, the job log; each member on its own, errors logged."""
+        """End every opened run with ``status``: ``record(index)`` (its dataset, its model,
+        recorded best effort by ``record`` itself), the failure if any, the job log; each
+        member on its own, errors logged."""
         for monitor in self.monitors:
             _best_effort(monitor.finish)
         for index, run_id in enumerate(self.ids):
             job = self.members[index][1]
             try:
-                retry_locked(lambda run_id=run_id: mlflow.start_run(run_id=run_id))
+                retry_locked(
+                    lambda run_id=run_id: mlflow.start_run(run_id=run_id, log_system_metrics=False)
+                )
             except Exception as error:
                 log.warning("could not end member %d's run %s: %s", index, run_id, error)
                 continue
             try:
-                _best_effort(record, index)
+                record(index)
                 if exc is not None:
                     _best_effort(log_failure, exc)
                 _best_effort(log_job_log, job)

@@ -78,8 +78,9 @@ class FusedLauncher(Launcher):
             lambda: capacity([configs[index] for index in admitted]),
             admit,
         )
-        if decided.reason and decided.reason not in self.said:  # once per sweep, not per batch
-            self.said.add(decided.reason)
+        said = decided.reason and decided.reason.split(";")[0]  # its gist, not the job count
+        if said and said not in self.said:  # once per sweep, not per batch of a sweeper
+            self.said.add(said)
             print(f"hpml: {decided.reason}", flush=True)
         if len(decided.arrays) > 1:
             sizes = ", ".join(str(len(group)) for group in decided.arrays)
@@ -115,14 +116,13 @@ class FusedLauncher(Launcher):
         """Whether the job may join an array: its config passes hpml's validation (a refused
         job runs alone, as under the basic launcher, and fails there with its own line). Its
         folder, Hydra's record of it and its task config are made here, once."""
-        from hpml.errors import HpmlError
         from hpml.hydra_job import HydraJob
         from hpml.validate import validate
 
-        task, job = task_config(placed(config)), HydraJob.of(config.hydra)
         try:
+            task, job = task_config(placed(config)), HydraJob.of(config.hydra)
             validate(task, job)
-        except HpmlError:
+        except Exception:  # HpmlError, or a bug: either way that job says so, run alone
             return False
         self.members[config.hydra.job.num] = (task, job)
         return True
@@ -135,7 +135,7 @@ class FusedLauncher(Launcher):
         ``values``, and each other member gets its own job start and end callbacks.
         """
         assert self.hydra_context is not None and self.task_function is not None
-        members = [self.members[config.hydra.job.num] for config in configs]
+        members = [self.members.pop(config.hydra.job.num) for config in configs]
         nums = ", ".join(str(config.hydra.job.num) for config in configs)
         log.info(f"\tfused array of jobs #{nums}")
         callbacks = self.hydra_context.callbacks
