@@ -25,10 +25,6 @@ class FusedData(L.LightningDataModule):
         self.members = list(members[:1] if shared else members)
         self.shared = shared
 
-    @property
-    def spec(self) -> Any:
-        return self.members[0].spec
-
     def setup(self, stage: str) -> None:
         for member in self.members:
             member.setup(stage)

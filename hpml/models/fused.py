@@ -65,18 +65,19 @@ class FusedArray(L.LightningModule):
     def forward(self, x: Any, stacked: bool = False) -> Any:
         return self.fused(x, stacked, keep=self.frozen)
 
-    def _split(self, batch: Any) -> tuple[Any, bool, list[Any]]:
-        """The fused input, whether it is per member, and each member's own batch."""
+    def _split(self, batch: Any) -> tuple[Any, list[Any]]:
+        """The fused input (per member along dim 0 unless ``shared_data``) and each member's
+        own batch."""
         if not self.shared_data:  # one (x, y) per member
             batches = [self.members[i]._formatted(b) for i, b in enumerate(batch)]
-            return torch.stack([b[0] for b in batches]), True, batches
+            return torch.stack([b[0] for b in batches]), batches
         shared = self.members[0]._formatted(batch)
-        return shared[0], False, [shared] * len(self.members)
+        return shared[0], [shared] * len(self.members)
 
     def _scored(self, batch: Any, stage: str) -> list[Tensor | None]:
         """Each active member's loss of ``batch`` (None for a frozen one), its metrics logged."""
-        x, stacked, batches = self._split(batch)
-        output = self(x, stacked)
+        x, batches = self._split(batch)
+        output = self(x, not self.shared_data)
         losses: list[Tensor | None] = []
         for index, member in enumerate(self.members):
             if index in self.frozen and stage != "test":  # its fit is over; its test is not

@@ -46,7 +46,10 @@ class FusedNets(nn.Module):
                     f"member {index} of the fused array differs in its parameters' names or "
                     "shapes from member 0; only same-shaped nets fuse"
                 )
-        self.param_names = names[0]
+        # each name's parameter objects, member by member: looked up once, stacked every step
+        self.member_params = {
+            name: [net.get_parameter(name) for net in self.nets] for name in names[0]
+        }
         self.buffer_names = [name for name, _ in self.nets[0].named_buffers()]
         for slot, name in enumerate(self.buffer_names):
             member_buffers = [net.get_buffer(name) for net in self.nets]
@@ -59,8 +62,7 @@ class FusedNets(nn.Module):
 
     def stacked_parameters(self) -> dict[str, Tensor]:
         """Each parameter of every member along a new dim 0, differentiable to the members'."""
-        members = [dict(net.named_parameters()) for net in self.nets]
-        return {name: torch.stack([m[name] for m in members]) for name in self.param_names}
+        return {name: torch.stack(params) for name, params in self.member_params.items()}
 
     def stacked_buffers(self) -> dict[str, Tensor]:
         return {name: self.get_buffer(f"stacked_{k}") for k, name in enumerate(self.buffer_names)}
