@@ -1,0 +1,129 @@
+"""Spread, confidence intervals and verdicts: what turns timings into a finding.
+
+Non-parametric throughout, as Hoefler & Belli's rules for scientific benchmarking ask (SC'15):
+timings on a shared machine are skewed and heavy-tailed, so a finding is a median with a
+distribution-free interval, never a mean with a normal one.
+
+- :func:`median_ci`: the order-statistic (binomial) interval of a median: exact for any
+  continuous distribution, no resampling; with fewer than 6 values no pair of order statistics
+  reaches 95%, so it widens to [min, max] and says its true coverage.
+- :func:`ratio_ci`: the ratio of two independent groups' medians (replicates of two configs),
+  by a seeded percentile bootstrap (``scipy.stats.bootstrap`` resamples one sample; a ratio of
+  two samples' medians needs both resampled together, so it is written here).
+- :func:`verdict`: ``faster``, ``slower`` or ``within noise`` from an interval of a speed-up.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import binom
+
+CONFIDENCE = 0.95
+FASTER, SLOWER, WITHIN_NOISE = "faster", "slower", "within noise"
+VERDICTS = (FASTER, SLOWER, WITHIN_NOISE)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A median with its confidence interval; ``coverage`` is the interval's own (>= asked for
+    where the sample allows, less with fewer than 6 values)."""
+
+    median: float
+    low: float
+    high: float
+    n: int
+    coverage: float
+
+    def contains(self, value: float) -> bool:
+        return self.low <= value <= self.high
+
+
+def iqr(values: Sequence[float]) -> float:
+    """Inter-quartile range (inclusive quartiles, as ``numpy.percentile``'s default); 0 for one."""
+    if len(values) < 2:
+        return 0.0
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q3 - q1
+
+
+def cv_pct(values: Sequence[float]) -> float:
+    """Coefficient of variation, percent: standard deviation over mean; 0 for one value."""
+    if len(values) < 2:
+        return 0.0
+    mean = statistics.fmean(values)
+    return 100.0 * statistics.stdev(values) / mean if mean else math.inf
+
+
+def median_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
+    """The median of ``values`` and its order-statistic interval [x_(k), x_(n-k+1)].
+
+    ``k`` is the largest rank whose interval still covers the median with probability
+    ``confidence``: P(k <= B <= n-k) for B ~ Binomial(n, 1/2). Where even [min, max] covers less
+    (n < 6 at 95%), the interval is [min, max] and ``coverage`` says how much it covers.
+    """
+    if not values:
+        raise ValueError("median_ci needs at least one value")
+    ordered = sorted(values)
+    n = len(ordered)
+    best = 1
+    for k in range(1, n // 2 + 1):
+        if _coverage(n, k) >= confidence:
+            best = k
+        else:
+            break
+    return Interval(
+        statistics.median(ordered),
+        ordered[best - 1],
+        ordered[n - best],
+        n,
+        _coverage(n, best),
+    )
+
+
+def _coverage(n: int, k: int) -> float:
+    """P(x_(k) <= median <= x_(n-k+1)) for n draws of a continuous distribution."""
+    return float(binom.cdf(n - k, n, 0.5) - binom.cdf(k - 1, n, 0.5))
+
+
+def ratio_ci(
+    numerator: Sequence[float],
+    denominator: Sequence[float],
+    confidence: float = CONFIDENCE,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> Interval:
+    """median(numerator) / median(denominator) with a percentile-bootstrap interval.
+
+    For two independent groups (the replicates of one config against another's): both are
+    resampled, the ratio of medians taken per resample. With one value on either side there is
+    no spread to resample: the interval is the point, ``coverage`` 0, and :func:`verdict` (with
+    ``n`` < 2) calls it within noise.
+    """
+    if not numerator or not denominator:
+        raise ValueError("ratio_ci needs values on both sides")
+    point = statistics.median(numerator) / statistics.median(denominator)
+    n = min(len(numerator), len(denominator))
+    if n < 2:
+        return Interval(point, point, point, n, 0.0)
+    rng = np.random.default_rng(seed)
+    a, b = np.asarray(numerator, float), np.asarray(denominator, float)
+    ra = np.median(rng.choice(a, (resamples, a.size)), axis=1)
+    rb = np.median(rng.choice(b, (resamples, b.size)), axis=1)
+    ratios = ra / rb
+    tail = 100 * (1 - confidence) / 2
+    low, high = np.percentile(ratios, [tail, 100 - tail])
+    return Interval(point, float(low), float(high), n, confidence)
+
+
+def verdict(interval: Interval, noisy: bool = False) -> str:
+    """``faster`` when the whole interval of a speed-up (before / after, higher is faster) lies
+    above 1, ``slower`` when below, ``within noise`` when it contains 1, rests on fewer than two
+    values, or a side was measured under noise (``noisy``)."""
+    if noisy or interval.n < 2 or interval.contains(1.0):
+        return WITHIN_NOISE
+    return FASTER if interval.low > 1.0 else SLOWER
