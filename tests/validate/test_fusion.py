@@ -66,6 +66,7 @@ class Calls:
     [
         (["model.optimizer.lr=0.1", "model.optimizer.lr=0.01", "model.optimizer.lr=3e-4"], []),
         (["seed=1", "seed=2"], []),
+        (["replicate=0", "replicate=1", "replicate=2"], []),
         (["+model.optimizer.betas=[0.9,0.99]", "+model.optimizer.betas=[0.8,0.9]"], []),
         (
             ["model.scheduler.gamma=0.5", "model.scheduler.gamma=0.9"],
@@ -77,7 +78,7 @@ class Calls:
         ),
         (["model/scheduler=step", "model/scheduler=cosine", "model.optimizer.lr=1e-3"], []),
     ],
-    ids=["lr", "seed", "betas", "scheduler-gamma", "scheduler-options", "step-cosine-none"],
+    ids=["lr", "seed", "replicate", "betas", "scheduler-gamma", "scheduler-options", "step-cosine-none"],
 )
 def test_jobs_differing_in_shape_preserving_values_fuse_into_one_array(
     values: list[str], shared: list[str]
