@@ -1,0 +1,123 @@
+"""The noise probe's arithmetic, its reading of real processes, and the rule that judges a run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections import namedtuple
+
+import psutil
+import pytest
+
+from hpml.analysis.noise import (
+    CpuReading,
+    NoiseFigures,
+    NoiseProbe,
+    NoiseRule,
+    busy_seconds,
+    judge,
+    tree_cpu_seconds,
+)
+
+BURN = [sys.executable, "-c", "while True: pass"]
+
+
+def neighbour() -> int:
+    """A CPU-burning process that is not this one's child (a shell starts it and exits): a
+    noisy neighbour, as another user's job is."""
+    command = f"'{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"
+    return int(subprocess.run(["sh", "-c", command], capture_output=True, text=True).stdout)
+
+
+def test_figures_are_shares_of_wall_time_times_cpus_summed_over_windows():
+    probe = NoiseProbe(pids=[])
+    probe.cpus = 2
+    # window 1: 2 s; the machine busy 2.5 CPU-s, this run 1 CPU-s, 0.2 s stolen
+    probe.add(CpuReading(0.0, 10.0, 1.0, 3.0), CpuReading(2.0, 12.5, 1.2, 4.0), 1.5)
+    # window 2: 1 s; the machine busy 1 CPU-s, all of it this run's
+    probe.add(CpuReading(5.0, 20.0, 2.0, 6.0), CpuReading(6.0, 21.0, 2.0, 7.0), 0.5)
+    figures = probe.figures()
+    assert (figures.wall_s, figures.cpus, figures.load_avg_1m_procs) == (3.0, 2, 1.5)
+    assert figures.other_cpu_pct == pytest.approx(100 * 1.5 / 6)
+    assert figures.steal_pct == pytest.approx(100 * 0.2 / 6)
+
+
+def test_steal_is_none_where_the_kernel_reports_none_and_other_never_below_zero():
+    probe = NoiseProbe(pids=[])
+    probe.cpus = 4
+    probe.add(CpuReading(0.0, 10.0, None, 3.0), CpuReading(1.0, 11.0, None, 4.02), 0.1)
+    figures = probe.figures()
+    assert figures.steal_pct is None
+    assert figures.other_cpu_pct == 0.0  # tick counters of two files: own can read a hair more
+
+
+def test_no_figures_before_a_window_closed():
+    probe = NoiseProbe()
+    assert probe.figures() is None
+    probe.open()
+    assert probe.is_open and probe.figures() is None
+    probe.close()
+    assert not probe.is_open and probe.figures() is not None
+
+
+def test_busy_time_leaves_out_idle_iowait_steal_and_guest():
+    Times = namedtuple("Times", "user nice system idle iowait irq softirq steal guest guest_nice")
+    times = Times(10.0, 1.0, 2.0, 100.0, 5.0, 0.5, 0.25, 3.0, 4.0, 0.5)
+    assert busy_seconds(times) == pytest.approx(10 + 1 + 2 + 0.5 + 0.25)
+
+
+def test_a_childs_cpu_time_is_the_runs_own_alive_and_after_it_was_reaped():
+    before = tree_cpu_seconds([os.getpid()])
+    child = subprocess.Popen(BURN)
+    try:
+        time.sleep(1.0)
+        burnt = sum(psutil.Process(child.pid).cpu_times()[:2])
+        alive = tree_cpu_seconds([os.getpid()]) - before
+    finally:
+        child.kill()
+        child.wait()
+    reaped = tree_cpu_seconds([os.getpid()]) - before
+    assert burnt > 0.1
+    assert alive >= burnt - 0.02
+    assert reaped >= burnt - 0.02  # now in this process's children_user/system
+
+
+def test_a_neighbours_cpu_time_counts_as_other_processes():
+    probe = NoiseProbe()
+    pid = neighbour()
+    try:
+        burner = psutil.Process(pid)
+        start = sum(burner.cpu_times()[:2])
+        probe.open()
+        time.sleep(1.5)
+        probe.close()
+        burnt = sum(burner.cpu_times()[:2]) - start
+    finally:
+        os.kill(pid, 9)
+    figures = probe.figures()
+    other_s = figures.other_cpu_pct / 100 * figures.wall_s * figures.cpus
+    assert burnt > 0.2
+    assert other_s >= burnt - 0.05  # the neighbour's time, and whatever else ran
+
+
+def test_judge_names_each_figure_and_its_limit():
+    rule = NoiseRule(max_other_cpu_pct=25, max_steal_pct=5, max_step_time_cv_pct=30, min_steps=10)
+    quiet = NoiseFigures(10.0, 2, other_cpu_pct=3.0, steal_pct=0.5, load_avg_1m_procs=2.0)
+    assert judge(quiet, 10.0, 50, rule) is None
+    busy = NoiseFigures(10.0, 2, other_cpu_pct=48.2, steal_pct=7.0, load_avg_1m_procs=3.0)
+    assert judge(busy, 12.0, 50, rule) == (
+        "other processes used 48% of the CPU during timed work (limit 25%); "
+        "the hypervisor stole 7% of the CPU during timed work (limit 5%)"
+    )
+    assert judge(quiet, 41.0, 50, rule) == (
+        "training step time varied by 41% (CV over 50 steps, limit 30%)"
+    )
+    assert judge(quiet, 41.0, 9, rule) is None  # too few steps to judge their spread
+    assert judge(None, None, 0, rule) is None
+
+
+def test_a_limit_must_be_a_non_negative_number():
+    with pytest.raises(ValueError, match=r"noise.max_steal_pct=-1: a limit must be a number >= 0"):
+        NoiseRule(max_steal_pct=-1)
