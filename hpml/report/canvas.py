@@ -4,19 +4,45 @@ SVG because it scales, embeds in one HTML file with no script, and is a static i
 is. Hovering a point shows its run and config: each point is its own artist with an id, and
 an SVG ``<title>`` (the browser's tooltip) is put inside that element. Figures are built on
 ``matplotlib.figure.Figure`` directly, never pyplot: no global state, nothing to close.
+
+What every figure shares is here too: numbers in human units (:func:`scaled`: MB, GFLOP/s),
+a log axis where values span more than 10x (:func:`log_if_wide`), and, when rendered, tick
+labels in plain numbers (no offset or ``1e6`` multiplier) that are turned or thinned where
+they would overlap.
 """
 
 from __future__ import annotations
 
 import io
+import itertools
+import math
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 from typing import TYPE_CHECKING, Any
 
+from hpml.names import BYTES, BYTES_PER_S, FLOPS_PER_S, FLOPS_PER_SAMPLE, label, unit_of
+
 if TYPE_CHECKING:
     from matplotlib.artist import Artist
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure as MplFigure
     from mlflow.entities import Run
+
+# decimal prefixes, as datasheets and disks count (1 MB = 10^6 bytes)
+PREFIXES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
+# units (hpml.names) an axis shows with a prefix: unit -> (what is counted, what follows it)
+PREFIXED = {
+    BYTES: ("B", ""),
+    BYTES_PER_S: ("B", "/s"),
+    FLOPS_PER_SAMPLE: ("FLOP", "/sample, 2 x MAC"),
+    FLOPS_PER_S: ("FLOP", "/s, 2 x MAC"),
+}
+UNITS = (
+    "Units: kB, MB, GB = 10^3, 10^6, 10^9 bytes; MFLOP, GFLOP = 10^6, 10^9 floating-point "
+    "operations, a multiply-accumulate counted as 2; ms = 10^-3 s."
+)
 
 
 @dataclass(frozen=True)
@@ -34,6 +60,133 @@ def run_label(run: Run, keys: list[str]) -> str:
 
     values = ", ".join(f"{k}={value(run, k)}" for k in keys)
     return f"{run.info.run_name}: {values}" if values else str(run.info.run_name)
+
+
+def distinct_labels(runs: Sequence[Run], keys: list[str], named: bool = True) -> list[str]:
+    """Short names that tell the runs apart on an axis or in a legend: each run's values of
+    the swept keys (``prune=fpgm, amount=0.8``; ``fpgm, 0.8`` unless ``named``), its run name
+    where nothing is swept, and its job (``job 3``) appended where two would read the same
+    (repeats of one config)."""
+    from hpml.report.table import short_name, value
+
+    found = [
+        ", ".join(
+            f"{k.rsplit('.', 1)[-1]}={value(run, k)}" if named else value(run, k) for k in keys
+        )
+        or str(run.info.run_name)
+        for run in runs
+    ]
+    twice = {text for text, n in Counter(found).items() if n > 1}
+    return [
+        f"{text} ({short_name(run)})" if text in twice else text
+        for text, run in zip(found, runs, strict=True)
+    ]
+
+
+def prefixed(values: Sequence[float], counted: str) -> tuple[float, str]:
+    """The divisor and unit (``1e6, "MB"``) showing ``values`` of ``counted`` (``B``, ``FLOP``)
+    with the largest decimal prefix that keeps their largest magnitude at 1 or more."""
+    top = max((abs(v) for v in values if math.isfinite(v)), default=0.0)
+    factor, prefix = next(((f, p) for f, p in PREFIXES if top >= f), PREFIXES[-1])
+    if counted == "B" and not prefix:
+        return 1.0, "bytes"
+    return factor, f"{prefix}{counted}"
+
+
+def human(value: float, counted: str = "B") -> str:
+    """``2614821`` -> ``2.61 MB``: one number for a tooltip."""
+    factor, unit = prefixed([value], counted)
+    return f"{value / factor:.3g} {unit}"
+
+
+def scaled(name: str, values: Sequence[float]) -> tuple[float, str]:
+    """``(divisor, axis label)`` that show metric ``name``'s ``values`` in a human unit:
+    ``prune_after/size_bytes`` at 2e6 gives ``(1e6, "prune_after/size (MB)")``; units without
+    a prefix (ms, samples/s, %) read as :func:`hpml.names.label` names them."""
+    unit = unit_of(name)
+    if unit not in PREFIXED:
+        return 1.0, label(name)
+    counted, rest = PREFIXED[unit]
+    factor, shown = prefixed(values, counted)
+    return factor, f"{name[: -len(unit) - 1]} ({shown}{rest})"
+
+
+def plain(value: float, _position: object = None) -> str:
+    """A tick label as a reader writes the number: ``0.5``, ``200``, ``20,000``."""
+    return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:g}"
+
+
+def log_if_wide(ax: Axes, which: str, values: Sequence[float]) -> bool:
+    """Make axis ``which`` (``"x"`` or ``"y"``) logarithmic when ``values`` are positive and
+    span more than 10x, where a linear axis squashes the small ones flat; ticks at 1, 2 and
+    5 x 10^k (10^k only beyond 3 decades), labelled as plain numbers. Whether it did."""
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite or min(finite) <= 0 or max(finite) <= 10 * min(finite):
+        return False
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    (ax.set_xscale if which == "x" else ax.set_yscale)("log")
+    decades = math.log10(max(finite) / min(finite))
+    axis.set_major_locator(LogLocator(subs=(1.0,) if decades > 3 else (1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(plain))
+    axis.set_minor_formatter(NullFormatter())
+    return True
+
+
+def ticks_at(ax: Axes, which: str, values: Sequence[float], log2: bool = False) -> None:
+    """Ticks of axis ``which`` exactly at ``values`` (batch sizes, say), plain numbers, on a
+    base-2 log scale if ``log2``."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    if log2:
+        (ax.set_xscale if which == "x" else ax.set_yscale)("log", base=2)
+    axis.set_major_locator(FixedLocator(sorted(set(values))))
+    axis.set_major_formatter(FuncFormatter(plain))
+    axis.set_minor_locator(NullLocator())
+
+
+def _fits(texts: list[Any], rotation: float, gap: float = 2.0) -> bool:
+    """Whether tick labels ``texts`` (drawn level) stay apart turned by ``rotation`` degrees:
+    level, neighbours' boxes must not meet; turned, two parallel labels are ``spacing x
+    sin(rotation)`` apart, which must exceed a line's height."""
+    boxes = sorted((t.get_window_extent() for t in texts), key=lambda b: b.x0)
+    if rotation == 0:
+        return all(a.x1 + gap <= b.x0 for a, b in itertools.pairwise(boxes))
+    centres = [(b.x0 + b.x1) / 2 for b in boxes]
+    height = max((b.height for b in boxes), default=0.0)
+    spacing = min((b - a for a, b in itertools.pairwise(centres)), default=math.inf)
+    return spacing * math.sin(math.radians(rotation)) >= height + gap
+
+
+def tidy(fig: MplFigure) -> None:
+    """Plain tick numbers (no offset, no ``1e6`` above the axis: units carry the scale) and
+    x tick labels that do not overlap: level if they fit, else turned 30, 45 or 90 degrees,
+    and where even upright they collide (numbers only), every second one shown."""
+    from matplotlib.ticker import FixedFormatter, ScalarFormatter
+
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            formatter = axis.get_major_formatter()
+            if isinstance(formatter, ScalarFormatter):
+                formatter.set_useOffset(False)
+                formatter.set_scientific(False)
+    fig.draw_without_rendering()
+    for ax in fig.axes:
+        texts = [t for t in ax.get_xticklabels() if t.get_visible() and t.get_text()]
+        if len(texts) < 2 or any(t.get_rotation() for t in texts):
+            continue  # one label, or a figure that turned its own
+        rotation = next((r for r in (0, 30, 45, 90) if _fits(texts, r)), 90)
+        if rotation:
+            for text in texts:
+                text.set(rotation=rotation, ha="right" if rotation < 90 else "center")
+                text.set_rotation_mode("anchor" if rotation < 90 else "default")
+        if not _fits(texts, rotation) and not isinstance(
+            ax.xaxis.get_major_formatter(), FixedFormatter
+        ):
+            for text in texts[1::2]:
+                text.set_visible(False)
 
 
 class Canvas:
@@ -61,6 +214,7 @@ class Canvas:
 
     def svg(self) -> str:
         buffer = io.StringIO()
+        tidy(self.fig)
         if self.fig.get_layout_engine() is None:
             self.fig.tight_layout()
         self.fig.savefig(buffer, format="svg")

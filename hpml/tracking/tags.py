@@ -50,9 +50,13 @@ def device_tags(device: torch.device) -> dict[str, str]:
 
 
 def environment_tags() -> dict[str, str]:
-    """Versions, host, load and code revision: what can make two runs of one config differ."""
+    """Versions, host, its CPU (named even when a GPU computes: it feeds the data), load and code
+    revision: what can make two runs of one config differ, and what a report's header names."""
     tags = {
         "hpml.host": socket.gethostname(),
+        "hpml.os": platform.platform(),
+        "hpml.cpu_model": device_name(torch.device("cpu")),
+        "hpml.cpu_count": str(os.cpu_count()),
         "hpml.python_version": platform.python_version(),
         "hpml.torch_version": torch.__version__,
         "hpml.cuda_version": str(torch.version.cuda),
