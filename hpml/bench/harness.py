@@ -2,9 +2,10 @@
 
 On a shared machine the load swings wall-clock by 2-4x within minutes, so numbers taken in separate
 runs cannot be compared. Here every round runs each variant once, the order rotates each round
-(A B, B A, ...) so neither always meets the cache and load the other left, and a ratio is taken
-within a round before the rounds are summarised (min / median / max). Pure Python: no torch,
-Lightning or Hydra, so the arithmetic is tested without measuring anything.
+(A B, B A, ...: :func:`hpml.analysis.rounds.round_order`, shared with the in-run comparisons) so
+neither always meets the cache and load the other left, and a ratio is taken within a round
+before the rounds are summarised (min / median / max). Pure Python: no torch, Lightning or Hydra,
+so the arithmetic is tested without measuring anything.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from hpml.analysis.rounds import round_order
 
 Measurement = dict[str, float]
 Variant = Callable[[], Measurement]
@@ -31,21 +34,6 @@ class Settings:
     steps: int = 8
     warmup: int = 2
     threads: int = 1
-
-
-def round_order(names: Sequence[str], index: int, group: int = 1) -> list[str]:
-    """Variants in round ``index``: each round starts one variant later (A B, B A, A B, ...).
-
-    With ``group`` > 1, each run of ``group`` consecutive names (the two sides of one ratio)
-    stays together: the groups rotate, and so does the order within each, so a ratio's sides
-    run back to back in every round, each going first in turn.
-    """
-    sets = [list(names[start : start + group]) for start in range(0, len(names), group)]
-    shift = index % len(sets)
-    rotated = [*sets[shift:], *sets[:shift]]
-    return [
-        name for one in rotated for name in [*one[index % len(one) :], *one[: index % len(one)]]
-    ]
 
 
 @dataclass(frozen=True)

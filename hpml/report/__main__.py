@@ -53,6 +53,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="serial runs, or the parent of the serial sweep, to compare the fused members of "
         "the report with (their twins are looked for among the report's runs too)",
     )
+    parser.add_argument(
+        "--by-seed",
+        action="store_true",
+        help="keep runs of different seeds apart (default: runs whose configs differ only in "
+        "replicate, seed and data.seed are repeats of one config, summarised together)",
+    )
     parser.add_argument("--experiment", help="only this MLflow experiment (default: all)")
     parser.add_argument("--tracking-uri", help="default: MLFLOW_TRACKING_URI, else ./mlflow.db")
     parser.add_argument("--out", type=Path, help="folder for the report (default: the sweep's)")
@@ -78,17 +84,27 @@ def chosen(client: MlflowClient, args: argparse.Namespace) -> tuple[list[Run], R
 
 
 def build(
-    client: MlflowClient, runs: list[Run], parent: Run | None, serial: Sequence[Run] = ()
+    client: MlflowClient,
+    runs: list[Run],
+    parent: Run | None,
+    serial: Sequence[Run] = (),
+    by_seed: bool = False,
 ) -> Report:
     """The report of ``runs``: table, plots, learning curves (their histories fetched with a
     progress bar on a terminal); fused members compared with their twins among ``runs`` and
-    ``serial``."""
+    ``serial``; repeats of a config (``replicate``, and seeds unless ``by_seed``) summarised
+    as one, every comparison with its verdict."""
     from tqdm import tqdm
 
-    from hpml.report import figures, fused, roofline, search, studies, table
+    from hpml.report import figures, fused, groups, roofline, search, studies, table
     from hpml.report.page import Report
 
     keys, columns, rows = table.rows(runs)
+    found = groups.group(runs, by_seed)
+    base = groups.baseline(found)
+    versus = groups.against_baseline(found, base)
+    comparisons = [c for run in runs for c in groups.in_run(run)] + versus
+    config_keys = groups.label_keys(runs, by_seed)  # plots: a point per config, repeats pooled
     histories: dict[tuple[str, str], list[tuple[int, float]]] = {}
     texts: dict[tuple[str, str], str | None] = {}
     for run in tqdm(runs, desc="hpml: reading runs", unit="run", disable=not sys.stderr.isatty()):
@@ -96,9 +112,11 @@ def build(
         histories[(run.info.run_id, "val/loss")] = sorted((m.step, m.value) for m in points)
         for path in TEXTS:
             texts[(run.info.run_id, path)] = artifact_text(client, run, path)
-    tables = [make(runs, lambda r, p: texts.get((r.info.run_id, p))) for make in studies.TABLES]
+    tables = [studies.repeats(found, columns), studies.against_baseline(versus, base)]
+    tables += [make(found, lambda r, p: texts.get((r.info.run_id, p))) for make in studies.TABLES]
     tables.append(fused.table(runs, serial))
-    plots = [plot(runs, keys) for plot in (*figures.PLOTS, roofline.figure)]
+    plots = [plot(runs, config_keys) for plot in figures.PLOTS]
+    plots.append(roofline.figure(runs, keys))
     plots.append(fused.speeds(runs, serial))
     plots += [search.parallel_coordinates(runs, keys), search.importances(parent)]
     plots.append(figures.learning_curves(runs, keys, lambda r, n: histories[(r.info.run_id, n)]))
@@ -123,6 +141,7 @@ def build(
         rows,
         [t for t in tables if t is not None],
         [p for p in plots if p is not None],
+        comparisons,
     )
 
 
@@ -163,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         serial = runs_or_jobs(client, args.twin)
         if serial and not members(runs):
             print("hpml: warning: --twin: the report's runs have no fused members", file=sys.stderr)
-        report = build(client, runs, parent, serial)
+        report = build(client, runs, parent, serial, args.by_seed)
         folder = out_folder(args, runs, parent)
         html, md = report.write(folder)
         if parent is not None:

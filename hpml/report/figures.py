@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from hpml.analysis.profile_summary import CATEGORIES
+from hpml.analysis.stats import Interval, median_ci, ratio_ci, verdict
 from hpml.names import PCT, label, metric
 from hpml.report.canvas import Canvas, Figure, run_label
 from hpml.report.table import value
@@ -17,6 +18,10 @@ if TYPE_CHECKING:
 
 MEMORY_PARTS = ("weights", "gradients", "optimizer_state", "activations")
 VARIANTS = ("prune", "quant", "compile")  # steps measured before and after (callbacks.measure)
+REPEATS = (
+    " A config run more than once (replicate) is one point, the median of its repeats, with "
+    "their interval as error bars (order-statistic 95%; [min, max] for fewer than 6 repeats)."
+)
 
 
 def _param(run: Run, key: str) -> float | None:
@@ -29,6 +34,31 @@ def _param(run: Run, key: str) -> float | None:
 def _group(run: Run, keys: list[str], left_out: str) -> str:
     """The series a run belongs to: its values of the varied keys other than ``left_out``."""
     return ", ".join(f"{k}={value(run, k)}" for k in keys if k != left_out) or "runs"
+
+
+def _repeats(
+    runs: list[Run], x: Callable[[Run], float], name: str
+) -> list[tuple[float, Interval | None, list[Run]]]:
+    """Runs at each ``x`` (a series' repeats of one config), their median of ``name`` with its
+    interval (None where none logged it), by ``x``."""
+    at: dict[float, list[Run]] = defaultdict(list)
+    for run in runs:
+        at[x(run)].append(run)
+    found = []
+    for px, repeats in sorted(at.items()):
+        values = [v for r in repeats if (v := r.data.metrics.get(name)) is not None]
+        found.append((px, median_ci(values) if values else None, repeats))
+    return found
+
+
+def _spread(ci: Interval) -> str:
+    """A tooltip's ``0.5 [0.4, 0.6], n=3 (75% interval)``; one run's value alone."""
+    if ci.n == 1:
+        return f"{ci.median:.4g}"
+    return (
+        f"median {ci.median:.4g} [{ci.low:.4g}, {ci.high:.4g}], n={ci.n} "
+        f"({ci.coverage:.0%} interval)"
+    )
 
 
 def _lines(
@@ -45,13 +75,18 @@ def _lines(
         groups[series(run)].append(run)
     for ax, name in zip(canvas.axes, names, strict=True):
         for index, (group, members) in enumerate(sorted(groups.items())):
-            members = sorted(members, key=x)
-            xs = [x(r) for r in members]
-            ys = [r.data.metrics.get(name, float("nan")) for r in members]
+            points = _repeats(members, x, name)
+            xs = [px for px, _, _ in points]
+            ys = [ci.median if ci else float("nan") for _, ci, _ in points]
             ax.plot(xs, ys, color=f"C{index}", label=group)
-            for run, px, py in zip(members, xs, ys, strict=True):
-                tip = f"{run_label(run, keys)}\n{label(name)}: {py:.4g}"
-                canvas.point(ax, px, py, tip, color=f"C{index}")
+            for px, ci, repeats in points:
+                if ci is None:
+                    continue
+                tip = f"{run_label(repeats[0], keys)}\n{label(name)}: {_spread(ci)}"
+                canvas.point(ax, px, ci.median, tip, color=f"C{index}")
+                if ci.n > 1:
+                    low, high = ci.median - ci.low, ci.high - ci.median
+                    ax.errorbar([px], [ci.median], [[low], [high]], color=f"C{index}", capsize=3)
         ax.set_ylabel(label(name))
         ax.grid(alpha=0.3)
     return canvas
@@ -72,7 +107,7 @@ def batch_scaling(runs: list[Run], keys: list[str]) -> Figure | None:
     canvas.axes[0].legend(fontsize=7)
     return Figure(
         "Throughput and step time vs batch size",
-        "Training samples per second and median step time at each batch size (study 2).",
+        "Training samples per second and median step time at each batch size (study 2)." + REPEATS,
         canvas.svg(),
     )
 
@@ -144,45 +179,88 @@ def sparsity(runs: list[Run], keys: list[str]) -> Figure | None:
     canvas.axes[0].legend(fontsize=7, title="prune.method")
     return Figure(
         "Loss and FLOPs vs sparsity",
-        "Validation loss right after pruning and forward FLOPs per sample, per pruner (study 3).",
+        "Validation loss right after pruning and forward FLOPs per sample, per pruner (study 3)."
+        + REPEATS,
         canvas.svg(),
     )
 
 
-def pareto(points: list[tuple[float, float]]) -> list[int]:
-    """Indices of the points no other point beats in both coordinates (lower is better)."""
+def pareto(
+    points: list[tuple[float, float]], faster: Callable[[int, int], int] | None = None
+) -> list[int]:
+    """Indices of the points no other beats (lower is better in both): j beats i when it is no
+    larger and no slower, and smaller or faster. ``faster(i, j)``: +1 when j's y is really below
+    i's, -1 when really above, 0 when the difference is within noise (a tie); by default the
+    numbers decide."""
+
+    def ahead(i: int, j: int) -> int:
+        if faster is not None:
+            return faster(i, j)
+        mine, theirs = points[i][1], points[j][1]
+        return (theirs < mine) - (theirs > mine)
+
     return [
         i
-        for i, (x, y) in enumerate(points)
-        if not any(a <= x and b <= y and (a, b) != (x, y) for a, b in points)
+        for i, (x, _) in enumerate(points)
+        if not any(
+            j != i and a <= x and (s := ahead(i, j)) >= 0 and (a < x or s > 0)
+            for j, (a, _) in enumerate(points)
+        )
     ]
 
 
 def latency_size(runs: list[Run], keys: list[str]) -> Figure | None:
     """Latency at batch 1 against size for every variant measured before and after pruning,
-    quantisation or compilation, the Pareto front marked (study 1)."""
-    found: list[tuple[float, float, str]] = []
+    quantisation or compilation, a config's repeats pooled, the Pareto front marked (study 1)."""
+    from hpml.report.groups import Group, noisy, sign
+
+    variants: dict[tuple[tuple[str, ...], str, str], list[Run]] = defaultdict(list)
     for run in runs:
-        metrics = run.data.metrics
+        config = tuple(value(run, k) for k in keys)
         for step in VARIANTS:
             for when in ("before", "after"):
                 size, latency = f"{step}_{when}/size_bytes", f"{step}_{when}/latency_b1_ms"
-                if size in metrics and latency in metrics:
-                    quality = metrics.get(f"{step}_{when}/val_acc_pct")
-                    extra = "" if quality is None else f", val acc {quality:.3g} %"
-                    what = f"{metrics[size]:,.0f} bytes, {metrics[latency]:.3g} ms{extra}"
-                    tip = f"{run_label(run, keys)}\n{step} {when}: {what}"
-                    found.append((metrics[size], metrics[latency], tip))
+                if size in run.data.metrics and latency in run.data.metrics:
+                    variants[(config, step, when)].append(run)
+    found: list[tuple[float, Interval, str]] = []
+    for (_, step, when), members in variants.items():
+        metrics = [r.data.metrics for r in members]
+        size = median_ci([m[f"{step}_{when}/size_bytes"] for m in metrics]).median
+        latency = median_ci([m[f"{step}_{when}/latency_b1_ms"] for m in metrics])
+        qualities = [q for m in metrics if (q := m.get(f"{step}_{when}/val_acc_pct")) is not None]
+        extra = "" if not qualities else f", val acc {median_ci(qualities).median:.3g} %"
+        what = f"{size:,.0f} bytes, {_spread(latency)} ms{extra}"
+        found.append((size, latency, f"{run_label(members[0], keys)}\n{step} {when}: {what}"))
     if len(found) < 2:
         return None
+    order = list(variants)
+
+    def faster(i: int, j: int) -> int:
+        """Whether variant j's latency is really below i's: the step's side-by-side verdict
+        for a before/after of one config, else the repeats' ratio interval."""
+        (ci, si, wi), (cj, sj, wj) = order[i], order[j]
+        if (ci, si) == (cj, sj) and wi != wj:
+            said = Group("", tuple(variants[order[i]])).speedup(si, 1)
+            if said is not None:
+                return sign(said.verdict) * (1 if wj == "after" else -1)
+        mine, theirs = (
+            [r.data.metrics[f"{s}_{w}/latency_b1_ms"] for r in variants[(c, s, w)]]
+            for c, s, w in (order[i], order[j])
+        )
+        loud = any(noisy(r) for r in (*variants[order[i]], *variants[order[j]]))
+        return sign(verdict(ratio_ci(mine, theirs), noisy=loud))
+
     canvas = Canvas()
     ax = canvas.axes[0]
-    front = set(pareto([(x, y) for x, y, _ in found]))
-    for index, (x, y, tip) in enumerate(found):
+    front = set(pareto([(x, ci.median) for x, ci, _ in found], faster))
+    for index, (x, ci, tip) in enumerate(found):
         on_front = index in front
         style = {"color": "C3", "zorder": 3} if on_front else {"color": "C0"}
-        canvas.point(ax, x, y, tip + ("\n(Pareto front)" if on_front else ""), **style)
-    edge = sorted((found[i][0], found[i][1]) for i in front)
+        canvas.point(ax, x, ci.median, tip + ("\n(Pareto front)" if on_front else ""), **style)
+        if ci.n > 1:
+            bars = [[ci.median - ci.low], [ci.high - ci.median]]
+            ax.errorbar([x], [ci.median], bars, capsize=3, **style)
+    edge = sorted((found[i][0], found[i][1].median) for i in front)
     ax.plot(
         [x for x, _ in edge], [y for _, y in edge], color="C3", linestyle="--", label="Pareto front"
     )
@@ -194,7 +272,11 @@ def latency_size(runs: list[Run], keys: list[str]) -> Figure | None:
     return Figure(
         "Latency vs size of the optimised variants",
         "Every model measured before and after pruning, quantisation or compilation; red: "
-        "the Pareto front (no other variant is both smaller and faster) (study 1).",
+        "the Pareto front (no other variant is both smaller and faster) (study 1). A variant is "
+        "off the front only where another is no larger and no slower, and smaller or faster, "
+        "counting a latency difference only when its verdict is faster or slower: a model's "
+        "before against its after by the step's side-by-side interval, separate configs by "
+        "the interval over their repeats (one run each: within noise, a tie)." + REPEATS,
         canvas.svg(),
     )
 

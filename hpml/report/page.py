@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 
+from hpml.report.csv_tables import write as write_csv
 from hpml.report.figures import Figure
+from hpml.report.groups import Comparison
 from hpml.report.studies import Table
 from hpml.report.table import Row, headings, number
 
@@ -33,6 +35,7 @@ class Report:
     rows: list[Row]
     tables: list[Table] = field(default_factory=list)
     figures: list[Figure] = field(default_factory=list)
+    comparisons: list[Comparison] = field(default_factory=list)  # tables/comparisons.csv
 
     def _cells(self, row: Row) -> list[str]:
         status = row.status if row.error is None else f"{row.status}: {row.error[:120]}"
@@ -85,12 +88,14 @@ class Report:
         return "\n".join(lines) + "\n"
 
     def write(self, folder: Path) -> tuple[Path, Path]:
-        """``report.html``, ``report.md`` and ``figures/<n>.svg`` in ``folder``."""
+        """``report.html``, ``report.md``, ``figures/<n>.svg`` and ``tables/<name>.csv`` in
+        ``folder``."""
         (folder / "figures").mkdir(parents=True, exist_ok=True)
         for index, figure in enumerate(self.figures):
             (folder / "figures" / f"{index + 1}.svg").write_text(figure.svg)
         html, md = folder / "report.html", folder / "report.md"
         html.write_text(self.html())
+        write_csv(folder, self)
         md.write_text(self.markdown("figures"))
         return html, md
 

@@ -1,42 +1,106 @@
-"""The studies' headline tables, from what hpml's callbacks logged: each only where runs carry it.
+"""The report's tables, from what hpml's callbacks logged: each only where runs carry it.
 
-Study 3's (pruner x sparsity: layer widths, FLOPs, size, losses, latency, ``print(model)``
-before and after) and study 1's (size, latency and quality before and after quantisation,
-compilation and pruning). Every caption states the convention of each number.
+Repeats of one config (:mod:`hpml.report.groups`) collapse into one row: a number that varies
+between them reads ``median [low, high]``, its order-statistic 95% interval (fewer than 6
+repeats: [min, max], its own coverage said), and the row says its n. Every speed-up says its
+interval and verdict. Study 3's table (pruner x sparsity: layer widths, FLOPs, size, losses,
+latency, ``print(model)`` before and after) and study 1's (size, latency and quality before and
+after quantisation, compilation and pruning); every caption states the convention of each
+number.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from hpml.report.figures import VARIANTS
-from hpml.report.table import number, short_name
+from hpml.analysis.stats import median_ci
+from hpml.names import label
+from hpml.report.groups import COLUMNS, Comparison, Group
+from hpml.report.table import number
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
 
 # ``text(run, artifact path)``: an artifact's text, None when the run has none
 ReadText = Callable[["Run", str], "str | None"]
+SPREAD = (
+    "A number that varies between a config's repeats is their median [low, high]: the "
+    "order-statistic 95% interval of the median, or with fewer than 6 repeats [min, max], whose "
+    "coverage is said (75% for 3, 88% for 4, 94% for 5)."
+)
+VERDICTS = (
+    "Speed-ups: before / after (> 1: faster), as the step timed both side by side in rounds: "
+    "ratio [95% interval] verdict (n rounds); over repeats, the median of their speed-ups "
+    "[interval over the repeats] (n repeats). Verdict: faster or slower when the interval lies "
+    "above or below 1, within noise when it contains 1, rests on one value, a run was tagged "
+    "hpml.noisy, or (repeats) a run did not time both sides side by side."
+)
 
 
 @dataclass(frozen=True)
 class Table:
-    """A report table with its conventions, and preformatted texts shown folded under it."""
+    """A report table with its conventions, and preformatted texts shown folded under it;
+    ``name`` names its CSV (``tables/<name>.csv``), ``data`` its plain columns and rows there
+    (default: the cells shown)."""
 
     title: str
     caption: str
     headings: list[str]
     rows: list[list[str]]
     texts: list[tuple[str, str]] = field(default_factory=list)  # (heading, text)
+    name: str = ""
+    data: tuple[list[str], list[list[object]]] | None = None
 
 
-def _pair(metrics: dict[str, float], before: str, after: str) -> str:
-    if before not in metrics or after not in metrics:
+def spread(values: Sequence[float]) -> str:
+    """A cell of a group's values: the value when they agree, else ``median [low, high]``."""
+    if not values:
         return ""
-    return f"{number(metrics[before])} -> {number(metrics[after])}"
+    if len(set(values)) == 1:
+        return number(values[0])
+    ci = median_ci(values)
+    cover = "" if ci.coverage >= 0.95 - 1e-9 else f" ({ci.coverage:.0%})"
+    return f"{number(ci.median)} [{number(ci.low)}, {number(ci.high)}]{cover}"
+
+
+def _values(group: Group, name: str) -> list[float]:
+    return group.values(name)
+
+
+def _pair(group: Group, before: str, after: str) -> str:
+    b, a = _values(group, before), _values(group, after)
+    if not b or not a:
+        return ""
+    return f"{spread(b)} -> {spread(a)}"
+
+
+def _latency(group: Group, stage: str, batch: int = 1) -> str:
+    """``before -> after`` latency; a single run's sides with their IQR over rounds."""
+    name = f"latency_b{batch}"
+    if len(group.runs) > 1:
+        return _pair(group, f"{stage}_before/{name}_ms", f"{stage}_after/{name}_ms")
+    m = group.runs[0].data.metrics
+    sides = []
+    for when in ("before", "after"):
+        median = m.get(f"{stage}_{when}/{name}_ms")
+        if median is None:
+            return ""
+        iqr = m.get(f"{stage}_{when}/{name}_iqr_ms")
+        sides.append(number(median) + ("" if iqr is None else f" (IQR {number(iqr)})"))
+    return " -> ".join(sides)
+
+
+def _speedups(group: Group, step: str) -> list[Comparison]:
+    batches = sorted(b for s, b in group.in_run if s == step)
+    return [c for b in batches if (c := group.speedup(step, b)) is not None]
+
+
+def _speedup_cell(found: list[Comparison]) -> str:
+    return "; ".join(f"b{c.batch}: {c.cell()}" for c in found)
 
 
 def _widths(layers: str | None) -> str:
@@ -47,36 +111,91 @@ def _widths(layers: str | None) -> str:
     return ", ".join(f"{name} {a}->{b}" for name, (a, b) in sorted(widths.items()))
 
 
-def pruning(runs: list[Run], text: ReadText) -> Table | None:
-    """Study 3: one row per pruned run, by pruner and sparsity."""
-    pruned = [r for r in runs if "prune_after/fwd_flops_per_sample" in r.data.metrics]
+def _param(group: Group, key: str) -> str:
+    return group.runs[0].data.params.get(key, "")
+
+
+def _amount(group: Group) -> float:
+    try:
+        return float(_param(group, "prune.amount"))
+    except ValueError:
+        return math.nan
+
+
+def _plain(group: Group, name: str) -> float | None:
+    """A group's median of metric ``name`` for a CSV cell."""
+    ci = group.interval(name)
+    return None if ci is None else ci.median
+
+
+def pruning(groups: list[Group], text: ReadText) -> Table | None:
+    """Study 3: one row per pruned config (its repeats collapsed), by pruner and sparsity."""
+    pruned = [
+        g
+        for g in groups
+        if any("prune_after/fwd_flops_per_sample" in r.data.metrics for r in g.runs)
+    ]
     if not pruned:
         return None
-    pruned.sort(
-        key=lambda r: (r.data.params.get("prune.method", ""), r.data.params.get("prune.amount", ""))
-    )
-    rows, texts = [], []
-    for run in pruned:
-        m, p = run.data.metrics, run.data.params
+    pruned.sort(key=lambda g: (_param(g, "prune.method"), _amount(g)))
+    rows, plain, texts = [], [], []
+    for group in pruned:
+        speedups = _speedups(group, "prune")
+        first = group.runs[0]
         rows.append(
             [
-                p.get("prune.method", ""),
-                number(100 * float(p.get("prune.amount", "nan"))),
-                _widths(text(run, "prune/layers.json")),
-                _pair(m, "prune_before/fwd_flops_per_sample", "prune_after/fwd_flops_per_sample"),
-                number(m["prune/flops_reduction_x"]) if "prune/flops_reduction_x" in m else "",
-                _pair(m, "prune_before/size_bytes", "prune_after/size_bytes"),
-                _pair(m, "prune_before/val_loss_nats", "prune_after/val_loss_nats"),
-                number(m["prune_final/val_loss_nats"]) if "prune_final/val_loss_nats" in m else "",
-                _pair(m, "prune_before/latency_b1_ms", "prune_after/latency_b1_ms"),
-                number(m["prune/speedup_b1_x"]) if "prune/speedup_b1_x" in m else "",
+                _param(group, "prune.method"),
+                number(100 * _amount(group)),
+                str(len(group.runs)),
+                group.names,
+                _widths(text(first, "prune/layers.json")),
+                _pair(
+                    group, "prune_before/fwd_flops_per_sample", "prune_after/fwd_flops_per_sample"
+                ),
+                spread(_values(group, "prune/flops_reduction_x")),
+                _pair(group, "prune_before/size_bytes", "prune_after/size_bytes"),
+                _pair(group, "prune_before/val_loss_nats", "prune_after/val_loss_nats"),
+                spread(_values(group, "prune_final/val_loss_nats")),
+                _latency(group, "prune"),
+                _speedup_cell(speedups),
             ]
         )
-        after = text(run, "prune/architecture_after.txt")
+        b1 = next((c for c in speedups if c.batch == 1), None)
+        plain.append(
+            [
+                group.ids,
+                _param(group, "prune.method"),
+                _amount(group),
+                len(group.runs),
+                *(
+                    _plain(group, n)
+                    for n in (
+                        "prune_before/fwd_flops_per_sample",
+                        "prune_after/fwd_flops_per_sample",
+                        "prune_before/size_bytes",
+                        "prune_after/size_bytes",
+                        "prune_before/val_loss_nats",
+                        "prune_after/val_loss_nats",
+                        "prune_final/val_loss_nats",
+                        "prune_before/latency_b1_ms",
+                        "prune_after/latency_b1_ms",
+                    )
+                ),
+                *(
+                    (None,) * 5
+                    if b1 is None
+                    else (b1.ratio, b1.ci_low, b1.ci_high, b1.n, b1.verdict)
+                ),
+            ]
+        )
+        after = text(first, "prune/architecture_after.txt")
         if after:
-            what = f"{p.get('prune.method')} at {p.get('prune.amount')}"
-            texts.append((f"print(model) after pruning: {what} ({short_name(run)})", after))
-    before = next((t for r in pruned if (t := text(r, "prune/architecture_before.txt"))), None)
+            what = f"{_param(group, 'prune.method')} at {_param(group, 'prune.amount')}"
+            texts.append((f"print(model) after pruning: {what} ({group.names})", after))
+    before = next(
+        (t for g in pruned for r in g.runs if (t := text(r, "prune/architecture_before.txt"))),
+        None,
+    )
     if before:
         texts.insert(0, ("print(model) before pruning", before))
     return Table(
@@ -85,10 +204,13 @@ def pruning(runs: list[Run], text: ReadText) -> Table | None:
         "counter on the model as it runs). Size: bytes of the saved state dict. Loss: the "
         "model's validation loss in nats (VAE: BCE + KL summed per sample), right after "
         "pruning and after the fine-tune epochs. Latency: median of timed forward passes at "
-        "batch 1, ms. Reductions and speed-up: before / after.",
+        "batch 1, ms (IQR over rounds where logged). FLOPs reduction: before / after. "
+        f"{VERDICTS} {SPREAD}",
         [
             "prune.method",
             "sparsity asked (%)",
+            "runs (n)",
+            "runs",
             "layer widths (out, before->after)",
             "fwd FLOPs/sample (2 x MAC)",
             "FLOPs reduction (x)",
@@ -96,38 +218,92 @@ def pruning(runs: list[Run], text: ReadText) -> Table | None:
             "val loss (nats)",
             "val loss after fine-tune (nats)",
             "latency b1 (ms)",
-            "speed-up b1 (x)",
+            "speed-up (x, before/after)",
         ],
         rows,
         texts,
+        "pruning",
+        (
+            [
+                "runs",
+                "prune.method",
+                "prune.amount",
+                "n",
+                "fwd_flops_before_flops_per_sample",
+                "fwd_flops_after_flops_per_sample",
+                "size_before_bytes",
+                "size_after_bytes",
+                "val_loss_before_nats",
+                "val_loss_after_nats",
+                "val_loss_final_nats",
+                "latency_b1_before_ms",
+                "latency_b1_after_ms",
+                "speedup_b1_x",
+                "speedup_b1_ci_low_x",
+                "speedup_b1_ci_high_x",
+                "speedup_b1_n",
+                "speedup_b1_verdict",
+            ],
+            plain,
+        ),
     )
 
 
-def before_after(runs: list[Run], text: ReadText) -> Table | None:
-    """Study 1: every variant a run measured before and after pruning, quantisation or
-    compilation: size, latency and validation quality."""
-    rows = []
-    steps = [s for s in VARIANTS if any(f"{s}_after/size_bytes" in r.data.metrics for r in runs)]
+STEPS = ("prune", "quant", "compile")
+
+
+def before_after(groups: list[Group], text: ReadText) -> Table | None:
+    """Study 1: every variant a config measured before and after pruning, quantisation or
+    compilation: size, latency with the speed-up's verdict, and validation quality."""
+    rows, plain = [], []
+    steps = [
+        s
+        for s in STEPS
+        if any(f"{s}_after/size_bytes" in r.data.metrics for g in groups for r in g.runs)
+    ]
     if steps == ["prune"]:
         return None  # a pruning sweep alone: the pruning table says it all
-    for run in runs:
-        m = run.data.metrics
+    for group in groups:
+        metrics = {n for r in group.runs for n in r.data.metrics}
         for step in steps:
             b, a = f"{step}_before", f"{step}_after"
-            if f"{a}/size_bytes" not in m:
+            if f"{a}/size_bytes" not in metrics:
                 continue
-            quality = "val_acc_pct" if f"{a}/val_acc_pct" in m else "val_loss_nats"
-            method = run.data.params.get(f"{step}.method", "")
+            quality = "val_acc_pct" if f"{a}/val_acc_pct" in metrics else "val_loss_nats"
+            speedups = _speedups(group, step)
             rows.append(
                 [
-                    short_name(run),
-                    f"{step}: {method}",
-                    _pair(m, f"{b}/size_bytes", f"{a}/size_bytes"),
-                    _pair(m, f"{b}/latency_b1_ms", f"{a}/latency_b1_ms"),
-                    _pair(m, f"{b}/{quality}", f"{a}/{quality}"),
+                    group.names,
+                    f"{step}: {_param(group, f'{step}.method')}",
+                    str(len(group.runs)),
+                    _pair(group, f"{b}/size_bytes", f"{a}/size_bytes"),
+                    _latency(group, step),
+                    _speedup_cell(speedups),
+                    _pair(group, f"{b}/{quality}", f"{a}/{quality}"),
                     quality.replace("val_", "val ")
                     .replace("_pct", " (%)")
                     .replace("_nats", " (nats)"),
+                ]
+            )
+            b1 = next((c for c in speedups if c.batch == 1), None)
+            plain.append(
+                [
+                    group.ids,
+                    step,
+                    _param(group, f"{step}.method"),
+                    len(group.runs),
+                    _plain(group, f"{b}/size_bytes"),
+                    _plain(group, f"{a}/size_bytes"),
+                    _plain(group, f"{b}/latency_b1_ms"),
+                    _plain(group, f"{a}/latency_b1_ms"),
+                    *(
+                        (None,) * 5
+                        if b1 is None
+                        else (b1.ratio, b1.ci_low, b1.ci_high, b1.n, b1.verdict)
+                    ),
+                    f"{b}/{quality}",
+                    _plain(group, f"{b}/{quality}"),
+                    _plain(group, f"{a}/{quality}"),
                 ]
             )
     if not rows:
@@ -135,11 +311,107 @@ def before_after(runs: list[Run], text: ReadText) -> Table | None:
     return Table(
         "Before and after each optimisation (study 1)",
         "Size: bytes of the saved state dict (the int8 model's own for quantisation). Latency: "
-        "median of timed forward passes at batch 1, ms, on the device the variant runs on. "
-        "Quality: the model's validation accuracy (%) or loss (nats), on the validation split "
-        "or its first prune/quant/compile.eval_batches batches.",
-        ["run", "step", "size (bytes)", "latency b1 (ms)", "quality", "quality is"],
+        "median of timed forward passes at batch 1, ms, on the device the variant runs on "
+        "(IQR over rounds where logged). Quality: the model's validation accuracy (%) or loss "
+        "(nats), on the validation split or its first prune/quant/compile.eval_batches "
+        f"batches. {VERDICTS} {SPREAD}",
+        [
+            "runs",
+            "step",
+            "runs (n)",
+            "size (bytes)",
+            "latency b1 (ms)",
+            "speed-up (x, before/after)",
+            "quality",
+            "quality is",
+        ],
         rows,
+        name="before_after",
+        data=(
+            [
+                "runs",
+                "step",
+                "method",
+                "n",
+                "size_before_bytes",
+                "size_after_bytes",
+                "latency_b1_before_ms",
+                "latency_b1_after_ms",
+                "speedup_b1_x",
+                "speedup_b1_ci_low_x",
+                "speedup_b1_ci_high_x",
+                "speedup_b1_n",
+                "speedup_b1_verdict",
+                "quality_measure",
+                "quality_before",
+                "quality_after",
+            ],
+            plain,
+        ),
+    )
+
+
+def repeats(groups: list[Group], columns: list[str]) -> Table | None:
+    """One row per config repeated more than once: each metric column's median [interval]."""
+    repeated = [g for g in groups if len(g.runs) > 1]
+    if not repeated:
+        return None
+    shown = [c for c in columns if any(g.values(c) for g in repeated)]
+    rows, plain = [], []
+    for group in repeated:
+        rows.append([group.label, str(len(group.runs)), *(spread(group.values(c)) for c in shown)])
+        cells: list[object] = [group.label, group.ids, len(group.runs)]
+        for c in shown:
+            ci = group.interval(c)
+            cells += [None] * 4 if ci is None else [ci.median, ci.low, ci.high, ci.n]
+        plain.append(cells)
+    return Table(
+        "Repeats: median and interval per config",
+        f"A row per config run more than once (runs differing only in replicate, or seed unless "
+        f"the report was made --by-seed). {SPREAD}",
+        ["config", "runs (n)", *(label(c) for c in shown)],
+        rows,
+        name="repeats",
+        data=(
+            [
+                "config",
+                "runs",
+                "n",
+                *(f"{c}{s}" for c in shown for s in ("", " ci_low", " ci_high", " n")),
+            ],
+            plain,
+        ),
+    )
+
+
+def against_baseline(comparisons: list[Comparison], base: Group | None) -> Table | None:
+    """Every config's speed against the baseline config's, with interval and verdict."""
+    if not comparisons or base is None:
+        return None
+    rows = [
+        [
+            c.comparison.split(" vs baseline ", 1)[0],
+            label(c.measure),
+            number(c.before) if c.before is not None else "",
+            number(c.after) if c.after is not None else "",
+            c.cell(),
+        ]
+        for c in comparisons
+    ]
+    return Table(
+        "Each config against the baseline",
+        f"Baseline: {base.label} ({base.names}), the first config that prunes, quantises and "
+        "compiles nothing, or the sweep's first config. Speed-up: the config's throughput / the "
+        "baseline's, or the baseline's step time or latency / the config's (> 1: the config is "
+        "faster): the ratio of the two groups' medians [95% bootstrap interval over their "
+        "repeats] verdict (n: the smaller group's runs). Faster or slower when the interval "
+        "lies above or below 1; within noise when it contains 1, a side has one run (separate "
+        "runs are not timed side by side: repeat them with replicate=0,1,2), or a run was "
+        "tagged hpml.noisy.",
+        ["config", "measure", "baseline (median)", "config (median)", "speed-up (x)"],
+        rows,
+        name="baseline",
+        data=(list(COLUMNS), [c.row() for c in comparisons]),
     )
 
 

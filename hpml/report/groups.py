@@ -1,0 +1,356 @@
+"""Repeats of one config as one group, and every comparison the report draws with its verdict.
+
+A *group* is the runs whose params differ only in ``replicate`` (and ``seed``/``data.seed``,
+unless ``by_seed``), per-job bookkeeping left out: ``paths.*``, Hydra's and the logger's keys,
+any ``*dirpath*`` or ``*_dir`` param, and values naming the run's own job or sweep folder (each
+job's checkpoints and trainer root). Per group and metric: the median, its order-statistic 95%
+interval and n (:func:`hpml.analysis.stats.median_ci`).
+
+Comparisons (:class:`Comparison`, one row each of ``tables/comparisons.csv``):
+
+- *in-run*: a run's before/after of a step (prune, quant, compile, any other) at batch N, as its
+  callback timed them side by side: ``S/speedup_b<N>_x`` with ``..._ci_low_x``,
+  ``..._ci_high_x``, ``..._rounds_count`` and the tag ``hpml.verdict.S.speedup_b<N>``. A run
+  that logged no interval (older runs: only the speed-up, or only the two latencies) is
+  ``within noise`` with n=1: its ratio stands alone, never as a finding.
+- *against the baseline*: every other group's throughput, step time and latency against the
+  baseline group's, by :func:`~hpml.analysis.stats.ratio_ci` of their replicates' values. The
+  baseline is the first group (in run order) that prunes, quantises and compiles nothing; where
+  every group does one of them, the first group.
+
+A comparison whose either side ran noisy (tag ``hpml.noisy`` = ``true`` on any run) is
+``within noise`` whatever its interval or tag says.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from hpml.analysis.stats import (
+    FASTER,
+    SLOWER,
+    VERDICTS,
+    WITHIN_NOISE,
+    Interval,
+    median_ci,
+    ratio_ci,
+    verdict,
+)
+from hpml.report.table import BOOKKEEPING, CHOICE_TAG, differing_keys, short_name, value
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
+
+REPEAT_KEYS = ("replicate",)
+SEED_KEYS = ("seed", "data.seed")
+STEPS = ("prune", "quant", "compile")  # steps whose callbacks time before and after
+FINISHED = "FINISHED"
+NOISY_TAG = "hpml.noisy"
+VERDICT_TAG = "hpml.verdict."
+# speed measures a group is compared on against the baseline: higher is faster for throughput,
+# lower for latency (a side's median over rounds) and the median step time
+HIGHER_IS_FASTER = re.compile(r"^[^/]+/throughput(_per_device)?_samples_per_s$")
+LOWER_IS_FASTER = re.compile(r"^[^/]+/(latency_b\d+|step_time_p50)_ms$")
+_IN_RUN = re.compile(
+    r"^(?P<step>\w+?)(?:_before|_after)?/(?:latency|speedup)_b(?P<n>\d+)_(?:ms|x)$"
+)
+
+
+def ignored(key: str, by_seed: bool = False) -> bool:
+    """Whether param ``key`` is left out of a run's identity: a repeat's number, its seeds
+    (unless ``by_seed``), or per-job bookkeeping."""
+    if key in REPEAT_KEYS or (not by_seed and key in SEED_KEYS):
+        return True
+    return key.startswith(BOOKKEEPING) or "dirpath" in key or key.endswith("_dir")
+
+
+def identity(run: Run, by_seed: bool = False) -> frozenset[tuple[str, str]]:
+    """What a run's repeats share: its config groups' options and its params but the
+    :func:`ignored`, its own job and sweep folders replaced by placeholders."""
+    folders = [
+        (run.data.tags.get("hpml.output_dir"), "<job>"),
+        (run.data.tags.get("hpml.sweep_dir"), "<sweep>"),
+    ]
+    found = {(k, v) for k, v in run.data.tags.items() if k.startswith(CHOICE_TAG)}
+    for key, text in run.data.params.items():
+        if ignored(key, by_seed):
+            continue
+        for folder, placeholder in folders:
+            if folder:
+                text = text.replace(folder, placeholder)
+        found.add((key, text))
+    return frozenset(found)
+
+
+def noisy(run: Run) -> bool:
+    return run.data.tags.get(NOISY_TAG, "").lower() == "true"
+
+
+@dataclass(frozen=True)
+class Group:
+    """The repeats of one config: ``label`` names it by the keys that differ between groups."""
+
+    label: str
+    runs: tuple[Run, ...]
+
+    @property
+    def ids(self) -> str:
+        return " ".join(r.info.run_id for r in self.runs)
+
+    @property
+    def names(self) -> str:
+        return ", ".join(short_name(r) for r in self.runs)
+
+    @property
+    def finished(self) -> bool:
+        return self.runs[0].info.status == FINISHED
+
+    @property
+    def noisy(self) -> bool:
+        return any(noisy(r) for r in self.runs)
+
+    def values(self, name: str) -> list[float]:
+        """The finite values of metric ``name`` its runs logged."""
+        found = (r.data.metrics.get(name) for r in self.runs)
+        return [v for v in found if v is not None and math.isfinite(v)]
+
+    def interval(self, name: str) -> Interval | None:
+        values = self.values(name)
+        return median_ci(values) if values else None
+
+    @cached_property
+    def in_run(self) -> dict[tuple[str, int], list[Comparison]]:
+        """Its runs' in-run comparisons by (step, batch)."""
+        found: dict[tuple[str, int], list[Comparison]] = {}
+        for run in self.runs:
+            for c in in_run(run):
+                found.setdefault((c.step, c.batch), []).append(c)
+        return found
+
+    def speedup(self, step: str, batch: int) -> Comparison | None:
+        """Step ``step``'s before/after at ``batch`` over the group: a single run's own; for
+        repeats, the median of their speed-ups with its interval over the repeats (n = runs),
+        within noise unless every repeat timed both sides side by side (repeats of a biased
+        measurement repeat its bias)."""
+        found = self.in_run.get((step, batch))
+        if not found:
+            return None
+        if len(found) == 1:
+            return found[0]
+        ratios = median_ci([c.ratio for c in found])
+        return Comparison(
+            self.ids,
+            found[0].comparison,
+            found[0].measure,
+            _median([c.before for c in found]),
+            _median([c.after for c in found]),
+            ratios.median,
+            ratios.low,
+            ratios.high,
+            ratios.n,
+            verdict(ratios, noisy=self.noisy or not all(c.timed_side_by_side for c in found)),
+            ratios.coverage,
+        )
+
+
+def _median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return median_ci(known).median if known else None
+
+
+def group(runs: list[Run], by_seed: bool = False) -> list[Group]:
+    """``runs`` as groups of repeats, in the order of each group's first run; runs that did not
+    finish are never pooled with finished repeats (their metrics may be partial)."""
+    keys = label_keys(runs, by_seed)
+    found: dict[tuple[frozenset[tuple[str, str]], str], list[Run]] = {}
+    for run in runs:
+        found.setdefault((identity(run, by_seed), run.info.status), []).append(run)
+    return [
+        Group(_label(members[0], keys, status), tuple(members))
+        for (_, status), members in found.items()
+    ]
+
+
+def _label(run: Run, keys: list[str], status: str) -> str:
+    text = ", ".join(f"{k}={v}" for k in keys if (v := value(run, k))) or "all runs"
+    return text if status == FINISHED else f"{text} ({status})"
+
+
+def label_keys(runs: list[Run], by_seed: bool = False) -> list[str]:
+    """The differing keys that tell groups apart (a plot's series and axes)."""
+    return [k for k in differing_keys(runs) if not ignored(k, by_seed)]
+
+
+COLUMNS = (
+    "run",
+    "comparison",
+    "measure",
+    "before",
+    "after",
+    "ratio",
+    "ci_low",
+    "ci_high",
+    "n",
+    "verdict",
+)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One comparison: ``ratio`` is a speed-up (> 1: ``after`` is faster), its interval, n, and
+    the verdict; ``coverage`` the interval's own (< 0.95 for fewer than 6 repeats)."""
+
+    run: str  # a run id; a group's run ids, space-separated
+    comparison: str
+    measure: str  # the metric (its unit in the name): `latency_b1_ms`, `train/throughput_...`
+    before: float | None
+    after: float | None
+    ratio: float
+    ci_low: float | None
+    ci_high: float | None
+    n: int
+    verdict: str
+    coverage: float = 0.95
+
+    @property
+    def timed_side_by_side(self) -> bool:
+        """Whether its sides were timed in alternating rounds with an interval (in-run)."""
+        return self.ci_low is not None and self.ci_high is not None and self.n >= 2
+
+    @property
+    def step(self) -> str:
+        return self.comparison.split(":", 1)[0]
+
+    @property
+    def batch(self) -> int:
+        return int(self.measure.rsplit("_b", 1)[1].split("_", 1)[0])
+
+    def row(self) -> list[object]:
+        """Its values in the order of :data:`COLUMNS`."""
+        return [getattr(self, column) for column in COLUMNS]
+
+    def cell(self) -> str:
+        """``2.91x [2.70, 3.10] faster (n=7)``; ``1.5x [no interval] — within noise (n=1)``."""
+        if not self.timed_side_by_side:
+            return f"{self.ratio:.3g}x [no interval] — {self.verdict} (n={self.n})"
+        cover = "" if self.coverage >= 0.95 - 1e-9 else f", {self.coverage:.0%} interval"
+        return (
+            f"{self.ratio:.3g}x [{self.ci_low:.3g}, {self.ci_high:.3g}] {self.verdict} "
+            f"(n={self.n}{cover})"
+        )
+
+
+def in_run(run: Run) -> list[Comparison]:
+    """The before/after comparisons ``run``'s callbacks logged, per step and batch size."""
+    m, tags = run.data.metrics, run.data.tags
+    found = []
+    pairs = sorted(
+        {(g["step"], int(g["n"])) for name in m if (g := _IN_RUN.match(name)) is not None}
+    )
+    for step, batch in pairs:
+        before = m.get(f"{step}_before/latency_b{batch}_ms")
+        after = m.get(f"{step}_after/latency_b{batch}_ms")
+        ratio = m.get(f"{step}/speedup_b{batch}_x")
+        if ratio is None:
+            if before is None or not after:
+                continue
+            ratio = before / after
+        low = m.get(f"{step}/speedup_b{batch}_ci_low_x")
+        high = m.get(f"{step}/speedup_b{batch}_ci_high_x")
+        count = m.get(f"{step}/speedup_b{batch}_rounds_count")
+        n = int(count) if count is not None and low is not None and high is not None else 1
+        tag = tags.get(f"{VERDICT_TAG}{step}.speedup_b{batch}")
+        if n < 2 or noisy(run):
+            said = WITHIN_NOISE
+        elif tag in VERDICTS:
+            said = tag
+        else:
+            said = verdict(Interval(ratio, low, high, n, 0.95))  # type: ignore[arg-type]
+        if n < 2:
+            low = high = None
+        found.append(
+            Comparison(
+                run.info.run_id,
+                f"{step}: before vs after",
+                f"latency_b{batch}_ms",
+                before,
+                after,
+                ratio,
+                low,
+                high,
+                n,
+                said,
+            )
+        )
+    return found
+
+
+def direction(name: str) -> int:
+    """1 where a higher value of metric ``name`` is faster, -1 where lower is, 0: no speed."""
+    if HIGHER_IS_FASTER.match(name):
+        return 1
+    return -1 if LOWER_IS_FASTER.match(name) else 0
+
+
+def baseline(groups: list[Group]) -> Group | None:
+    """The first finished group whose runs prune, quantise and compile nothing; else the first
+    finished group; None when no run finished."""
+    finished = [g for g in groups if g.finished]
+    plain = [g for g in finished if all(_plain(run) for run in g.runs)]
+    return (plain or finished or [None])[0]
+
+
+def _plain(run: Run) -> bool:
+    for step in STEPS:
+        option = run.data.tags.get(f"{CHOICE_TAG}{step}")
+        if option not in (None, "none"):
+            return False
+        if option is None and any(k.startswith(f"{step}.") for k in run.data.params):
+            return False
+    return True
+
+
+def against_baseline(groups: list[Group], base: Group | None) -> list[Comparison]:
+    """Every other finished group against ``base`` on each speed measure both carry."""
+    if base is None:
+        return []
+    found = []
+    for other in groups:
+        if other is base or not other.finished:
+            continue
+        names = sorted(
+            {n for r in other.runs for n in r.data.metrics if direction(n)}
+            & {n for r in base.runs for n in r.data.metrics}
+        )
+        for name in names:
+            mine, theirs = other.values(name), base.values(name)
+            if not mine or not theirs:
+                continue
+            faster = direction(name) > 0
+            interval = ratio_ci(mine, theirs) if faster else ratio_ci(theirs, mine)
+            real = interval.n >= 2
+            found.append(
+                Comparison(
+                    other.ids,
+                    f"{other.label} vs baseline {base.label}",
+                    name,
+                    median_ci(theirs).median,
+                    median_ci(mine).median,
+                    interval.median,
+                    interval.low if real else None,
+                    interval.high if real else None,
+                    interval.n,
+                    verdict(interval, noisy=other.noisy or base.noisy),
+                    interval.coverage,
+                )
+            )
+    return found
+
+
+def sign(said: str) -> int:
+    """+1 faster, -1 slower, 0 within noise: a verdict as a comparison's outcome."""
+    return {FASTER: 1, SLOWER: -1}.get(said, 0)
