@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import lightning as L
@@ -61,3 +67,16 @@ class WaitAtEpoch(L.Callback):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"no {self.gate_dir / 'go'} within {self.timeout_s} s")
             time.sleep(0.05)
+
+
+@contextmanager
+def cpu_neighbour() -> Iterator[int]:
+    """A CPU-burning process beside this one, not its child (a shell starts it and exits at
+    once), as another user's job is; killed on leaving. Yields its pid."""
+    command = f"'{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"
+    started = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=True)
+    pid = int(started.stdout)
+    try:
+        yield pid
+    finally:
+        os.kill(pid, signal.SIGKILL)

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
+from hpml.analysis.stats import cv_pct, iqr
+
 
 def synchronized_now(device: torch.device) -> float:
     """``perf_counter`` after the device has finished queued work (a no-op wait on CPU)."""
@@ -18,15 +20,23 @@ def synchronized_now(device: torch.device) -> float:
 
 @dataclass(frozen=True)
 class StepStats:
-    """Steady-state statistics of a run of steps (warm-up steps excluded)."""
+    """Steady-state statistics of a run of steps (warm-up steps excluded).
+
+    Throughput is per step: a step's samples over its *cycle*, the time from the previous
+    step's end to its own end (the wait for its batch plus the step), so data loading stays
+    counted; the median and IQR of those are the figures, robust to the odd stalled step that
+    moves a window's samples-over-seconds. Step times are the steps alone, waits excluded.
+    """
 
     steps: int
     samples: int
-    seconds: float
-    throughput_samples_per_s: float
-    step_mean_ms: float
+    seconds: float  # the window: every cycle after warm-up, end to end
+    throughput_samples_per_s: float  # median over steps of samples / cycle
+    throughput_iqr_samples_per_s: float
     step_p50_ms: float
-    step_p90_ms: float
+    step_p90_ms: float  # the tail IQR does not see: stalls, collections, checkpoint writes
+    step_iqr_ms: float
+    step_cv_pct: float  # standard deviation over mean of step times
     data_wait_pct: float
     step_cpu_p50_ms: float  # process CPU time (all threads) per step: steadier on a busy host
     utilisation_pct: float  # busy share of the window: see StepTimer.utilisation_pct
@@ -93,8 +103,12 @@ class StepTimer:
         if self.window_start is None or self.count <= self.warmup:
             return None
         seconds = self.window_start.seconds_until(self.steps[-1][1])
-        steady = [start.seconds_until(stop) for start, stop in self.steps[self.warmup :]]
+        steady = self.step_seconds()
         samples = sum(self.samples[self.warmup :])
+        rates = [
+            n / cycle
+            for n, cycle in zip(self.samples[self.warmup :], self.cycle_seconds(), strict=True)
+        ]
         deciles = (
             statistics.quantiles(steady, n=10, method="inclusive")
             if len(steady) > 1
@@ -104,14 +118,30 @@ class StepTimer:
             steps=len(steady),
             samples=samples,
             seconds=seconds,
-            throughput_samples_per_s=samples / seconds,
-            step_mean_ms=statistics.fmean(steady) * 1e3,
+            throughput_samples_per_s=statistics.median(rates),
+            throughput_iqr_samples_per_s=iqr(rates),
             step_p50_ms=statistics.median(steady) * 1e3,
             step_p90_ms=deciles[8] * 1e3,
+            step_iqr_ms=iqr(steady) * 1e3,
+            step_cv_pct=cv_pct(steady),
             data_wait_pct=100.0 * sum(self.gaps) / seconds,
             step_cpu_p50_ms=statistics.median(self.cpu[self.warmup :]) * 1e3,
             utilisation_pct=self.utilisation_pct(steady, seconds),
         )
+
+    def step_seconds(self) -> list[float]:
+        """Each step after warm-up, start to end, seconds (on CUDA: read from its events)."""
+        return [start.seconds_until(stop) for start, stop in self.steps[self.warmup :]]
+
+    def cycle_seconds(self) -> list[float]:
+        """Each step after warm-up from the previous step's end to its own: its wait for data
+        and the step. Without warm-up the first has no previous end: its step alone, as the
+        window starts there. The cycles add up to the window."""
+        marks = self.steps
+        return [
+            (marks[i - 1][1] if i else marks[i][0]).seconds_until(marks[i][1])
+            for i in range(self.warmup, len(marks))
+        ]
 
     def utilisation_pct(self, steady: list[float], seconds: float) -> float:
         """Busy time over the window's wall time, percent, capped at 100.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,8 @@ from lightning.pytorch.trainer.states import TrainerFn
 
 from hpml.analysis.flops import FlopCount, count_flops
 from hpml.analysis.memory import peak_memory_bytes, peak_rss_bytes
+from hpml.analysis.noise import NoiseProbe, NoiseRule, judge
+from hpml.analysis.stats import cv_pct
 from hpml.analysis.timing import StepTimer, synchronized_now
 from hpml.callbacks.logging import log_metrics, log_text, set_tags
 from hpml.callbacks.ranks import across_ranks
@@ -60,6 +63,7 @@ class PerformanceMonitor(L.Callback):
         count_flops: bool = True,
         measured_peak: bool = True,
         peak_cache_dir: str | Path | None = None,
+        noise: Mapping[str, float] | NoiseRule | None = None,
     ) -> None:
         self.warmup_steps = warmup_steps
         self.inference_warmup_steps = inference_warmup_steps
@@ -71,6 +75,10 @@ class PerformanceMonitor(L.Callback):
         self.timers: dict[str, StepTimer] = {}
         self.epoch_start: dict[str, float] = {}
         self.val_seconds_in_train_epoch = 0.0
+        self.rule = noise if isinstance(noise, NoiseRule) else NoiseRule(**(noise or {}))
+        self.probe = NoiseProbe()
+        self.train_steps_s: list[float] = []  # every timed training step of the run, seconds
+        self.noisy_reason: str | None = None
 
     def _start(self, stage: str, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         device = pl_module.device
@@ -91,10 +99,12 @@ class PerformanceMonitor(L.Callback):
         }
         stats = self.timers[stage].stats()
         if stats is not None and stage == "train":
+            self.train_steps_s += self.timers[stage].step_seconds()
             metrics |= {
-                metric(stage, "step_time_mean", MS): stats.step_mean_ms,
                 metric(stage, "step_time_p50", MS): stats.step_p50_ms,
                 metric(stage, "step_time_p90", MS): stats.step_p90_ms,
+                metric(stage, "step_time_iqr", MS): stats.step_iqr_ms,
+                metric(stage, "step_time_cv", PCT): stats.step_cv_pct,
                 metric(stage, "step_cpu_time_p50", MS): stats.step_cpu_p50_ms,
                 metric(stage, "data_wait", PCT): stats.data_wait_pct,
                 metric(stage, "utilisation", PCT): stats.utilisation_pct,
@@ -103,23 +113,25 @@ class PerformanceMonitor(L.Callback):
         if device.type == "cuda":
             metrics[metric(stage, "peak_rss", BYTES)] = peak_rss_bytes()
         # under DDP the job's figures: the slowest rank's times, the largest rank's memory,
-        # every rank's samples over the slowest rank's window (every rank takes as many steps)
-        # and the ranks' mean utilisation; the same two collectives on every rank
+        # the ranks' summed throughput and its IQR (ranks step in lockstep, so their per-step
+        # rates rise and fall together and the spreads add) and the ranks' mean utilisation;
+        # the same two collectives on every rank
         utilisation_name = metric(stage, "utilisation", PCT)
         utilisation = metrics.pop(utilisation_name, None)
-        window = stats.seconds if stats is not None else 0.0
-        metrics = across_ranks(trainer, {**metrics, "window_s": window}, "max")
-        window = metrics.pop("window_s")
-        samples = stats.samples if stats is not None else 0
-        summed = {"samples": float(samples), "utilisation": utilisation or 0.0}
+        metrics = across_ranks(trainer, metrics, "max")
+        summed = {
+            "throughput": stats.throughput_samples_per_s if stats is not None else 0.0,
+            "iqr": stats.throughput_iqr_samples_per_s if stats is not None else 0.0,
+            "utilisation": utilisation or 0.0,
+        }
         summed = across_ranks(trainer, summed, "sum")
-        samples = summed["samples"]
         if utilisation is not None:
             metrics[utilisation_name] = summed["utilisation"] / trainer.world_size
-        if not window:
+        throughput = summed["throughput"]
+        if not throughput:
             return metrics
-        throughput = samples / window
         metrics[metric(stage, "throughput", SAMPLES_PER_S)] = throughput
+        metrics[metric(stage, "throughput_iqr", SAMPLES_PER_S)] = summed["iqr"]
         if trainer.world_size > 1:
             per_device = throughput / trainer.world_size
             metrics[metric(stage, "throughput_per_device", SAMPLES_PER_S)] = per_device
@@ -193,6 +205,43 @@ class PerformanceMonitor(L.Callback):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         _, source = peak_memory_bytes(pl_module.device)
         set_tags(trainer, {"hpml.peak_memory_source": source})
+        if self.probe.windows == 0:  # not yet measuring: the run's processes, for the probe
+            self.probe = NoiseProbe(_run_pids(trainer))
+
+    def _window_edge(self, stage: str) -> None:
+        """Open the noise probe once the stage's timed window has begun (after warm-up)."""
+        if self.timers[stage].window_start is not None:
+            self.probe.open()
+
+    def _noise(self, trainer: L.Trainer) -> None:
+        """The run's noise figures so far, and its verdict by :func:`~hpml.analysis.noise.judge`:
+        tags ``hpml.noisy`` (and ``hpml.noisy.reason``), and one line the first time it is."""
+        figures = self.probe.figures()
+        cv = cv_pct(self.train_steps_s) if self.train_steps_s else None
+        metrics: dict[str, float] = {}
+        if figures is not None:
+            metrics[metric("noise", "other_cpu", PCT)] = figures.other_cpu_pct
+            if figures.steal_pct is not None:
+                metrics[metric("noise", "steal", PCT)] = figures.steal_pct
+        if cv is not None:  # over every timed step of the run: what the rule judged
+            metrics[metric("train", "step_time_cv", PCT)] = cv
+        log_metrics(trainer, metrics)
+        reason = judge(figures, cv, len(self.train_steps_s), self.rule)
+        if self.noisy_reason is None and reason is not None:  # noisy once, noisy for good
+            self.noisy_reason = reason
+            set_tags(trainer, {"hpml.noisy": "true", "hpml.noisy.reason": reason})
+            if trainer.is_global_zero:
+                log.warning("hpml: timings of this run are noisy: %s", reason)
+        elif self.noisy_reason is None:
+            set_tags(trainer, {"hpml.noisy": "false"})
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.probe.close()
+        self._noise(trainer)
+
+    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.probe.close()
+        self._noise(trainer)
 
     # training
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -203,6 +252,7 @@ class PerformanceMonitor(L.Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         self.timers["train"].begin()
+        self._window_edge("train")
 
     def on_train_batch_end(
         self,
@@ -213,8 +263,10 @@ class PerformanceMonitor(L.Callback):
         batch_idx: int,
     ) -> None:
         self.timers["train"].end(batch_size(batch))
+        self._window_edge("train")
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.probe.close()
         metrics = self._finish("train", trainer, pl_module)
         metrics[metric("train", "epoch_time", S)] -= self.val_seconds_in_train_epoch
         metrics[metric("machine", "load_avg_1m", "procs")] = os.getloadavg()[0]
@@ -223,6 +275,7 @@ class PerformanceMonitor(L.Callback):
     # validation and test: inference speed
     def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not trainer.sanity_checking:
+            self.probe.close()  # validation inside a training epoch ends its timed window
             self._start("val", trainer, pl_module)
 
     def on_validation_batch_start(
@@ -235,6 +288,7 @@ class PerformanceMonitor(L.Callback):
     ) -> None:
         if not trainer.sanity_checking:
             self.timers["val"].begin()
+            self._window_edge("val")
 
     def on_validation_batch_end(
         self,
@@ -247,10 +301,12 @@ class PerformanceMonitor(L.Callback):
     ) -> None:
         if not trainer.sanity_checking:
             self.timers["val"].end(batch_size(batch))
+            self._window_edge("val")
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:
             return
+        self.probe.close()
         metrics = self._finish("val", trainer, pl_module)
         if trainer.state.fn == TrainerFn.FITTING:
             self.val_seconds_in_train_epoch += metrics[metric("val", "epoch_time", S)]
@@ -268,6 +324,7 @@ class PerformanceMonitor(L.Callback):
         dataloader_idx: int = 0,
     ) -> None:
         self.timers["test"].begin()
+        self._window_edge("test")
 
     def on_test_batch_end(
         self,
@@ -279,8 +336,10 @@ class PerformanceMonitor(L.Callback):
         dataloader_idx: int = 0,
     ) -> None:
         self.timers["test"].end(batch_size(batch))
+        self._window_edge("test")
 
     def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.probe.close()
         _log(pl_module, self._finish("test", trainer, pl_module))
 
 
@@ -288,3 +347,14 @@ def _log(pl_module: L.LightningModule, metrics: dict[str, float]) -> None:
     """Log the epoch's figures. They are the job's already, the same on every DDP rank:
     syncing them by ``max`` keeps them, and tells Lightning they are not one rank's alone."""
     pl_module.log_dict(metrics, on_step=False, on_epoch=True, sync_dist=True, reduce_fx="max")
+
+
+def _run_pids(trainer: L.Trainer) -> list[int]:
+    """This process, and under DDP on one node every rank's process (one collective), so the
+    probe counts other ranks as the run's own work; on several nodes only this process (other
+    nodes' process ids mean nothing here)."""
+    if trainer.world_size == 1 or trainer.num_nodes > 1:
+        return [os.getpid()]
+    pids = dict.fromkeys(map(str, range(trainer.world_size)), 0.0)
+    pids[str(trainer.global_rank)] = float(os.getpid())
+    return [int(pid) for pid in across_ranks(trainer, pids, "sum").values()]

@@ -20,15 +20,9 @@ from hpml.analysis.noise import (
     judge,
     tree_cpu_seconds,
 )
+from tests.helpers import cpu_neighbour
 
 BURN = [sys.executable, "-c", "while True: pass"]
-
-
-def neighbour() -> int:
-    """A CPU-burning process that is not this one's child (a shell starts it and exits): a
-    noisy neighbour, as another user's job is."""
-    command = f"'{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"
-    return int(subprocess.run(["sh", "-c", command], capture_output=True, text=True).stdout)
 
 
 def test_figures_are_shares_of_wall_time_times_cpus_summed_over_windows():
@@ -86,16 +80,13 @@ def test_a_childs_cpu_time_is_the_runs_own_alive_and_after_it_was_reaped():
 
 def test_a_neighbours_cpu_time_counts_as_other_processes():
     probe = NoiseProbe()
-    pid = neighbour()
-    try:
+    with cpu_neighbour() as pid:
         burner = psutil.Process(pid)
         start = sum(burner.cpu_times()[:2])
         probe.open()
         time.sleep(1.5)
         probe.close()
         burnt = sum(burner.cpu_times()[:2]) - start
-    finally:
-        os.kill(pid, 9)
     figures = probe.figures()
     other_s = figures.other_cpu_pct / 100 * figures.wall_s * figures.cpus
     assert burnt > 0.2

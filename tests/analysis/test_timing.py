@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import time
 
 import pytest
@@ -35,12 +36,32 @@ def test_window_excludes_warmup_and_splits_step_time_from_data_wait(monkeypatch)
     window = sum(steps[2:]) + sum(waits[2:])
     assert stats.steps == 4 and stats.samples == 40
     assert stats.seconds == pytest.approx(window)
-    assert stats.throughput_samples_per_s == pytest.approx(40 / window)
-    assert stats.step_mean_ms == pytest.approx(2500.0)
+    # per step: 10 samples over wait + step (1.5, 2.5, 4 and 5 s): 6.67, 4, 2.5, 2 samples/s
+    assert timer.cycle_seconds() == pytest.approx([1.5, 2.5, 4.0, 5.0])
+    assert stats.throughput_samples_per_s == pytest.approx((4.0 + 2.5) / 2)
+    # inclusive quartiles of 2, 2.5, 4, 6.67: 2.375 and 4.667
+    assert stats.throughput_iqr_samples_per_s == pytest.approx(10 / 1.5 * 0.25 + 4 * 0.75 - 2.375)
     assert stats.step_p50_ms == pytest.approx(2500.0)
     assert stats.step_p90_ms == pytest.approx(3700.0)  # inclusive deciles of 1, 2, 3, 4 s
+    assert stats.step_iqr_ms == pytest.approx(3250.0 - 1750.0)
+    assert stats.step_cv_pct == pytest.approx(100 * statistics.stdev([1, 2, 3, 4]) / 2.5)
     assert stats.data_wait_pct == pytest.approx(100 * 3.0 / window)
     assert stats.step_cpu_p50_ms >= 0.0  # the fake clock moves wall time only
+
+
+def test_without_warmup_the_first_cycle_is_its_step_alone(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(timing.time, "perf_counter", clock)
+    timer = timing.StepTimer(torch.device("cpu"), warmup_steps=0)
+    for wait, step in ((3.0, 1.0), (1.0, 1.0), (0.0, 2.0)):
+        clock.now += wait
+        timer.begin()
+        clock.now += step
+        timer.end(samples=4)
+    stats = timer.stats()
+    assert timer.cycle_seconds() == pytest.approx([1.0, 2.0, 2.0])
+    assert sum(timer.cycle_seconds()) == pytest.approx(stats.seconds)
+    assert stats.throughput_samples_per_s == pytest.approx(2.0)
 
 
 def test_no_statistics_without_steps_after_warmup():

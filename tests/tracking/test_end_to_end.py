@@ -126,7 +126,7 @@ def test_multirun_gives_one_parent_and_a_child_per_job(root, client):
         assert child.info.status == "FINISHED"
         for name in (
             "train/throughput_samples_per_s",
-            "train/step_time_mean_ms",
+            "train/step_time_iqr_ms",
             "train/peak_memory_bytes",
             "val/acc",
             "test/acc",
