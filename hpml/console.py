@@ -8,7 +8,11 @@ message, so any other warning still shows; ``hpml.verbose=true`` keeps them all.
 Lightning's progress bar rewrites its line with carriage returns: on a terminal that is a bar,
 in a file (CI, nohup, SLURM logs) hundreds of lines. ``trainer.enable_progress_bar=null`` (the
 default) shows it only when stdout, where it writes, is a terminal; runs without a bar log one
-line per epoch instead (``hpml.callbacks.epoch_summary``).
+line per epoch instead (``hpml.callbacks.epoch_summary``). A line logged while the bar is drawn
+starts on a line of its own (:class:`BarSafeHandler`, the job log's console handler).
+
+A sweep says once what is the same for all its jobs: Lightning's "GPU available" lines only in
+its first job, and where to compare the runs once, at its end (``hpml.tracking.sweep``).
 """
 
 from __future__ import annotations
@@ -48,6 +52,11 @@ NOISY_RECORDS: tuple[tuple[str, str], ...] = (
     # inductor looks for a CUDA toolkit when it compiles on CPU: nothing a CPU run lacks
     ("torch.utils.cpp_extension", "No CUDA runtime is found"),
 )
+# Dropped in every job of a sweep but its first: the same for each job of one machine.
+REPEATED_RECORDS: tuple[tuple[str, str], ...] = (
+    ("lightning.pytorch.utilities.rank_zero", "GPU available: "),
+    ("lightning.pytorch.utilities.rank_zero", "TPU available: "),
+)
 
 
 class _DropRecords(logging.Filter):
@@ -65,8 +74,9 @@ _installed_warnings: list[Any] = []
 _installed_filters: list[tuple[logging.Logger, _DropRecords]] = []
 
 
-def quiet_upstream(verbose: bool = False) -> None:
+def quiet_upstream(verbose: bool = False, repeated: bool = False) -> None:
     """Drop the known upstream noise unless ``verbose``; safe to call once per job of a sweep.
+    ``repeated``: a sweep's job after its first, which drops what the first job said already.
 
     Filters installed by an earlier call are removed first, so a later ``hpml.verbose=true``
     job of the same process shows everything again.
@@ -86,12 +96,22 @@ def quiet_upstream(verbose: bool = False) -> None:
         warnings.filterwarnings("ignore", message=message, category=category, module=module)
         _installed_warnings.append(warnings.filters[0])
     by_logger: dict[str, tuple[str, ...]] = {}
-    for name, start in NOISY_RECORDS:
+    for name, start in NOISY_RECORDS + (REPEATED_RECORDS if repeated else ()):
         by_logger[name] = (*by_logger.get(name, ()), start)
     for name, starts in by_logger.items():
         logger, record_filter = logging.getLogger(name), _DropRecords(starts)
         logger.addFilter(record_filter)
         _installed_filters.append((logger, record_filter))
+
+
+def compare_hint(uri: str, ui_path: str) -> str:
+    """Where to look at a run or a sweep (``ui_path``: its page in MLflow's UI) in store ``uri``."""
+    if uri.startswith(("http://", "https://")):  # a server: its own UI shows the run
+        return f"compare runs at {uri.rstrip('/')}/{ui_path}"
+    return (
+        f"compare runs with `make ui` (or `mlflow ui --backend-store-uri {uri}`), "
+        f"then open http://127.0.0.1:5000/{ui_path}"
+    )
 
 
 def progress_bar(setting: bool | None, stream: TextIO | None = None) -> bool:
@@ -103,3 +123,27 @@ def progress_bar(setting: bool | None, stream: TextIO | None = None) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):  # replaced or closed streams
         return False
+
+
+class BarSafeHandler(logging.StreamHandler):
+    """The job log's console handler: a record logged while a tqdm progress bar is drawn goes
+    through ``tqdm.write``, which clears the bar, writes the line and draws the bar again below
+    it, so the line starts on a line of its own instead of gluing onto the bar's.
+
+    Lightning's bar is a tqdm bar; tqdm is looked up, never imported, so a job without one
+    (or a CLI tool) pays nothing.
+    """
+
+    def emit(self, record: logging.LogRecord) -> None:
+        tqdm_module = sys.modules.get("tqdm.std")
+        bars = getattr(getattr(tqdm_module, "tqdm", None), "_instances", None)
+        if not bars:
+            super().emit(record)
+            return
+        try:
+            tqdm_module.tqdm.write(self.format(record), file=self.stream)
+            self.flush()
+        except RecursionError:
+            raise
+        except Exception:
+            self.handleError(record)

@@ -1,8 +1,10 @@
-"""Quiet output: no upstream noise and no bar off a terminal, one line per epoch instead."""
+"""Quiet output: no upstream noise and no bar off a terminal, one line per epoch instead; log
+lines that start on their own line under a bar; a sweep says once what each job would repeat."""
 
 from __future__ import annotations
 
 import io
+import logging
 import os
 import subprocess
 import sys
@@ -11,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hpml.console import progress_bar, quiet_upstream
+from hpml.console import BarSafeHandler, progress_bar, quiet_upstream
 from tests.conftest import cli_env
 
 NOISE = ("LeafSpec", "litlogger", "log_every_n_steps")
@@ -83,3 +85,74 @@ def test_captured_output_is_quiet_with_epoch_lines_and_verbose_shows_all(root: P
     assert all("/loss " in line for line in epochs) and "val/loss" in epochs[0]
     for noise in NOISE:  # the same process: the quiet job's filters are gone
         assert noise in verbose, noise
+
+
+def on_screen(written: str) -> list[str]:
+    """The lines a terminal shows for ``written``: a carriage return goes back to the start of
+    the line, and what follows overwrites what was there."""
+    shown = []
+    for line in written.split("\n"):
+        screen = ""
+        for part in line.split("\r"):
+            screen = part + screen[len(part) :]
+        shown.append(screen.rstrip())
+    return shown
+
+
+@pytest.mark.parametrize("handler_class", [BarSafeHandler, logging.StreamHandler])
+def test_a_line_logged_under_a_progress_bar_starts_on_its_own_line(handler_class) -> None:
+    """Through a pseudo-terminal, as Lightning's bar and Hydra's console handler share stdout:
+    the plain handler (the control) glues the line onto the bar, hpml's does not."""
+    from tqdm import tqdm
+
+    leader, follower = os.openpty()
+    terminal = open(follower, "w")  # noqa: SIM115 - closed below, after the bar
+    handler = handler_class(terminal)
+    handler.setFormatter(logging.Formatter("[%(name)s] - %(message)s"))
+    logger = logging.getLogger("tests.console.bar")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        bar = tqdm(total=10, file=terminal, desc="Epoch 0", ascii=True, mininterval=0)
+        bar.update(4)
+        logger.warning("checkpoint saved")
+        bar.update(6)
+        bar.close()
+        terminal.flush()
+        written = os.read(leader, 65536).decode().replace("\r\n", "\n")  # the pty's own CRLF
+    finally:
+        logger.removeHandler(handler)
+        terminal.close()
+        os.close(leader)
+    glued = handler_class is logging.StreamHandler
+    assert ("[tests.console.bar] - checkpoint saved" in on_screen(written)) is not glued, written
+    assert any(line.startswith("Epoch 0: 100%") for line in on_screen(written)), written
+
+
+def test_a_bar_safe_handler_without_a_bar_writes_as_a_stream_handler() -> None:
+    stream = io.StringIO()
+    handler = BarSafeHandler(stream)
+    handler.emit(logging.LogRecord("x", logging.INFO, __file__, 1, "plain %s", ("line",), None))
+    assert stream.getvalue() == "plain line\n"
+
+
+@pytest.mark.parametrize("repeated", [False, True])
+def test_a_sweeps_later_jobs_leave_out_the_device_lines(repeated: bool) -> None:
+    """Lightning's "GPU available" and "TPU available" lines: in a sweep's first job only."""
+    logger = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    logger.addHandler(handler)
+    level, logger.level = logger.level, logging.INFO
+    try:
+        quiet_upstream(verbose=False, repeated=repeated)
+        logger.info("GPU available: False, used: False")
+        logger.info("TPU available: False, using: 0 TPU cores")
+        logger.info("something else")
+    finally:
+        quiet_upstream(verbose=True)
+        logger.removeHandler(handler)
+        logger.level = level
+    device_lines = ["GPU available: False, used: False", "TPU available: False, using: 0 TPU cores"]
+    assert seen == ([] if repeated else device_lines) + ["something else"]
