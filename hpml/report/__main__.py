@@ -98,6 +98,7 @@ def build(
 
     from hpml.report import figures, fused, groups, roofline, search, studies, table
     from hpml.report.page import Report
+    from hpml.report.page import header as page_header
 
     keys, columns, rows = table.rows(runs)
     found = groups.group(runs, by_seed)
@@ -142,7 +143,14 @@ def build(
         [t for t in tables if t is not None],
         [p for p in plots if p is not None],
         comparisons,
+        header=page_header(runs, parent, _experiment(client, runs), keys),
     )
+
+
+def _experiment(client: MlflowClient, runs: list[Run]) -> str:
+    """The MLflow experiment(s) the runs belong to, by name."""
+    ids = dict.fromkeys(run.info.experiment_id for run in runs)
+    return ", ".join(client.get_experiment(i).name for i in ids)
 
 
 def artifact_text(client: MlflowClient, run: Run, path: str) -> str | None:

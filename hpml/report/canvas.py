@@ -147,11 +147,11 @@ def ticks_at(ax: Axes, which: str, values: Sequence[float], log2: bool = False) 
     axis.set_minor_locator(NullLocator())
 
 
-def _fits(texts: list[Any], rotation: float, gap: float = 2.0) -> bool:
-    """Whether tick labels ``texts`` (drawn level) stay apart turned by ``rotation`` degrees:
-    level, neighbours' boxes must not meet; turned, two parallel labels are ``spacing x
-    sin(rotation)`` apart, which must exceed a line's height."""
-    boxes = sorted((t.get_window_extent() for t in texts), key=lambda b: b.x0)
+def _fits(boxes: list[Any], rotation: float, gap: float = 2.0) -> bool:
+    """Whether tick labels whose level boxes are ``boxes`` stay apart turned by ``rotation``
+    degrees: level, neighbours' boxes must not meet; turned, two parallel labels lie
+    ``spacing x sin(rotation)`` apart, which must exceed a line's height."""
+    boxes = sorted(boxes, key=lambda b: b.x0)
     if rotation == 0:
         return all(a.x1 + gap <= b.x0 for a, b in itertools.pairwise(boxes))
     centres = [(b.x0 + b.x1) / 2 for b in boxes]
@@ -163,8 +163,9 @@ def _fits(texts: list[Any], rotation: float, gap: float = 2.0) -> bool:
 def tidy(fig: MplFigure) -> None:
     """Plain tick numbers (no offset, no ``1e6`` above the axis: units carry the scale) and
     x tick labels that do not overlap: level if they fit, else turned 30, 45 or 90 degrees,
-    and where even upright they collide (numbers only), every second one shown."""
-    from matplotlib.ticker import FixedFormatter, ScalarFormatter
+    and where even upright they collide, only every second one shown (numbers: the axis
+    still reads) or, for names, a smaller font."""
+    from matplotlib.ticker import ScalarFormatter
 
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
@@ -177,16 +178,28 @@ def tidy(fig: MplFigure) -> None:
         texts = [t for t in ax.get_xticklabels() if t.get_visible() and t.get_text()]
         if len(texts) < 2 or any(t.get_rotation() for t in texts):
             continue  # one label, or a figure that turned its own
-        rotation = next((r for r in (0, 30, 45, 90) if _fits(texts, r)), 90)
+        boxes = [t.get_window_extent() for t in texts]
+        rotation = next((r for r in (0, 30, 45, 90) if _fits(boxes, r)), 90)
         if rotation:
             for text in texts:
                 text.set(rotation=rotation, ha="right" if rotation < 90 else "center")
                 text.set_rotation_mode("anchor" if rotation < 90 else "default")
-        if not _fits(texts, rotation) and not isinstance(
-            ax.xaxis.get_major_formatter(), FixedFormatter
-        ):
-            for text in texts[1::2]:
-                text.set_visible(False)
+        if _fits(boxes, rotation):
+            continue
+        numbers = all(_number(t.get_text()) for t in texts)
+        for text in texts[1::2] if numbers else ():
+            text.set_visible(False)
+        if not numbers:
+            for text in texts:
+                text.set_fontsize(5)
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text.replace(",", "").replace("\u2212", "-"))
+    except ValueError:
+        return False
+    return True
 
 
 class Canvas:

@@ -10,14 +10,28 @@ from typing import TYPE_CHECKING
 from hpml.analysis.profile_summary import CATEGORIES
 from hpml.analysis.stats import Interval, median_ci, ratio_ci, verdict
 from hpml.names import PCT, label, metric
-from hpml.report.canvas import Canvas, Figure, run_label
+from hpml.report.canvas import (
+    UNITS,
+    Canvas,
+    Figure,
+    distinct_labels,
+    human,
+    log_if_wide,
+    prefixed,
+    run_label,
+    scaled,
+    ticks_at,
+)
 from hpml.report.table import value
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from mlflow.entities import Run
 
 MEMORY_PARTS = ("weights", "gradients", "optimizer_state", "activations")
 VARIANTS = ("prune", "quant", "compile")  # steps measured before and after (callbacks.measure)
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")  # one per series, beside colour
+LINESTYLES = ("-", "--", ":", "-.")
 REPEATS = (
     " A config run more than once (replicate) is one point, the median of its repeats, with "
     "their interval as error bars (order-statistic 95%; [min, max] for fewer than 6 repeats)."
@@ -67,33 +81,76 @@ def _lines(
     x: Callable[[Run], float],
     series: Callable[[Run], str],
     names: tuple[str, str],
+    before: dict[str, str] | None = None,
 ) -> Canvas:
-    """Two panels, metric ``names[i]`` against ``x``, a line per ``series``, points with tips."""
+    """Two panels, metric ``names[i]`` against ``x``, a line per ``series`` (colour and marker
+    its own, so lines drawn over each other still show), points with tips; each panel in a
+    human unit, log where its values span more than 10x. ``before`` maps a name to the
+    metric of the model before the step the x axis varies: drawn at x = 0 (the median of
+    every run's, a dashed line across) as the baseline the series start from."""
     canvas = Canvas(panels=2)
     groups: dict[str, list[Run]] = defaultdict(list)
     for run in runs:
         groups[series(run)].append(run)
     for ax, name in zip(canvas.axes, names, strict=True):
+        base_name = (before or {}).get(name)
+        base = median_ci(values) if base_name and (values := _values(runs, base_name)) else None
+        every = _values(runs, name) + ([base.median] if base else [])
+        factor, heading = scaled(name, every)
         for index, (group, members) in enumerate(sorted(groups.items())):
             points = _repeats(members, x, name)
             xs = [px for px, _, _ in points]
-            ys = [ci.median if ci else float("nan") for _, ci, _ in points]
-            ax.plot(xs, ys, color=f"C{index}", label=group)
+            ys = [ci.median / factor if ci else float("nan") for _, ci, _ in points]
+            if base is not None:
+                xs, ys = [0.0, *xs], [base.median / factor, *ys]
+            style = {"color": f"C{index % 10}", "marker": MARKERS[index % len(MARKERS)]}
+            size = 9 - 2 * (index % 3)  # lines on top of each other: the markers still show
+            ax.plot(xs, ys, label=group, markersize=size, alpha=0.85, **style)
             for px, ci, repeats in points:
                 if ci is None:
                     continue
                 tip = f"{run_label(repeats[0], keys)}\n{label(name)}: {_spread(ci)}"
-                canvas.point(ax, px, ci.median, tip, color=f"C{index}")
+                canvas.point(ax, px, ci.median / factor, tip, markersize=size, **style)
                 if ci.n > 1:
-                    low, high = ci.median - ci.low, ci.high - ci.median
-                    ax.errorbar([px], [ci.median], [[low], [high]], color=f"C{index}", capsize=3)
-        ax.set_ylabel(label(name))
+                    low, high = (ci.median - ci.low) / factor, (ci.high - ci.median) / factor
+                    ax.errorbar([px], [ci.median / factor], [[low], [high]], capsize=3, **style)
+        if base is not None:
+            ax.axhline(base.median / factor, color="k", linestyle=":", linewidth=1)
+            canvas.point(
+                ax,
+                0.0,
+                base.median / factor,
+                f"before the step: {label(base_name)}: {_spread(base)}",
+                color="k",
+                zorder=3,
+                label=f"before (0 %, median of {base.n})",
+            )
+        log_if_wide(ax, "y", [v / factor for v in every])
+        ax.set_ylabel(heading)
         ax.grid(alpha=0.3)
     return canvas
 
 
+def _legend_above(ax: Axes, title: str | None = None) -> None:
+    """The series' legend above the panel, where it hides no line (both panels share it)."""
+    entries = len(ax.get_legend_handles_labels()[1])
+    ax.legend(
+        fontsize=7,
+        title=title,
+        title_fontsize=7,
+        loc="lower left",
+        bbox_to_anchor=(0.0, 1.02),
+        ncols=1 if entries <= 3 else 2,
+        frameon=False,
+    )
+
+
+def _values(runs: list[Run], name: str) -> list[float]:
+    return [v for r in runs if (v := r.data.metrics.get(name)) is not None]
+
+
 def batch_scaling(runs: list[Run], keys: list[str]) -> Figure | None:
-    """Throughput and step time against batch size (study 2), a line per other config."""
+    """Throughput and step time against batch size, a line per other config."""
     key, speed, step = "data.batch_size", "train/throughput_samples_per_s", "train/step_time_p50_ms"
     measured = [r for r in runs if _param(r, key) is not None and speed in r.data.metrics]
     if key not in keys or len(measured) < 2:
@@ -102,19 +159,21 @@ def batch_scaling(runs: list[Run], keys: list[str]) -> Figure | None:
         measured, keys, lambda r: _param(r, key) or 0, lambda r: _group(r, keys, key), (speed, step)
     )
     for ax in canvas.axes:
-        ax.set_xscale("log", base=2)
+        ticks_at(ax, "x", [_param(r, key) or 0 for r in measured], log2=True)
         ax.set_xlabel("batch size (samples)")
-    canvas.axes[0].legend(fontsize=7)
+    _legend_above(canvas.axes[0])
     return Figure(
         "Throughput and step time vs batch size",
-        "Training samples per second and median step time at each batch size (study 2)." + REPEATS,
+        "Training samples per second (median over the timed steps) and median step time (ms) "
+        "at each batch size, a line per value of the other swept keys; a log axis where values "
+        "span more than 10x." + REPEATS,
         canvas.svg(),
     )
 
 
 def time_shares(runs: list[Run], keys: list[str]) -> Figure | None:
     """Where a profiled training step's time went, by category, against batch size: stacked
-    bars, a panel per other config (study 2: data copies shrink as batches grow)."""
+    bars, a panel per other config (data copies shrink as batches grow)."""
     key = "data.batch_size"
     names = {c: metric("profile", c, PCT) for c in CATEGORIES}
     profiled = [
@@ -154,15 +213,15 @@ def time_shares(runs: list[Run], keys: list[str]) -> Figure | None:
         "Time share by category vs batch size",
         "Each instant of the profiled training steps goes to the highest-priority activity "
         "running then (CUDA: kernel > memcpy > memset > runtime > data loading > CPU exec; "
-        "CPU: data loading > operator compute > framework overhead), so the shares sum to 100 % "
-        "(study 2).",
+        "CPU: data loading > operator compute > framework overhead), so the shares sum to "
+        "100 %.",
         canvas.svg(),
     )
 
 
 def sparsity(runs: list[Run], keys: list[str]) -> Figure | None:
     """Validation loss and forward FLOPs after pruning against the sparsity asked for, a line
-    per pruner (study 3)."""
+    per pruner (and other swept values) from the unpruned model at 0 %."""
     loss, flops = "prune_after/val_loss_nats", "prune_after/fwd_flops_per_sample"
     pruned = [r for r in runs if _param(r, "prune.amount") is not None and loss in r.data.metrics]
     if len(pruned) < 2:
@@ -171,16 +230,22 @@ def sparsity(runs: list[Run], keys: list[str]) -> Figure | None:
         pruned,
         keys,
         lambda r: 100 * (_param(r, "prune.amount") or 0),
-        lambda r: r.data.params.get("prune.method", "?"),
+        lambda r: ", ".join(
+            [r.data.params.get("prune.method", "?")]
+            + [f"{k}={value(r, k)}" for k in keys if k not in ("prune", "prune.amount")]
+        ),
         (loss, flops),
+        {loss: "prune_before/val_loss_nats", flops: "prune_before/fwd_flops_per_sample"},
     )
     for ax in canvas.axes:
         ax.set_xlabel("sparsity asked for, prune.amount (%)")
-    canvas.axes[0].legend(fontsize=7, title="prune.method")
+    _legend_above(canvas.axes[0], title="prune.method")
     return Figure(
         "Loss and FLOPs vs sparsity",
-        "Validation loss right after pruning and forward FLOPs per sample, per pruner (study 3)."
-        + REPEATS,
+        "Validation loss (nats) right after pruning, before any fine-tuning, and forward FLOPs "
+        "per sample, per pruner. At 0 %, in black with a dotted line across: the model before "
+        "pruning (prune_before/..., the median over the runs, each of which measured its own). "
+        "Lines that lie on top of each other keep their own markers." + REPEATS + " " + UNITS,
         canvas.svg(),
     )
 
@@ -211,7 +276,8 @@ def pareto(
 
 def latency_size(runs: list[Run], keys: list[str]) -> Figure | None:
     """Latency at batch 1 against size for every variant measured before and after pruning,
-    quantisation or compilation, a config's repeats pooled, the Pareto front marked (study 1)."""
+    quantisation or compilation, a config's repeats pooled, the Pareto front marked; each
+    variant its own colour and marker, named in the legend (method, sparsity)."""
     from hpml.report.groups import Group, noisy, sign
 
     variants: dict[tuple[tuple[str, ...], str, str], list[Run]] = defaultdict(list)
@@ -229,7 +295,7 @@ def latency_size(runs: list[Run], keys: list[str]) -> Figure | None:
         latency = median_ci([m[f"{step}_{when}/latency_b1_ms"] for m in metrics])
         qualities = [q for m in metrics if (q := m.get(f"{step}_{when}/val_acc_pct")) is not None]
         extra = "" if not qualities else f", val acc {median_ci(qualities).median:.3g} %"
-        what = f"{size:,.0f} bytes, {_spread(latency)} ms{extra}"
+        what = f"{human(size)}, {_spread(latency)} ms{extra}"
         found.append((size, latency, f"{run_label(members[0], keys)}\n{step} {when}: {what}"))
     if len(found) < 2:
         return None
@@ -251,47 +317,93 @@ def latency_size(runs: list[Run], keys: list[str]) -> Figure | None:
         return sign(verdict(ratio_ci(mine, theirs), noisy=loud))
 
     canvas = Canvas()
+    canvas.fig.set_size_inches(9.6, 4.2)  # room for the legend beside the plot
     ax = canvas.axes[0]
     front = set(pareto([(x, ci.median) for x, ci, _ in found], faster))
-    for index, (x, ci, tip) in enumerate(found):
+    factor, unit = prefixed([x for x, _, _ in found], "B")
+    styles: dict[str, dict[str, object]] = {}
+    for index, ((x, ci, tip), key) in enumerate(zip(found, order, strict=True)):
+        name = _variant(variants[key][0], keys, key[1], key[2])
+        first = name not in styles
+        if first:
+            n = len(styles)
+            colour = "0.45" if key[2] == "before" else f"C{n % 10}"
+            styles[name] = {"color": colour, "marker": MARKERS[n % len(MARKERS)]}
+        style = styles[name]
         on_front = index in front
-        style = {"color": "C3", "zorder": 3} if on_front else {"color": "C0"}
-        canvas.point(ax, x, ci.median, tip + ("\n(Pareto front)" if on_front else ""), **style)
+        tip += "\n(Pareto front)" if on_front else ""
+        canvas.point(ax, x / factor, ci.median, tip, label=name if first else None, **style)
         if ci.n > 1:
             bars = [[ci.median - ci.low], [ci.high - ci.median]]
-            ax.errorbar([x], [ci.median], bars, capsize=3, **style)
-    edge = sorted((found[i][0], found[i][1].median) for i in front)
+            ax.errorbar([x / factor], [ci.median], bars, capsize=3, **style)
+    edge = sorted((found[i][0] / factor, found[i][1].median) for i in front)
     ax.plot(
-        [x for x, _ in edge], [y for _, y in edge], color="C3", linestyle="--", label="Pareto front"
+        [x for x, _ in edge],
+        [y for _, y in edge],
+        color="C3",
+        linestyle="--",
+        marker="o",
+        markersize=13,
+        markerfacecolor="none",
+        label="Pareto front",
     )
-    ax.set_xscale("log")
-    ax.set_xlabel("model size, saved state dict (bytes)")
+    if not log_if_wide(ax, "x", [x for x, _ in edge] + [x / factor for x, _, _ in found]):
+        ax.margins(x=0.1)
+    log_if_wide(ax, "y", [ci.median for _, ci, _ in found])
+    ax.set_xlabel(f"model size, saved state dict ({unit})")
     ax.set_ylabel("latency at batch 1, median (ms)")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ax.grid(alpha=0.3)
     return Figure(
         "Latency vs size of the optimised variants",
-        "Every model measured before and after pruning, quantisation or compilation; red: "
-        "the Pareto front (no other variant is both smaller and faster) (study 1). A variant is "
+        "Every model measured before and after pruning, quantisation or compilation, each "
+        "variant its own colour and marker (grey: before the step); ringed in red and joined "
+        "by a dashed line: the Pareto front (no other variant is both smaller and faster); "
+        "a log axis where values span more than 10x. A variant is "
         "off the front only where another is no larger and no slower, and smaller or faster, "
         "counting a latency difference only when its verdict is faster or slower: a model's "
         "before against its after by the step's side-by-side interval, separate configs by "
-        "the interval over their repeats (one run each: within noise, a tie)." + REPEATS,
+        "the interval over their repeats (one run each: within noise, a tie)."
+        + REPEATS
+        + " "
+        + UNITS,
         canvas.svg(),
     )
 
 
+def _variant(run: Run, keys: list[str], step: str, when: str) -> str:
+    """A legend's name for a run's model ``when`` (before, after) ``step``: ``prune:
+    l1_structured, 80 %`` after, ``before prune`` (the same model for every pruner) before,
+    each with the run's values of the other swept keys."""
+    others = [f"{k}={value(run, k)}" for k in keys if k != step and not k.startswith(f"{step}.")]
+    if when == "before":
+        return ", ".join([f"before {step}", *others])
+    option = run.data.tags.get(f"hpml.choice.{step}") or run.data.params.get(f"{step}.method", "")
+    own = [
+        f"{100 * float(value(run, k)):g} %" if k == "prune.amount" else f"{k}={value(run, k)}"
+        for k in keys
+        if k.startswith(f"{step}.")
+    ]
+    return ", ".join([f"{step}: {option}", *own, *others])
+
+
 def memory(runs: list[Run], keys: list[str]) -> Figure | None:
-    """Stacked bars of the first training step's memory, by part, per run (study 4)."""
+    """Stacked bars of the first training step's tensors, by part, per run, and beside them
+    the tensors' total against the process's peak."""
     names = [f"memory/{part}_bytes" for part in MEMORY_PARTS]
     measured = [r for r in runs if all(n in r.data.metrics for n in names)]
     if not measured:
         return None
-    canvas = Canvas()
+    peaks = [r.data.metrics.get("memory/peak_bytes") for r in measured]
+    canvas = Canvas(panels=2 if any(p is not None for p in peaks) else 1)
     ax = canvas.axes[0]
+    totals = [sum(r.data.metrics[n] for n in names) for r in measured]
+    factor, unit = prefixed(totals, "B")
+    ticks = distinct_labels(measured, keys, named=False)
+    across = f"run ({', '.join(keys)})" if keys else "run"
     bottoms = [0.0] * len(measured)
     for index, (part, name) in enumerate(zip(MEMORY_PARTS, names, strict=True)):
-        heights = [r.data.metrics[name] / 2**20 for r in measured]
+        heights = [r.data.metrics[name] / factor for r in measured]
         ax.bar(
             range(len(measured)),
             heights,
@@ -301,26 +413,74 @@ def memory(runs: list[Run], keys: list[str]) -> Figure | None:
         )
         bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
     for i, run in enumerate(measured):
+        parts = ", ".join(
+            f"{part.replace('_', ' ')} {human(run.data.metrics[n])}"
+            for part, n in zip(MEMORY_PARTS, names, strict=True)
+        )
         canvas.point(
             ax,
             i,
             bottoms[i],
-            f"{run_label(run, keys)}\ntotal {bottoms[i]:.2f} MiB",
+            f"{run_label(run, keys)}\ntensors {human(totals[i])}: {parts}",
             color="k",
             markersize=3,
         )
-    ax.set_xticks(
-        range(len(measured)),
-        [r.info.run_name[:18] for r in measured],
-        rotation=30,
-        ha="right",
-        fontsize=7,
-    )
-    ax.set_ylabel("memory of the first training step (MiB)")
+    ax.set_xticks(range(len(measured)), ticks, fontsize=7)
+    ax.set_xlabel(across)
+    ax.set_ylabel(f"tensors of the first training step ({unit})")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    sources = {r.data.tags.get("hpml.peak_memory_source", "process peak RSS") for r in measured}
+    if len(canvas.axes) == 2:
+        ax = canvas.axes[1]
+        shown = [(i, p) for i, p in enumerate(peaks) if p is not None]
+        both = [totals[i] for i, _ in shown] + [p for _, p in shown]
+        factor, unit = prefixed([min(both)], "B")  # a log axis: its smallest bar at 1 or more
+        for offset, colour, what, values in (
+            (-0.2, "C7", "tensors (the breakdown's total)", [totals[i] for i, _ in shown]),
+            (0.2, "C9", f"peak: {', '.join(sorted(sources))}", [p for _, p in shown]),
+        ):
+            bars = ax.bar(
+                [i + offset for i, _ in shown],
+                [v / factor for v in values],
+                0.4,
+                color=colour,
+                label=what,
+            )
+            for bar, (i, _), v in zip(bars, shown, values, strict=True):
+                canvas.tip(bar, f"{run_label(measured[i], keys)}\n{what}: {human(v)}")
+        log_if_wide(ax, "y", [v / factor for v in both])
+        ax.set_xticks(range(len(measured)), ticks, fontsize=7)
+        ax.set_xlabel(across)
+        ax.set_ylabel(f"memory ({unit})")
+        ax.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=2)
+    cuda = any(s.startswith("torch.cuda") for s in sources)
+    over = [p / t for p, t in zip(peaks, totals, strict=True) if p is not None and t > 0]
+    here = (
+        f"Here the peak is {min(over):.2g}x to {max(over):.2g}x the tensors' total. "
+        if over
+        else ""
+    )
     return Figure(
         "Memory breakdown",
-        "Weights, gradients, optimiser state and saved activations of the first training step.",
+        "Left: weights, gradients, optimiser state and the activations autograd saved for "
+        "backward in the first training step, each tensor storage counted once; tensors only. "
+        "Right: that total beside the run's peak memory (memory/peak_bytes). "
+        + (
+            "On CUDA the peak is torch.cuda.max_memory_allocated: every tensor alive at once, "
+            "temporaries and workspaces included, but not the allocator's cached free blocks or "
+            "the CUDA context. "
+            if cuda
+            else ""
+        )
+        + (
+            "On the CPU the peak is the process's peak resident set size (ru_maxrss): it also "
+            "holds the Python interpreter, torch's and the other libraries' code, the data "
+            "loader's batches, temporaries freed within the step and the allocator's caches. "
+            if any(not s.startswith("torch.cuda") for s in sources)
+            else ""
+        )
+        + here
+        + UNITS,
         canvas.svg(),
     )
 
@@ -334,28 +494,43 @@ def learning_curves(
     if not curves:
         return None
     canvas = Canvas()
+    canvas.fig.set_size_inches(9.6, 4.2)  # room for a legend of every run beside the plot
     ax = canvas.axes[0]
-    for index, (run, points) in enumerate(curves):
+    names = distinct_labels([run for run, _ in curves], keys)
+    for index, ((run, points), name) in enumerate(zip(curves, names, strict=True)):
         xs = list(range(1, len(points) + 1))
         ys = [value for _, value in points]
-        ax.plot(xs, ys, color=f"C{index % 10}", alpha=0.8)
+        style = {"color": f"C{index % 10}", "linestyle": LINESTYLES[index // 10 % 4]}
+        ax.plot(xs, ys, alpha=0.8, marker=MARKERS[index % len(MARKERS)], label=name, **style)
         canvas.point(
             ax,
             xs[-1],
             ys[-1],
             f"{run_label(run, keys)}\nval/loss {ys[-1]:.4g} after {xs[-1]} epochs",
-            color=f"C{index % 10}",
+            color=style["color"],
+            marker=MARKERS[index % len(MARKERS)],
         )
     from matplotlib.ticker import MaxNLocator
 
     epochs = max(len(points) for _, points in curves)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     ax.set_xlim(0.5, epochs + 0.5)
+    log_if_wide(ax, "y", [y for _, points in curves for _, y in points])
     ax.set_xlabel("epoch")
     ax.set_ylabel("val/loss (the model's loss)")
     ax.grid(alpha=0.3)
+    ax.legend(
+        fontsize=7,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        frameon=False,
+        ncols=1 + len(curves) // 25,
+    )
     return Figure(
-        "Learning curves", "Validation loss after each epoch, every run overlaid.", canvas.svg()
+        "Learning curves",
+        "Validation loss after each epoch, every run overlaid, named in the legend by its "
+        "values of the swept keys (its job where two share them).",
+        canvas.svg(),
     )
 
 

@@ -1,4 +1,4 @@
-"""Fused training arrays (study 4, HFTA) beside their serial twins: a table of every member's
+"""Fused training arrays (HFTA) beside their serial twins: a table of every member's
 quality and samples/s against the run its job would have been alone, and the samples/s of
 arrays against training their jobs one by one.
 
@@ -122,7 +122,7 @@ def table(runs: Sequence[Run], candidates: Sequence[Run] = ()) -> Table | None:
             ]
         rows.append(cells)
     return Table(
-        "Fused arrays (HFTA, study 4)",
+        "Fused arrays vs their serial twins (HFTA)",
         "A row per member of a fused array. samples/s: training samples per second of wall "
         "time (train/throughput_samples_per_s); a member's counts its own samples, and every "
         "member goes through every step, so the array's total is array size x a member's. "

@@ -199,7 +199,7 @@ def figure(runs: list[Run], keys: list[str]) -> Figure | None:
         "Roofline",
         f"Each run's training step (fwd+bwd FLOPs per sample x samples/s; FLOPs = 2 x MAC) "
         f"against its arithmetic intensity (FLOP/byte), under the roof of "
-        f"{describe_peak(peak, precision)} ({peak.source}) (study 5).",
+        f"{describe_peak(peak, precision)} ({peak.source}).",
         canvas.svg(),
     )
 

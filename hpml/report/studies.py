@@ -199,7 +199,7 @@ def pruning(groups: list[Group], text: ReadText) -> Table | None:
     if before:
         texts.insert(0, ("print(model) before pruning", before))
     return Table(
-        "Pruning: pruner x sparsity (study 3)",
+        "Pruning: pruner x sparsity",
         "FLOPs: forward, per sample, 2 x multiply-accumulates (counted by torch's FLOP "
         "counter on the model as it runs). Size: bytes of the saved state dict. Loss: the "
         "model's validation loss in nats (VAE: BCE + KL summed per sample), right after "
@@ -309,7 +309,7 @@ def before_after(groups: list[Group], text: ReadText) -> Table | None:
     if not rows:
         return None
     return Table(
-        "Before and after each optimisation (study 1)",
+        "Before and after each optimisation",
         "Size: bytes of the saved state dict (the int8 model's own for quantisation). Latency: "
         "median of timed forward passes at batch 1, ms, on the device the variant runs on "
         "(IQR over rounds where logged). Quality: the model's validation accuracy (%) or loss "

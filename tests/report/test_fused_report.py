@@ -14,7 +14,7 @@ from hpml.report.runs import sweep_children
 from hpml.tracking.fused import ARRAY_SIZE_TAG, ARRAY_TAG, FUSED_TAG, MEMBER_TAG
 
 SPEED = "train/throughput_samples_per_s"
-TITLE = "Fused arrays (HFTA, study 4)"
+TITLE = "Fused arrays vs their serial twins (HFTA)"
 FIGURE = "Fused arrays vs serial twins: samples/s"
 
 
