@@ -32,6 +32,7 @@ step: its activations are what the compiled graph saves for backward.
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,13 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
 from hpml.callbacks.logging import log_file, log_metrics, set_tags
-from hpml.callbacks.measure import LATENCY_ROUNDS, LATENCY_WARMUP, Settings, measure
+from hpml.callbacks.measure import (
+    LATENCY_MIN_RUN_TIME_S,
+    LATENCY_ROUNDS,
+    Settings,
+    Side,
+    compare,
+)
 from hpml.errors import ConfigError
 from hpml.names import S, metric
 from hpml.optimize.compile import METHODS, MODES, compile_model
@@ -61,7 +68,7 @@ class Compile(L.Callback):
         tolerance: float = 1e-3,
         latency_batch_size: int = 64,
         latency_rounds: int = LATENCY_ROUNDS,
-        latency_warmup: int = LATENCY_WARMUP,
+        latency_min_run_time_s: float = LATENCY_MIN_RUN_TIME_S,
         eval_batches: int | None = 4,
         train: bool = False,
         freezing: bool = False,
@@ -74,7 +81,7 @@ class Compile(L.Callback):
         self.method, self.mode, self.dynamic, self.fullgraph = method, mode, dynamic, fullgraph
         self.tolerance = tolerance
         self.settings = Settings.checked(
-            latency_batch_size, latency_rounds, latency_warmup, eval_batches
+            latency_batch_size, latency_rounds, latency_min_run_time_s, eval_batches
         )
         self.done = False
         self.compile_train = train
@@ -145,12 +152,11 @@ class Compile(L.Callback):
 
     def _compile(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         device = pl_module.device
-        net = pl_module.net.eval()
-        log_metrics(trainer, measure(trainer, pl_module, BEFORE, self.settings))
+        eager = pl_module.net.eval()
         workdir = Path(trainer.default_root_dir) / "compile"
         sizes = (1, self.settings.batch_size)
         compiled = compile_model(
-            net,
+            copy.deepcopy(eager),  # channels_last converts the net it is given in place
             self.method,
             [pl_module.example_input(b).to(device) for b in sizes],
             workdir,
@@ -161,20 +167,19 @@ class Compile(L.Callback):
             self.freezing,
             self.channels_last,
         )
-        after = measure(
+        comparison = compare(
             trainer,
             pl_module,
-            AFTER,
             self.settings,
-            compiled.module,
-            size_bytes=compiled.size_bytes,
+            "compile",
+            Side(BEFORE, eager, device),
+            Side(AFTER, compiled.module, device, compiled.size_bytes),
         )
         pl_module.net = compiled.module
         self.done = True
-        log_metrics(
+        comparison.log(
             trainer,
-            after
-            | {
+            {
                 metric("compile", "time", S): compiled.seconds,
                 metric("compile", "output_diff", "max_abs"): compiled.max_abs_diff,
             },

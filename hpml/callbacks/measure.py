@@ -1,24 +1,37 @@
 """Before/after figures of one variant of a model, shared by every optimisation callback.
 
-Pruning, quantisation and compilation (and what comes next) measure "before" and "after" through
-:func:`measure`, so their figures are comparable: the same latency settings (``Settings``, one set
-of defaults, also in ``conf/base/measure.yaml``) and the same judge of quality, the model's own
+Pruning, quantisation and compilation (and what comes next) measure through :func:`compare`, so
+their figures are comparable: the same latency settings (``Settings``, one set of defaults, also
+in ``conf/base/measure.yaml``) and the same judge of quality, the model's own
 ``validation_step`` run over validation batches with the variant in place of ``pl_module.net``.
-Metrics are ``<stage>/<quantity>_<unit>`` (:func:`hpml.names.metric`):
+The two sides' latencies are timed side by side (:mod:`hpml.analysis.compare`): rounds of A B,
+B A, ... in the same window, never "before" at one moment and "after" at another. Metrics are
+``<stage>/<quantity>_<unit>`` (:func:`hpml.names.metric`), per side (stage ``S_before``,
+``S_after``):
 
 - ``size_bytes``: ``torch.save`` of the variant's state dict (or the saved file a compiler wrote);
-- ``latency_b1_ms``, ``latency_b<N>_ms`` (median) and ``..._p90_ms``: eval-mode forward passes at
-  batch 1 and at ``latency_batch_size`` N (:func:`hpml.analysis.latency.measure_latency`);
+- ``latency_b1_ms``, ``latency_b<N>_ms``: eval-mode forward passes at batch 1 and at
+  ``latency_batch_size`` N, the median over ``latency_rounds`` rounds of each round's ms per
+  call; ``latency_b<N>_iqr_ms``: their inter-quartile range;
 - what ``validation_step`` logs, averaged per sample: ``val_loss_nats``, ``val_acc_pct`` (top-1,
-  percent), a VAE's ``val_{loss,bce,kld}_nats``.
+  percent), a VAE's ``val_{loss,bce,kld}_nats``;
+
+and per comparison (stage ``S``): ``speedup_b<N>_x`` (the median of the per-round ratios
+before / after), ``speedup_b<N>_ci_low_x`` and ``_ci_high_x`` (its order-statistic interval,
+95% where the rounds allow: with fewer than 6, [min, max]), ``speedup_b<N>_rounds_count`` (n);
+tags ``hpml.verdict.S.speedup_b<N>`` (``faster``, ``slower`` or ``within noise``,
+:func:`hpml.analysis.stats.verdict`) and ``hpml.compare.S.devices`` (``cpu vs cpu``; an int8
+model on CPU in a CUDA run reads ``cuda:0 vs cpu``: a speed-up across devices, not like for
+like, and its log line says so). Each verdict is also one log line when the comparison ends.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import lightning as L
@@ -27,25 +40,28 @@ from lightning.fabric.utilities.apply_func import move_data_to_device
 from torch import nn
 from torchmetrics import Metric
 
-from hpml.analysis.latency import measure_latency
+from hpml.analysis.compare import MIN_RUN_TIME_S, ROUNDS, Timing, compare_forward, speedup
 from hpml.analysis.model_stats import state_dict_bytes
+from hpml.callbacks.logging import log_metrics, set_tags
 from hpml.errors import ConfigError, non_negative_int, positive_int
-from hpml.names import BYTES, MS, NATS, PCT, metric
+from hpml.names import BYTES, COUNT, MS, NATS, PCT, X, metric
 from hpml.optimize.quant.base import OnDevice
 from hpml.tensors import batch_size
 
-LATENCY_ROUNDS = 20
-LATENCY_WARMUP = 3
+log = logging.getLogger(__name__)
+LATENCY_ROUNDS = ROUNDS
+LATENCY_MIN_RUN_TIME_S = MIN_RUN_TIME_S
 
 
 @dataclass(frozen=True)
 class Settings:
-    """How a variant is measured: latency at batch 1 and ``batch_size``, quality on
-    ``eval_batches`` validation batches (``None``: all of them)."""
+    """How a variant is measured: latency at batch 1 and ``batch_size`` over ``rounds`` rounds
+    of about ``min_run_time_s`` seconds per variant, quality on ``eval_batches`` validation
+    batches (``None``: all of them)."""
 
     batch_size: int
     rounds: int = LATENCY_ROUNDS
-    warmup: int = LATENCY_WARMUP
+    min_run_time_s: float = LATENCY_MIN_RUN_TIME_S
     eval_batches: int | None = None
 
     @classmethod
@@ -53,16 +69,36 @@ class Settings:
         cls,
         latency_batch_size: int,
         latency_rounds: int,
-        latency_warmup: int,
+        latency_min_run_time_s: float,
         eval_batches: int | None,
     ) -> Settings:
         """Settings from a callback's config values, each refused in one line when invalid."""
+        run_time = latency_min_run_time_s
+        if isinstance(run_time, bool) or not isinstance(run_time, int | float) or not run_time > 0:
+            raise ConfigError(
+                "latency_min_run_time_s", run_time, "seconds > 0 per variant and round"
+            )
         return cls(
             positive_int("latency_batch_size", latency_batch_size),
             positive_int("latency_rounds", latency_rounds),
-            non_negative_int("latency_warmup", latency_warmup),
+            float(run_time),
             None if eval_batches is None else non_negative_int("eval_batches", eval_batches),
         )
+
+    @property
+    def batch_sizes(self) -> tuple[int, ...]:
+        return tuple(dict.fromkeys((1, self.batch_size)))
+
+
+@dataclass(frozen=True)
+class Side:
+    """One variant to measure: the stage its metrics go under, the net, the device it runs on,
+    and its size where that is not its state dict's (a compiler's saved file)."""
+
+    stage: str
+    net: nn.Module
+    device: torch.device
+    size_bytes: int | None = None
 
 
 def quality_name(name: str, value: float) -> tuple[str, float]:
@@ -152,31 +188,98 @@ def quality(
     return {f"{stage}/{quantity}": value for quantity, value in named}
 
 
-def measure(
+def latencies(
+    pl_module: L.LightningModule, settings: Settings, sides: Sequence[Side]
+) -> dict[int, dict[str, Timing]]:
+    """Per batch size, each side's forward latency, the sides timed side by side, each on its
+    device with ``pl_module.example_input``."""
+    return {
+        batch: compare_forward(
+            {
+                side.stage: (side.net, pl_module.example_input(batch).to(side.device))
+                for side in sides
+            },
+            settings.rounds,
+            settings.min_run_time_s,
+        )
+        for batch in settings.batch_sizes
+    }
+
+
+def side_metrics(
     trainer: L.Trainer,
     pl_module: L.LightningModule,
-    stage: str,
     settings: Settings,
-    net: nn.Module | None = None,
-    device: torch.device | None = None,
-    size_bytes: int | None = None,
+    side: Side,
+    timings: dict[int, dict[str, Timing]],
 ) -> dict[str, float]:
-    """Size, latency and validation quality of ``net`` (default: ``pl_module.net``) on
-    ``device`` (default: the module's), as ``<stage>/...`` metrics.
+    """Size, latency (median and IQR over rounds) and validation quality of ``side``.
 
-    For quality ``net`` stands in for ``pl_module.net``, behind :class:`OnDevice` when it runs
-    on another device than the module (an int8 model on CPU inside a CUDA run).
+    For quality the side's net stands in for ``pl_module.net``, behind :class:`OnDevice` when
+    it runs on another device than the module (an int8 model on CPU inside a CUDA run).
     """
-    net = pl_module.net if net is None else net
-    device = pl_module.device if device is None else device
-    size = state_dict_bytes(net) if size_bytes is None else size_bytes
-    found = {metric(stage, "size", BYTES): float(size)}
-    for batch in dict.fromkeys((1, settings.batch_size)):
-        example = pl_module.example_input(batch).to(device)
-        stats = measure_latency(net, example, settings.rounds, settings.warmup)
-        found[metric(stage, f"latency_b{batch}", MS)] = stats.median_ms
-        found[metric(stage, f"latency_b{batch}_p90", MS)] = stats.p90_ms
-    judged = net if device == pl_module.device else OnDevice(net, device)
+    size = state_dict_bytes(side.net) if side.size_bytes is None else side.size_bytes
+    found = {metric(side.stage, "size", BYTES): float(size)}
+    for batch, timing in timings.items():
+        found[metric(side.stage, f"latency_b{batch}", MS)] = timing[side.stage].median_ms
+        found[metric(side.stage, f"latency_b{batch}_iqr", MS)] = timing[side.stage].iqr_ms
+    judged = side.net if side.device == pl_module.device else OnDevice(side.net, side.device)
     with net_in_place(pl_module, judged):
-        found |= quality(trainer, pl_module, stage, settings.eval_batches)
+        found |= quality(trainer, pl_module, side.stage, settings.eval_batches)
     return found
+
+
+def measure(
+    trainer: L.Trainer, pl_module: L.LightningModule, settings: Settings, side: Side
+) -> dict[str, float]:
+    """Size, latency and quality of one side alone: a figure with nothing beside it to compare
+    (pruning's fine-tuned net); the latency still over ``settings.rounds`` rounds."""
+    return side_metrics(trainer, pl_module, settings, side, latencies(pl_module, settings, [side]))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Both sides' metrics, the speed-ups with their intervals, tags, and one line per verdict."""
+
+    name: str
+    metrics: dict[str, float]
+    tags: dict[str, str] = field(default_factory=dict)
+    lines: tuple[str, ...] = ()
+
+    def log(self, trainer: L.Trainer, extra: dict[str, float] | None = None) -> None:
+        """Metrics (with ``extra``), tags, and each verdict as a line of the run's log."""
+        log_metrics(trainer, self.metrics | (extra or {}))
+        set_tags(trainer, self.tags)
+        for line in self.lines:
+            log.info(line)
+
+
+def compare(
+    trainer: L.Trainer,
+    pl_module: L.LightningModule,
+    settings: Settings,
+    name: str,
+    before: Side,
+    after: Side,
+) -> Comparison:
+    """``before`` against ``after``, timed side by side: each side's metrics and, per batch
+    size, the speed-up before / after with its interval, n and verdict (module docstring)."""
+    timings = latencies(pl_module, settings, [before, after])
+    metrics = side_metrics(trainer, pl_module, settings, before, timings)
+    metrics |= side_metrics(trainer, pl_module, settings, after, timings)
+    devices = f"{before.device} vs {after.device}"
+    tags = {f"hpml.compare.{name}.devices": devices}
+    lines = []
+    for batch, timing in timings.items():
+        ratio = speedup(timing[before.stage].rounds_ms, timing[after.stage].rounds_ms)
+        quantity, i = f"speedup_b{batch}", ratio.interval
+        metrics |= {
+            metric(name, quantity, X): i.median,
+            metric(name, f"{quantity}_ci_low", X): i.low,
+            metric(name, f"{quantity}_ci_high", X): i.high,
+            metric(name, f"{quantity}_rounds", COUNT): float(i.n),
+        }
+        tags[f"hpml.verdict.{name}.{quantity}"] = ratio.verdict
+        across = "" if before.device == after.device else f"; across devices: {devices}"
+        lines.append(f"{name}: speed-up at batch {batch}: {ratio.describe()}{across}")
+    return Comparison(name, metrics, tags, tuple(lines))

@@ -45,6 +45,7 @@ alone pruned by the method's mask, on the trained model). Artifacts:
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import tempfile
@@ -59,16 +60,18 @@ from hpml.analysis.flops import count_flops
 from hpml.analysis.model_stats import nonzero_param_count, param_count
 from hpml.callbacks.logging import log_file, log_metrics, log_text
 from hpml.callbacks.measure import (
+    LATENCY_MIN_RUN_TIME_S,
     LATENCY_ROUNDS,
-    LATENCY_WARMUP,
     Settings,
+    Side,
+    compare,
     measure,
     quality_name,
     val_loader,
     validation_quality,
 )
 from hpml.errors import ConfigError, non_negative_int
-from hpml.names import BYTES, COUNT, FLOPS_PER_SAMPLE, MS, PCT, X, metric
+from hpml.names import BYTES, COUNT, FLOPS_PER_SAMPLE, PCT, X, metric
 from hpml.optimize.prune import io as prune_io
 from hpml.optimize.prune.amount import check_amount
 from hpml.optimize.prune.mask import folded_copy
@@ -99,7 +102,7 @@ class Prune(L.Callback):
         embedding: bool = False,
         latency_batch_size: int = 32,
         latency_rounds: int = LATENCY_ROUNDS,
-        latency_warmup: int = LATENCY_WARMUP,
+        latency_min_run_time_s: float = LATENCY_MIN_RUN_TIME_S,
         eval_batches: int | None = None,
         sensitivity: Sequence[float] = (),
         save_model: bool = False,
@@ -110,7 +113,7 @@ class Prune(L.Callback):
         self.schedule = schedule
         self.finetune_epochs = non_negative_int("finetune_epochs", finetune_epochs)
         self.settings = Settings.checked(
-            latency_batch_size, latency_rounds, latency_warmup, eval_batches
+            latency_batch_size, latency_rounds, latency_min_run_time_s, eval_batches
         )
         self.sensitivity = [check_amount(a, "sensitivity") for a in (sensitivity or [])]
         self.save_model = bool(save_model)
@@ -124,8 +127,9 @@ class Prune(L.Callback):
         )
         self.train_epochs = 0
         self.steps: dict[int, float] = {}  # epoch -> absolute amount
-        self.before: dict[str, float] = {}
-        self.after: dict[str, float] = {}
+        self.before: dict[str, float] = {}  # counts, FLOPs and sparsity before the first step
+        self.after: dict[str, float] = {}  # the same after the last
+        self.kept: nn.Module | None = None  # the unpruned net, until it is timed beside the pruned
         self.report: PruneReport | None = None
         self.pruned = False
 
@@ -168,8 +172,9 @@ class Prune(L.Callback):
         if not self.pruned and self.steps:  # after_fit without fine-tuning: prune at the end
             self._prune(trainer, pl_module, self.amount, first=True, last=True)
         elif self.pruned and (self.schedule != "after_fit" or self.finetune_epochs > 0):
-            final = self.measure(trainer, pl_module, "prune_final")
-            log_metrics(trainer, final)
+            final = Side("prune_final", self._shipped(pl_module.net), pl_module.device)
+            figures = measure(trainer, pl_module, self.settings, final)
+            log_metrics(trainer, self.counts(pl_module, "prune_final") | figures)
         self.pruner.finalize(pl_module.net)
         if self.save_model:
             self._save(trainer, pl_module.net)
@@ -184,8 +189,9 @@ class Prune(L.Callback):
         last: bool,
     ) -> None:
         if first:
-            self.before = self.measure(trainer, pl_module, "prune_before")
+            self.before = self.counts(pl_module, "prune_before")
             log_metrics(trainer, self.before)
+            self.kept = copy.deepcopy(pl_module.net)  # timed beside the pruned net, then dropped
             if self.sensitivity:
                 self._sensitivity(trainer, pl_module)
         self.report = self.pruner.prune(pl_module.net, amount)
@@ -201,13 +207,23 @@ class Prune(L.Callback):
             trainer.strategy.setup_optimizers(trainer)  # the old ones hold removed parameters
         if not last:
             return
-        self.after = self.measure(trainer, pl_module, "prune_after")
-        metrics = dict(self.after)
+        self.after = self.counts(pl_module, "prune_after")
+        kept, self.kept = self.kept, None
+        assert kept is not None  # set on the first step, which precedes or is the last
+        device = pl_module.device
+        comparison = compare(
+            trainer,
+            pl_module,
+            self.settings,
+            "prune",
+            Side("prune_before", kept, device),
+            Side("prune_after", self._shipped(pl_module.net), device),
+        )
+        metrics = self.after | self._reductions(comparison.metrics)
         for name, stats in self.report.layers.items():
             metrics[metric("prune_layer", f"{name}_sparsity", PCT)] = 100 * stats.sparsity
             metrics[metric("prune_layer", f"{name}_row_sparsity", PCT)] = 100 * stats.row_sparsity
-        metrics |= self._ratios()
-        log_metrics(trainer, metrics)
+        comparison.log(trainer, metrics)
         log_text(trainer, str(pl_module.net), "prune/architecture_after.txt")
         table = {
             "method": self.pruner.method,
@@ -220,31 +236,22 @@ class Prune(L.Callback):
         }
         log_text(trainer, json.dumps(table, indent=2), "prune/layers.json")
 
-    def _ratios(self) -> dict[str, float]:
+    def _reductions(self, measured: dict[str, float]) -> dict[str, float]:
+        """FLOPs and size, before / after (the speed-ups come with the side-by-side timing)."""
         ratios = {}
-        for name in self.after:
-            _, _, quantity = name.partition("/")
-            if (
-                quantity.startswith("latency_b")
-                and quantity.endswith(f"_{MS}")
-                and "_p90" not in quantity
-            ):
-                key = quantity.removesuffix(f"_{MS}").replace("latency_", "speedup_")
-                ratios[metric("prune", key, X)] = (
-                    self.before[f"prune_before/{quantity}"] / self.after[name]
-                )
-        for quantity, key in (("fwd", "flops_reduction"), ("size", "size_reduction")):
-            unit = FLOPS_PER_SAMPLE if quantity == "fwd" else BYTES
-            b = self.before.get(metric("prune_before", quantity, unit))
-            a = self.after.get(metric("prune_after", quantity, unit))
+        figures = self.before | self.after | measured
+        for quantity, key, unit in (
+            ("fwd", "flops_reduction", FLOPS_PER_SAMPLE),
+            ("size", "size_reduction", BYTES),
+        ):
+            b = figures.get(metric("prune_before", quantity, unit))
+            a = figures.get(metric("prune_after", quantity, unit))
             if a and b:
                 ratios[metric("prune", key, X)] = b / a
         return ratios
 
-    def measure(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str
-    ) -> dict[str, float]:
-        """Size, FLOPs, latency, sparsity and validation quality of the net as it is now."""
+    def counts(self, pl_module: L.LightningModule, stage: str) -> dict[str, float]:
+        """Parameters, FLOPs and sparsity of the net as it is now."""
         shipped = self._shipped(pl_module.net)
         found = {
             metric(stage, "params", COUNT): param_count(shipped),
@@ -256,7 +263,7 @@ class Prune(L.Callback):
         report = self.pruner.report(pl_module.net, self.amount)
         found[metric(stage, "sparsity", PCT)] = 100 * report.sparsity
         found[metric(stage, "row_sparsity", PCT)] = 100 * report.row_sparsity
-        return found | measure(trainer, pl_module, stage, self.settings, shipped)
+        return found
 
     def _shipped(self, net: nn.Module) -> nn.Module:
         """The net as deployed: masks folded in (a copy) in mask mode, itself otherwise."""

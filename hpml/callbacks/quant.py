@@ -31,15 +31,23 @@ end of fit (from the start when fit has no more epochs than that); it is convert
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from itertools import islice
 from typing import Any
 
 import lightning as L
 import torch
+from torch import nn
 
-from hpml.callbacks.logging import log_metrics, log_text, set_tags
-from hpml.callbacks.measure import LATENCY_ROUNDS, LATENCY_WARMUP, Settings, measure
+from hpml.callbacks.logging import log_text, set_tags
+from hpml.callbacks.measure import (
+    LATENCY_MIN_RUN_TIME_S,
+    LATENCY_ROUNDS,
+    Settings,
+    Side,
+    compare,
+)
 from hpml.errors import ConfigError, IncompatibleError, non_negative_int, positive_int
 from hpml.names import S, metric
 from hpml.optimize.quant import OnDevice, Quantizer, make_quantizer
@@ -88,7 +96,7 @@ class Quantize(L.Callback):
         qat_epochs: int = 1,
         latency_batch_size: int = 64,
         latency_rounds: int = LATENCY_ROUNDS,
-        latency_warmup: int = LATENCY_WARMUP,
+        latency_min_run_time_s: float = LATENCY_MIN_RUN_TIME_S,
         eval_batches: int | None = 4,
     ) -> None:
         self.quantizer = make_quantizer(
@@ -104,8 +112,9 @@ class Quantize(L.Callback):
             )
         self.qat_epochs = positive_int("qat_epochs", qat_epochs)
         self.settings = Settings.checked(
-            latency_batch_size, latency_rounds, latency_warmup, eval_batches
+            latency_batch_size, latency_rounds, latency_min_run_time_s, eval_batches
         )
+        self.float_net: nn.Module | None = None  # kept until timed beside the quantised one
         self.before_device: torch.device | None = None
         self.done = False
 
@@ -128,7 +137,7 @@ class Quantize(L.Callback):
         max_epochs = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else 1
         if trainer.current_epoch < max(0, max_epochs - self.qat_epochs):
             return
-        self._measure_before(trainer, pl_module)
+        self._keep_float(pl_module)
         pl_module.net = self.quantizer.prepare_qat(pl_module.net, pl_module.example_input(1))
         set_tags(trainer, {"hpml.quant.qat_start_epoch": str(trainer.current_epoch)})
 
@@ -146,9 +155,11 @@ class Quantize(L.Callback):
         self._quantize(trainer, pl_module)
 
     # -- what is measured ---------------------------------------------------------------------
-    def _measure_before(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def _keep_float(self, pl_module: L.LightningModule) -> None:
+        """A copy of the float net where it runs now: quantisers (and QAT's fine-tuning) change
+        the net they are given, and the copy is the "before" side of the comparison."""
         self.before_device = pl_module.device
-        log_metrics(trainer, measure(trainer, pl_module, BEFORE, self.settings))
+        self.float_net = copy.deepcopy(pl_module.net)
 
     def _calibration(self, trainer: L.Trainer) -> list[Any]:
         if not self.quantizer.needs_calibration:
@@ -163,19 +174,29 @@ class Quantize(L.Callback):
 
     def _quantize(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         q = self.quantizer
-        if self.before_device is None:
-            self._measure_before(trainer, pl_module)
+        if self.float_net is None:
+            self._keep_float(pl_module)
+        float_net, self.float_net = self.float_net, None
+        assert float_net is not None and self.before_device is not None  # kept just above
         device, reason = choose_device(requested_device(trainer, pl_module), q)
         if q.trains:
             qnet = q.convert(pl_module.net)  # torch.ao QAT converts to CPU kernels
         else:
             qnet = q.quantize(pl_module.net.to(device), self._calibration(trainer))
-        after = measure(trainer, pl_module, AFTER, self.settings, qnet, device)
+        comparison = compare(
+            trainer,
+            pl_module,
+            self.settings,
+            "quant",
+            Side(BEFORE, float_net, self.before_device),
+            Side(AFTER, qnet, device),
+        )
+        extra = {}
         if q.compile_time_s is not None:
-            after[metric("quant", "compile_time", S)] = q.compile_time_s
+            extra[metric("quant", "compile_time", S)] = q.compile_time_s
         pl_module.net = qnet if device == pl_module.device else OnDevice(qnet, device)
         self.done = True
-        log_metrics(trainer, after)
+        comparison.log(trainer, extra)
         tags = {
             "hpml.quant.device_before": str(self.before_device),
             "hpml.quant.device_after": str(device),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hpml.errors import ConfigError
+from tests.callbacks.comparisons import assert_side_by_side
 from tests.conftest import QUICK
 
 
@@ -17,7 +18,8 @@ def test_compile_run_logs_eager_and_compiled_variants(composed, client):
 
     method = "export"  # torchscript and torch.compile: tests/optimize/compile, and the CLI
 
-    cfg = composed(["model=lstm", f"compile={method}", *QUICK, "compile.latency_rounds=3"])
+    fast = ["compile.latency_rounds=3", "compile.latency_min_run_time_s=0.002"]
+    cfg = composed(["model=lstm", f"compile={method}", *QUICK, *fast])
     metrics = train(cfg)
     assert "test/acc" in metrics
     run = latest_run(client)
@@ -36,6 +38,7 @@ def test_compile_run_logs_eager_and_compiled_variants(composed, client):
     assert m["compile_after/val_acc_pct"] == pytest.approx(m["compile_before/val_acc_pct"])
     assert run.data.tags["hpml.compile.method"] == method
     assert run.data.tags["hpml.compile.device"] == "cpu"
+    assert_side_by_side(run, "compile", (1, 32), rounds=3)
     if method == "export":
         names = [a.path for a in client.list_artifacts(run.info.run_id, "compile")]
         assert names == ["compile/model.pt2"]

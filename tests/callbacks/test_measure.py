@@ -1,8 +1,10 @@
-"""The one before/after measurement: quality as the model's validation_step, variants in place."""
+"""The one before/after measurement: quality as the model's validation_step, variants in place,
+latencies side by side with the speed-up's interval and verdict."""
 
 from __future__ import annotations
 
 import copy
+import time
 
 import lightning as L
 import pytest
@@ -10,7 +12,15 @@ import torch
 from torch.nn import functional as F
 
 from hpml.analysis.model_stats import state_dict_bytes
-from hpml.callbacks.measure import Settings, measure, val_loader, validation_quality
+from hpml.analysis.stats import SLOWER, Interval, verdict
+from hpml.callbacks.measure import (
+    Settings,
+    Side,
+    compare,
+    measure,
+    val_loader,
+    validation_quality,
+)
 from hpml.errors import ConfigError
 
 
@@ -57,38 +67,89 @@ def test_measure_judges_the_variant_in_place_and_puts_the_net_back(validated):
     variant = copy.deepcopy(module.net)
     with torch.no_grad():
         variant.fc.bias.add_(torch.tensor([50.0, -50.0]))  # always class 0
-    settings = Settings(batch_size=16, rounds=2, warmup=0, eval_batches=None)
-    found = measure(trainer, module, "stage", settings, variant)
+    settings = Settings(batch_size=16, rounds=2, min_run_time_s=0.002, eval_batches=None)
+    found = measure(trainer, module, settings, Side("stage", variant, module.device))
     assert module.net is not variant
     labels = torch.cat([y for _, y in val_loader(trainer)])
     assert found["stage/val_acc_pct"] == pytest.approx(100 * float((labels == 0).float().mean()))
     loss, _ = by_hand(variant, val_loader(trainer))
     assert found["stage/val_loss_nats"] == pytest.approx(loss, rel=1e-5)
     assert found["stage/size_bytes"] == state_dict_bytes(variant)
-    for name in ("latency_b1_ms", "latency_b1_p90_ms", "latency_b16_ms", "latency_b16_p90_ms"):
-        assert found[f"stage/{name}"] > 0
+    for batch in (1, 16):
+        assert found[f"stage/latency_b{batch}_ms"] > 0
+        assert found[f"stage/latency_b{batch}_iqr_ms"] >= 0
 
 
 def test_eval_batches_bounds_the_batches_judged(validated):
     trainer, module, _ = validated
     first = next(iter(val_loader(trainer)))
     loss, _ = by_hand(module.net, [first])
-    one = measure(trainer, module, "s", Settings(8, rounds=1, warmup=0, eval_batches=1))
+    side = Side("s", module.net, module.device)
+    one = measure(trainer, module, Settings(8, 1, 0.001, eval_batches=1), side)
     assert one["s/val_loss_nats"] == pytest.approx(loss, rel=1e-5)
-    none = measure(trainer, module, "s", Settings(8, rounds=1, warmup=0, eval_batches=0))
+    none = measure(trainer, module, Settings(8, 1, 0.001, eval_batches=0), side)
     assert not any("val_" in name for name in none)
 
 
 @pytest.mark.parametrize(
     "values,key",
     [
-        ((0, 20, 3, 4), "latency_batch_size"),
-        ((8, 0, 3, 4), "latency_rounds"),
-        ((8, 20, -1, 4), "latency_warmup"),
-        ((8, 20, 3, -2), "eval_batches"),
+        ((0, 7, 0.05, 4), "latency_batch_size"),
+        ((8, 0, 0.05, 4), "latency_rounds"),
+        ((8, 7, 0, 4), "latency_min_run_time_s"),
+        ((8, 7, "fast", 4), "latency_min_run_time_s"),
+        ((8, 7, 0.05, -2), "eval_batches"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_key(values, key):
     with pytest.raises(ConfigError) as info:
         Settings.checked(*values)
     assert str(info.value).startswith(f"{key}=")
+
+
+class Slower(torch.nn.Module):
+    """``net`` with a spin of 10 ms of CPU time per call: a variant known to be slower."""
+
+    def __init__(self, net: torch.nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        end = time.thread_time() + 0.010
+        while time.thread_time() < end:
+            pass
+        return self.net(x)
+
+
+def test_compare_times_both_sides_side_by_side_with_interval_and_verdict(validated):
+    trainer, module, _ = validated
+    settings = Settings(batch_size=4, rounds=9, min_run_time_s=0.005, eval_batches=1)
+    device = module.device
+    found = compare(
+        trainer,
+        module,
+        settings,
+        "opt",
+        Side("opt_before", module.net, device),
+        Side("opt_after", Slower(module.net), device),
+    )
+    m = found.metrics
+    for batch in (1, 4):
+        quantity = f"opt/speedup_b{batch}"
+        low, mid, high = (m[f"{quantity}_ci_low_x"], m[f"{quantity}_x"], m[f"{quantity}_ci_high_x"])
+        n = m[f"{quantity}_rounds_count"]
+        assert n == 9 and low <= mid <= high
+        assert found.tags[f"hpml.verdict.opt.speedup_b{batch}"] == verdict(
+            Interval(mid, low, high, int(n), 0.0)
+        )
+        for side in ("opt_before", "opt_after"):
+            assert (
+                m[f"{side}/latency_b{batch}_ms"] > 0 and m[f"{side}/latency_b{batch}_iqr_ms"] >= 0
+            )
+    # 10 ms of extra work against a millisecond LSTM forward at batch 1
+    assert m["opt/speedup_b1_x"] < 0.7 and found.tags["hpml.verdict.opt.speedup_b1"] == SLOWER
+    assert m["opt_before/val_loss_nats"] == pytest.approx(m["opt_after/val_loss_nats"])
+    assert found.tags["hpml.compare.opt.devices"] == "cpu vs cpu"
+    assert found.lines[0].startswith("opt: speed-up at batch 1: ")
+    assert found.lines[0].endswith("(n=9, slower)")
+    assert not any("p90" in name for name in m)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from hpml.errors import ConfigError
+from tests.callbacks.comparisons import assert_side_by_side
 from tests.conftest import QUICK, run_cli, stderr_lines
 
-FAST = [*QUICK, "prune.latency_rounds=2", "prune.latency_warmup=0"]
+FAST = [*QUICK, "prune.latency_rounds=2", "prune.latency_min_run_time_s=0.002"]
 
 
 def only_run(client):
@@ -29,6 +30,7 @@ def test_after_fit_physical_logs_before_after_final_and_fine_tunes(composed, cli
             "size_bytes",
             "fwd_flops_per_sample",
             "latency_b1_ms",
+            "latency_b1_iqr_ms",
             "latency_b32_ms",
             "sparsity_pct",
             "row_sparsity_pct",
@@ -41,7 +43,10 @@ def test_after_fit_physical_logs_before_after_final_and_fine_tunes(composed, cli
     assert abs(m["prune_after/row_sparsity_pct"] - 50) < 1
     assert m["prune_after/params_count"] < m["prune_before/params_count"]
     assert m["prune/flops_reduction_x"] > 1.9
-    assert "prune/speedup_b1_x" in m and "prune_layer/fc1.weight_row_sparsity_pct" in m
+    assert_side_by_side(run, "prune", (1, 32), rounds=2)
+    assert run.data.tags["hpml.compare.prune.devices"] == "cpu vs cpu"
+    assert "prune_final/speedup_b1_x" not in m  # the fine-tuned net is measured alone
+    assert "prune_layer/fc1.weight_row_sparsity_pct" in m
     # the optimiser was rebuilt on the pruned parameters: fine-tuning lowers the loss
     assert m["prune_final/val_loss_nats"] < m["prune_after/val_loss_nats"]
     assert m["model_final/params_count"] == m["prune_after/params_count"]

@@ -9,6 +9,7 @@ import hpml.callbacks.quant as quant_callback
 from hpml.callbacks.quant import choose_device
 from hpml.errors import ConfigError
 from hpml.optimize.quant import make_quantizer
+from tests.callbacks.comparisons import assert_side_by_side
 from tests.conftest import QUICK, run_cli, stderr_lines
 
 SIZE_LATENCY = ("size_bytes", "latency_b1_ms", "latency_b32_ms", "val_acc_pct", "val_loss_nats")
@@ -45,7 +46,8 @@ def test_quant_run_on_a_cuda_trainer_without_cuda_falls_back_and_tags(
     monkeypatch.setattr(
         quant_callback, "requested_device", lambda trainer, module: torch.device("cuda:0")
     )
-    cfg = composed(["model=lstm", "quant=dynamic_int8", *QUICK, "quant.latency_rounds=3"])
+    fast = ["quant.latency_rounds=3", "quant.latency_min_run_time_s=0.002"]
+    cfg = composed(["model=lstm", "quant=dynamic_int8", *QUICK, *fast])
     metrics = train(cfg)
     assert "test/acc" in metrics
     run = client.search_runs([client.get_experiment_by_name("hpml").experiment_id])[0]
@@ -61,6 +63,8 @@ def test_quant_run_on_a_cuda_trainer_without_cuda_falls_back_and_tags(
     assert tags["hpml.quant.backend"] == "torch_ao"
     assert tags["hpml.quant.device_before"] == "cpu"
     assert tags["hpml.quant.device_after"] == "cpu"
+    assert_side_by_side(run, "quant", (1, 32), rounds=3)
+    assert tags["hpml.compare.quant.devices"] == "cpu vs cpu"
     assert (
         "kernels run on CPU only: evaluated on cpu instead of cuda:0" in tags["hpml.quant.fallback"]
     )
@@ -88,6 +92,8 @@ def test_static_int8_on_a_gpu_trainer_tests_on_cpu(composed, client):
     run = client.search_runs([client.get_experiment_by_name("hpml").experiment_id])[0]
     assert run.data.tags["hpml.quant.device_before"].startswith("cuda")
     assert run.data.tags["hpml.quant.device_after"] == "cpu"
+    assert run.data.tags["hpml.compare.quant.devices"].endswith(" vs cpu")
+    assert run.data.tags["hpml.compare.quant.devices"].startswith("cuda")
     assert "hpml.quant.fallback" in run.data.tags
     assert "test/acc" in run.data.metrics
 
@@ -108,7 +114,12 @@ def test_static_int8_resnet18_goes_through_pt2e_with_before_and_after(composed, 
     """ResNet's residual add has no eager int8 kernel: auto quantises it as a PT2E graph."""
     from hpml.train import train
 
-    small = ["data.image_size=16", "quant.latency_rounds=2", "quant.calibration_batches=2"]
+    small = [
+        "data.image_size=16",
+        "quant.latency_rounds=2",
+        "quant.latency_min_run_time_s=0.002",
+        "quant.calibration_batches=2",
+    ]
     cfg = composed(["model=resnet18", "quant=static_int8", *QUICK, *small])
     train(cfg)
     run = client.search_runs([client.get_experiment_by_name("hpml").experiment_id])[0]
@@ -120,4 +131,5 @@ def test_static_int8_resnet18_goes_through_pt2e_with_before_and_after(composed, 
             assert f"{stage}/{name}" in m, f"{stage}/{name}"
     assert m["quant_after/size_bytes"] <= 0.27 * m["quant_before/size_bytes"]
     assert m["quant/compile_time_s"] > 0
+    assert_side_by_side(run, "quant", (1, 32), rounds=2)
     assert "test/acc" in m
