@@ -1,13 +1,17 @@
 """When to compile: after fit, before test, so the test stage runs (and times) the compiled model.
 
-How is up to ``hpml.optimize.compile``. The eager model is measured first, then compiled for batch
-1 and batch N (``latency_batch_size``), checked against eager, and measured again:
+How is up to ``hpml.optimize.compile``. A copy of the eager model is compiled for batch 1 and
+batch N (``latency_batch_size``; ``channels_last`` converts the module it is given in place, so
+the eager net stays as it was), checked against eager, and the two are timed side by side:
 
 =========================================  ===============================================
 ``compile_{before,after}/size_bytes``      saved state dict; after: the saved TorchScript
                                            file or exported program where there is one
 ``compile_{before,after}/latency_b1_ms``   median forward time at batch 1, eager / compiled,
-``compile_{before,after}/latency_bN_ms``   and at batch N; ``..._p90_ms`` beside each
+``compile_{before,after}/latency_bN_ms``   and at batch N, over ``latency_rounds`` rounds of
+                                           both sides; ``..._iqr_ms`` beside each
+``compile/speedup_b{1,N}_x``               median of the per-round ratios eager / compiled,
+                                           ``_ci_low_x``, ``_ci_high_x``, ``_rounds_count``
 ``compile_{before,after}/val_acc_pct``     top-1 accuracy, percent, on ``eval_batches`` val batches
 ``compile_{before,after}/val_loss_nats``   mean loss per sample on them (``validation_step``'s)
 ``compile/time_s``                         seconds compiling (first calls per shape included),
@@ -15,10 +19,12 @@ How is up to ``hpml.optimize.compile``. The eager model is measured first, then 
 ``compile/output_diff_max_abs``            largest |compiled - eager| output on the examples
 =========================================  ===============================================
 
-Tags: ``hpml.compile.method``, ``hpml.compile.mode``, ``hpml.compile.device`` and, for
-torch.compile, ``hpml.compile.cache_dir`` (per run, under the run's output dir). ``export`` saves
-the program as the artifact ``compile/model.pt2``. The test stage's throughput then measures the
-compiled model after its warm-up steps; the compile already happened here.
+Tags: ``hpml.verdict.compile.speedup_b{1,N}`` (``faster``, ``slower``, ``within noise``),
+``hpml.compare.compile.devices``, ``hpml.compile.method``, ``hpml.compile.mode``,
+``hpml.compile.device`` and, for torch.compile, ``hpml.compile.cache_dir`` (per run, under the
+run's output dir). ``export`` saves the program as the artifact ``compile/model.pt2``. The test
+stage's throughput then measures the compiled model after its warm-up steps; the compile already
+happened here.
 
 With ``train=true`` the training step is compiled too (``hpml.optimize.compile.training``, always
 ``torch.compile`` with ``mode``, ``dynamic`` and ``fullgraph``): at train start, before any epoch

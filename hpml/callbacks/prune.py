@@ -14,15 +14,16 @@ After physical pruning the optimisers and schedulers are rebuilt on the new para
 weights when training ends, before test and before anything is saved.
 
 Metrics (``<stage>/<quantity>_<unit>``, all via :func:`hpml.names.metric`). Stages:
-``prune_before`` (just before the first pruning step), ``prune_after`` (right after the last
-one, before any fine-tuning) and ``prune_final`` (when training ends, after fine-tuning):
+``prune_before`` (the net just before the first pruning step), ``prune_after`` (right after the
+last one, before any fine-tuning) and ``prune_final`` (when training ends, after fine-tuning):
 
 - ``params_count``, ``nonzero_params_count`` (elements), ``size_bytes`` (``torch.save`` of the
   state dict with masks folded in: the file a user ships);
 - ``fwd_flops_per_sample``: FLOPs of one forward pass per sample, 1 multiply-accumulate
   = 2 FLOPs (:func:`hpml.analysis.flops.count_flops`; dense kernels, so masks do not lower it);
-- ``latency_b1_ms``, ``latency_b<N>_ms`` (median) and ``..._p90_ms``: eval-mode forward pass at
-  batch 1 and at ``latency_batch_size`` N (the data's batch size by default);
+- ``latency_b1_ms``, ``latency_b<N>_ms`` and ``latency_b<N>_iqr_ms``: eval-mode forward pass at
+  batch 1 and at ``latency_batch_size`` N (the data's batch size by default), the median and
+  inter-quartile range over ``latency_rounds`` rounds;
 - ``sparsity_pct``: share of the original targeted weight elements removed or zero;
   ``row_sparsity_pct``: share of their original rows (output channels, LSTM gate rows) removed or
   all zero;
@@ -30,17 +31,25 @@ one, before any fine-tuning) and ``prune_final`` (when training ends, after fine
   (per sample): the model's own validation step over ``eval_batches`` validation batches.
 
 Size, latency and quality come from :mod:`hpml.callbacks.measure`, as for quantisation and
-compilation; the counts, FLOPs and sparsity are pruning's own.
+compilation; the counts, FLOPs and sparsity are pruning's own. The unpruned net is deep-copied
+just before the first pruning step and timed side by side with the pruned one right after the
+last (rounds of A B, B A, ...), then dropped: a gradual schedule holds the copy for its epochs.
+``prune_before``'s size, latency and quality are the copy's, measured then; its counts, FLOPs
+and sparsity are taken at the first step. ``prune_final`` is measured alone (no copy is kept
+through fine-tuning, which changes no shape): its latency has a spread but no speed-up.
 
-Also ``prune/target_sparsity_pct`` (``amount``), ``prune/speedup_b1_x`` and ``prune/speedup_b<N>_x``
-(latency before / after pruning), ``prune/flops_reduction_x`` and ``prune/size_reduction_x``
-(before / after); per weight, ``prune_layer/<weight>_sparsity_pct`` and
-``prune_layer/<weight>_row_sparsity_pct`` after pruning; with ``sensitivity`` amounts,
-``prune_sensitivity/<weight>_val_<quantity>_<unit>`` at step = amount in percent (that weight
-alone pruned by the method's mask, on the trained model). Artifacts:
-``prune/architecture_before.txt`` and ``prune/architecture_after.txt`` (``print(net)``),
-``prune/layers.json`` (shapes and sparsity per weight), ``prune/sensitivity.json``, and with
-``save_model`` ``prune/model.pt`` (see :mod:`hpml.optimize.prune.io`).
+Also ``prune/target_sparsity_pct`` (``amount``); ``prune/speedup_b1_x`` and
+``prune/speedup_b<N>_x``: the median over rounds of the ratio before / after pruning, with
+``..._ci_low_x``, ``..._ci_high_x`` (its interval), ``..._rounds_count`` (n) and the tag
+``hpml.verdict.prune.speedup_b<N>`` (``faster``, ``slower`` or ``within noise``);
+``prune/flops_reduction_x`` and ``prune/size_reduction_x`` (before / after); per weight,
+``prune_layer/<weight>_sparsity_pct`` and ``prune_layer/<weight>_row_sparsity_pct`` after
+pruning; with ``sensitivity`` amounts, ``prune_sensitivity/<weight>_val_<quantity>_<unit>`` at
+step = amount in percent (that weight alone pruned by the method's mask, on the trained model).
+Artifacts: ``prune/architecture_before.txt`` and ``prune/architecture_after.txt``
+(``print(net)``), ``prune/layers.json`` (shapes and sparsity per weight),
+``prune/sensitivity.json``, and with ``save_model`` ``prune/model.pt`` (see
+:mod:`hpml.optimize.prune.io`).
 """
 
 from __future__ import annotations
