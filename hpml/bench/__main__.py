@@ -37,6 +37,7 @@ CASES: dict[str, Case] = {
     "parallel_sweep": lazy("hpml.bench.parallel_sweep"),
     "activations": lazy("hpml.bench.activations"),
     "fuse": lazy("hpml.bench.fuse"),
+    "side_by_side": lazy("hpml.bench.side_by_side"),
 }
 
 
@@ -132,7 +133,7 @@ def table(results: Sequence[CaseResult]) -> str:
     for result in results:
         for s in result.summaries:
             r = s.ratio
-            goal = "-" if r.goal is None else f">= {r.goal:g}"
+            goal = "-" if r.goal is None else f"{'<=' if r.at_most else '>='} {r.goal:g}"
             meets = {None: "-", True: "yes", False: "NO"}[s.meets_goal]
             rows.append(
                 (

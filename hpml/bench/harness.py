@@ -66,7 +66,8 @@ def interleave(
 
 @dataclass(frozen=True)
 class Ratio:
-    """``numerator / denominator`` of measurement ``key``, with the median's goal if it has one."""
+    """``numerator / denominator`` of measurement ``key``, with the median's goal if it has one:
+    at least ``goal``, or at most where ``at_most`` (a cost: wall time against a baseline's)."""
 
     metric: str
     key: str
@@ -74,6 +75,7 @@ class Ratio:
     numerator: str
     denominator: str
     goal: float | None = None
+    at_most: bool = False
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,11 @@ class RatioSummary:
     @property
     def meets_goal(self) -> bool | None:
         """Whether the median reaches the goal; None when the ratio has no goal."""
-        return None if self.ratio.goal is None else self.median >= self.ratio.goal
+        if self.ratio.goal is None:
+            return None
+        if self.ratio.at_most:
+            return self.median <= self.ratio.goal
+        return self.median >= self.ratio.goal
 
     def to_dict(self) -> dict[str, Any]:
         return {

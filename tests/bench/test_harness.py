@@ -120,6 +120,17 @@ def test_goal_is_judged_on_the_median():
     assert summarize(no_goal, rounds_of([(1.0, 1.0)])).meets_goal is None
 
 
+def test_a_cost_goal_is_met_at_or_below_it_and_printed_so():
+    cost = Ratio("wall time", "tput", "s", "A", "B", goal=1.15, at_most=True)
+    assert summarize(cost, rounds_of([(1.1, 1.0), (1.2, 1.0), (1.0, 1.0)])).meets_goal is True
+    assert summarize(cost, rounds_of([(1.3, 1.0), (1.2, 1.0), (1.0, 1.0)])).meets_goal is False
+    rounds = rounds_of([(1.2, 1.0)])
+    result = CaseResult(
+        "c", Settings(rounds=1), rounds, [summarize(cost, rounds)], (0,) * 3, (0,) * 3, 1.0, {}
+    )
+    assert "<= 1.15" in table([result]) and "NO" in table([result])
+
+
 def test_run_case_writes_json_with_rounds_ratios_and_load(tmp_path: Path):
     settings = Settings(rounds=2, steps=3, warmup=1, threads=1)
     result = fake_case("demo", 98.0, 100.0, [])(settings, tmp_path, lambda *_: None)

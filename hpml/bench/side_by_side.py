@@ -1,0 +1,109 @@
+"""Case ``side_by_side``: what timing before and after side by side costs a study's job.
+
+Both variants run one job of study 3 (``experiment=vae_pruning``: the VAE on synthetic MNIST,
+physical L1 pruning to 0.5 after 2 epochs, one fine-tuning epoch) in this process, through
+``hpml.train.train`` with its MLflow run, as a sweep's job runs:
+
+- ``side by side``: the measurement defaults (``conf/base/measure.yaml``: 7 rounds of about
+  0.05 s per side and batch size, the unpruned copy and the pruned net alternating);
+- ``one round``: the same job with ``prune.latency_rounds=1``, the least a before/after can
+  time: what a one-shot "before, then after" costs.
+
+The ratio is the job's wall time, side by side / one round, paired per round; goal: at most
+1.15. The job's own speed-up at batch 1 is noted per variant, to show both measured something.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import time
+import warnings
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig
+
+from hpml.bench.harness import CaseResult, Measurement, Ratio, Report, Settings, run_case
+from hpml.bench.overhead import check_threads
+from hpml.names import X, metric
+
+SIDE_BY_SIDE, ONE_ROUND = "side by side", "one round"
+SECONDS = "job_wall_s"
+SPEEDUP = metric("prune", "speedup_b1", X)
+RATIOS = (
+    Ratio(
+        "study job wall time (goal <= 1.15)",
+        SECONDS,
+        "s",
+        SIDE_BY_SIDE,
+        ONE_ROUND,
+        goal=1.15,
+        at_most=True,
+    ),
+)
+VARIANTS: dict[str, tuple[str, ...]] = {SIDE_BY_SIDE: (), ONE_ROUND: ("prune.latency_rounds=1",)}
+
+
+def overrides(root: Path) -> list[str]:
+    """One job of the study as its sweep would launch it, in the bench's own store."""
+    return [
+        "experiment=vae_pruning",
+        "prune=l1_structured",
+        "prune.amount=0.5",
+        "++trainer.enable_progress_bar=false",
+        "logger.experiment_name=bench_side_by_side",
+        f"logger.tracking_uri=sqlite:///{root / 'mlflow.db'}",
+    ]
+
+
+def compose(root: Path, extra: Sequence[str]) -> DictConfig:
+    """The job's config, a fresh output directory under ``root``."""
+    from hpml.train import compose_job
+
+    os.environ["HPML_ROOT"] = str(root)
+    out_dir = root / "outputs" / datetime.now().strftime("%Y-%m-%d/%H-%M-%S_%f")
+    return compose_job([*overrides(root), *extra], out_dir)
+
+
+def run_job(root: Path, extra: Sequence[str], settings: Settings) -> Measurement:
+    """Wall seconds of one ``train`` call (its MLflow run included), and its own speed-up as
+    its run logged it."""
+    import mlflow
+
+    from hpml.train import train
+
+    cfg = compose(root, extra)
+    torch.set_num_threads(settings.threads)
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        train(cfg)
+    seconds = time.perf_counter() - start
+    check_threads(settings)
+    run = mlflow.last_active_run()
+    logged = run.data.metrics if run is not None else {}
+    return {SECONDS: seconds, SPEEDUP: logged.get(SPEEDUP, float("nan"))}
+
+
+def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> CaseResult:
+    """Interleave the two variants for ``settings.rounds`` rounds in this process."""
+    root = (bench_dir / "hpml").resolve()
+    for name in ("lightning.pytorch", "lightning.fabric"):  # "GPU available: ..." on every job
+        logging.getLogger(name).setLevel(logging.WARNING)
+    variants = {
+        name: (lambda extra=extra: run_job(root, extra, settings))
+        for name, extra in VARIANTS.items()
+    }
+    notes = {
+        "job": overrides(root),
+        **{f"overrides {name}": list(extra) for name, extra in VARIANTS.items()},
+        "device": "cpu",
+        "torch": torch.__version__,
+        "timing": "wall seconds of hpml.train.train, config composed outside the window",
+    }
+    return run_case("side_by_side", variants, RATIOS, settings, report, notes)
