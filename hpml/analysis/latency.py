@@ -1,4 +1,9 @@
-"""Inference latency of a model on a fixed input: the before/after figure of every optimisation."""
+"""Inference latency of one model on a fixed input, call by call: the bench's per-variant step.
+
+The bench cases ``prune`` and ``quant`` (``hpml/bench/``) time ``--steps`` calls per variant and
+round and interleave the variants themselves (:mod:`hpml.bench.harness`). A run's before/after
+comparisons time their sides side by side with :mod:`hpml.analysis.compare` instead.
+"""
 
 from __future__ import annotations
 
@@ -18,15 +23,9 @@ class LatencyStats:
     """Milliseconds per forward pass over ``rounds`` timed calls (warm-up calls excluded)."""
 
     median_ms: float
-    p90_ms: float
-    min_ms: float
     rounds: int
     batch_size: int
     device: str
-
-    @property
-    def samples_per_s(self) -> float:
-        return self.batch_size / (self.median_ms / 1e3)
 
 
 def measure_latency(
@@ -57,14 +56,4 @@ def measure_latency(
                     times.append((time.perf_counter() - start) * 1e3)
     finally:
         model.train(was_training)
-    deciles = (
-        statistics.quantiles(times, n=10, method="inclusive") if len(times) > 1 else [times[0]] * 9
-    )
-    return LatencyStats(
-        statistics.median(times),
-        deciles[8],
-        min(times),
-        rounds,
-        int(tensor.shape[0]),
-        str(tensor.device),
-    )
+    return LatencyStats(statistics.median(times), rounds, int(tensor.shape[0]), str(tensor.device))

@@ -241,7 +241,6 @@ def measure(
 class Comparison:
     """Both sides' metrics, the speed-ups with their intervals, tags, and one line per verdict."""
 
-    name: str
     metrics: dict[str, float]
     tags: dict[str, str] = field(default_factory=dict)
     lines: tuple[str, ...] = ()
@@ -282,4 +281,4 @@ def compare(
         tags[f"hpml.verdict.{name}.{quantity}"] = ratio.verdict
         across = "" if before.device == after.device else f"; across devices: {devices}"
         lines.append(f"{name}: speed-up at batch {batch}: {ratio.describe()}{across}")
-    return Comparison(name, metrics, tags, tuple(lines))
+    return Comparison(metrics, tags, tuple(lines))
