@@ -16,7 +16,8 @@ Comparisons (:class:`Comparison`, one row each of ``tables/comparisons.csv``):
 - *against the baseline*: every other group's throughput, step time and latency against the
   baseline group's, by :func:`~hpml.analysis.stats.ratio_ci` of their replicates' values. The
   baseline is the first group (in run order) that prunes, quantises and compiles nothing; where
-  every group does one of them, the first group.
+  every group does one of them, the first group (finished runs only). Drawn only where the
+  baseline was repeated.
 
 A comparison whose either side ran noisy (tag ``hpml.noisy`` = ``true`` on any run) is
 ``within noise`` whatever its interval or tag says.
@@ -315,8 +316,10 @@ def _plain(run: Run) -> bool:
 
 
 def against_baseline(groups: list[Group], base: Group | None) -> list[Comparison]:
-    """Every other finished group against ``base`` on each speed measure both carry."""
-    if base is None:
+    """Every other finished group against ``base`` on each speed measure both carry; none
+    where the baseline ran once (separate runs are not timed side by side: without repeats no
+    config can be told apart from it, and the report draws no such comparison)."""
+    if base is None or len(base.runs) < 2:
         return []
     found = []
     for other in groups:
