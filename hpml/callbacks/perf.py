@@ -1,4 +1,5 @@
-"""Throughput, FLOP/s and MFU, step-time percentiles, data-wait share, epoch times, peak memory."""
+"""Throughput and step time with their spread, FLOP/s and MFU, data-wait share, epoch times, peak
+memory, and whether other load made the timings noisy."""
 
 from __future__ import annotations
 
@@ -28,16 +29,20 @@ log = logging.getLogger(__name__)
 class PerformanceMonitor(L.Callback):
     """Speed, memory, FLOP/s and MFU of training and inference, as Composer's speed monitor does.
 
-    Per training epoch: ``train/throughput_samples_per_s`` (samples after ``warmup_steps`` over the
-    wall time they took, data loading included), ``train/step_time_{mean,p50,p90}_ms``,
-    ``train/data_wait_pct`` (share of that wall time spent between steps, fetching data),
+    Per training epoch, over the steps after ``warmup_steps``: ``train/throughput_samples_per_s``,
+    the median over steps of a step's samples over its cycle (the wait for its batch plus the
+    step, so data loading stays counted), with ``train/throughput_iqr_samples_per_s``;
+    ``train/step_time_{p50,p90,iqr}_ms`` and ``train/step_time_cv_pct`` (the step alone; no
+    mean: the median and IQR say it without the pull of a stalled step, p90 keeps the tail);
+    ``train/data_wait_pct`` (share of the window spent between steps, fetching data),
     ``train/step_cpu_time_p50_ms`` (process CPU time per step, all threads: on a shared machine
     it moves less than wall time), ``train/utilisation_pct`` (busy over elapsed time in that
     window: process CPU time / (wall x torch threads) on CPU, step spans on CUDA: see
     :meth:`~hpml.analysis.timing.StepTimer.utilisation_pct`),
     ``train/epoch_time_s`` (validation excluded) and ``train/peak_memory_bytes``. For validation
     and test: ``{val,test}/epoch_time_s`` and the inference ``{val,test}/throughput_samples_per_s``
-    after ``inference_warmup_steps``. The GPU is synchronised only at the edges of a window.
+    and its ``_iqr`` after ``inference_warmup_steps``. The GPU is synchronised only at the edges
+    of a window.
 
     With ``count_flops`` the model's FLOPs (2 x MAC) are counted once, on one sample, at fit start:
     ``model/fwd_flops_per_sample`` and ``model/fwd_bwd_flops_per_sample`` (a per-module table as
@@ -49,8 +54,18 @@ class PerformanceMonitor(L.Callback):
     ``peak_cache_dir`` (under mixed precision the table figure is the one to compare with).
     ``machine/load_avg_1m_procs`` records how busy the machine was: shared machines skew timings.
 
-    Under DDP the figures are the job's (:mod:`hpml.callbacks.ranks`): throughput is every
-    rank's samples over the slowest rank's window, times and peak memory the largest rank's,
+    Noise (:mod:`hpml.analysis.noise`): one probe, open during every timed window (training,
+    validation and test steps after warm-up), gives at fit end and test end
+    ``noise/other_cpu_pct`` (CPU time of other processes, percent of wall x CPUs),
+    ``noise/steal_pct`` (where the kernel reports steal) and, as the last value of
+    ``train/step_time_cv_pct``, the CV over every timed training step of the run. By ``noise``'s
+    limits (:class:`~hpml.analysis.noise.NoiseRule`) the run is tagged ``hpml.noisy`` ``true``
+    or ``false``; when true, ``hpml.noisy.reason`` names the figures and limits, and one warning
+    says ``hpml: timings of this run are noisy: <reason>``. Once noisy, a run stays noisy (a
+    quiet test stage does not clear a noisy fit).
+
+    Under DDP the figures are the job's (:mod:`hpml.callbacks.ranks`): throughput and its IQR
+    the sum of the ranks' (they step in lockstep), times and peak memory the largest rank's,
     FLOP/s the job's total, MFU that total over the peaks of all devices; with more than one
     device ``<stage>/throughput_per_device_samples_per_s`` and
     ``<stage>/achieved_per_device_flops_per_s`` are the job's figures over the device count.
