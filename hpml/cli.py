@@ -153,13 +153,13 @@ def check_args(args: list[str]) -> None:
 
 
 def report_failure(exc: BaseException, log_file: Path | None) -> str:
-    """Print ``exc`` as one line plus where its traceback went; the traceback goes to the log."""
-    from hpml.errors import one_line
+    """Print ``exc`` as one line (one per problem when there are several) plus where its
+    traceback went; the traceback goes to the log. Returns it all as one line."""
+    from hpml.errors import one_line, problem_lines
     from hpml.tracking.redact import redact_text
 
     trace.error("run failed", exc_info=exc)
-    line = f"hpml: error: {redact_text(one_line(exc))}"
-    if log_file is not None:
-        line += f" (traceback: {log_file})"
-    print(line, file=sys.stderr)
-    return line
+    where = f" (traceback: {log_file})" if log_file is not None else ""
+    lines = [f"hpml: error: {redact_text(line)}" for line in problem_lines(exc)]
+    print("\n".join(lines) + where, file=sys.stderr)
+    return f"hpml: error: {redact_text(one_line(exc))}{where}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,28 @@ def one_line(exc: BaseException) -> str:
         text = rest if kind.rsplit(".", 1)[-1] == type(exc).__name__ else last
     message = " ".join(text.split())
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+class Problems(HpmlError):
+    """Several things wrong at once, so a user fixes them in one go: each stays its own error,
+    printed as its own line (:func:`problem_lines`); as one line (a tag) they are joined."""
+
+    def __init__(self, problems: Sequence[BaseException]) -> None:
+        self.problems = list(problems)
+        super().__init__("; ".join(one_line(p) for p in self.problems))
+
+
+def raise_all(problems: Sequence[HpmlError]) -> None:
+    """Raise the one problem, or all of them as :class:`Problems`; nothing when there is none."""
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        raise Problems(problems)
+
+
+def problem_lines(exc: BaseException) -> list[str]:
+    """What a terminal shows of ``exc``: one line, or one per problem of a :class:`Problems`."""
+    return [one_line(p) for p in exc.problems] if isinstance(exc, Problems) else [one_line(exc)]
 
 
 class ConfigError(HpmlError):

@@ -2,22 +2,24 @@
 
 ``validate(cfg, job)`` runs in :func:`hpml.train.prepared` before the MLflow run starts, so a
 refused job never reaches a training step (in a sweep it is recorded as a FAILED child run; a
-single run leaves none). In order:
+single run leaves none). Every problem found is reported, one line each; checks that build on
+one another stop at the first failure of their chain. In order:
 
 1. values against their declared ranges and the types their targets declare
-   (:mod:`hpml.validate.knobs`);
+   (:mod:`hpml.validate.knobs`): all of them, and any ``inf`` or ``nan``;
 2. the data module and callbacks are constructed (their constructors check their own knobs),
    and the model is built on the meta device with its optimiser and scheduler; any other
    ``TypeError``/``ValueError`` a constructor raises is reported against its config group;
-3. the model against the data (image size vs ``model.net.layout``) and the steps that will
-   transform it (pruning targets, quantisation vs the net's ops, checkpointed stages and the
-   steps that would replace them)
-   (:mod:`hpml.validate.fit`);
-4. the trainer's accelerator, devices and strategy against this machine, and under DDP the
-   steps that cannot run there (:mod:`hpml.validate.machine`), and the store's directory
-   (:mod:`hpml.validate.store`).
+3. the model against the data (modality and channels, named by the ``model=`` and ``data=``
+   options with the data options that fit; image size vs ``model.net.layout``) and the steps
+   that will transform it (pruning targets, quantisation vs the net's ops, checkpointed stages
+   and the steps that would replace them) (:mod:`hpml.validate.fit`);
+4. the trainer's accelerator, devices and strategy against this machine (a value the
+   ``trainer=`` option set is named by the option), and under DDP the steps that cannot run
+   there (:mod:`hpml.validate.machine`), and the store's directory (:mod:`hpml.validate.store`).
 
-Data files are not opened here: a corrupt or missing file fails the run, recorded FAILED.
+Data files are looked for only when the config is refused anyway, so the one answer lists them
+too; otherwise a corrupt or missing file fails the run, recorded FAILED.
 Importing this package is cheap; the checks import torch and Lightning when they run.
 """
 
@@ -28,7 +30,7 @@ from typing import Any, TypeVar
 
 from omegaconf import DictConfig
 
-from hpml.errors import ConfigError, HpmlError
+from hpml.errors import ConfigError, HpmlError, Problems, raise_all
 from hpml.hydra_job import HydraJob
 
 T = TypeVar("T")
@@ -50,27 +52,65 @@ def constructed(group: str, make: Callable[[], T]) -> T:
 
 
 def validate(cfg: DictConfig, job: HydraJob | None) -> None:
-    """Raise an :class:`~hpml.errors.HpmlError` for the first thing that cannot work.
+    """Raise an :class:`~hpml.errors.HpmlError` for what cannot work: one problem, or several
+    as :class:`~hpml.errors.Problems` (one line each), so one try shows all a user must fix.
 
-    ``job`` (None outside Hydra) gives the ``model=`` option the refusals name the model by.
+    Checks that build on one another stop at the first failure in their chain (a data module
+    that cannot be built has no spec to fit a model to); the machine and the store are checked
+    either way. A refused config also reports the data files its run would not find, which
+    otherwise fail the run itself. ``job`` (None outside Hydra) gives the options the user chose
+    (``model=lstm``) that refusals name.
     """
+    from hpml.train import build
+    from hpml.validate import knobs, machine, store
+
+    problems: list[HpmlError] = list(knobs.problems(cfg))
+    datamodule = None
+    if not any(p.key.startswith("data.") for p in problems):
+        try:
+            datamodule = constructed("data", lambda: build("data", cfg.data))
+            if not problems:
+                check_model(cfg, job, datamodule)
+        except HpmlError as exc:
+            problems.append(exc)
+    known = {getattr(p, "key", None) for p in problems} - {None}
+    for check in (
+        lambda: machine.check_processes(cfg, machine.check_trainer_option(cfg, job)),
+        lambda: store.check_store(cfg.logger.tracking_uri, cfg.logger.get("artifact_root")),
+    ):
+        try:
+            check()
+        except HpmlError as exc:
+            if getattr(exc, "key", None) not in known:
+                problems.append(exc)
+    if problems and datamodule is not None and not getattr(datamodule, "download", True):
+        try:
+            datamodule.prepare_data()  # download off: only looks for the files
+        except HpmlError as exc:
+            problems.append(exc)
+    raise_all(problems)
+
+
+def check_model(cfg: DictConfig, job: HydraJob | None, datamodule: Any) -> None:
+    """The model against the data, then the steps that will transform it, each check built on
+    the one before (the first failure ends them)."""
     import torch
 
     from hpml.train import build, build_callbacks
-    from hpml.validate import fit, knobs, machine, store
+    from hpml.validate import fit
 
-    knobs.check(cfg)
-    datamodule = constructed("data", lambda: build("data", cfg.data))
     spec = datamodule.planned_spec()
     name = fit.model_name(cfg, job)
     fit.check_layout(cfg, spec, name)
     fit.check_checkpointing(cfg)
 
-    def build_model(device: str) -> Any:
+    def build_model(device: str, data: Any = spec) -> Any:
         with torch.device(device):
-            return build("model", cfg.model, data=spec)
+            return build("model", cfg.model, data=data)
 
-    model = constructed("model", lambda: build_model("meta"))
+    model = constructed(
+        "model", lambda: fit.built_for_data(cfg, job, spec, lambda s: build_model("meta", s))
+    )
     constructed("model.optimizer", model.configure_optimizers)
     callbacks = constructed("callbacks", lambda: build_callbacks(cfg))
     for callback in callbacks:
@@ -80,8 +120,6 @@ def validate(cfg: DictConfig, job: HydraJob | None) -> None:
             fit.check_activations(callback, model)
         if hasattr(callback, "quantizer"):
             fit.check_quant(callback.quantizer, model, lambda: build_model("cpu").net, spec, name)
-    machine.check_processes(cfg, machine.check_trainer(cfg.trainer))
-    store.check_store(cfg.logger.tracking_uri, cfg.logger.get("artifact_root"))
 
 
-__all__ = ["ConfigError", "HpmlError", "validate"]
+__all__ = ["ConfigError", "HpmlError", "Problems", "validate"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -23,6 +24,7 @@ from hpml.data.spec import DataSpec
 from hpml.errors import ConfigError, IncompatibleError
 from hpml.hydra_job import HydraJob
 from hpml.models.input_fit import probe, size_range, sizes_text
+from hpml.validate import options
 
 # Models whose every op eager-mode int8 covers (checked by tests/bad_inputs/test_validate.py).
 STATIC_INT8_MODELS = ("vgg11", "vgg13", "vgg16", "vgg19", "alexnet")
@@ -161,3 +163,61 @@ def static_int8_runs(quantizer: Any, net: nn.Module, spec: DataSpec, name: str) 
         f"{problem}; use {fix} (PT2E int8 of the traced graph), quant=dynamic_int8, "
         f"or a model built of modules only (model={'|'.join(STATIC_INT8_MODELS)})"
     )
+
+
+SAMPLES = {"image": "images", "tokens": "token sequences"}
+
+
+def describe(spec: DataSpec) -> str:
+    """What a data config gives, in a user's words: ``1-channel 28x28 images``."""
+    if spec.modality == "image":
+        channels, height, width = spec.input_shape
+        return f"{channels}-channel {height}x{width} images"
+    return f"{SAMPLES.get(spec.modality, spec.modality)} of length {spec.input_shape[0]}"
+
+
+def built_for_data(
+    cfg: DictConfig, job: HydraJob | None, spec: DataSpec, build_on: Callable[[DataSpec], Any]
+) -> Any:
+    """``build_on(spec)``, the model built for the data; a model/data clash named by the options
+    the user chose (``model=lstm``, ``data=synthetic``) and the data options that would fit.
+
+    Which fit is found by building the model on each data option's planned spec (meta device,
+    no files read), so it follows the models' own checks (modality, channels) and new options.
+    A clash the chosen option's own defaults do not have comes from a ``data.*`` value, which
+    the model's own message names (``data.normalize=false``): that message is kept.
+    """
+    from hpml.train import build
+
+    wanted = getattr(get_object(cfg.model._target_), "modality", spec.modality)
+    clash = None
+    if wanted == spec.modality:
+        try:
+            return build_on(spec)
+        except IncompatibleError as exc:
+            clash = exc
+
+    def fits(node: DictConfig) -> None:
+        build_on(build("data", node).planned_spec())
+
+    def fits_with(override: str) -> bool:
+        """Whether the chosen option fits with this one ``data.*`` override of the user's."""
+        key = override.lstrip("+~").split("=", 1)[0]
+        node = options.in_place_of(cfg, "data", str(job.choices["data"]))
+        OmegaConf.update(node, key.removeprefix("data."), OmegaConf.select(cfg, key))
+        return options.works(lambda: fits(node))
+
+    fitting = options.working(cfg, "data", fits)
+    chosen_fits = job is None or job.choices.get("data") in fitting
+    if clash is not None and chosen_fits:
+        raise clash
+    model = options.choice(job, "model") or f"model {model_name(cfg, job)}"
+    data = options.choice(job, "data") or "the data"
+    if chosen_fits:  # the option's defaults fit: name the data.* values the user set that do not
+        typed = options.typed(job, "data")
+        data = " ".join([data, *([t for t in typed if not fits_with(t)] or typed)])
+    if clash is None:
+        why = f"takes {SAMPLES.get(wanted, wanted)}, but {data} gives {describe(spec)}"
+    else:
+        why = f"does not fit {data}, which gives {describe(spec)} ({clash})"
+    raise IncompatibleError(f"{model} {why}: use {options.alternatives('data', fitting)}")

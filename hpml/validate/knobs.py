@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections.abc as abc
 import fnmatch
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,9 @@ Num = int | float
 
 @dataclass(frozen=True)
 class Range:
-    """An integer or a number between ``low`` and ``high`` (each inclusive unless ``*_open``)."""
+    """An integer or a finite number between ``low`` and ``high`` (each inclusive unless
+    ``*_open``). ``inf`` and ``nan`` parse as floats and pass every comparison a range makes
+    (``nan`` fails them all, so it passes ``not value < low``): they are refused here first."""
 
     kind: type = int
     low: Num | None = None
@@ -34,7 +37,7 @@ class Range:
     note: str = ""
 
     def expected(self) -> str:
-        noun = "an integer" if self.kind is int else "a number"
+        noun = "an integer" if self.kind is int else "a finite number"
         if self.low is not None and self.high is not None:
             left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
             text = f"{noun} in {left}{self.low}, {self.high}{right}"
@@ -53,6 +56,8 @@ class Range:
             return self.null is not None
         if isinstance(value, bool) or not isinstance(value, int if self.kind is int else Num):
             return False
+        if not math.isfinite(value):
+            return False
         if self.low is not None and (value <= self.low if self.low_open else value < self.low):
             return False
         return self.high is None or (value < self.high if self.high_open else value <= self.high)
@@ -70,12 +75,14 @@ class Fraction(Range):
         return value >= 0 if isinstance(value, int) else 0.0 <= value <= 1.0
 
 
+FINITE = Range(float)  # any number with no declared range: inf and nan are never a knob's value
 SEED = Range(int, 0, 2**32 - 1)
 COUNT, STEPS = Range(int, 1), Range(int, 0)
 
 # Keys are globs over the composed config; the first match decides.
 RANGES: dict[str, Range] = {
     "seed": SEED,
+    "replicate": STEPS,
     "threads": Range(int, 1, null="the process's own"),
     "data.seed": SEED,
     "data.noise": Range(float, 0),
@@ -140,30 +147,64 @@ def leaves(tree: Any, prefix: str = "") -> abc.Iterator[tuple[str, Any]]:
         yield prefix.rstrip("."), tree
 
 
-def check_ranges(resolved: dict[str, Any]) -> None:
-    """Raise ConfigError for the first value outside its declared range."""
-    for key, value in leaves(resolved):
-        declared = range_for(key)
-        if declared is not None and not declared.accepts(value):
-            raise ConfigError(key, value, declared.expected())
+def numbers(values: list[Any]) -> abc.Iterator[float]:
+    """The floats of a list, nested lists included."""
+    for value in values:
+        if isinstance(value, list):
+            yield from numbers(value)
+        elif isinstance(value, float):
+            yield value
+
+
+def range_problems(resolved: dict[str, Any]) -> list[ConfigError]:
+    """Every value outside its declared range, and every ``inf``/``nan`` anywhere: no knob of
+    hpml, Lightning or torch takes one (an ``lr=inf`` trained to the end on NaN losses)."""
+    found: dict[str, ConfigError] = {}
     betas = ((resolved.get("model") or {}).get("optimizer") or {}).get("betas")
     if betas is not None and not (
         isinstance(betas, abc.Sequence)
         and len(betas) == 2
         and all(Range(float, 0, 1, high_open=True).accepts(b) for b in betas)
     ):
-        raise ConfigError(
+        found["model.optimizer.betas"] = ConfigError(
             "model.optimizer.betas",
             list(betas) if isinstance(betas, abc.Sequence) else betas,
-            "two numbers in [0, 1), e.g. [0.9, 0.999]",
+            "two finite numbers in [0, 1), e.g. [0.9, 0.999]",
         )
+    for key, value in leaves(resolved):
+        declared = range_for(key)
+        if declared is None and isinstance(value, float) and not math.isfinite(value):
+            declared = FINITE
+        if key in found:
+            continue
+        if declared is not None and not declared.accepts(value):
+            found[key] = ConfigError(key, value, declared.expected())
+        elif isinstance(value, list) and not all(map(FINITE.accepts, numbers(value))):
+            found[key] = ConfigError(key, value, "finite numbers")
+    return list(found.values())
 
 
-def check(cfg: DictConfig) -> dict[str, Any]:
-    """Declared ranges, then declared types; returns the resolved config as plain containers."""
+def interpolated_key(value: Any) -> str | None:
+    """``seed`` for the value ``${seed}``; None for anything else."""
+    text = str(value)
+    plain = text.startswith("${") and text.endswith("}") and text.count("$") == 1
+    return text[2:-1] if plain else None
+
+
+def problems(cfg: DictConfig) -> list[ConfigError]:
+    """Every value outside its declared range, then the first value of each config group whose
+    type its target's signature refuses (a group's later ones are judged once it is fixed)."""
     resolved = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(resolved, dict)
-    check_ranges(resolved)
+    written = dict(leaves(OmegaConf.to_container(cfg, resolve=False)))
+    found = range_problems(resolved)
+    refused = {problem.key for problem in found}
+    # data.seed: ${seed} is refused with seed=abc: the one value the user typed is named once
+    found = [p for p in found if interpolated_key(written.get(p.key)) not in refused]
     for group, node in resolved.items():
-        check_types(node, str(group))
-    return resolved
+        try:
+            check_types(node, str(group))
+        except ConfigError as exc:
+            if exc.key not in refused:
+                found.append(exc)
+    return found

@@ -14,7 +14,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from hpml.errors import ConfigError
+from hpml.errors import ConfigError, IncompatibleError
+from hpml.hydra_job import HydraJob
+from hpml.validate import options
 
 DEVICES_HINT = "a positive integer, -1 (all), auto, or a list of device indices"
 FOREIGN_LAUNCHES = ("spawn", "fork", "notebook")  # strategy names whose processes are not hpml's
@@ -155,3 +157,28 @@ def check_processes(cfg: DictConfig, processes: int) -> None:
                 f"{valid} with {processes} DDP processes (trainer.devices x num_nodes): it "
                 "replaces parameters DDP has wrapped; run it with trainer.devices=1",
             )
+
+
+def check_trainer_option(cfg: DictConfig, job: HydraJob | None) -> int:
+    """:func:`check_trainer`; a refused value that the ``trainer=`` option set, not one the user
+    typed, is named by that option (``trainer=fp16``), with the options this machine runs."""
+    try:
+        return check_trainer(cfg.trainer)
+    except ConfigError as exc:
+        chosen = options.choice(job, "trainer")
+        typed = any(t.lstrip("+~").startswith(f"{exc.key}=") for t in options.typed(job, "trainer"))
+        if chosen is None or typed:
+            raise
+        own = options.own_config("trainer", chosen.split("=", 1)[1])
+        if OmegaConf.select(own, exc.key.removeprefix("trainer.")) != exc.value:
+            raise  # set by an experiment or another group: the key is what to name
+        runs = options.working(cfg, "trainer", check_trainer)
+        reason = (
+            exc.expected.split(": ", 1)[1]
+            if ": " in exc.expected
+            else (f"{exc.key} must be {exc.expected}")
+        )
+        raise IncompatibleError(
+            f"{chosen} sets {exc.key}={exc.value!r}, and {reason}: "
+            f"use {options.alternatives('trainer', runs)}"
+        ) from None

@@ -1,4 +1,5 @@
-"""How every bad input is judged: the exit, the one error line, and what the store was left with.
+"""How every bad input is judged: the exit, the one error line per problem, and what the store
+was left with.
 
 In-process cases call ``hpml.train.main``, the Hydra task the CLI runs, with the job config that
 ``@hydra.main`` would compose (Hydra's decorator passes a given config straight to the task), so
@@ -17,11 +18,19 @@ import pytest
 ERROR = "hpml: error:"
 
 
+def error_lines(stderr: str) -> list[str]:
+    """The ``hpml: error:`` lines of ``stderr``, one per problem and each once; no traceback."""
+    lines = [line for line in stderr.splitlines() if line.startswith(ERROR)]
+    assert lines, stderr[-3000:]
+    assert len(set(lines)) == len(lines), stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    return lines
+
+
 def error_line(stderr: str) -> str:
     """The single ``hpml: error:`` line of ``stderr``, which must hold no traceback."""
-    lines = [line for line in stderr.splitlines() if line.startswith(ERROR)]
+    lines = error_lines(stderr)
     assert len(lines) == 1, stderr[-3000:]
-    assert "Traceback" not in stderr, stderr[-3000:]
     return lines[0]
 
 
@@ -40,11 +49,18 @@ def run_statuses(root: Path) -> list[str]:
     return [run.info.status for run in client.search_runs(ids)] if ids else []
 
 
-def refused_job(cfg: Any, capsys: pytest.CaptureFixture[str]) -> str:
-    """Run the job as the CLI does; it must exit 1 with one error line, which is returned."""
+def refused_lines(cfg: Any, capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """Run the job as the CLI does; it must exit 1 with a line per problem, which are returned."""
     from hpml.train import main
 
     with pytest.raises(SystemExit) as exit_info:
         main(cfg)
     assert exit_info.value.code == 1
-    return error_line(capsys.readouterr().err)
+    return error_lines(capsys.readouterr().err)
+
+
+def refused_job(cfg: Any, capsys: pytest.CaptureFixture[str]) -> str:
+    """Run the job as the CLI does; it must exit 1 with one error line, which is returned."""
+    lines = refused_lines(cfg, capsys)
+    assert len(lines) == 1, lines
+    return lines[0]

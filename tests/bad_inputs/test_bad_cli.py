@@ -1,8 +1,9 @@
 """Bad inputs through the real command line, and the checks made before Hydra starts.
 
 The subprocess cases (marked slow: ~10 s of imports each) are a representative subset of the
-in-process ones, run as a user runs them: exit status, the one error line, no traceback on the
-terminal, and no run left RUNNING in the store.
+in-process ones, run as a user runs them: exit status, the one error line (and one per data file
+the refused run would not find), no traceback on the terminal, and no run left RUNNING in the
+store.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bad_inputs.harness import assert_names, error_line, run_statuses
+from tests.bad_inputs.harness import assert_names, error_line, error_lines, run_statuses
 from tests.bad_inputs.test_bad_files import damage_mnist, readonly_dir  # noqa: F401 (fixture)
 from tests.bad_inputs.test_bad_overrides import CASES, SMALL
 from tests.conftest import cli_env
@@ -65,6 +66,7 @@ SUBPROCESS = [
     "static_int8_resnet_add",
     "cifar_layout_on_224",
     "imagenet_layout_on_32",
+    "lr_inf",
 ]
 
 
@@ -74,7 +76,9 @@ def test_refused_override_from_the_command_line(case: str, root: Path) -> None:
     overrides, expected = CASES[case]
     result = hpml_cli([*SMALL, *overrides], root, root)
     assert result.returncode == 1, result.stderr[-3000:]
-    assert_names(error_line(result.stderr), expected)
+    first, *more = error_lines(result.stderr)
+    assert_names(first, expected)
+    assert all(" not found at " in line for line in more), more  # the data files, if any
     assert run_statuses(root) == []
 
 

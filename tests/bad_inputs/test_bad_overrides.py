@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.bad_inputs.harness import assert_names, refused_job, run_statuses
+from hpml.validate.machine import resolve_accelerator
+from tests.bad_inputs.harness import assert_names, refused_lines, run_statuses
 
 # Small, in case a case is not refused and trains: keys every data config has.
 SMALL = ["trainer.max_epochs=1", "data.limit=64", "trainer.enable_progress_bar=false"]
@@ -18,7 +19,10 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
     # the observations this suite was written for
     "seed_not_int": (["seed=abc"], ["seed='abc'", "an integer in [0, 4294967295]"]),
     "threads_zero": (["threads=0"], ["threads=0", "an integer >= 1"]),
-    "lr_not_number": (["model.optimizer.lr=foo"], ["model.optimizer.lr='foo'", "a number > 0"]),
+    "lr_not_number": (
+        ["model.optimizer.lr=foo"],
+        ["model.optimizer.lr='foo'", "a finite number > 0"],
+    ),
     "prune_exclude_int": (
         ["prune=l1_unstructured", "prune.exclude=42"],
         ["prune.exclude=42", "a list of strings or null"],
@@ -79,7 +83,27 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
         ["model=resnet18", "data=synthetic_mnist"],
         ["1-channel", "channel count"],
     ),
-    "lstm_on_images": (["model=lstm", "data=synthetic"], ["needs tokens data", "gives image"]),
+    # a model/data clash names the options typed and the data options that fit
+    "lstm_on_images": (
+        ["model=lstm", "data=synthetic"],
+        [
+            "model=lstm takes token sequences",
+            "data=synthetic gives 3-channel 32x32 images",
+            "use data=imdb or data=synthetic_text",
+        ],
+    ),
+    "vae_on_tokens": (
+        ["model=vae", "data=synthetic_text"],
+        ["model=vae takes images", "data=synthetic_text gives token sequences", "data=mnist,"],
+    ),
+    "images_from_a_token_knob": (
+        ["data=synthetic", "data.modality=tokens"],
+        ["model=vgg11 takes images", "data=synthetic data.modality=tokens gives token", "cifar10"],
+    ),
+    "vgg_on_one_channel_option": (
+        ["data=synthetic_mnist"],
+        ["model=vgg11 does not fit data=synthetic_mnist", "1-channel 28x28", "data=synthetic"],
+    ),
     "vae_on_normalised_mnist": (
         ["model=vae", "data=mnist", "data.normalize=true"],
         ["normalised", "data.normalize=false"],
@@ -102,7 +126,7 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
     "num_workers_negative": (["data.num_workers=-1"], ["data.num_workers=-1", ">= 0"]),
     "train_samples_zero": (["data.train_samples=0"], ["data.train_samples=0", "positive"]),
     "image_size_zero": (["data.image_size=0"], ["data.image_size=0", "positive"]),
-    "noise_negative": (["data.noise=-0.5"], ["data.noise=-0.5", "a number >= 0"]),
+    "noise_negative": (["data.noise=-0.5"], ["data.noise=-0.5", "a finite number >= 0"]),
     "signal_above_one": (["model=lstm", "data.signal=2"], ["data.signal=2", "[0, 1]"]),
     "vocab_too_small": (["model=lstm", "data.vocab_size=3"], ["data.vocab_size=3", "at least 5"]),
     "modality_unknown": (["data.modality=audio"], ["data.modality='audio'", "image, tokens"]),
@@ -162,8 +186,26 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
     ),
     "adam_betas": (
         ["model/optimizer=adam", "+model.optimizer.betas=[0.9,2]"],
-        ["model.optimizer.betas=[0.9, 2]", "two numbers in [0, 1)"],
+        ["model.optimizer.betas=[0.9, 2]", "two finite numbers in [0, 1)"],
     ),
+    # inf and nan parse as floats: every float knob of an optimiser must be finite
+    "lr_inf": (["model.optimizer.lr=inf"], ["model.optimizer.lr=inf", "a finite number > 0"]),
+    "lr_nan": (["model.optimizer.lr=nan"], ["model.optimizer.lr=nan", "a finite number > 0"]),
+    "lr_minus_inf": (["model.optimizer.lr=-inf"], ["model.optimizer.lr=-inf", "finite"]),
+    "weight_decay_inf": (
+        ["model.optimizer.weight_decay=inf"],
+        ["model.optimizer.weight_decay=inf", "a finite number >= 0"],
+    ),
+    "momentum_nan": (["model.optimizer.momentum=nan"], ["model.optimizer.momentum=nan", "[0, 1)"]),
+    "adam_eps_inf": (
+        ["model/optimizer=adam", "+model.optimizer.eps=inf"],
+        ["model.optimizer.eps=inf", "a finite number > 0"],
+    ),
+    "adam_betas_nan": (
+        ["model/optimizer=adam", "+model.optimizer.betas=[0.9,nan]"],
+        ["model.optimizer.betas=[0.9, nan]", "two finite numbers in [0, 1)"],
+    ),
+    "undeclared_float_inf": (["+model.optimizer.maximize_by=inf"], ["maximize_by=inf", "finite"]),
     "step_gamma_zero": (
         ["model/scheduler=step", "model.scheduler.gamma=0"],
         ["model.scheduler.gamma=0", "> 0"],
@@ -260,6 +302,56 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
 def test_refused_before_any_run(
     overrides: list[str], expected: list[str], composed, root, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    line = refused_job(composed([*SMALL, *overrides]), capsys)
-    assert_names(line, expected)
+    first, *more = refused_lines(composed([*SMALL, *overrides]), capsys)
+    assert_names(first, expected)
+    # the one other line a refusal may bring: the real data files the run would not find
+    assert all(" not found at " in line for line in more), more
     assert run_statuses(root) == []  # refused before the MLflow run: nothing left RUNNING
+
+
+def test_every_problem_is_its_own_line(composed, root, capsys: pytest.CaptureFixture[str]) -> None:
+    """Ranges, a data option's missing files and a value the user typed once: each a line."""
+    lines = refused_lines(
+        composed([*SMALL, "model.optimizer.lr=nan", "data.noise=-1", "seed=abc"]), capsys
+    )
+    assert len(lines) == 3, lines
+    for named in ("model.optimizer.lr=nan", "data.noise=-1", "seed='abc'"):  # data.seed: ${seed}
+        assert sum(named in line for line in lines) == 1, (named, lines)
+
+
+def test_a_clash_and_missing_files_are_both_reported(
+    composed, root, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``data=mnist data.data_dir=/nonexistent`` with the default model (vgg11, 3 channels)."""
+    clash, missing = refused_lines(
+        composed([*SMALL, "data=mnist", "data.data_dir=/nonexistent"]), capsys
+    )
+    assert_names(
+        clash,
+        [
+            "model=vgg11 does not fit data=mnist",
+            "1-channel 28x28",
+            "data=cifar10 or data=synthetic",
+        ],
+    )
+    assert "data.data_dir" not in clash  # the clash is the option's, not the folder's
+    assert_names(missing, ["MNIST not found at /nonexistent/MNIST/raw", "data.download=true"])
+    assert run_statuses(root) == []
+
+
+@pytest.mark.skipif(resolve_accelerator("auto") != "cpu", reason="this machine has a GPU")
+def test_a_trainer_option_the_machine_cannot_run_is_named(
+    composed, root, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (line,) = refused_lines(composed([*SMALL, "trainer=fp16"]), capsys)
+    assert_names(
+        line,
+        [
+            "trainer=fp16 sets trainer.accelerator='gpu'",
+            "this machine has no GPU",
+            "trainer=bf16, trainer=cpu, trainer=ddp_cpu or trainer=default",
+        ],
+    )
+    # typed by the user: the key is what they typed, and what is named
+    (line,) = refused_lines(composed([*SMALL, "trainer.accelerator=gpu"]), capsys)
+    assert_names(line, ["trainer.accelerator='gpu' is invalid", "no GPU"])

@@ -195,3 +195,38 @@ def test_validation_touches_no_data_file_and_leaves_torch_as_it_was(composed, tm
     validate(composed(["model=lstm", "data=imdb", f"data.data_dir={tmp_path}/absent"]), hydra_job())
     assert torch.backends.quantized.engine == before
     assert not (tmp_path / "absent").exists()
+
+
+def test_inf_and_nan_are_refused_wherever_they_appear() -> None:
+    """No knob takes them, declared or not; in lists too."""
+    from hpml.validate.knobs import range_problems
+
+    found = range_problems(
+        {
+            "callbacks": {"x": {"limit": float("inf")}},
+            "data": {"split": [0.5, [float("nan")]]},
+            "trainer": {"max_epochs": 2, "gradient_clip_val": float("-inf")},
+        }
+    )
+    assert [str(p) for p in found] == [
+        "callbacks.x.limit=inf is invalid: expected a finite number",
+        "data.split=[0.5, [nan]] is invalid: expected finite numbers",
+        "trainer.gradient_clip_val=-inf is invalid: expected a finite number >= 0, "
+        "or null (no clipping)",
+    ]
+
+
+def test_several_problems_print_a_line_each_and_tag_as_one() -> None:
+    from hpml.errors import DatasetNotFoundError, Problems, one_line, problem_lines
+
+    problems = Problems(
+        [
+            ConfigError("model.optimizer.lr", float("nan"), "a finite number > 0"),
+            DatasetNotFoundError("MNIST", "/nowhere", "data.download=true"),
+        ]
+    )
+    assert problem_lines(problems) == [
+        "ConfigError: model.optimizer.lr=nan is invalid: expected a finite number > 0",
+        "DatasetNotFoundError: MNIST not found at /nowhere: data.download=true",
+    ]
+    assert "\n" not in one_line(problems) and "lr=nan" in one_line(problems)

@@ -1,0 +1,94 @@
+"""Config group options as a user types them (``data=mnist``), and what each option sets.
+
+A refusal names what the user typed (``model=lstm``, ``trainer=fp16``) and the options that would
+work instead. Which work is found by building each option's own config, read from ``conf/``, so
+an option added there is judged as soon as it exists, with no table of what fits what to keep.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from hpml.cli import CONF_DIR
+from hpml.hydra_job import HydraJob
+
+
+def choice(job: HydraJob | None, group: str) -> str | None:
+    """``group=<option>`` as the job was composed, None outside Hydra or for an empty group."""
+    option = job.choices.get(group) if job is not None else None
+    return f"{group}={option}" if option else None
+
+
+def typed(job: HydraJob | None, prefix: str) -> list[str]:
+    """The job's own overrides of keys under ``prefix`` (``data.data_dir=/x``), as typed."""
+    if job is None:
+        return []
+    return [
+        text
+        for text in job.overrides
+        if text.lstrip("+~").split("=", 1)[0].startswith(f"{prefix}.")
+    ]
+
+
+def names(group: str) -> list[str]:
+    """The options of ``group`` that are files under ``conf/`` (what a refusal can suggest)."""
+    return sorted(path.stem for path in (CONF_DIR / group).glob("*.yaml"))
+
+
+def own_config(group: str, name: str) -> DictConfig:
+    """Option ``name`` of ``group`` with the same-group options its defaults list extends
+    (``trainer=fp16`` extends ``default``), merged as Hydra would with ``_self_`` last unless
+    placed; entries for other groups (a model's optimizer) are not the option's own values."""
+    node = OmegaConf.load(CONF_DIR / group / f"{name}.yaml")
+    assert isinstance(node, DictConfig)
+    with open_dict(node):
+        defaults = node.pop("defaults", [])
+    merged = OmegaConf.create()
+    if "_self_" not in defaults:
+        defaults = [*defaults, "_self_"]
+    for entry in defaults:
+        if entry == "_self_":
+            merged = OmegaConf.merge(merged, node)
+        elif isinstance(entry, str) and "/" not in entry and "@" not in entry:
+            merged = OmegaConf.merge(merged, own_config(group, entry))
+    assert isinstance(merged, DictConfig)
+    return merged
+
+
+def in_place_of(cfg: DictConfig, group: str, name: str) -> DictConfig:
+    """Option ``name``'s config in ``cfg``'s place for ``group``, its interpolations
+    (``${paths.data_dir}``, ``${seed}``) resolved against the rest of ``cfg``."""
+    whole = copy.deepcopy(cfg)
+    with open_dict(whole):
+        whole[group] = own_config(group, name)
+    return whole[group]
+
+
+def working(cfg: DictConfig, group: str, check: Callable[[DictConfig], Any]) -> list[str]:
+    """The options of ``group`` whose own config passes ``check`` (returns without an error)."""
+    return [
+        name
+        for name in names(group)
+        if works(lambda name=name: check(in_place_of(cfg, group, name)))
+    ]
+
+
+def alternatives(group: str, options: Iterable[str]) -> str:
+    """``data=a, data=b or data=c``."""
+    named = [f"{group}={name}" for name in options]
+    if len(named) < 2:
+        return "".join(named) or "none of this project's options"
+    return f"{', '.join(named[:-1])} or {named[-1]}"
+
+
+def works(action: Callable[[], Any]) -> bool:
+    """Whether ``action()`` returns without an error: any failure rules an option out."""
+    try:
+        action()
+    except Exception:
+        return False
+    return True
