@@ -38,6 +38,8 @@ from dataclasses import dataclass
 
 import psutil
 
+from hpml.errors import ConfigError
+
 OTHER_CPU, STEAL, STEP_TIME_CV = "other_cpu_pct", "steal_pct", "step_time_cv_pct"
 
 
@@ -53,8 +55,8 @@ class NoiseRule:
     def __post_init__(self) -> None:
         for name in ("max_other_cpu_pct", "max_steal_pct", "max_step_time_cv_pct", "min_steps"):
             value = getattr(self, name)
-            if not value >= 0:
-                raise ValueError(f"noise.{name}={value}: a limit must be a number >= 0")
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+                raise ConfigError(f"noise.{name}", value, "a number >= 0")
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from hpml.analysis.noise import (
     judge,
     tree_cpu_seconds,
 )
+from hpml.errors import ConfigError
 from tests.helpers import cpu_neighbour
 
 BURN = [sys.executable, "-c", "while True: pass"]
@@ -109,6 +110,10 @@ def test_judge_names_each_figure_and_its_limit():
     assert judge(None, None, 0, rule) is None
 
 
-def test_a_limit_must_be_a_non_negative_number():
-    with pytest.raises(ValueError, match=r"noise.max_steal_pct=-1: a limit must be a number >= 0"):
-        NoiseRule(max_steal_pct=-1)
+@pytest.mark.parametrize("value", [-1, float("nan"), "high", True])
+def test_a_limit_must_be_a_non_negative_number(value):
+    with pytest.raises(ConfigError) as raised:
+        NoiseRule(max_steal_pct=value)
+    assert str(raised.value.under("callbacks.perf")) == (
+        f"callbacks.perf.noise.max_steal_pct={value!r} is invalid: expected a number >= 0"
+    )
