@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import select
 import subprocess
 import sys
 import warnings
@@ -87,6 +88,15 @@ def test_captured_output_is_quiet_with_epoch_lines_and_verbose_shows_all(root: P
         assert noise in verbose, noise
 
 
+def read_all(leader: int) -> str:
+    """What a pseudo-terminal's other side has written so far (a read returns what has arrived,
+    so read until nothing more comes)."""
+    chunks = []
+    while select.select([leader], [], [], 0.5)[0]:
+        chunks.append(os.read(leader, 65536))
+    return b"".join(chunks).decode()
+
+
 def on_screen(written: str) -> list[str]:
     """The lines a terminal shows for ``written``: a carriage return goes back to the start of
     the line, and what follows overwrites what was there."""
@@ -119,7 +129,7 @@ def test_a_line_logged_under_a_progress_bar_starts_on_its_own_line(handler_class
         bar.update(6)
         bar.close()
         terminal.flush()
-        written = os.read(leader, 65536).decode().replace("\r\n", "\n")  # the pty's own CRLF
+        written = read_all(leader).replace("\r\n", "\n")  # the pty's own CRLF
     finally:
         logger.removeHandler(handler)
         terminal.close()
@@ -156,3 +166,31 @@ def test_a_sweeps_later_jobs_leave_out_the_device_lines(repeated: bool) -> None:
         logger.level = level
     device_lines = ["GPU available: False, used: False", "TPU available: False, using: 0 TPU cores"]
     assert seen == ([] if repeated else device_lines) + ["something else"]
+
+
+def test_the_job_logs_console_handler_is_bar_safe() -> None:
+    """Hydra's job logging (conf/hydra/default.yaml) builds hpml's handler on stdout."""
+    import logging.config
+
+    from hydra import compose, initialize_config_dir
+
+    from hpml.cli import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("train", return_hydra_config=True)
+    console = dict(cfg.hydra.job_logging.handlers.console)
+    assert console["stream"] == "ext://sys.stdout"
+    console.pop("formatter")
+    logger = logging.getLogger("tests.console.configured")
+    logging.config.dictConfig(
+        {
+            "version": 1,
+            "handlers": {"console": console},
+            "loggers": {"tests.console.configured": {"handlers": ["console"]}},
+            "disable_existing_loggers": False,
+        }
+    )
+    try:
+        assert [type(h) for h in logger.handlers] == [BarSafeHandler]
+    finally:
+        logger.handlers.clear()
