@@ -23,10 +23,21 @@ a run's timings are **noisy** when other processes took more than ``max_other_cp
 machine, or steal exceeded ``max_steal_pct``, or the training step time's coefficient of
 variation exceeded ``max_step_time_cv_pct`` over at least ``min_steps`` timed steps (fewer
 steps say too little about spread to judge it). The reason names the figure and its limit.
-Defaults, from measurements on a 2-core VM (VAE and VGG11 training, 2 torch threads): idle,
-other processes took 0.2-1.5% and the step CV was 3-8%; beside one CPU-burning process, other
-processes took 33-41% and the CV rose to 18-70%. Limits of 15% other CPU (a neighbour using a
-third of one core of two), 10% steal and 35% CV separate the two with margin.
+Defaults, measured on this project's 2-core VM (2 torch threads), shared with other sessions:
+
+- ``max_other_cpu_pct`` 15: the machine's own background (kernel threads, daemons: every
+  process but the sessions' Python ones) took 1.1-1.4% over 10 s windows, so 15 is ten times
+  it; a neighbour burning one core beside a job that wants both takes about a third of the
+  machine under fair scheduling. Crowded by other sessions (load 6-11), VAE and LSTM training
+  measured 67-89% and the probe said so; a 2-thread matmul loop 76-83% without and 78-88% with
+  one more burner (which then got 5-10% of the machine: the rest was already taken).
+- ``max_steal_pct`` 10: steal read 0.1-3.2% in every window measured.
+- ``max_step_time_cv_pct`` 50: crowded runs measured 34-82%. At a CV of 50%, the 95% interval
+  of the median of 60 steps is about +-16% (1.96 x 1.25 x CV / sqrt(n)): wider than the
+  1.15-1.3x speed-ups hpml's optimisations give on CPU, so those could not be told apart.
+  Other load shows in the CPU share first; the CV catches what the probe cannot see (a
+  neighbouring VM without steal accounting, throttling, a shared GPU).
+- ``min_steps`` 10: the CV of fewer steps is itself too uncertain to judge.
 """
 
 from __future__ import annotations
@@ -49,7 +60,7 @@ class NoiseRule:
 
     max_other_cpu_pct: float = 15.0
     max_steal_pct: float = 10.0
-    max_step_time_cv_pct: float = 35.0
+    max_step_time_cv_pct: float = 50.0
     min_steps: int = 10  # the CV of fewer timed steps is not judged
 
     def __post_init__(self) -> None:
