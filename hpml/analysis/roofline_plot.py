@@ -133,6 +133,7 @@ def roofline_figure(
     """
     import numpy as np
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
     compute = peak.peak_for_precision(precision)
     bandwidth = peak.memory_bytes_per_s
@@ -222,7 +223,12 @@ def roofline_figure(
     ax.set_xlim(x_lo, x_hi)
     ax.set_ylim(y_lo, max([compute, *heights]) * 3)  # a noisy measured peak can be beaten
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
-    ax.set_ylabel("performance (FLOP/s)")
+    # GFLOP/s as plain numbers: 10^9 to 10^15 FLOP/s read as 1 to 1,000,000, not as powers
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / 1e9:,.6g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.6g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_ylabel("performance (GFLOP/s, 2 x MAC)")
     ax.set_title(title or f"Roofline on {peak.name}", fontsize=11)
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(loc="lower right", fontsize=8)

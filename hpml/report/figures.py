@@ -501,14 +501,17 @@ def learning_curves(
         xs = list(range(1, len(points) + 1))
         ys = [value for _, value in points]
         style = {"color": f"C{index % 10}", "linestyle": LINESTYLES[index // 10 % 4]}
-        ax.plot(xs, ys, alpha=0.8, marker=MARKERS[index % len(MARKERS)], label=name, **style)
+        size = 9 - 2 * (index % 3)  # curves on top of each other: the markers still show
+        marker = MARKERS[index % len(MARKERS)]
+        ax.plot(xs, ys, alpha=0.8, marker=marker, markersize=size, label=name, **style)
         canvas.point(
             ax,
             xs[-1],
             ys[-1],
             f"{run_label(run, keys)}\nval/loss {ys[-1]:.4g} after {xs[-1]} epochs",
             color=style["color"],
-            marker=MARKERS[index % len(MARKERS)],
+            marker=marker,
+            markersize=size,
         )
     from matplotlib.ticker import MaxNLocator
 

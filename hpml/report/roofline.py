@@ -189,7 +189,9 @@ def figure(runs: list[Run], keys: list[str]) -> Figure | None:
     canvas = Canvas(figure=fig)
     for index, artist in artists.items():
         point, basis = rows[index]
-        achieved = "not timed" if point.flops_per_s is None else f"{point.flops_per_s:.3g} FLOP/s"
+        achieved = (
+            "not timed" if point.flops_per_s is None else f"{point.flops_per_s / 1e9:.3g} GFLOP/s"
+        )
         canvas.tip(
             artist,
             f"{run_label(measured[index], keys)}\n{point.intensity:.3g} FLOP/byte, {achieved} "

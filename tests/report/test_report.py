@@ -17,7 +17,8 @@ from tests.conftest import QUICK, cli_env, run_cli
 
 
 class Page(HTMLParser):
-    """The headings, table rows (with their class) and inline SVGs of a report page."""
+    """The headings, the runs table's rows (with their class) and inline SVGs of a report
+    page (the runs table: its shown columns, not those folded below it)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -27,11 +28,18 @@ class Page(HTMLParser):
         self._tag: str | None = None
         self._row: list[str] | None = None
         self._row_class: str | None = None
+        self._in_runs = False
 
     def handle_starttag(self, tag: str, attrs: list) -> None:
+        if tag == "wbr":  # a line-break hint inside a heading: the cell goes on
+            return
         self._tag = tag
-        if tag == "tr":
+        if tag == "table":
+            self._in_runs = dict(attrs).get("id") == "runs"
+        elif tag == "tr" and self._in_runs:
             self._row, self._row_class = [], dict(attrs).get("class")
+        elif tag in ("td", "th") and self._row is not None:
+            self._row.append("")
         elif tag == "svg":
             self.svgs += 1
 
@@ -39,13 +47,15 @@ class Page(HTMLParser):
         if tag == "tr" and self._row is not None:
             self.rows.append((self._row_class, self._row))
             self._row = None
+        elif tag == "table":
+            self._in_runs = False
         self._tag = None
 
     def handle_data(self, data: str) -> None:
         if self._tag == "h2":
             self.headings.append(data)
         elif self._tag in ("td", "th") and self._row is not None:
-            self._row.append(data)
+            self._row[-1] += data
 
 
 def report(root: Path, *args: str) -> subprocess.CompletedProcess:
@@ -100,7 +110,7 @@ def test_report_of_a_sweep_with_a_failed_job(root):
     client = MlflowClient(f"sqlite:///{root}/mlflow.db")
     (parent,) = client.search_runs(["1"], "tags.`hpml.sweep_parent` = 'true'")
     logged = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
-    assert logged == {"report/report.html", "report/report.md", "report/figures"}
+    assert logged == {"report/report.html", "report/report.md", "report/figures", "report/tables"}
 
     children = client.search_runs(["1"], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
     ids = [r.info.run_id for r in children if r.info.status == "FINISHED"]
