@@ -106,10 +106,9 @@ def _load(runs: Sequence[Run]) -> str:
         )
     noisy = [r for r in runs if r.data.tags.get("hpml.noisy", "").lower() == "true"]
     if any("hpml.noisy" in r.data.tags for r in runs):
-        reasons = _one(_tag(noisy, "hpml.noisy.reason"))
-        parts.append(
-            f"{len(noisy)} of {len(runs)} runs tagged noisy" + (f" ({reasons})" if reasons else "")
-        )
+        reasons = [r for r in _tag(noisy, "hpml.noisy.reason") if r]
+        example = f", e.g. {reasons[0]}; each run's reason in its hpml.noisy.reason tag"
+        parts.append(f"{len(noisy)} of {len(runs)} runs tagged noisy{example if reasons else ''}")
     return "; ".join(parts)
 
 

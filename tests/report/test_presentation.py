@@ -19,6 +19,7 @@ METHODS = ("l1_structured", "fpgm")
 AMOUNTS = (0.2, 0.8)
 COMMAND = "python -m hpml.train -m experiment=vae_pruning prune=l1_structured,fpgm"
 SIZE = 2_614_821.0  # bytes of the unpruned VAE's state dict
+NOISY = "other processes used 80% of the CPU during timed work (limit 15%)"
 
 
 def _texts(svg: str) -> list[str]:
@@ -57,7 +58,10 @@ def _sweep(client) -> tuple[list, object]:
             "hpml.load_avg_1m_5m_15m": f"{1.5 + job / 4:.2f} 1.00 0.80",
             "hpml.peak_memory_source": "process peak RSS",
             "hpml.sweep_command": COMMAND,
+            "hpml.noisy": str(job == 2).lower(),
         }
+        if job == 2:
+            tags["hpml.noisy.reason"] = NOISY
         run = client.create_run(
             experiment, run_name="vae/synthetic_mnist", tags=tags, start_time=1_700_000_000_000
         )
@@ -88,6 +92,7 @@ def _sweep(client) -> tuple[list, object]:
             "train/epoch_time_s": 0.8,
             "test/loss": 543.0,
             "val/loss": 542.0 + amount,
+            "noise/other_cpu_pct": 80.0 if job == 2 else 5.0,
         }
         history = [Metric("val/loss", 900.0 - 300 * step, 0, step) for step in range(3)]
         client.log_batch(
@@ -138,7 +143,11 @@ def test_header_names_what_ran_where_and_when(written) -> None:
     assert fields["CPU"] == "AMD EPYC 7B13, 2 logical CPUs, torch threads: 2"
     assert fields["torch"] == "2.14.1"  # no CUDA build: no CUDA version said
     assert "GPU" not in fields
-    assert fields["load"].startswith("1-min load average at run start 1.50 to 2.50")
+    assert fields["load"] == (
+        "1-min load average at run start 1.50 to 2.50 (median 2.00, 5 runs) on 2 logical CPUs; "
+        "other processes' CPU during timed work: median 5 %, at most 80 %; "
+        f"1 of 5 runs tagged noisy, e.g. {NOISY}; each run's reason in its hpml.noisy.reason tag"
+    )
     assert fields["date"] == "2023-11-14 22:13 to 22:14 UTC (1 min)"
     text = html.read_text()
     for name, _ in report.header:
