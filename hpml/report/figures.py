@@ -17,6 +17,7 @@ from hpml.report.canvas import (
     distinct_labels,
     human,
     log_if_wide,
+    plain,
     prefixed,
     run_label,
     scaled,
@@ -456,7 +457,8 @@ def memory(runs: list[Run], keys: list[str]) -> Figure | None:
     cuda = any(s.startswith("torch.cuda") for s in sources)
     over = [p / t for p, t in zip(peaks, totals, strict=True) if p is not None and t > 0]
     here = (
-        f"Here the peak is {min(over):.2g}x to {max(over):.2g}x the tensors' total. "
+        f"Here the peak is {plain(float(f'{min(over):.2g}'))}x to "
+        f"{plain(float(f'{max(over):.2g}'))}x the tensors' total. "
         if over
         else ""
     )
