@@ -19,7 +19,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from hpml.cli import check_args, hoist_flags, report_failure
-from hpml.console import progress_bar, quiet_upstream
+from hpml.console import compare_hint, progress_bar, quiet_upstream
 from hpml.errors import ConfigError, HpmlError
 from hpml.hydra_job import HydraJob
 from hpml.tracking.jobs import record_run, write_job_status
@@ -76,12 +76,15 @@ def hydra_job() -> HydraJob | None:
     return HydraJob.of(HydraConfig.get()) if HydraConfig.initialized() else None
 
 
-def tracker_of(cfg: DictConfig) -> Any:
-    """The ``logger`` group's tracker, once output is quieted and the store answers (a bad URI
-    or a silent server: one line, before torch loads)."""
+def tracker_of(cfg: DictConfig, job: HydraJob | None = None) -> Any:
+    """The ``logger`` group's tracker, once output is quieted (a sweep's later jobs say less)
+    and the store answers (a bad URI or a silent server: one line, before torch loads)."""
     from hpml.tracking.remote import prepare
 
-    quiet_upstream(verbose=bool(OmegaConf.select(cfg, "hpml.verbose", default=False)))
+    quiet_upstream(
+        verbose=bool(OmegaConf.select(cfg, "hpml.verbose", default=False)),
+        repeated=job is not None and job.sweep is not None and job.sweep.num > 0,
+    )
     prepare(cfg.logger)
     return build("logger", cfg.logger)
 
@@ -93,7 +96,7 @@ def prepared(cfg: DictConfig, job: HydraJob | None) -> Any:
     loads) and the config can work (``hpml.validate``). A refused job of a sweep is recorded as a
     FAILED child of the sweep so its page lists every job; a refused single run leaves no run.
     """
-    tracker = tracker_of(cfg)
+    tracker = tracker_of(cfg, job)
     try:
         validate(cfg, job)
     except HpmlError as exc:
@@ -185,15 +188,9 @@ def train(cfg: DictConfig) -> dict[str, float]:
             run.set_device(trainer.strategy.root_device, processes(trainer))
             metrics = fit_and_test(cfg, parts, ckpt_path, stop.check)
         run.log_model(parts[1], parts[0])
-    uri = redact_text(tracker.tracking_uri)
-    if uri.startswith(("http://", "https://")):  # a server: its own UI shows the run
-        where = f"hpml: compare runs at {uri.rstrip('/')}/{run.ui_path}"
-    else:
-        where = (
-            f"hpml: compare runs with `make ui` (or `mlflow ui --backend-store-uri {uri}`), "
-            f"then open http://127.0.0.1:5000/{run.ui_path}"
-        )
-    print(f"hpml: run {run.run_id} finished in {uri}\n{where}")
+    if job is None or job.sweep is None:  # a sweep says it once, at its end
+        uri = redact_text(tracker.tracking_uri)
+        print(f"hpml: run {run.run_id} finished in {uri}\nhpml: {compare_hint(uri, run.ui_path)}")
     return metrics
 
 

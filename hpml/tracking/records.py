@@ -1,9 +1,14 @@
 """What a run records besides its metrics: the config as params and files, the failure, the
-job's log files. Called while the run is active (``mlflow.active_run()``)."""
+job's log files. Called while the run is active (``mlflow.active_run()``).
+
+Per-job paths are tags (``hpml.path.<key>``), not params: each job of a sweep has its own, so
+as params they were the first keys MLflow's compare view offered to plot runs against.
+"""
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 import traceback
 from typing import Any
@@ -17,6 +22,9 @@ from hpml.hydra_job import HydraJob
 from hpml.tracking.redact import redact_config, redact_text
 
 MAX_PARAM_CHARS = 6000  # MLflow 3's limit on one param value
+PATH_TAG = "hpml.path."
+# a key's last part naming a folder: data_dir, default_root_dir, dirpath, output_subdir
+FOLDER_KEY = re.compile(r"dir(path)?$")
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, str]:
@@ -32,9 +40,34 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, str]:
     return {prefix.rstrip("."): text}
 
 
+def is_path(key: str, value: str, folders: tuple[str, ...]) -> bool:
+    """Whether config leaf ``key`` is a path rather than a knob: a key under ``paths.``, a key
+    naming a folder, or a value inside one of the job's own ``folders`` (its output and sweep
+    dirs), however the config reached it (``${hydra:...}`` interpolations included)."""
+    if key.startswith("paths.") or FOLDER_KEY.search(key.rsplit(".", 1)[-1]):
+        return True
+    return any(value == folder or value.startswith(f"{folder}/") for folder in folders)
+
+
+def split_paths(
+    flat: dict[str, str], job: HydraJob | None
+) -> tuple[dict[str, str], dict[str, str]]:
+    """``flat`` as ``(params, tags)``: paths (:func:`is_path`) become ``hpml.path.<key>`` tags."""
+    folders = () if job is None else (str(job.output_dir),)
+    if job is not None and job.sweep is not None:
+        folders += (job.sweep.dir,)
+    params, tags = {}, {}
+    for key, text in flat.items():
+        if is_path(key, text, folders):
+            tags[f"{PATH_TAG}{key}"] = text
+        else:
+            params[key] = text
+    return params, tags
+
+
 def log_config(cfg: DictConfig, job: HydraJob | None, resumed: bool = False) -> None:
-    """The resolved config as params and as a file, plus Hydra's own record of the job (none
-    with ``hydra.output_subdir=null``, which tells Hydra to keep none).
+    """The resolved config as params (its paths as tags) and as a file, plus Hydra's own record
+    of the job (none with ``hydra.output_subdir=null``, which tells Hydra to keep none).
 
     A resumed run keeps the params it has (MLflow refuses changed values) and gains new ones;
     each resume's config goes under ``config/resumed_<time>/``.
@@ -42,12 +75,14 @@ def log_config(cfg: DictConfig, job: HydraJob | None, resumed: bool = False) -> 
     resolved = redact_config(
         OmegaConf.to_container(cfg, resolve=True), OmegaConf.to_container(cfg, resolve=False)
     )
-    params, folder = flatten(resolved), "config"
+    params, paths = split_paths(flatten(resolved), job)
+    folder = "config"
     if resumed:
         known = MlflowClient().get_run(mlflow.active_run().info.run_id).data.params
         params = {key: value for key, value in params.items() if key not in known}
         folder = f"config/resumed_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
     mlflow.log_params(params)
+    mlflow.set_tags(paths)
     mlflow.log_text(OmegaConf.to_yaml(resolved), f"{folder}/config_resolved.yaml")
     if job is not None and job.config_dir is not None:
         for path in sorted(job.config_dir.glob("*.yaml")):  # overrides may carry a URI's password

@@ -1,11 +1,18 @@
-"""One parent MLflow run per Hydra sweep, so the UI compares a sweep's jobs in one view."""
+"""One parent MLflow run per Hydra sweep, so the UI compares a sweep's jobs in one view.
+
+The parent is named after the experiment and the keys the sweep varies
+(``vae_pruning: prune x prune.amount (05-14 14:03:05)``), and the sweep ends with one summary
+and where to compare its runs: its jobs print no end-of-run lines of their own.
+"""
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
 import shlex
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +20,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
+from hpml.console import compare_hint
 from hpml.errors import one_line
 from hpml.tracking.jobs import PARENT_FILE, failed_jobs, this_process
 from hpml.tracking.redact import redact_text
@@ -29,6 +37,38 @@ def job_failed(job_return: JobReturn) -> bool:
         return True
     value = job_return.return_value  # safe: raises only for FAILED, handled above
     return isinstance(value, float) and math.isnan(value)
+
+
+def swept_keys(config: DictConfig) -> list[str]:
+    """The keys a sweep varies, as Hydra's basic sweeper reads them: the sweeper's own params
+    (an experiment's), then the command line's overrides, a later value of a key winning."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = OmegaConf.select(config, "hydra.sweeper.params") or {}
+    texts = [f"{key}={value}" for key, value in params.items()]
+    texts += list(OmegaConf.select(config, "hydra.overrides.task") or [])
+    swept: dict[str, bool] = {}
+    parser = OverridesParser.create()
+    for text in texts:
+        try:
+            override = parser.parse_override(text)
+        except Exception:  # Hydra reports malformed overrides itself
+            continue
+        swept[override.key_or_group] = override.is_sweep_override()
+    return [key for key, on in swept.items() if on]
+
+
+def sweep_name(config: DictConfig, now: float | None = None) -> str:
+    """``<experiment>: <key> x <key> (<month-day hour:minute:second>)``: what a sweep varies,
+    the time only to tell apart sweeps of one experiment; MLflow's run ids stay the identity."""
+    experiment = (
+        config.hydra.runtime.choices.get("experiment")
+        or OmegaConf.select(config, "logger.experiment_name")
+        or "sweep"
+    )
+    keys = " x ".join(swept_keys(config)) or "no swept key"
+    stamp = time.strftime("%m-%d %H:%M:%S", time.localtime(now))
+    return f"{experiment}: {keys[:200]} ({stamp})"
 
 
 def stop_sweep(message: str) -> None:
@@ -49,6 +89,7 @@ class MlflowSweepCallback(Callback):
 
     def __init__(self) -> None:
         self.failed_returns = 0  # jobs run in this process that raised or returned NaN
+        self.ended = True  # until a multirun starts: nothing to close at exit
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         self.failed_returns += job_failed(job_return)
@@ -70,7 +111,7 @@ class MlflowSweepCallback(Callback):
             run = self._reopened(client, sweep_dir) or retry_locked(
                 lambda: client.create_run(
                     tracker.experiment_id(),
-                    run_name=f"sweep {sweep_dir.name}",
+                    run_name=sweep_name(config),
                     tags={
                         "hpml.sweep_dir": str(sweep_dir),
                         "hpml.sweep_command": redact_text(command),
@@ -86,6 +127,7 @@ class MlflowSweepCallback(Callback):
                         "experiment_id": run.info.experiment_id,
                         "tracking_uri": tracker.tracking_uri,
                         "process": this_process(),
+                        "run_name": run.info.run_name,
                     }
                 )
             )
@@ -93,6 +135,8 @@ class MlflowSweepCallback(Callback):
             stop_sweep(
                 f"the sweep's parent run could not be created, no job was started: {one_line(exc)}"
             )
+        self.ended = False
+        atexit.register(self._not_ended, config)
 
     @staticmethod
     def _reopened(client: Any, sweep_dir: Path) -> Any:
@@ -109,11 +153,32 @@ class MlflowSweepCallback(Callback):
         return run
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        self.ended = True
+        if self._finish(config, stopped=False):
+            raise SystemExit(1)
+
+    def _not_ended(self, config: DictConfig) -> None:
+        """At exit, for a sweep Hydra ended without ``on_multirun_end``, which it skips when a
+        job or the launcher raised (a worker killed): the parent, if still RUNNING, ends
+        FAILED, and the summary is printed all the same. Never raises: the process is ending."""
+        if self.ended:
+            return
+        self.ended = True
+        try:
+            self._finish(config, stopped=True)
+        except BaseException as exc:  # a summary is worth trying, never worth a traceback
+            print(f"hpml: the sweep's end could not be recorded: {one_line(exc)}", file=sys.stderr)
+
+    def _finish(self, config: DictConfig, stopped: bool) -> int:
+        """Close the parent with its children's verdict and print the sweep's summary and where
+        to compare its runs; the number of failed jobs. ``stopped``: Hydra ended the sweep before
+        its end, and a parent another handler closed already (a stop signal: KILLED) is left."""
         sweep_dir = Path(str(config.hydra.sweep.dir))
         failed_dirs = failed_jobs(sweep_dir)
         try:
             record = json.loads((sweep_dir / PARENT_FILE).read_text())
-            client = instantiate(config.logger).client()
+            tracker = instantiate(config.logger)
+            client = tracker.client()
             children = retry_locked(
                 lambda: client.search_runs(
                     [record["experiment_id"]], f"tags.mlflow.parentRunId = '{record['run_id']}'"
@@ -124,17 +189,22 @@ class MlflowSweepCallback(Callback):
                 len(failed_dirs),
                 self.failed_returns,
             )
-            retry_locked(
-                lambda: client.set_terminated(record["run_id"], "FAILED" if failed else "FINISHED")
-            )
+            if stopped and client.get_run(record["run_id"]).info.status != "RUNNING":
+                return failed
+            status = "FAILED" if failed or stopped else "FINISHED"
+            retry_locked(lambda: client.set_terminated(record["run_id"], status))
         except Exception as exc:
             stop_sweep(
                 f"the sweep's runs could not be read back ({one_line(exc)}); "
                 f"failed job folders in {sweep_dir}: {', '.join(failed_dirs) or 'none'}"
             )
-        summary = f"hpml: sweep {record['run_id']}: {len(children)} runs, {failed} failed"
+        name = record.get("run_name") or "sweep"
+        summary = f"hpml: sweep {name} ({record['run_id']}): {len(children)} runs, {failed} failed"
+        if stopped:
+            summary += ", stopped before its end (the error above)"
         if failed_dirs:
             summary += f" (job folders {', '.join(failed_dirs)} in {sweep_dir})"
-        print(summary, file=sys.stderr)
-        if failed:
-            raise SystemExit(1)
+        ui_path = f"#/experiments/{record['experiment_id']}/runs/{record['run_id']}"
+        where = compare_hint(redact_text(record["tracking_uri"]), ui_path)
+        print(f"{summary}\nhpml: {where}", file=sys.stderr)
+        return failed

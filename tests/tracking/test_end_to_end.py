@@ -40,6 +40,12 @@ def test_single_run_is_recorded_with_params_metrics_tags_and_artifacts(root, cli
     assert "make ui" in result.stdout
 
     params = run.data.params
+    # per-job paths are tags: MLflow's compare view offers only knobs as params
+    assert not [key for key in params if key.startswith("paths.") or key.endswith(("dir", "path"))]
+    assert run.data.tags["hpml.path.paths.output_dir"] == run.data.tags["hpml.output_dir"]
+    assert run.data.tags["hpml.path.callbacks.checkpoint.dirpath"].startswith(
+        run.data.tags["hpml.output_dir"]
+    )
     assert params["model._target_"] == "hpml.models.vae.VAEModule"
     assert params["data.batch_size"] == "32"
     assert params["data.channels"] == "1"  # the VAE picked MNIST-shaped synthetic data
@@ -119,6 +125,15 @@ def test_multirun_gives_one_parent_and_a_child_per_job(root, client):
     assert len(parents) == 1 and len(children) == 2
     parent = parents[0]
     assert parent.info.status == "FINISHED"
+    assert parent.info.run_name.startswith("hpml: data.batch_size (")
+    # one summary for the sweep, no end-of-run lines per job; the device lines once
+    assert "finished in" not in result.stdout
+    lines = stderr_lines(result)
+    assert (
+        lines[-2] == f"hpml: sweep {parent.info.run_name} ({parent.info.run_id}): 2 runs, 0 failed"
+    )
+    assert "make ui" in lines[-1] and lines[-1].endswith(f"/runs/{parent.info.run_id}")
+    assert result.stdout.count("GPU available: ") == 1, result.stdout[-3000:]
     assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parent.info.run_id}
     assert sorted(c.data.params["data.batch_size"] for c in children) == ["16", "32"]
     assert sorted(c.data.tags["hpml.job_num"] for c in children) == ["0", "1"]

@@ -147,9 +147,10 @@ def test_failed_array_fails_every_member_and_the_sweep(root, client):
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     lines = stderr_lines(result)
-    assert len(lines) == 2, result.stderr[-3000:]
+    assert len(lines) == 3, result.stderr[-3000:]  # the error, the sweep's summary, its page
     assert "RuntimeError: injected failure at epoch 0" in lines[0]
     assert "2 runs, 2 failed" in lines[1]
+    assert "make ui" in lines[2]
     parent, children = sweep_runs(client)
     assert parent.info.status == "FAILED"
     assert len(children) == 2
@@ -182,7 +183,9 @@ def test_diverging_member_is_frozen_tagged_and_fails_the_sweep_while_the_other_f
     assert "Traceback" not in result.stderr
     assert fuse_lines(result) == []  # one array of both jobs
     parent, children = sweep_runs(client)
-    assert stderr_lines(result) == [f"hpml: sweep {parent.info.run_id}: 2 runs, 1 failed"]
+    summary, where = stderr_lines(result)
+    assert summary == f"hpml: sweep {parent.info.run_name} ({parent.info.run_id}): 2 runs, 1 failed"
+    assert where.endswith(f"/runs/{parent.info.run_id}")
     assert parent.info.status == "FAILED"
     runs = by_lr(children)
     assert sorted(runs) == ["0.01", "1e+30"]
