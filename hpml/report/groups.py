@@ -155,6 +155,7 @@ class Group:
             ratios.n,
             verdict(ratios, noisy=self.noisy or not all(c.timed_side_by_side for c in found)),
             ratios.coverage,
+            self.noisy,
         )
 
 
@@ -216,6 +217,7 @@ class Comparison:
     n: int
     verdict: str
     coverage: float = 0.95
+    noisy: bool = False  # a run of either side was tagged hpml.noisy
 
     @property
     def timed_side_by_side(self) -> bool:
@@ -239,9 +241,10 @@ class Comparison:
         if not self.timed_side_by_side:
             return f"{self.ratio:.3g}x [no interval] — {self.verdict} (n={self.n})"
         cover = "" if self.coverage >= 0.95 - 1e-9 else f", {self.coverage:.0%} interval"
+        loud = ", a run noisy" if self.noisy else ""
         return (
             f"{self.ratio:.3g}x [{self.ci_low:.3g}, {self.ci_high:.3g}] {self.verdict} "
-            f"(n={self.n}{cover})"
+            f"(n={self.n}{cover}{loud})"
         )
 
 
@@ -285,6 +288,7 @@ def in_run(run: Run) -> list[Comparison]:
                 high,
                 n,
                 said,
+                noisy=noisy(run),
             )
         )
     return found
@@ -301,11 +305,16 @@ def baseline(groups: list[Group]) -> Group | None:
     """The first finished group whose runs prune, quantise and compile nothing; else the first
     finished group; None when no run finished."""
     finished = [g for g in groups if g.finished]
-    plain = [g for g in finished if all(_plain(run) for run in g.runs)]
-    return (plain or finished or [None])[0]
+    unoptimised = [g for g in finished if plain(g)]
+    return (unoptimised or finished or [None])[0]
 
 
-def _plain(run: Run) -> bool:
+def plain(group: Group) -> bool:
+    """Whether a group's runs prune, quantise and compile nothing."""
+    return all(_unoptimised(run) for run in group.runs)
+
+
+def _unoptimised(run: Run) -> bool:
     for step in STEPS:
         option = run.data.tags.get(f"{CHOICE_TAG}{step}")
         if option not in (None, "none"):
@@ -349,6 +358,7 @@ def against_baseline(groups: list[Group], base: Group | None) -> list[Comparison
                     interval.n,
                     verdict(interval, noisy=other.noisy or base.noisy),
                     interval.coverage,
+                    other.noisy or base.noisy,
                 )
             )
     return found

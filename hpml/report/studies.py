@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from hpml.analysis.stats import median_ci
 from hpml.names import label
-from hpml.report.groups import COLUMNS, Comparison, Group
+from hpml.report.groups import COLUMNS, Comparison, Group, plain
 from hpml.report.table import number
 
 if TYPE_CHECKING:
@@ -398,10 +398,14 @@ def against_baseline(comparisons: list[Comparison], base: Group | None) -> Table
         ]
         for c in comparisons
     ]
+    rule = (
+        "the first config that prunes, quantises and compiles nothing"
+        if plain(base)
+        else "the sweep's first config (each config prunes, quantises or compiles)"
+    )
     return Table(
         "Each config against the baseline",
-        f"Baseline: {base.label} ({base.names}), the first config that prunes, quantises and "
-        "compiles nothing, or the sweep's first config. Speed-up: the config's throughput / the "
+        f"Baseline: {base.label} ({base.names}), {rule}. Speed-up: the config's throughput / the "
         "baseline's, or the baseline's step time or latency / the config's (> 1: the config is "
         "faster): the ratio of the two groups' medians [95% bootstrap interval over their "
         "repeats] verdict (n: the smaller group's runs). Faster or slower when the interval "

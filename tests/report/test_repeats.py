@@ -213,6 +213,7 @@ def test_in_run_comparisons_with_and_without_their_interval(client, runs):
     assert side_by_side.cell() == "2.9x [2.75, 3.04] faster (n=7)"
     (noisy,) = in_run(client.get_run(ids["noisy"][1]))
     assert noisy.verdict == WITHIN_NOISE  # its tag says faster; the run was noisy
+    assert noisy.cell() == "3x [2.85, 3.15] within noise (n=7, a run noisy)"
     (old,) = in_run(client.get_run(ids["old"][0]))
     assert (old.ratio, old.ci_low, old.ci_high, old.n, old.verdict) == (
         1.5,
@@ -286,11 +287,12 @@ def test_the_report_collapses_repeats_and_its_csv_agrees_with_mlflow(client, run
     for run_id in ids["plain"]:
         assert number(by_id[run_id][SPEED]) == client.get_run(run_id).data.metrics[SPEED]
     md = (out / "report.md").read_text()
+    assert "the first config that prunes, quantises and compiles nothing" in md
     # the pruned config's row: its repeats' speed-ups' median [min, max] over 3 runs
     assert "b1: 3x [2.9, 3.1] faster (n=3, 75% interval)" in md
     # older runs: three repeats agree, but none timed before and after side by side
     assert "b1: 1.5x [1.5, 1.5] within noise (n=3, 75% interval)" in md
-    assert "b1: 3x [2.9, 3.1] within noise (n=3, 75% interval)" in md  # a repeat was noisy
+    assert "b1: 3x [2.9, 3.1] within noise (n=3, 75% interval, a run noisy)" in md
     assert "| 0.9 [0.87, 0.93] (75%) -> 0.3 |" in md  # latency b1 before -> after, pooled
 
 
