@@ -13,7 +13,8 @@ block). Not ``blocked_autorange``: it re-estimates its block size on every call,
 until the timer's overhead is below 0.01%, so on a 2-core CPU a 0.2 ms VAE ran 1,000-call blocks
 and 0.4-0.55 s per turn at ``min_run_time=0.05`` (13 s for one before/after at two batch sizes).
 Here the block size is set once per variant, in its first turn (which warms it up too), so that
-a block lasts about ``min_run_time``: a turn costs that, whatever the model.
+a block lasts about ``min_run_time``: a turn costs that, plus Timer's warm-up (2 calls, or 1% of
+the block), and at least one call of a model slower than ``min_run_time``.
 """
 
 from __future__ import annotations
