@@ -119,7 +119,7 @@ def build(
     plots = [plot(runs, config_keys) for plot in figures.PLOTS]
     plots.append(roofline.figure(runs, keys))
     plots.append(fused.speeds(runs, serial))
-    plots += [search.parallel_coordinates(runs, keys), search.importances(parent)]
+    plots += [search.parallel_coordinates(runs, config_keys), search.importances(parent)]
     plots.append(figures.learning_curves(runs, keys, lambda r, n: histories[(r.info.run_id, n)]))
     statuses = Counter(run.info.status for run in runs)
     counts = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items()))

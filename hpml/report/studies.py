@@ -30,7 +30,7 @@ ReadText = Callable[["Run", str], "str | None"]
 SPREAD = (
     "A number that varies between a config's repeats is their median [low, high]: the "
     "order-statistic 95% interval of the median, or with fewer than 6 repeats [min, max], whose "
-    "coverage is said (75% for 3, 88% for 4, 94% for 5)."
+    "coverage the runs column says (75% for 3, 88% for 4, 94% for 5)."
 )
 VERDICTS = (
     "Speed-ups: before / after (> 1: faster), as the step timed both side by side in rounds: "
@@ -63,8 +63,16 @@ def spread(values: Sequence[float]) -> str:
     if len(set(values)) == 1:
         return number(values[0])
     ci = median_ci(values)
-    cover = "" if ci.coverage >= 0.95 - 1e-9 else f" ({ci.coverage:.0%})"
-    return f"{number(ci.median)} [{number(ci.low)}, {number(ci.high)}]{cover}"
+    return f"{number(ci.median)} [{number(ci.low)}, {number(ci.high)}]"
+
+
+def runs_cell(group: Group) -> str:
+    """``3 (75% intervals): job 0, job 3, job 6``: a row's n, the coverage of its intervals
+    (set by n alone), and its runs."""
+    n = len(group.runs)
+    if n == 1:
+        return group.names
+    return f"{n} ({median_ci(list(range(n))).coverage:.0%} intervals): {group.names}"
 
 
 def _values(group: Group, name: str) -> list[float]:
@@ -78,20 +86,19 @@ def _pair(group: Group, before: str, after: str) -> str:
     return f"{spread(b)} -> {spread(a)}"
 
 
-def _latency(group: Group, stage: str, batch: int = 1) -> str:
-    """``before -> after`` latency; a single run's sides with their IQR over rounds."""
+def _latency(group: Group, stage: str, batch: int = 1) -> list[str]:
+    """Latency before and after, two cells: repeats' median [interval], or a single run's
+    median with its IQR over rounds."""
     name = f"latency_b{batch}"
-    if len(group.runs) > 1:
-        return _pair(group, f"{stage}_before/{name}_ms", f"{stage}_after/{name}_ms")
-    m = group.runs[0].data.metrics
     sides = []
     for when in ("before", "after"):
-        median = m.get(f"{stage}_{when}/{name}_ms")
-        if median is None:
-            return ""
-        iqr = m.get(f"{stage}_{when}/{name}_iqr_ms")
-        sides.append(number(median) + ("" if iqr is None else f" (IQR {number(iqr)})"))
-    return " -> ".join(sides)
+        values = _values(group, f"{stage}_{when}/{name}_ms")
+        iqr = group.runs[0].data.metrics.get(f"{stage}_{when}/{name}_iqr_ms")
+        if len(values) == 1 and iqr is not None:
+            sides.append(f"{number(values[0])} (IQR {number(iqr)})")
+        else:
+            sides.append(spread(values))
+    return sides
 
 
 def _speedups(group: Group, step: str) -> list[Comparison]:
@@ -99,8 +106,18 @@ def _speedups(group: Group, step: str) -> list[Comparison]:
     return [c for b in batches if (c := group.speedup(step, b)) is not None]
 
 
-def _speedup_cell(found: list[Comparison]) -> str:
-    return "; ".join(f"b{c.batch}: {c.cell()}" for c in found)
+def _batches(groups: list[Group], steps: Sequence[str]) -> list[int]:
+    """The batch sizes any group timed a step's before/after at: a speed-up column each."""
+    return sorted({b for g in groups for s, b in g.in_run if s in steps})
+
+
+def _speedup_cells(found: list[Comparison], batches: list[int]) -> list[str]:
+    by_batch = {c.batch: c.cell() for c in found}
+    return [by_batch.get(b, "") for b in batches]
+
+
+def _speedup_headings(batches: list[int]) -> list[str]:
+    return [f"speed-up b{b} (x, before/after)" for b in batches]
 
 
 def _widths(layers: str | None) -> str:
@@ -138,6 +155,7 @@ def pruning(groups: list[Group], text: ReadText) -> Table | None:
     if not pruned:
         return None
     pruned.sort(key=lambda g: (_param(g, "prune.method"), _amount(g)))
+    batches = _batches(pruned, ["prune"])
     rows, plain, texts = [], [], []
     for group in pruned:
         speedups = _speedups(group, "prune")
@@ -146,8 +164,7 @@ def pruning(groups: list[Group], text: ReadText) -> Table | None:
             [
                 _param(group, "prune.method"),
                 number(100 * _amount(group)),
-                str(len(group.runs)),
-                group.names,
+                runs_cell(group),
                 _widths(text(first, "prune/layers.json")),
                 _pair(
                     group, "prune_before/fwd_flops_per_sample", "prune_after/fwd_flops_per_sample"
@@ -156,8 +173,8 @@ def pruning(groups: list[Group], text: ReadText) -> Table | None:
                 _pair(group, "prune_before/size_bytes", "prune_after/size_bytes"),
                 _pair(group, "prune_before/val_loss_nats", "prune_after/val_loss_nats"),
                 spread(_values(group, "prune_final/val_loss_nats")),
-                _latency(group, "prune"),
-                _speedup_cell(speedups),
+                *_latency(group, "prune"),
+                *_speedup_cells(speedups, batches),
             ]
         )
         b1 = next((c for c in speedups if c.batch == 1), None)
@@ -209,16 +226,16 @@ def pruning(groups: list[Group], text: ReadText) -> Table | None:
         [
             "prune.method",
             "sparsity asked (%)",
-            "runs (n)",
-            "runs",
+            "runs (n, interval coverage)",
             "layer widths (out, before->after)",
             "fwd FLOPs/sample (2 x MAC)",
             "FLOPs reduction (x)",
             "size (bytes)",
             "val loss (nats)",
             "val loss after fine-tune (nats)",
-            "latency b1 (ms)",
-            "speed-up (x, before/after)",
+            "latency b1 before (ms)",
+            "latency b1 after (ms)",
+            *_speedup_headings(batches),
         ],
         rows,
         texts,
@@ -263,6 +280,7 @@ def before_after(groups: list[Group], text: ReadText) -> Table | None:
     ]
     if steps == ["prune"]:
         return None  # a pruning sweep alone: the pruning table says it all
+    batches = _batches(groups, steps)
     for group in groups:
         metrics = {n for r in group.runs for n in r.data.metrics}
         for step in steps:
@@ -273,12 +291,11 @@ def before_after(groups: list[Group], text: ReadText) -> Table | None:
             speedups = _speedups(group, step)
             rows.append(
                 [
-                    group.names,
+                    runs_cell(group),
                     f"{step}: {_param(group, f'{step}.method')}",
-                    str(len(group.runs)),
                     _pair(group, f"{b}/size_bytes", f"{a}/size_bytes"),
-                    _latency(group, step),
-                    _speedup_cell(speedups),
+                    *_latency(group, step),
+                    *_speedup_cells(speedups, batches),
                     _pair(group, f"{b}/{quality}", f"{a}/{quality}"),
                     quality.replace("val_", "val ")
                     .replace("_pct", " (%)")
@@ -316,12 +333,12 @@ def before_after(groups: list[Group], text: ReadText) -> Table | None:
         "(nats), on the validation split or its first prune/quant/compile.eval_batches "
         f"batches. {VERDICTS} {SPREAD}",
         [
-            "runs",
+            "runs (n, interval coverage)",
             "step",
-            "runs (n)",
             "size (bytes)",
-            "latency b1 (ms)",
-            "speed-up (x, before/after)",
+            "latency b1 before (ms)",
+            "latency b1 after (ms)",
+            *_speedup_headings(batches),
             "quality",
             "quality is",
         ],
@@ -359,7 +376,7 @@ def repeats(groups: list[Group], columns: list[str]) -> Table | None:
     shown = [c for c in columns if any(g.values(c) for g in repeated)]
     rows, plain = [], []
     for group in repeated:
-        rows.append([group.label, str(len(group.runs)), *(spread(group.values(c)) for c in shown)])
+        rows.append([group.label, runs_cell(group), *(spread(group.values(c)) for c in shown)])
         cells: list[object] = [group.label, group.ids, len(group.runs)]
         for c in shown:
             ci = group.interval(c)
@@ -369,7 +386,7 @@ def repeats(groups: list[Group], columns: list[str]) -> Table | None:
         "Repeats: median and interval per config",
         f"A row per config run more than once (runs differing only in replicate, or seed unless "
         f"the report was made --by-seed). {SPREAD}",
-        ["config", "runs (n)", *(label(c) for c in shown)],
+        ["config", "runs (n, interval coverage)", *(label(c) for c in shown)],
         rows,
         name="repeats",
         data=(

@@ -18,7 +18,7 @@ from hpml.report.__main__ import main
 from hpml.report.figures import pareto
 from hpml.report.groups import COLUMNS, against_baseline, baseline, group, in_run
 from hpml.report.runs import sweep_children
-from hpml.report.studies import spread
+from hpml.report.studies import runs_cell, spread
 
 SPEED = "train/throughput_samples_per_s"
 STEP = "train/step_time_p50_ms"
@@ -171,7 +171,8 @@ def test_a_group_has_its_median_interval_and_n(client, runs):
     ci = plain.interval(SPEED)
     assert (ci.median, ci.low, ci.high, ci.n) == (1000.0, 990.0, 1010.0, 3)
     assert ci.coverage == pytest.approx(0.75)  # three values: [min, max] covers 1 - 2/8
-    assert spread(plain.values(SPEED)) == "1000 [990, 1010] (75%)"
+    assert spread(plain.values(SPEED)) == "1000 [990, 1010]"
+    assert runs_cell(plain) == "3 (75% intervals): job 0, job 5, job 10"
     assert spread([2.0, 2.0, 2.0]) == "2"  # repeats that agree: the value
 
 
@@ -289,11 +290,11 @@ def test_the_report_collapses_repeats_and_its_csv_agrees_with_mlflow(client, run
     md = (out / "report.md").read_text()
     assert "the first config that prunes, quantises and compiles nothing" in md
     # the pruned config's row: its repeats' speed-ups' median [min, max] over 3 runs
-    assert "b1: 3x [2.9, 3.1] faster (n=3, 75% interval)" in md
+    assert "| 3x [2.9, 3.1] faster (n=3, 75% interval) |" in md
     # older runs: three repeats agree, but none timed before and after side by side
-    assert "b1: 1.5x [1.5, 1.5] within noise (n=3, 75% interval)" in md
-    assert "b1: 3x [2.9, 3.1] within noise (n=3, 75% interval, a run noisy)" in md
-    assert "| 0.9 [0.87, 0.93] (75%) -> 0.3 |" in md  # latency b1 before -> after, pooled
+    assert "| 1.5x [1.5, 1.5] within noise (n=3, 75% interval) |" in md
+    assert "| 3x [2.9, 3.1] within noise (n=3, 75% interval, a run noisy) |" in md
+    assert "| 0.9 [0.87, 0.93] | 0.3 |" in md  # latency b1 before, after: repeats pooled
 
 
 def test_configs_run_once_are_not_compared(client, tmp_path):
@@ -336,3 +337,44 @@ def test_replicate_is_a_config_key_logged_as_a_param(composed):
     assert OmegaConf.select(composed([]), "replicate") == 0
     cfg = composed(["replicate=2"])
     assert flatten(OmegaConf.to_container(cfg, resolve=True))["replicate"] == "2"
+
+
+def test_before_after_rows_say_their_interval_and_verdict(client, tmp_path):
+    """A quantised config run once (side-by-side metrics, IQRs) and one repeated twice whose
+    runs logged only their latencies: every speed-up cell has its interval or says it has none."""
+    from hpml.report.studies import before_after
+
+    parent = sweep(client, tmp_path)
+    side = {
+        "quant_before/size_bytes": 4e6,
+        "quant_after/size_bytes": 1e6,
+        "quant_before/latency_b1_ms": 1.2,
+        "quant_after/latency_b1_ms": 0.4,
+        "quant_before/latency_b1_iqr_ms": 0.05,
+        "quant_after/latency_b1_iqr_ms": 0.02,
+        "quant/speedup_b1_x": 3.0,
+        "quant/speedup_b1_ci_low_x": 2.8,
+        "quant/speedup_b1_ci_high_x": 3.2,
+        "quant/speedup_b1_rounds_count": 7.0,
+    }
+    job(client, parent, 0, {"quant.method": "dynamic"}, side)
+    for replicate, after in enumerate([0.5, 0.6]):
+        latencies = {"quant_before/latency_b1_ms": 1.2, "quant_after/latency_b1_ms": after}
+        params = {"quant.method": "static", "replicate": str(replicate)}
+        job(client, parent, 1 + replicate, params, {"quant_after/size_bytes": 1e6} | latencies)
+    table = before_after(group(sweep_children(client, client.get_run(parent))), lambda r, p: None)
+    rows = [dict(zip(table.headings, row, strict=True)) for row in table.rows]
+    assert [r["step"] for r in rows] == ["quant: dynamic", "quant: static"]
+    once, twice = rows
+    assert once["runs (n, interval coverage)"] == "job 0"
+    assert (once["latency b1 before (ms)"], once["latency b1 after (ms)"]) == (
+        "1.2 (IQR 0.05)",
+        "0.4 (IQR 0.02)",
+    )
+    assert once["speed-up b1 (x, before/after)"] == "3x [2.8, 3.2] faster (n=7)"
+    assert twice["runs (n, interval coverage)"] == "2 (50% intervals): job 1, job 2"
+    assert twice["latency b1 after (ms)"] == "0.55 [0.5, 0.6]"
+    # each repeat's ratio (2.4, 2) has no interval of its own: pooled, still within noise
+    assert twice["speed-up b1 (x, before/after)"] == (
+        "2.2x [2, 2.4] within noise (n=2, 50% interval)"
+    )
