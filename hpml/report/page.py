@@ -9,6 +9,7 @@ rest of its columns folded below it; numbers carry human units (MB, MFLOP), as t
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -184,7 +185,7 @@ class Report:
         columns = self.columns if columns is None else columns
         status = row.status if row.error is None else f"{row.status}: {row.error[:120]}"
         metrics = [
-            number(row.metrics[c] / factor) if c in row.metrics else ""
+            _number(row.metrics[c] / factor) if c in row.metrics else ""
             for c, (factor, _) in zip(columns, self._units(columns), strict=True)
         ]
         return [row.name, status, *(row.keys[k] for k in self.keys), *metrics]
@@ -292,6 +293,14 @@ class Report:
         write_csv(folder, self)
         md.write_text(self.markdown("figures"))
         return html, md
+
+
+def _number(value: float) -> str:
+    """A runs-table cell: :func:`~hpml.report.table.number`, with 10,000 and more grouped in
+    thousands rather than in exponent notation (``17,720``, not ``1.772e+04``)."""
+    if math.isfinite(value) and abs(value) >= 1e4:
+        return f"{value:,.0f}"
+    return number(value)
 
 
 def _table_html(table: Table) -> str:

@@ -308,3 +308,11 @@ def test_page_fits_a_1400_px_window(written, tmp_path: Path) -> None:
     assert window == 1400
     assert page <= window
     assert table <= box  # the runs table needs no sideways scrolling of its own
+
+
+def test_runs_table_numbers_group_thousands_instead_of_exponents() -> None:
+    from hpml.report.page import _number
+
+    assert _number(17_720.4) == "17,720"
+    assert _number(0.69321) == "0.6932"
+    assert _number(float("nan")) == "nan"
