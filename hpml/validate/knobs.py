@@ -119,6 +119,9 @@ RANGES: dict[str, Range] = {
     "logger.checkpoint_max_bytes": Range(int, 0, null="no cap", note="0: never uploaded"),
     "callbacks.perf.warmup_steps": STEPS,
     "callbacks.perf.inference_warmup_steps": STEPS,
+    # a plain mapping to PerformanceMonitor (NoiseRule's fields): its types are not declared
+    "callbacks.perf.noise.min_steps": STEPS,
+    "callbacks.perf.noise.max_*_pct": Range(float, 0),
     "callbacks.target.value": Range(float, null="no target", note="the metric's target"),
     "callbacks.roofline.batch_size": Range(int, 1, null="the data's batch size"),
     "callbacks.roofline.peak_seconds": Range(float, 0, low_open=True),
