@@ -378,3 +378,20 @@ def test_before_after_rows_say_their_interval_and_verdict(client, tmp_path):
     assert twice["speed-up b1 (x, before/after)"] == (
         "2.2x [2, 2.4] within noise (n=2, 50% interval)"
     )
+
+
+def test_plots_draw_a_config_once_with_its_repeats_interval(client, tmp_path):
+    from hpml.report.figures import batch_scaling
+    from hpml.report.groups import label_keys
+
+    parent = sweep(client, tmp_path)
+    for num, (batch, replicate) in enumerate((b, r) for b in (16, 64) for r in range(3)):
+        speed = {16: 400.0, 64: 900.0}[batch] + 10 * replicate
+        params = {"data.batch_size": str(batch), "replicate": str(replicate)}
+        job(client, parent, num, params, {SPEED: speed, STEP: 1000 * batch / speed})
+    runs = sweep_children(client, client.get_run(parent))
+    keys = label_keys(runs)
+    assert keys == ["data.batch_size"]  # replicate is no series of its own
+    svg = batch_scaling(runs, keys).svg
+    assert svg.count("n=3 (75% interval)") == 4  # 2 batch sizes x 2 panels, one point each
+    assert "median 410 [400, 420], n=3" in svg
