@@ -206,35 +206,21 @@ def latencies(
     }
 
 
-def side_metrics(
-    trainer: L.Trainer,
-    pl_module: L.LightningModule,
-    settings: Settings,
-    side: Side,
-    timings: dict[int, dict[str, Timing]],
+def figures(
+    trainer: L.Trainer, pl_module: L.LightningModule, settings: Settings, side: Side
 ) -> dict[str, float]:
-    """Size, latency (median and IQR over rounds) and validation quality of ``side``.
+    """Size and validation quality of ``side``, without latency: what a net whose shapes did
+    not change since it was timed still needs (pruning's fine-tuned net).
 
     For quality the side's net stands in for ``pl_module.net``, behind :class:`OnDevice` when
     it runs on another device than the module (an int8 model on CPU inside a CUDA run).
     """
     size = state_dict_bytes(side.net) if side.size_bytes is None else side.size_bytes
     found = {metric(side.stage, "size", BYTES): float(size)}
-    for batch, timing in timings.items():
-        found[metric(side.stage, f"latency_b{batch}", MS)] = timing[side.stage].median_ms
-        found[metric(side.stage, f"latency_b{batch}_iqr", MS)] = timing[side.stage].iqr_ms
     judged = side.net if side.device == pl_module.device else OnDevice(side.net, side.device)
     with net_in_place(pl_module, judged):
         found |= quality(trainer, pl_module, side.stage, settings.eval_batches)
     return found
-
-
-def measure(
-    trainer: L.Trainer, pl_module: L.LightningModule, settings: Settings, side: Side
-) -> dict[str, float]:
-    """Size, latency and quality of one side alone: a figure with nothing beside it to compare
-    (pruning's fine-tuned net); the latency still over ``settings.rounds`` rounds."""
-    return side_metrics(trainer, pl_module, settings, side, latencies(pl_module, settings, [side]))
 
 
 @dataclass(frozen=True)
@@ -264,8 +250,12 @@ def compare(
     """``before`` against ``after``, timed side by side: each side's metrics and, per batch
     size, the speed-up before / after with its interval, n and verdict (module docstring)."""
     timings = latencies(pl_module, settings, [before, after])
-    metrics = side_metrics(trainer, pl_module, settings, before, timings)
-    metrics |= side_metrics(trainer, pl_module, settings, after, timings)
+    metrics = figures(trainer, pl_module, settings, before)
+    metrics |= figures(trainer, pl_module, settings, after)
+    for batch, timing in timings.items():
+        for side in (before, after):
+            metrics[metric(side.stage, f"latency_b{batch}", MS)] = timing[side.stage].median_ms
+            metrics[metric(side.stage, f"latency_b{batch}_iqr", MS)] = timing[side.stage].iqr_ms
     devices = f"{before.device} vs {after.device}"
     tags = {f"hpml.compare.{name}.devices": devices}
     lines = []

@@ -21,9 +21,9 @@ last one, before any fine-tuning) and ``prune_final`` (when training ends, after
   state dict with masks folded in: the file a user ships);
 - ``fwd_flops_per_sample``: FLOPs of one forward pass per sample, 1 multiply-accumulate
   = 2 FLOPs (:func:`hpml.analysis.flops.count_flops`; dense kernels, so masks do not lower it);
-- ``latency_b1_ms``, ``latency_b<N>_ms`` and ``latency_b<N>_iqr_ms``: eval-mode forward pass at
-  batch 1 and at ``latency_batch_size`` N (the data's batch size by default), the median and
-  inter-quartile range over ``latency_rounds`` rounds;
+- ``latency_b1_ms``, ``latency_b<N>_ms`` and ``latency_b<N>_iqr_ms`` (before and after only):
+  eval-mode forward pass at batch 1 and at ``latency_batch_size`` N (the data's batch size by
+  default), the median and inter-quartile range over ``latency_rounds`` rounds;
 - ``sparsity_pct``: share of the original targeted weight elements removed or zero;
   ``row_sparsity_pct``: share of their original rows (output channels, LSTM gate rows) removed or
   all zero;
@@ -35,8 +35,9 @@ compilation; the counts, FLOPs and sparsity are pruning's own. The unpruned net 
 just before the first pruning step and timed side by side with the pruned one right after the
 last (rounds of A B, B A, ...), then dropped: a gradual schedule holds the copy for its epochs.
 ``prune_before``'s size, latency and quality are the copy's, measured then; its counts, FLOPs
-and sparsity are taken at the first step. ``prune_final`` is measured alone (no copy is kept
-through fine-tuning, which changes no shape): its latency has a spread but no speed-up.
+and sparsity are taken at the first step. ``prune_final`` has no latency: fine-tuning changes
+weights, not shapes, so its speed is ``prune_after``'s, timed beside the unpruned net (timing it
+again, alone, cost a VAE study job 8% of its wall time for a figure it already has).
 
 Also ``prune/target_sparsity_pct`` (``amount``); ``prune/speedup_b1_x`` and
 ``prune/speedup_b<N>_x``: the median over rounds of the ratio before / after pruning, with
@@ -74,7 +75,7 @@ from hpml.callbacks.measure import (
     Settings,
     Side,
     compare,
-    measure,
+    figures,
     quality_name,
     val_loader,
     validation_quality,
@@ -182,8 +183,8 @@ class Prune(L.Callback):
             self._prune(trainer, pl_module, self.amount, first=True, last=True)
         elif self.pruned and (self.schedule != "after_fit" or self.finetune_epochs > 0):
             final = Side("prune_final", self._shipped(pl_module.net), pl_module.device)
-            figures = measure(trainer, pl_module, self.settings, final)
-            log_metrics(trainer, self.counts(pl_module, "prune_final") | figures)
+            found = figures(trainer, pl_module, self.settings, final)
+            log_metrics(trainer, self.counts(pl_module, "prune_final") | found)
         self.pruner.finalize(pl_module.net)
         if self.save_model:
             self._save(trainer, pl_module.net)
