@@ -37,22 +37,28 @@ OWN_WORDS = 0.8  # share of a sequence's sentiment words from its own class's le
 class Prototypes(NamedTuple):
     """What each class looks like: ``strokes`` (classes x STROKES x 4: segment ends ``x0, y0,
     x1, y1`` in [-1, 1]), ``fields`` (classes x 1 x side x side, side at most FIELD_SIZE: each
-    pixel's distance to its class's strokes) and ``colours`` (classes x channels, in [0.4, 1])."""
+    pixel's distance to its class's strokes), ``colours`` (classes x channels, in [0.4, 1]) and
+    ``backdrops`` (classes x channels x size x size, in [0, 1])."""
 
     strokes: Tensor
     fields: Tensor
     colours: Tensor
+    backdrops: Tensor
 
 
 def prototypes(num_classes: int, channels: int, size: int, seed: int) -> Prototypes:
-    """Each class's figure, a polyline through STROKES + 1 random points, and its pen colour."""
+    """Each class's figure, a polyline through STROKES + 1 random points, its pen colour and,
+    for colour images, its backdrop: a coarse 4x4 random grid upsampled smoothly, a scene's
+    layout that a CNN picks up within its first steps, as the figure's shape takes it longer."""
     generator = torch.Generator().manual_seed(seed)
     points = (torch.rand(num_classes, STROKES + 1, 2, generator=generator) * 2 - 1) * 0.6
     strokes = torch.cat([points[:, :-1], points[:, 1:]], dim=2)
     colours = 0.4 + 0.6 * torch.rand(num_classes, channels, generator=generator)
     field_size = min(size, FIELD_SIZE)
     fields = torch.stack([distance_field(figure, field_size) for figure in strokes]).unsqueeze(1)
-    return Prototypes(strokes, fields, colours)
+    coarse = torch.rand(num_classes, channels, 4, 4, generator=generator)
+    backdrops = F.interpolate(coarse, size=(size, size), mode="bilinear")
+    return Prototypes(strokes, fields, colours, backdrops)
 
 
 @lru_cache(maxsize=4)
@@ -85,7 +91,8 @@ def distance_field(strokes: Tensor, size: int) -> Tensor:
 
 class SyntheticImages(Dataset):
     """Images in [0, 1]: the label's figure, moved, turned, scaled and drawn with a pen width of
-    the sample's own, in the class colour on a dark background of the sample's own, plus noise.
+    the sample's own, in the class colour on the class's backdrop in the sample's light, plus
+    noise.
 
     Sample ``i`` is generated from seed ``seed + i``, so a split is the same on every run and in
     every worker, yet costs real CPU time per item like a decoded dataset would.
@@ -130,7 +137,8 @@ class SyntheticImages(Dataset):
         if channels == 1:  # MNIST-like: white pen on black, nothing else
             image = ink
         else:
-            background = 0.3 * u[5] * torch.rand(channels, 1, 1, generator=generator)
+            # the class's backdrop, dimmed or brightened by the sample's light
+            background = self.templates.backdrops[label] * (0.6 + 0.8 * u[5])
             colour = self.templates.colours[label].view(-1, 1, 1)
             image = background + (colour - background) * ink
         if self.noise > 0:
