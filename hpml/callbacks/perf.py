@@ -57,12 +57,13 @@ class PerformanceMonitor(L.Callback):
     Noise (:mod:`hpml.analysis.noise`): one probe, open during every timed window (training,
     validation and test steps after warm-up), gives at fit end and test end
     ``noise/other_cpu_pct`` (CPU time of other processes, percent of wall x CPUs),
-    ``noise/steal_pct`` (where the kernel reports steal) and, as the last value of
-    ``train/step_time_cv_pct``, the CV over every timed training step of the run. By ``noise``'s
-    limits (:class:`~hpml.analysis.noise.NoiseRule`) the run is tagged ``hpml.noisy`` ``true``
-    or ``false``; when true, ``hpml.noisy.reason`` names the figures and limits, and one warning
-    says ``hpml: timings of this run are noisy: <reason>``. Once noisy, a run stays noisy (a
-    quiet test stage does not clear a noisy fit).
+    ``noise/steal_pct`` (where the kernel reports steal) and ``noise/step_time_cv_pct``, the CV
+    over every timed training step of the run (``train/step_time_cv_pct`` is each epoch's).
+    These are the run's figures so far, so the test stage's values (same step) replace fit's.
+    By ``noise``'s limits (:class:`~hpml.analysis.noise.NoiseRule`) the run is tagged
+    ``hpml.noisy`` ``true`` or ``false``; when true, ``hpml.noisy.reason`` names the figures
+    and limits, and one warning says ``hpml: timings of this run are noisy: <reason>``. Once
+    noisy, a run stays noisy (a quiet test stage does not clear a noisy fit).
 
     Under DDP the figures are the job's (:mod:`hpml.callbacks.ranks`): throughput and its IQR
     the sum of the ranks' (they step in lockstep), times and peak memory the largest rank's,
@@ -239,7 +240,7 @@ class PerformanceMonitor(L.Callback):
             if figures.steal_pct is not None:
                 metrics[metric("noise", "steal", PCT)] = figures.steal_pct
         if cv is not None:  # over every timed step of the run: what the rule judged
-            metrics[metric("train", "step_time_cv", PCT)] = cv
+            metrics[metric("noise", "step_time_cv", PCT)] = cv
         log_metrics(trainer, metrics)
         reason = judge(figures, cv, len(self.train_steps_s), self.rule)
         if self.noisy_reason is None and reason is not None:  # noisy once, noisy for good

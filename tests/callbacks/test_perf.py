@@ -178,6 +178,8 @@ def test_a_runs_noise_figures_are_recorded(composed, client):
     assert "noise/load_avg_1m_procs" not in m  # one name for the load average
     assert ("noise/steal_pct" in m) == hasattr(psutil.cpu_times(), "steal")
     assert m["train/step_time_cv_pct"] >= 0
+    # QUICK: one epoch, so the run's CV (what hpml.noisy judges) is that epoch's
+    assert m["noise/step_time_cv_pct"] == pytest.approx(m["train/step_time_cv_pct"])
     assert tags["hpml.noisy"] in ("true", "false")
     assert ("hpml.noisy.reason" in tags) == (tags["hpml.noisy"] == "true")
 

@@ -19,7 +19,8 @@ EPOCHS = 4
 STEPS_PER_EPOCH = 128 // 32  # QUICK: 128 training samples, batch 32
 SLOW = ["+callbacks.slow._target_=tests.helpers.SlowBatches", "+callbacks.slow.seconds=0.5"]
 # Logged more than once per step by design: Lightning adds `epoch` to each logging call.
-MULTI_POINT = {"epoch"}
+# a run's noise figures are its figures so far: logged when fit ends and again when test ends
+MULTI_POINT = {"epoch", "noise/other_cpu_pct", "noise/steal_pct", "noise/step_time_cv_pct"}
 
 
 def start_cli(args: list[str], root: Path) -> subprocess.Popen:
