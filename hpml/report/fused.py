@@ -16,8 +16,10 @@ from pathlib import Path
 from statistics import fmean, harmonic_mean
 from typing import TYPE_CHECKING
 
+from hpml.analysis.stats import ratio_ci, verdict
 from hpml.names import ARRAY_SIZE_TAG, ARRAY_TAG, FUSED_TAG, MEMBER_TAG, label
 from hpml.report.canvas import Canvas, Figure
+from hpml.report.groups import Comparison, noisy
 from hpml.report.studies import Table
 from hpml.report.table import BOOKKEEPING, differing_keys, number, short_name, value
 
@@ -82,6 +84,26 @@ def _quality(fused: Sequence[Run]) -> list[str]:
     return [n for n in dict.fromkeys(names) if any(n in r.data.metrics for r in fused)]
 
 
+def _speedup(run: Run, twin: Run, total: float | None, twin_speed: float | None) -> str:
+    """The array's total over its twin's samples/s with its verdict: one run a side gives no
+    interval, so it is ``within noise`` (n=1) until the sweeps are repeated (``replicate``)."""
+    if total is None or not twin_speed:
+        return ""
+    interval = ratio_ci([total], [twin_speed])
+    return Comparison(
+        f"{run.info.run_id} {twin.info.run_id}",
+        "fused array vs serial twin",
+        SPEED,
+        twin_speed,
+        total,
+        interval.median,
+        None,
+        None,
+        interval.n,
+        verdict(interval, noisy(run) or noisy(twin)),
+    ).cell()
+
+
 def table(runs: Sequence[Run], candidates: Sequence[Run] = ()) -> Table | None:
     """A row per fused member of ``runs``: its swept values, quality and samples/s, and its
     serial twin's (found among ``runs`` and ``candidates``) with the difference and speed-up."""
@@ -118,7 +140,7 @@ def table(runs: Sequence[Run], candidates: Sequence[Run] = ()) -> Table | None:
                 _cell(t.get(LOSS)),
                 _cell(m[LOSS] - t[LOSS] if LOSS in m and LOSS in t else None),
                 _cell(twin_speed),
-                _cell(total / twin_speed if total is not None and twin_speed else None),
+                _speedup(run, twin, total, twin_speed),
             ]
         rows.append(cells)
     return Table(
@@ -131,7 +153,9 @@ def table(runs: Sequence[Run], candidates: Sequence[Run] = ()) -> Table | None:
         f"(looked for among the report's runs and those --twin names; {len(found)} of "
         f"{len(fused)} found). Difference: member's val/loss - twin's. Speed-up: the array's "
         "total samples/s / the twin's samples/s, i.e. how much longer training the array's "
-        "jobs one by one at the twin's speed takes than the array (> 1: the array is faster).",
+        "jobs one by one at the twin's speed takes than the array (> 1: the array is faster), "
+        "with its verdict: one run a side has no interval, so it reads within noise until "
+        "both sweeps are repeated (replicate=0,1,2).",
         [
             "run",
             "status",
