@@ -129,20 +129,22 @@ class SyntheticImages(Dataset):
             [-sin, cos, sin * shift_x - cos * shift_y],
         ]
         channels, height, _ = self.shape
-        grid = (pixel_centres(height) * torch.tensor(inverse)).sum(-1).unsqueeze(0)
+        side = min(height, FIELD_SIZE)  # ink of larger images is drawn at this side, then resized
+        grid = (pixel_centres(side) * torch.tensor(inverse)).sum(-1).unsqueeze(0)
         field = self.templates.fields[label : label + 1]
-        distance = F.grid_sample(field, grid, padding_mode="border", align_corners=False)[0]
+        distance = F.grid_sample(field, grid, padding_mode="border", align_corners=False)
         # distances on the figure shrink by the scale; ink fades over one pixel at the pen's edge
-        ink = (distance * (-scale * height / 2)).add_(width * height / 2 + 0.5).clamp_(0, 1)
+        ink = (distance * (-scale * side / 2)).add_(width * side / 2 + 0.5).clamp_(0, 1)
+        if side != height:
+            ink = F.interpolate(ink, size=(height, height), mode="bilinear")
+        ink = ink[0]
         if channels == 1:  # MNIST-like: white pen on black, nothing else
             image = ink
-        else:
-            # the class's backdrop, dimmed or brightened by the sample's light
+        else:  # the class colour on the class's backdrop, dimmed or brightened by the light
             background = self.templates.backdrops[label] * (0.6 + 0.8 * u[5])
-            colour = self.templates.colours[label].view(-1, 1, 1)
-            image = background + (colour - background) * ink
+            image = torch.lerp(background, self.templates.colours[label].view(-1, 1, 1), ink)
         if self.noise > 0:
-            image = image + torch.randn(self.shape, generator=generator) * self.noise
+            image = image.add_(torch.randn(self.shape, generator=generator), alpha=self.noise)
         return image.clamp_(0.0, 1.0), label
 
 
