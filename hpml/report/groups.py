@@ -19,8 +19,10 @@ Comparisons (:class:`Comparison`, one row each of ``tables/comparisons.csv``):
   every group does one of them, the first group (finished runs only). Drawn only where the
   baseline was repeated.
 
-A comparison whose either side ran noisy (tag ``hpml.noisy`` = ``true`` on any run) is
-``within noise`` whatever its interval or tag says.
+A comparison *across runs* whose either side ran noisy (tag ``hpml.noisy`` = ``true`` on any
+run) is ``within noise`` whatever its interval says: its sides were timed at other moments. An
+in-run before/after keeps its interval's verdict on a noisy run: each round timed both sides
+back to back, so the load hit both and widened the interval instead (a cell says "a run noisy").
 """
 
 from __future__ import annotations
@@ -153,7 +155,7 @@ class Group:
             ratios.low,
             ratios.high,
             ratios.n,
-            verdict(ratios, noisy=self.noisy or not all(c.timed_side_by_side for c in found)),
+            verdict(ratios, noisy=not all(c.timed_side_by_side for c in found)),
             ratios.coverage,
             self.noisy,
         )
@@ -268,7 +270,7 @@ def in_run(run: Run) -> list[Comparison]:
         count = m.get(f"{step}/speedup_b{batch}_rounds_count")
         n = int(count) if count is not None and low is not None and high is not None else 1
         tag = tags.get(f"{VERDICT_TAG}{step}.speedup_b{batch}")
-        if n < 2 or noisy(run):
+        if n < 2:
             said = WITHIN_NOISE
         elif tag in VERDICTS:
             said = tag

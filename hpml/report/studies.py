@@ -36,8 +36,9 @@ VERDICTS = (
     "Speed-ups: before / after (> 1: faster), as the step timed both side by side in rounds: "
     "ratio [95% interval] verdict (n rounds); over repeats, the median of their speed-ups "
     "[interval over the repeats] (n repeats). Verdict: faster or slower when the interval lies "
-    "above or below 1, within noise when it contains 1, rests on one value, a run was tagged "
-    "hpml.noisy, or (repeats) a run did not time both sides side by side."
+    "above or below 1, within noise when it contains 1, rests on one value, or (repeats) a "
+    "run did not time both sides side by side. A run tagged hpml.noisy keeps its verdict "
+    "(each round's load hit both sides and widened the interval) and its cell says so."
 )
 
 
