@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from hpml.analysis.stats import ratio_ci, verdict
 from hpml.names import ARRAY_SIZE_TAG, ARRAY_TAG, FUSED_TAG, MEMBER_TAG, label
 from hpml.report.canvas import Canvas, Figure
-from hpml.report.groups import Comparison, noisy
+from hpml.report.groups import Comparison, noisy, params_but
 from hpml.report.studies import Table
 from hpml.report.table import BOOKKEEPING, differing_keys, number, short_name, value
 
@@ -40,21 +40,8 @@ def members(runs: Sequence[Run]) -> list[Run]:
 
 
 def config(run: Run) -> frozenset[tuple[str, str]]:
-    """What a twin must share with a member: the params other than :data:`NOT_CONFIG`, the
-    run's own job and sweep folders replaced by placeholders."""
-    folders = [
-        (run.data.tags.get("hpml.output_dir"), "<job>"),
-        (run.data.tags.get("hpml.sweep_dir"), "<sweep>"),
-    ]
-    params = set()
-    for key, text in run.data.params.items():
-        if key.startswith(NOT_CONFIG):
-            continue
-        for folder, placeholder in folders:
-            if folder:
-                text = text.replace(folder, placeholder)
-        params.add((key, text))
-    return frozenset(params)
+    """What a twin must share with a member: the params other than :data:`NOT_CONFIG`."""
+    return params_but(run, lambda key: key.startswith(NOT_CONFIG))
 
 
 def twins(fused: Sequence[Run], candidates: Sequence[Run]) -> dict[str, Run]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -71,22 +72,29 @@ def ignored(key: str, by_seed: bool = False) -> bool:
     return key.startswith(BOOKKEEPING) or "dirpath" in key or key.endswith("_dir")
 
 
-def identity(run: Run, by_seed: bool = False) -> frozenset[tuple[str, str]]:
-    """What a run's repeats share: its config groups' options and its params but the
-    :func:`ignored`, its own job and sweep folders replaced by placeholders."""
+def params_but(run: Run, skip: Callable[[str], bool]) -> frozenset[tuple[str, str]]:
+    """``run``'s params but those ``skip`` names, its own job and sweep folders replaced by
+    placeholders (so two jobs' checkpoint paths compare equal): what makes runs the same config."""
     folders = [
         (run.data.tags.get("hpml.output_dir"), "<job>"),
         (run.data.tags.get("hpml.sweep_dir"), "<sweep>"),
     ]
-    found = {(k, v) for k, v in run.data.tags.items() if k.startswith(CHOICE_TAG)}
+    found = set()
     for key, text in run.data.params.items():
-        if ignored(key, by_seed):
+        if skip(key):
             continue
         for folder, placeholder in folders:
             if folder:
                 text = text.replace(folder, placeholder)
         found.add((key, text))
     return frozenset(found)
+
+
+def identity(run: Run, by_seed: bool = False) -> frozenset[tuple[str, str]]:
+    """What a run's repeats share: its config groups' options and its params but the
+    :func:`ignored`."""
+    choices = {(k, v) for k, v in run.data.tags.items() if k.startswith(CHOICE_TAG)}
+    return params_but(run, lambda key: ignored(key, by_seed)) | choices
 
 
 def noisy(run: Run) -> bool:
