@@ -114,7 +114,7 @@ def test_min_mode_and_what_null_infers():
         (["callbacks.target.value=0.9"], "callbacks.target.metric=None is invalid"),
         (
             ["callbacks.target.metric=val/acc", "callbacks.target.value=high"],
-            "callbacks.target.value='high' is invalid: expected a number",
+            "callbacks.target.value='high' is invalid: expected a finite number",
         ),
         (["callbacks.target.mode=up"], "callbacks.target.mode='up' is invalid"),
     ],

@@ -78,7 +78,9 @@ def test_callback_logs_metrics_layer_table_and_plot(sweep):
         )
         assert m["roofline/peak_fp32_flops_per_s"] > 0
         if run.data.tags["hpml.device"].startswith("cpu"):  # no table for CPUs: measured
-            assert run.data.tags["hpml.roofline.peak"].endswith("(measured)")
+            # a peak cached under load is raised to the best point that beats it (and says so)
+            peak = run.data.tags["hpml.roofline.peak"]
+            assert peak.endswith(("(measured)", "(measured), raised to the best point"))
         arts = {a.path for a in client.list_artifacts(run.info.run_id, "roofline")}
         assert arts == {"roofline/layers.csv", "roofline/roofline.png", "roofline/roofline.svg"}
         text = client.download_artifacts(run.info.run_id, "roofline/layers.csv")
