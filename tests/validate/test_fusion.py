@@ -78,7 +78,15 @@ class Calls:
         ),
         (["model/scheduler=step", "model/scheduler=cosine", "model.optimizer.lr=1e-3"], []),
     ],
-    ids=["lr", "seed", "replicate", "betas", "scheduler-gamma", "scheduler-options", "step-cosine-none"],
+    ids=[
+        "lr",
+        "seed",
+        "replicate",
+        "betas",
+        "scheduler-gamma",
+        "scheduler-options",
+        "step-cosine-none",
+    ],
 )
 def test_jobs_differing_in_shape_preserving_values_fuse_into_one_array(
     values: list[str], shared: list[str]
