@@ -59,9 +59,10 @@ def test_compiled_training_follows_eager_and_logs_compile_time_apart(composed, c
     from hpml.train import train
 
     # a small learning rate: at the default one VGG's loss blows up in these steps, and a run
-    # that diverges turns float rounding (compiled kernels sum in another order) into any curve
+    # that diverges turns float rounding (compiled kernels sum in another order) into any curve;
+    # on the learnable synthetic data even 1e-3 moved the loss fast enough to drift 0.8% in 8 steps
     small = [*QUICK, "data.batch_size=4", "data.train_samples=16", "trainer.max_epochs=2"]
-    small += ["model.optimizer.lr=0.001"]
+    small += ["model.optimizer.lr=0.0001"]
     small += ["data.val_samples=8", "data.test_samples=8", "trainer.enable_checkpointing=false"]
     train(composed(small))
     eager = latest_run(client)
