@@ -144,9 +144,8 @@ class Group:
 
     def speedup(self, step: str, batch: int) -> Comparison | None:
         """Step ``step``'s before/after at ``batch`` over the group: a single run's own; for
-        repeats, the median of their speed-ups with its interval over the repeats (n = runs),
-        within noise unless every repeat timed both sides side by side (repeats of a biased
-        measurement repeat its bias)."""
+        repeats, the median of their speed-ups with its interval over the repeats (n = runs)
+        and the verdict every repeat reached (:func:`_pooled`)."""
         found = self.in_run.get((step, batch))
         if not found:
             return None
@@ -163,10 +162,20 @@ class Group:
             ratios.low,
             ratios.high,
             ratios.n,
-            verdict(ratios, noisy=not all(c.timed_side_by_side for c in found)),
+            _pooled(found),
             ratios.coverage,
             self.noisy,
         )
+
+
+def _pooled(found: list[Comparison]) -> str:
+    """Repeats say ``faster`` (``slower``) only when each of them, timed side by side, said so:
+    an interval over 3-5 repeats covers 75-94% only, and repeats of a measurement that was not
+    timed side by side repeat its bias."""
+    said = {c.verdict for c in found}
+    if len(said) == 1 and all(c.timed_side_by_side for c in found):
+        return said.pop()
+    return WITHIN_NOISE
 
 
 def _median(values: list[float | None]) -> float | None:

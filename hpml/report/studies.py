@@ -36,9 +36,10 @@ VERDICTS = (
     "Speed-ups: before / after (> 1: faster), as the step timed both side by side in rounds: "
     "ratio [95% interval] verdict (n rounds); over repeats, the median of their speed-ups "
     "[interval over the repeats] (n repeats). Verdict: faster or slower when the interval lies "
-    "above or below 1, within noise when it contains 1, rests on one value, or (repeats) a "
-    "run did not time both sides side by side. A run tagged hpml.noisy keeps its verdict "
-    "(each round's load hit both sides and widened the interval) and its cell says so."
+    "above or below 1, within noise when it contains 1 or rests on one value; over repeats, "
+    "faster or slower only when every repeat, timed side by side, said so. A run tagged "
+    "hpml.noisy keeps its verdict (each round's load hit both sides and widened the "
+    "interval) and its cell says so."
 )
 
 
