@@ -27,6 +27,16 @@ if TYPE_CHECKING:
 
 # ``text(run, artifact path)``: an artifact's text, None when the run has none
 ReadText = Callable[["Run", str], "str | None"]
+# the batch-1 before/after columns both studies' CSV tables carry, in this order
+B1_COLUMNS = (
+    "latency_b1_before_ms",
+    "latency_b1_after_ms",
+    "speedup_b1_x",
+    "speedup_b1_ci_low_x",
+    "speedup_b1_ci_high_x",
+    "speedup_b1_n",
+    "speedup_b1_verdict",
+)
 SPREAD = (
     "A number that varies between a config's repeats is their median [low, high]: the "
     "order-statistic 95% interval of the median, or with fewer than 6 repeats [min, max], whose "
@@ -255,13 +265,7 @@ def pruning(groups: list[Group], text: ReadText) -> Table | None:
                 "val_loss_before_nats",
                 "val_loss_after_nats",
                 "val_loss_final_nats",
-                "latency_b1_before_ms",
-                "latency_b1_after_ms",
-                "speedup_b1_x",
-                "speedup_b1_ci_low_x",
-                "speedup_b1_ci_high_x",
-                "speedup_b1_n",
-                "speedup_b1_verdict",
+                *B1_COLUMNS,
             ],
             plain,
         ),
@@ -354,13 +358,7 @@ def before_after(groups: list[Group], text: ReadText) -> Table | None:
                 "n",
                 "size_before_bytes",
                 "size_after_bytes",
-                "latency_b1_before_ms",
-                "latency_b1_after_ms",
-                "speedup_b1_x",
-                "speedup_b1_ci_low_x",
-                "speedup_b1_ci_high_x",
-                "speedup_b1_n",
-                "speedup_b1_verdict",
+                *B1_COLUMNS,
                 "quality_measure",
                 "quality_before",
                 "quality_after",
