@@ -108,8 +108,12 @@ def _load(runs: Sequence[Run]) -> str:
     noisy = [r for r in runs if r.data.tags.get("hpml.noisy", "").lower() == "true"]
     if any("hpml.noisy" in r.data.tags for r in runs):
         reasons = [r for r in _tag(noisy, "hpml.noisy.reason") if r]
-        example = f", e.g. {reasons[0]}; each run's reason in its hpml.noisy.reason tag"
-        parts.append(f"{len(noisy)} of {len(runs)} runs tagged noisy{example if reasons else ''}")
+        example = (
+            f", e.g. {reasons[0]}; each run's reason in its hpml.noisy.reason tag"
+            if reasons
+            else ""
+        )
+        parts.append(f"{len(noisy)} of {len(runs)} runs tagged noisy{example}")
     return "; ".join(parts)
 
 
