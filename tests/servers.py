@@ -26,7 +26,9 @@ def free_port() -> int:
 
 class MlflowServer:
     """``mlflow server`` on a fixed loopback port with a SQLite store, stoppable and restartable
-    on the same port and store; each start waits until ``/health`` answers."""
+    on the same port and store; each start waits until the store answers a search (``/health``
+    answers before the server has opened its store, which can take seconds on a crowded
+    machine: hpml's preflight would then time out on a server that is still starting)."""
 
     def __init__(self, folder: Path, store_template: Path) -> None:
         self.folder, self.port = folder, free_port()
@@ -61,7 +63,8 @@ class MlflowServer:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as response:
+                search = f"{self.uri}/api/2.0/mlflow/experiments/search?max_results=1"
+                with urllib.request.urlopen(search, timeout=10) as response:
                     if response.status == 200:
                         return
             except OSError:

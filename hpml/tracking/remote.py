@@ -115,6 +115,11 @@ def preflight(tracking_uri: str, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> None
     """
     if check_uri(tracking_uri) not in ("http", "https"):
         return
+    # imported here, outside the bound: on a crowded machine these imports alone can take
+    # seconds, and the limit is for the server's answer
+    import mlflow.utils.rest_utils  # noqa: F401
+    import requests  # noqa: F401
+
     outcome: list[str | None] = []
     worker = threading.Thread(
         target=lambda: outcome.append(probe(tracking_uri, timeout_s)),
