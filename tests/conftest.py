@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -89,14 +90,43 @@ def cli_env(root: Path) -> dict[str, str]:
 
 
 def run_cli(
-    args: list[str], root: Path, timeout: float = 300, env: dict[str, str] | None = None
+    args: list[str],
+    root: Path,
+    timeout: float = 300,
+    env: dict[str, str] | None = None,
+    fresh: bool = False,
 ) -> subprocess.CompletedProcess:
     """``python -m hpml.train ARGS`` as a user runs it, against the project root ``root``;
-    ``env`` adds to :func:`cli_env`."""
+    ``env`` adds to :func:`cli_env`. The call is forked from a warm interpreter
+    (:mod:`tests.warm`: the same process but for the imports of torch and friends) unless
+    ``fresh``, or another call of this worker is in flight: then it starts a process of its own."""
+    return run_module("hpml.train", args, root, timeout, env, fresh)
+
+
+def run_module(
+    module: str,
+    args: list[str],
+    root: Path,
+    timeout: float = 300,
+    env: dict[str, str] | None = None,
+    fresh: bool = False,
+    cwd: Path | None = None,
+) -> subprocess.CompletedProcess:
+    """``python -m MODULE ARGS`` for the project root ``root`` (HPML_ROOT), in ``cwd`` (``root``
+    unless given), as :func:`run_cli` runs hpml.train."""
+    from tests.warm import WARM
+
+    full_env = cli_env(root) | (env or {})
+    cwd = cwd or root
+    if not fresh:
+        with tempfile.TemporaryDirectory(prefix="hpml-cli-") as tmp:
+            result = WARM.run(module, args, cwd, full_env, timeout, Path(tmp))
+        if result is not None:
+            return result
     return subprocess.run(
-        [sys.executable, "-m", "hpml.train", *args],
-        cwd=root,
-        env=cli_env(root) | (env or {}),
+        [sys.executable, "-m", module, *args],
+        cwd=cwd,
+        env=full_env,
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -11,8 +11,6 @@ child per job. Experiments that read real data get tiny files in the real format
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,7 @@ from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
-from tests.conftest import CONF, REPO, cli_env, run_cli
+from tests.conftest import CONF, REPO, run_cli, run_module
 from tests.real_data import write_real_data
 
 EXPERIMENTS = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
@@ -161,14 +159,7 @@ def test_experiment_runs_every_job_of_its_sweep(
     assert sorted(int(r.data.tags["hpml.job_num"]) for r in children) == list(range(jobs))
     assert parents[0].info.status == "FINISHED"
     if name in STUDIED:  # its make target's second half: the report builds and marks no failure
-        report = subprocess.run(
-            [sys.executable, "-m", "hpml.report", "--last"],
-            cwd=root,
-            env=cli_env(root),
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        report = run_module("hpml.report", ["--last"], root)
         assert report.returncode == 0, report.stderr[-3000:]
         page = Path(report.stdout.split()[2]).read_text()
         assert "<h2>Runs</h2>" in page and 'class="failed"' not in page

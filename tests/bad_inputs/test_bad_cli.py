@@ -9,7 +9,6 @@ store.
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ import pytest
 from tests.bad_inputs.harness import assert_names, error_line, error_lines, run_statuses
 from tests.bad_inputs.test_bad_files import damage_mnist, readonly_dir  # noqa: F401 (fixture)
 from tests.bad_inputs.test_bad_overrides import CASES, SMALL
-from tests.conftest import cli_env
+from tests.conftest import run_module
 
 # Pre-Hydra checks (hpml.cli.check_args, exit 2): overrides that cannot make a config at all.
 ARG_CASES = {
@@ -47,15 +46,7 @@ def test_overrides_that_make_no_config_exit_2(
 
 def hpml_cli(args: list[str], cwd: Path, hpml_root: Path) -> subprocess.CompletedProcess:
     """``python -m hpml.train ARGS`` with HPML_ROOT=``hpml_root``, as a user runs it."""
-    env = cli_env(hpml_root)
-    return subprocess.run(
-        [sys.executable, "-m", "hpml.train", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_module("hpml.train", args, hpml_root, cwd=cwd)
 
 
 SUBPROCESS = [

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 from pathlib import Path
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from tests.conftest import QUICK, cli_env, run_cli
+from tests.conftest import QUICK, run_cli, run_module
 
 
 class Page(HTMLParser):
@@ -59,14 +58,7 @@ class Page(HTMLParser):
 
 
 def report(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "hpml.report", *args],
-        cwd=root,
-        env=cli_env(root),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_module("hpml.report", list(args), root)
 
 
 @pytest.mark.slow
