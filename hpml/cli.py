@@ -11,7 +11,8 @@ from pathlib import Path
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+from hpml.build import CONF_DIR
+
 trace = logging.getLogger("hpml.trace")  # to the job log file only (conf/hydra/default.yaml)
 
 

@@ -14,60 +14,18 @@ from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from hydra.errors import InstantiationException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from hpml.build import CONF_DIR, build, build_callbacks
 from hpml.cli import check_args, hoist_flags, report_failure
 from hpml.console import compare_hint, progress_bar, quiet_upstream
-from hpml.errors import ConfigError, HpmlError
+from hpml.errors import HpmlError
 from hpml.hydra_job import HydraJob
 from hpml.tracking.jobs import record_run, write_job_status
 from hpml.tracking.redact import redact_text
 from hpml.tracking.resume import requeued_run, resume_args, resume_point
 from hpml.validate import validate
-
-
-def build(group: str, node: DictConfig, **kwargs: Any) -> Any:
-    """Instantiate config group ``group``, passing live objects (data spec, callbacks) as-is.
-
-    The config becomes a partial first, so ``kwargs`` never pass through OmegaConf; errors come
-    back with the group's name in their keys.
-    """
-    try:
-        return hydra.utils.instantiate(node, _partial_=True)(**kwargs)
-    except InstantiationException as exc:
-        cause = exc.__cause__ or exc
-        if isinstance(cause, ConfigError):
-            raise cause.under(group) from cause
-        raise cause from exc
-    except ConfigError as exc:
-        raise exc.under(group) from exc
-
-
-def build_callbacks(cfg: DictConfig) -> list[Any]:
-    """The ``callbacks`` group (a dict of callbacks), then each of ``callback_groups`` in order."""
-    unknown = [group for group in cfg.callback_groups if group not in cfg]
-    if unknown:
-        raise ConfigError(
-            "callback_groups",
-            list(cfg.callback_groups),
-            f"config groups of this config ({unknown[0]!r} is none)",
-        )
-    callbacks = [
-        build(f"callbacks.{name}", node)
-        for name, node in (cfg.get("callbacks") or {}).items()
-        if node and "_target_" in node
-    ]
-    for group in cfg.callback_groups:
-        node = cfg.get(group)
-        if node and "_target_" in node:
-            callbacks.append(build(group, node))
-    if cfg.trainer.get("enable_checkpointing") is False:  # off: Lightning refuses checkpointers
-        from lightning.pytorch.callbacks import Checkpoint
-
-        callbacks = [c for c in callbacks if not isinstance(c, Checkpoint)]
-    return callbacks
 
 
 def hydra_job() -> HydraJob | None:
@@ -218,8 +176,6 @@ def compose_job(overrides: list[str], output_dir: Path) -> DictConfig:
     """
     from hydra import compose, initialize_config_dir
     from omegaconf import open_dict
-
-    from hpml.cli import CONF_DIR
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("train", overrides=overrides, return_hydra_config=True)

@@ -17,9 +17,10 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from hpml.build import build
 from hpml.hydra_job import HydraJob
 from hpml.names import DIVERGED_TAG, MEMBER_PREFIX, member_prefix
-from hpml.train import build, tracker_of
+from hpml.train import tracker_of
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,8 @@ def train_array(members: Sequence[tuple[DictConfig, HydraJob]]) -> list[dict[str
     optimised metric (its serial job would have logged NaN), tagged with the step.
     """
     from hpml.tracking.fused import MemberRuns, member_loggers
-    from hpml.tracking.run import _best_effort, interrupted
+    from hpml.tracking.interrupts import interrupted
+    from hpml.tracking.run import _best_effort
     from hpml.tracking.stop import StopOnSignals
     from hpml.worker import start_job
 

@@ -9,15 +9,28 @@ import csv
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from hpml.report.groups import COLUMNS
 
 if TYPE_CHECKING:
-    from hpml.report.page import Report
+    from hpml.report.groups import Comparison
+    from hpml.report.studies import Table
+    from hpml.report.table import Row
 
 FOLDER = "tables"
 _GROUPED = re.compile(r"^-?\d{1,3}(,\d{3})+$")  # a count as table.number groups it
+
+
+class Tabled(Protocol):
+    """What the CSV files hold of a report (:class:`hpml.report.page.Report`, which writes them
+    through :func:`write`: named by its parts, so this module does not import the page back)."""
+
+    keys: list[str]
+    columns: list[str]
+    rows: list[Row]
+    tables: list[Table]
+    comparisons: list[Comparison]
 
 
 def plain(cell: object) -> object:
@@ -44,7 +57,7 @@ def slug(title: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", title.lower()).strip("_") or "table"
 
 
-def write(folder: Path, report: Report) -> list[Path]:
+def write(folder: Path, report: Tabled) -> list[Path]:
     """``runs.csv``, one file per table of ``report`` and ``comparisons.csv`` in
     ``folder/tables``."""
     out = folder / FOLDER

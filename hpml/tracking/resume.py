@@ -237,7 +237,7 @@ def _store_of(args: list[str]) -> tuple[Any, str]:
     from hydra.core.hydra_config import HydraConfig
     from hydra.utils import instantiate
 
-    from hpml.cli import CONF_DIR
+    from hpml.build import CONF_DIR
     from hpml.tracking.remote import prepare
 
     overrides = [

@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 
 from hpml.errors import one_line  # re-exported: callers import it from here too
 from hpml.hydra_job import HydraJob
+from hpml.tracking.interrupts import interrupted
 from hpml.tracking.jobs import PARENT_FILE  # re-exported likewise
 from hpml.tracking.logger import AttachedMLFlowLogger
 from hpml.tracking.records import log_config, log_failure, log_job_log
@@ -229,20 +230,6 @@ class MlflowTracker:
             _best_effort(log_job_log, job)
         finally:
             mlflow.end_run("FAILED")
-
-
-def interrupted(exc: BaseException) -> bool:
-    """Ctrl-C or SIGTERM: Lightning turns KeyboardInterrupt into SystemExit(1), keeping it as
-    the context, and a signal into SIGTERMException at the next batch (hpml.tracking.stop)."""
-    from lightning.pytorch.utilities.exceptions import SIGTERMException
-
-    from hpml.tracking.stop import stopping  # here: stop imports this module
-
-    return (
-        isinstance(exc, KeyboardInterrupt | SIGTERMException)
-        or isinstance(exc.__context__, KeyboardInterrupt)
-        or stopping()
-    )
 
 
 def _best_effort(action: Callable[..., None], *args: Any) -> None:

@@ -25,17 +25,11 @@ from typing import Any
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from hpml.hydra_job import HydraJob
+from hpml.tracking.interrupts import active, interrupted
 from hpml.tracking.jobs import this_process
-from hpml.tracking.run import interrupted, sweep_record
+from hpml.tracking.run import sweep_record
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
-_active: list[StopOnSignals] = []  # the jobs in progress in this process (one, or none)
-
-
-def stopping() -> bool:
-    """Whether the job in progress got a stop signal: then whatever it raises is that stop's
-    doing (SLURM signals DataLoader workers too, and their death raises a RuntimeError)."""
-    return any(job.received is not None for job in _active)
 
 
 class Terminated(SIGTERMException):
@@ -82,7 +76,7 @@ class StopOnSignals:
             raise KeyboardInterrupt if self.received == signal.SIGINT else Terminated()
 
     def __enter__(self) -> StopOnSignals:
-        _active.append(self)
+        active.append(self)
         if threading.current_thread() is threading.main_thread():
             for signum in SIGNALS:
                 self._previous[signum] = signal.signal(signum, self._handler)
@@ -91,7 +85,7 @@ class StopOnSignals:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        _active.remove(self)
+        active.remove(self)
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         if exc is None or not (interrupted(exc) or self.received is not None):

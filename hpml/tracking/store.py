@@ -17,6 +17,7 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from hpml.errors import HpmlError
+from hpml.validate.store import sqlite_path
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -31,14 +32,6 @@ class StoreError(HpmlError):
 def is_local(tracking_uri: str) -> bool:
     """True for stores on this machine (SQLite files), whose artifacts must be placed explicitly."""
     return urlparse(tracking_uri).scheme in ("sqlite", "file", "")
-
-
-def sqlite_path(tracking_uri: str) -> Path | None:
-    """The database file of a ``sqlite:///`` URI (None for servers and in-memory stores)."""
-    if not tracking_uri.startswith("sqlite:///"):
-        return None
-    path = tracking_uri.removeprefix("sqlite:///").split("?")[0]
-    return None if path in ("", ":memory:") else Path("/" + path.lstrip("/"))
 
 
 @functools.cache

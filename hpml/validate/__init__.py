@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 from omegaconf import DictConfig
 
+from hpml.build import build, build_callbacks
 from hpml.errors import ConfigError, HpmlError, Problems, raise_all
 from hpml.hydra_job import HydraJob
 
@@ -61,7 +62,6 @@ def validate(cfg: DictConfig, job: HydraJob | None) -> None:
     otherwise fail the run itself. ``job`` (None outside Hydra) gives the options the user chose
     (``model=lstm``) that refusals name.
     """
-    from hpml.train import build
     from hpml.validate import knobs, machine, store
 
     problems: list[HpmlError] = list(knobs.problems(cfg))
@@ -96,7 +96,6 @@ def check_model(cfg: DictConfig, job: HydraJob | None, datamodule: Any) -> None:
     the one before (the first failure ends them)."""
     import torch
 
-    from hpml.train import build, build_callbacks
     from hpml.validate import fit
 
     spec = datamodule.planned_spec()

@@ -20,6 +20,7 @@ from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from hpml.build import build
 from hpml.data.spec import DataSpec
 from hpml.errors import ConfigError, IncompatibleError
 from hpml.hydra_job import HydraJob
@@ -187,8 +188,6 @@ def built_for_data(
     A clash the chosen option's own defaults do not have comes from a ``data.*`` value, which
     the model's own message names (``data.normalize=false``): that message is kept.
     """
-    from hpml.train import build
-
     wanted = getattr(get_object(cfg.model._target_), "modality", spec.modality)
     clash = None
     if wanted == spec.modality:

@@ -13,7 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from hpml.cli import CONF_DIR
+from hpml.build import CONF_DIR
 from hpml.hydra_job import HydraJob
 
 

@@ -33,10 +33,16 @@ def cannot_write(folder: Path) -> str | None:
     return None
 
 
+def sqlite_path(tracking_uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI (None for servers and in-memory stores)."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    path = tracking_uri.removeprefix("sqlite:///").split("?")[0]
+    return None if path in ("", ":memory:") else Path("/" + path.lstrip("/"))
+
+
 def check_store(tracking_uri: str, artifact_root: str | None) -> None:
     """A local SQLite store, and the artifacts beside it, go where files can be written."""
-    from hpml.tracking.store import sqlite_path  # imports MLflow: not for hpml.cli's root check
-
     path = sqlite_path(str(tracking_uri))
     if path is None:
         return

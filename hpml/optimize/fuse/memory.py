@@ -15,12 +15,12 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor, nn
 
 from hpml.analysis.memory import SavedActivations, optimizer_state_tensors, tensor_bytes
-from hpml.models.base import HpmlModule
 from hpml.optimize.fuse.array import FusedNets, member_output
 
 # Saved activations are affine in the batch size (each op saves per-sample tensors and fixed
@@ -32,6 +32,20 @@ PROBE_BATCHES = (2, 4)
 # than a 2- or 4-member one for VGG11-CIFAR and 32% less for the LSTM, while 2 and 4 members
 # agree within 0.1%; so the probe is a 2-member array and a member's share is half of it.
 PROBE_MEMBERS = 2
+
+
+class Member(Protocol):
+    """What the guard asks of a member: an ``nn.Module`` with these, such as an hpml
+    LightningModule (:class:`hpml.models.base.HpmlModule`). Named by what it does, not by that
+    class, so ``optimize`` stays below the models that use it."""
+
+    net: nn.Module
+
+    def example_input(self, batch_size: int = 1) -> Tensor: ...
+
+    def measure(self, output: Any, batch: tuple[Tensor, Tensor], stage: str) -> dict[str, Any]: ...
+
+    def configure_optimizers(self) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -48,7 +62,7 @@ class Footprint:
         return self.weights + self.gradients + self.optimizer_state + self.activations
 
 
-def member_footprint(model: HpmlModule, batch_size: int) -> Footprint:
+def member_footprint(model: Member, batch_size: int) -> Footprint:
     """The training footprint of ``model`` as one member of a fused array at ``batch_size``.
 
     Runs a probe training step of an array of copies of ``model`` (``model`` itself is left as

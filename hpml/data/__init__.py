@@ -1,0 +1,1 @@
+"""LightningDataModules, the files they read and their transforms as config."""

@@ -1,0 +1,30 @@
+"""Whether a job is ending by a stop signal (Ctrl-C, SIGTERM): asked by its run as it ends.
+
+:class:`hpml.tracking.stop.StopOnSignals` registers each job in progress in :data:`active`; the
+run (:mod:`hpml.tracking.run`) asks :func:`interrupted` whether what it ends with is that stop's
+doing, and then ends KILLED, not FAILED. Both import this module, neither the other's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+active: list[Any] = []  # the StopOnSignals of the jobs in progress in this process (one, or none)
+
+
+def stopping() -> bool:
+    """Whether the job in progress got a stop signal: then whatever it raises is that stop's
+    doing (SLURM signals DataLoader workers too, and their death raises a RuntimeError)."""
+    return any(job.received is not None for job in active)
+
+
+def interrupted(exc: BaseException) -> bool:
+    """Ctrl-C or SIGTERM: Lightning turns KeyboardInterrupt into SystemExit(1), keeping it as
+    the context, and a signal into SIGTERMException at the next batch (hpml.tracking.stop)."""
+    return (
+        isinstance(exc, KeyboardInterrupt | SIGTERMException)
+        or isinstance(exc.__context__, KeyboardInterrupt)
+        or stopping()
+    )
