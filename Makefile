@@ -51,9 +51,10 @@ server: $(STAMP)  ## a tracking server for a team (foreground): DB=postgresql://
 test: $(STAMP)
 	$(BIN)/pytest -q -n 2 --dist worksteal
 
-lint: $(STAMP)
+lint: $(STAMP)  ## ruff, then the layers of pyproject.toml's [tool.importlinter]: imports point down
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 format: $(STAMP)
 	$(BIN)/ruff format .
@@ -62,5 +63,6 @@ bench: $(STAMP)  ## benchmark ratios, measured side by side in one run
 	$(BIN)/python -m hpml.bench $(ARGS)
 
 clean:
-	rm -rf outputs multirun/*/ mlflow.db optuna.db mlartifacts .pytest_cache .ruff_cache .bench
+	rm -rf outputs multirun/*/ mlflow.db optuna.db mlartifacts .pytest_cache .ruff_cache .bench \
+		.import_linter_cache .grimp_cache
 	find . -name __pycache__ -not -path './$(VENV)/*' -prune -exec rm -rf {} +
