@@ -1,6 +1,9 @@
 """When to prune, and what it did: the ``prune`` config group's callback.
 
-How to prune lives in :mod:`hpml.optimize.prune` (plain PyTorch); this callback decides when:
+How to prune lives in :mod:`hpml.optimize.prune` (plain PyTorch): the method (each config
+option's ``importance`` node, a :class:`~hpml.optimize.prune.methods.Method`), the engines, the
+amount at each step (:mod:`~hpml.optimize.prune.schedule`) and the sensitivity scan
+(:mod:`~hpml.optimize.prune.sensitivity`). This callback decides when:
 
 - ``before_fit``: once, when fit starts; the whole of ``trainer.max_epochs`` trains the pruned net.
 - ``after_fit``: train ``trainer.max_epochs`` epochs, prune, then fine-tune ``finetune_epochs``
@@ -59,11 +62,10 @@ import copy
 import json
 import logging
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import lightning as L
-import torch
 from torch import nn
 
 from hpml.analysis.flops import count_flops
@@ -81,27 +83,35 @@ from hpml.callbacks.measure import (
     validation_quality,
 )
 from hpml.errors import ConfigError, non_negative_int
-from hpml.names import BYTES, COUNT, FLOPS_PER_SAMPLE, PCT, X, metric
+from hpml.names import COUNT, FLOPS_PER_SAMPLE, PCT, metric
 from hpml.optimize.prune import io as prune_io
+from hpml.optimize.prune import schedule as schedules
 from hpml.optimize.prune.amount import check_amount
 from hpml.optimize.prune.mask import folded_copy
+from hpml.optimize.prune.methods import Method
 from hpml.optimize.prune.pruner import Pruner, PruneReport
+from hpml.optimize.prune.sensitivity import scan
 from hpml.optimize.prune.targets import DEFAULT_EXCLUDE, DEFAULT_TARGETS
 
 log = logging.getLogger(__name__)
-SCHEDULES = ("before_fit", "after_fit", "gradual")
 
 
 class Prune(L.Callback):
-    """Prune ``pl_module.net`` by ``method`` to ``amount`` on ``schedule``; log before and after.
+    """Prune ``pl_module.net`` by ``importance`` to ``amount`` on ``schedule``; log before and
+    after.
 
-    See the module docstring for the schedules and the metrics. ``targets``/``exclude``: see
-    :mod:`hpml.optimize.prune.targets` (``exclude: [output_layer]`` keeps the output size).
+    ``method`` is the method's name in runs (the param ``prune.method``, ``prune/layers.json``);
+    ``importance`` the method itself, or what builds it (its config option's ``_partial_``
+    ``_target_`` node, so a refused knob is named ``prune.importance.<knob>``; by default the
+    method called ``method``). See the module docstring for the schedules and the metrics.
+    ``targets``/``exclude``: see :mod:`hpml.optimize.prune.targets` (``exclude: [output_layer]``
+    keeps the output size).
     """
 
     def __init__(
         self,
         method: str = "l1_structured",
+        importance: Method | Callable[[], Method] | None = None,
         amount: float = 0.5,
         mode: str | None = None,
         targets: Sequence[str] | None = DEFAULT_TARGETS,
@@ -118,17 +128,28 @@ class Prune(L.Callback):
         save_model: bool = False,
     ) -> None:
         self.amount = check_amount(amount)
-        if schedule not in SCHEDULES:
-            raise ConfigError("schedule", schedule, f"one of {', '.join(SCHEDULES)}")
-        self.schedule = schedule
+        self.schedule = schedules.check_schedule(schedule)
         self.finetune_epochs = non_negative_int("finetune_epochs", finetune_epochs)
         self.settings = Settings.checked(
             latency_batch_size, latency_rounds, latency_min_run_time_s, eval_batches
         )
         self.sensitivity = [check_amount(a, "sensitivity") for a in (sensitivity or [])]
         self.save_model = bool(save_model)
+        if importance is not None and not isinstance(importance, Method):
+            try:
+                importance = importance()
+            except ConfigError as exc:
+                raise exc.under("importance") from exc
+        if importance is not None and importance.name and importance.name != method:
+            raise ConfigError(
+                "method",
+                method,
+                f"{importance.name}, the method prune.importance builds (another method is "
+                "another option: prune=<its name>)",
+            )
+        self.method = method
         self.pruner = Pruner(
-            method,
+            method if importance is None else importance,
             mode,
             list(targets or DEFAULT_TARGETS),
             None if exclude is None else list(exclude),
@@ -155,12 +176,23 @@ class Prune(L.Callback):
                 "a positive number of epochs when pruning (it sets the schedule)",
             )
         self.train_epochs = epochs
-        if self.schedule == "after_fit":
-            self.steps = {epochs: self.amount}
-        elif self.schedule == "gradual":
-            self.steps = {e: self.amount * (e + 1) / epochs for e in range(epochs)}
+        self.steps = schedules.steps(self.schedule, self.amount, epochs)
         if self.schedule != "before_fit":
             trainer.fit_loop.max_epochs = epochs + self.finetune_epochs
+
+    def check_model(
+        self,
+        pl_module: L.LightningModule,
+        build_net: Callable[[], nn.Module],
+        input_shape: Sequence[int],
+        name: str,
+    ) -> None:
+        """Before training, on the meta-built module: every ``targets`` and ``exclude`` entry
+        names something in the net (hpml.validate asks each step it builds)."""
+        try:
+            self.pruner.check(pl_module.net)
+        except ConfigError as exc:
+            raise exc.under("prune") from None
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         try:
@@ -229,14 +261,15 @@ class Prune(L.Callback):
             Side("prune_before", kept, device),
             Side("prune_after", self._shipped(pl_module.net), device),
         )
-        metrics = self.after | self._reductions(comparison.metrics)
+        # FLOPs and size, before / after (the speed-ups come with the side-by-side timing)
+        metrics = self.after | schedules.reductions(self.before | self.after | comparison.metrics)
         for name, stats in self.report.layers.items():
             metrics[metric("prune_layer", f"{name}_sparsity", PCT)] = 100 * stats.sparsity
             metrics[metric("prune_layer", f"{name}_row_sparsity", PCT)] = 100 * stats.row_sparsity
         comparison.log(trainer, metrics)
         log_text(trainer, str(pl_module.net), "prune/architecture_after.txt")
         table = {
-            "method": self.pruner.method,
+            "method": self.method,
             "mode": self.pruner.mode,
             "amount": amount,
             "sparsity": self.report.sparsity,
@@ -245,20 +278,6 @@ class Prune(L.Callback):
             "layers": {k: v.to_dict() for k, v in self.report.layers.items()},
         }
         log_text(trainer, json.dumps(table, indent=2), "prune/layers.json")
-
-    def _reductions(self, measured: dict[str, float]) -> dict[str, float]:
-        """FLOPs and size, before / after (the speed-ups come with the side-by-side timing)."""
-        ratios = {}
-        figures = self.before | self.after | measured
-        for quantity, key, unit in (
-            ("fwd", "flops_reduction", FLOPS_PER_SAMPLE),
-            ("size", "size_reduction", BYTES),
-        ):
-            b = figures.get(metric("prune_before", quantity, unit))
-            a = figures.get(metric("prune_after", quantity, unit))
-            if a and b:
-                ratios[metric("prune", key, X)] = b / a
-        return ratios
 
     def counts(self, pl_module: L.LightningModule, stage: str) -> dict[str, float]:
         """Parameters, FLOPs and sparsity of the net as it is now."""
@@ -282,28 +301,25 @@ class Prune(L.Callback):
         return net
 
     def _sensitivity(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Each target alone pruned at each ``sensitivity`` amount (a mask, then restored)."""
+        """Each target alone pruned at each ``sensitivity`` amount (a mask, then restored), the
+        scan itself :func:`hpml.optimize.prune.sensitivity.scan`; logged here."""
         loader = val_loader(trainer)
         if loader is None or self.settings.eval_batches == 0:
             return
-        net, results = pl_module.net, {}
-        for target in self.pruner.targets:
-            weight = getattr(target.module(net), target.param_name)
-            saved = weight.detach().clone()
-            results[target.name] = {}
-            for amount in self.sensitivity:
-                with torch.no_grad():
-                    weight.mul_(self.pruner.mask_alone(saved, amount))
-                quality = validation_quality(pl_module, loader, self.settings.eval_batches)
-                with torch.no_grad():
-                    weight.copy_(saved)
-                pct = round(100 * amount)
-                named = dict(quality_name(k, v) for k, v in quality.items())
-                results[target.name][pct] = named
+
+        def quality() -> dict[str, float]:
+            found = validation_quality(pl_module, loader, self.settings.eval_batches)
+            return dict(quality_name(k, v) for k, v in found.items())
+
+        results = scan(
+            pl_module.net, self.pruner.targets, self.pruner.mask_alone, self.sensitivity, quality
+        )
+        for weight, by_amount in results.items():
+            for pct, named in by_amount.items():
                 values = {
                     metric(
                         "prune_sensitivity",
-                        f"{target.name}_{q.rsplit('_', 1)[0]}",
+                        f"{weight}_{q.rsplit('_', 1)[0]}",
                         q.rsplit("_", 1)[1],
                     ): v
                     for q, v in named.items()

@@ -1,8 +1,10 @@
 """When to quantise: after fit for post-training methods, around a final fine-tune for QAT.
 
-How is up to the engine (``hpml.optimize.quant``); this callback keeps a copy of the float model
-(quantisers change the net they are given), quantises, then times the two side by side and
-judges both on the same batches and inputs. It logs (``N`` = ``latency_batch_size``):
+How is up to the quantiser (``hpml.optimize.quant``): the config option's ``quantizer`` node, a
+``_target_`` Hydra makes a partial of, called with the option's other keys (``method``,
+``backend``, ``engine``, ...: the knobs of that quantiser). This callback keeps a copy of the
+float model (quantisers change the net they are given), quantises, then times the two side by
+side and judges both on the same batches and inputs. It logs (``N`` = ``latency_batch_size``):
 
 =============================================  ================================================
 ``quant_before/size_bytes``                    saved state dict of the float model, bytes
@@ -41,7 +43,9 @@ epochs than that); the trained net is converted after fit and timed beside the c
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+import functools
+import inspect
+from collections.abc import Callable, Sequence
 from itertools import islice
 from typing import Any
 
@@ -89,27 +93,46 @@ def choose_device(
     return requested, None
 
 
+def built(quantizer: Callable[..., Quantizer], options: dict[str, Any]) -> Quantizer:
+    """``quantizer(**options)``; a key it takes no argument for is refused naming the key."""
+    try:
+        params = inspect.signature(quantizer).parameters
+    except (TypeError, ValueError):
+        params = {}
+    if params and not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        for key, value in options.items():
+            if key not in params:
+                name = getattr(quantizer, "func", quantizer)
+                raise ConfigError(
+                    key,
+                    value,
+                    f"an argument of {getattr(name, '__qualname__', name)} "
+                    f"(it takes {', '.join(params)})",
+                )
+    return quantizer(**options)
+
+
 class Quantize(L.Callback):
-    """Quantise the LightningModule's ``net`` with ``method`` on ``backend`` (see the module)."""
+    """Quantise the LightningModule's ``net`` with ``quantizer(**options)`` (see the module).
+
+    ``quantizer``: a class or function returning a :class:`~hpml.optimize.quant.Quantizer`
+    (the option's ``_partial_`` node); without one, hpml's method called ``options["method"]``
+    (:func:`~hpml.optimize.quant.make_quantizer`). ``options``: its knobs, ``method`` among them.
+    """
 
     def __init__(
         self,
-        method: str,
-        backend: str = "auto",
-        engine: str = "x86",
-        per_channel: bool = True,
-        fuse: bool = True,
-        embeddings: bool = True,
-        compile: bool = True,
+        quantizer: Callable[..., Quantizer] | None = None,
         calibration_batches: int = 8,
         qat_epochs: int = 1,
         latency_batch_size: int = 64,
         latency_rounds: int = LATENCY_ROUNDS,
         latency_min_run_time_s: float = LATENCY_MIN_RUN_TIME_S,
         eval_batches: int | None = 4,
+        **options: Any,
     ) -> None:
-        self.quantizer = make_quantizer(
-            method, backend, engine, per_channel, fuse, embeddings, compile
+        self.quantizer = (
+            make_quantizer(**options) if quantizer is None else built(quantizer, options)
         )
         self.calibration_batches = non_negative_int("calibration_batches", calibration_batches)
         if self.quantizer.needs_calibration and calibration_batches == 0:
@@ -126,6 +149,24 @@ class Quantize(L.Callback):
         self.float_net: nn.Module | None = None  # kept until timed beside the quantised one
         self.before_device: torch.device | None = None
         self.done = False
+
+    def check_model(
+        self,
+        pl_module: L.LightningModule,
+        build_net: Callable[[], nn.Module],
+        input_shape: Sequence[int],
+        name: str,
+    ) -> None:
+        """Before training, on the meta-built module (``build_net()``: a real CPU net, built
+        once if asked for): the quantiser has layers to quantise, inputs it can quantise and
+        kernels for the net (hpml.validate asks each step it builds)."""
+        q = self.quantizer
+        try:
+            q.check(pl_module.net)
+            q.check_inputs(pl_module.net, pl_module.example_input(1))
+            q.check_net(functools.cache(build_net), torch.rand(2, *input_shape), name)
+        except ConfigError as exc:
+            raise exc.under("quant") from None
 
     # -- when ---------------------------------------------------------------------------------
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:

@@ -113,12 +113,10 @@ def check_model(cfg: DictConfig, job: HydraJob | None, datamodule: Any) -> None:
     constructed("model.optimizer", model.configure_optimizers)
     callbacks = constructed("callbacks", lambda: build_callbacks(cfg))
     for callback in callbacks:
-        if hasattr(callback, "pruner"):
-            fit.check_prune(callback.pruner, model.net)
+        if isinstance(callback, fit.ChecksModel):  # a step that transforms the net: prune, quant
+            callback.check_model(model, lambda: build_model("cpu").net, spec.input_shape, name)
         if hasattr(callback, "stages"):
             fit.check_activations(callback, model)
-        if hasattr(callback, "quantizer"):
-            fit.check_quant(callback.quantizer, model, lambda: build_model("cpu").net, spec, name)
 
 
 __all__ = ["ConfigError", "HpmlError", "Problems", "validate"]

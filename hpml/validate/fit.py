@@ -1,19 +1,19 @@
 """The model against its data and against the steps that will transform it, before training.
 
-Everything here runs on a model built on the meta device (no memory, no compute), except the
-int8 check, which quantises a freshly built CPU copy of the net and runs it once on one batch:
-that is the only way to learn whether eager-mode int8 has kernels for every op the net's forward
-calls (a residual ``out += identity`` has none; ``quant.backend=auto`` then quantises through
-PT2E instead), and it costs a second or two, once, instead of a whole training run that fails at
-its end.
+Everything here runs on a model built on the meta device (no memory, no compute). The steps that
+transform the model are asked what they cannot do to it (:class:`ChecksModel`, the object's own
+check: no table of methods here); eager int8's check quantises a freshly built CPU copy of the
+net and runs it once on one batch: that is the only way to learn whether eager-mode int8 has
+kernels for every op the net's forward calls (a residual ``out += identity`` has none;
+``quant.backend=auto`` then quantises through PT2E instead), and it costs a second or two, once,
+instead of a whole training run that fails at its end.
 """
 
 from __future__ import annotations
 
-import functools
 import inspect
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from hydra.utils import get_object, instantiate
@@ -25,10 +25,23 @@ from hpml.data.spec import DataSpec
 from hpml.errors import ConfigError, IncompatibleError
 from hpml.hydra_job import HydraJob
 from hpml.models.input_fit import probe, size_range, sizes_text
+from hpml.optimize.quant.torch_ao import EAGER_INT8_MODELS as STATIC_INT8_MODELS  # noqa: F401
 from hpml.validate import options
 
-# Models whose every op eager-mode int8 covers (checked by tests/bad_inputs/test_validate.py).
-STATIC_INT8_MODELS = ("vgg11", "vgg13", "vgg16", "vgg19", "alexnet")
+
+@runtime_checkable
+class ChecksModel(Protocol):
+    """A step the config builds that transforms the model (prune, quant): asked, before training,
+    what it cannot do to it. ``pl_module`` is built on the meta device; ``build_net()`` builds a
+    real CPU net (for a check that must run it); ``name`` is the ``model=`` option."""
+
+    def check_model(
+        self,
+        pl_module: Any,
+        build_net: Callable[[], nn.Module],
+        input_shape: Sequence[int],
+        name: str,
+    ) -> None: ...
 
 
 def model_name(cfg: DictConfig, job: HydraJob | None) -> str:
@@ -86,16 +99,6 @@ def check_layout(cfg: DictConfig, spec: DataSpec, name: str) -> None:
     )
 
 
-def check_prune(pruner: Any, net: nn.Module) -> None:
-    """Every ``prune.targets`` and ``prune.exclude`` entry names something in the net."""
-    from hpml.optimize.prune.targets import resolve
-
-    try:
-        resolve(net, pruner.targets_spec, pruner.exclude_spec)
-    except ConfigError as exc:
-        raise exc.under("prune") from None
-
-
 def check_activations(callback: Any, model: nn.Module) -> None:
     """Every ``activations.modules`` entry names a submodule (or a Sequential's slice)."""
     try:
@@ -126,44 +129,9 @@ def check_checkpointing(cfg: DictConfig) -> None:
         )
 
 
-def check_quant(quantizer: Any, model: Any, build_net: Any, spec: DataSpec, name: str) -> None:
-    """The quantiser has layers to quantise, inputs it can quantise, and kernels for the net.
-
-    ``model`` is the meta-built module; ``build_net()`` builds a real CPU net for the int8 run.
-    """
-    try:
-        quantizer.check(model.net)
-        quantizer.check_inputs(model.net, model.example_input(1))
-    except ConfigError as exc:
-        raise exc.under("quant") from None
-    build_net = functools.cache(build_net)  # the choice below and the eager run share one net
-    if quantizer.backend == "auto":  # eager where it runs the net, else pt2e (one cached probe)
-        quantizer = quantizer.for_net(build_net(), torch.rand(2, *spec.input_shape))
-    if quantizer.backend != "torch_ao":
-        return
-    from hpml.optimize.quant.torch_ao import Static, use_engine
-
-    try:
-        use_engine(quantizer.engine)
-    except ConfigError as exc:
-        raise exc.under("quant") from None
-    if isinstance(quantizer, Static):
-        static_int8_runs(quantizer, build_net(), spec, name)
-
-
 def static_int8_runs(quantizer: Any, net: nn.Module, spec: DataSpec, name: str) -> None:
     """Quantise ``net`` as eager-mode static int8 (and QAT) would, and run it on one batch."""
-    from hpml.optimize.quant.torch_ao import eager_static_problem
-
-    problem = eager_static_problem(quantizer, net, torch.rand(2, *spec.input_shape))
-    if problem is None:
-        return
-    fix = "quant.backend=pt2e" if quantizer.method == "static_int8" else "quant=static_int8"
-    raise IncompatibleError(
-        f"quant={quantizer.method} (eager-mode torch.ao) cannot quantise model {name}: "
-        f"{problem}; use {fix} (PT2E int8 of the traced graph), quant=dynamic_int8, "
-        f"or a model built of modules only (model={'|'.join(STATIC_INT8_MODELS)})"
-    )
+    quantizer.check_net(lambda: net, torch.rand(2, *spec.input_shape), name)
 
 
 SAMPLES = {"image": "images", "tokens": "token sequences"}

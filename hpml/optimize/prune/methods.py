@@ -1,64 +1,40 @@
-"""The pruning methods, in one table: the only place a method's name is spelt out.
+"""Pruning methods as plug-ins: each one a class, each option of ``conf/prune/`` names one.
 
-A method says whether it removes whole rows (output channels, LSTM gate rows) or single weights,
-how mask mode zeroes one weight (a ``torch.nn.utils.prune`` method), and for structured methods
-how physical mode ranks what it cuts: torch-pruning's group importance for Conv/Linear channels,
-a score per row for LSTM hidden units (their rows across the four gate blocks). Adding a method is
-one entry in ``METHODS`` plus one ``conf/prune/<name>.yaml``.
+A method ranks what it prunes; the engines (masks, Conv/Linear channels, LSTM hidden units) are
+shared, as torch-pruning's ``MetaPruner`` shares one engine among its importances. A method says
+whether it removes whole rows (output channels, LSTM gate rows) or single weights, how mask mode
+zeroes one weight (a ``torch.nn.utils.prune`` method), and, when structured, how physical mode
+ranks what it cuts: a torch-pruning group importance for Conv/Linear channels (``channels``) and
+a score per row for LSTM hidden units (``units``).
+
+There is no table of methods: a config option builds its method from its ``importance`` node
+(``_target_: hpml.optimize.prune.methods.FPGM``), so a new method is one class here or in any
+importable module, plus one ``conf/prune/<name>.yaml``::
+
+    class Largest(Structured):      # rows with the smallest largest |weight| go first
+        name = "largest"
+
+        def scores(self, rows):
+            return rows.abs().amax(1)
+
+A structured method needs only ``scores``: mask mode zeroes the rows it ranks lowest and physical
+mode ranks channels by the scores of the root layer's rows (:class:`RowScores`). A method asks
+itself whether a mode suits it (:meth:`Method.check_mode`), so no list of methods is kept.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch_pruning as tp
-from torch import Tensor
+from torch import Tensor, nn
 from torch.nn.utils import prune
 
 from hpml.errors import ConfigError
 
-
-class FPGMStructured(prune.BasePruningMethod):
-    """Structured pruning of the rows nearest the geometric median (He et al., CVPR 2019).
-
-    A row (filter, output unit) whose summed Euclidean distance to all other rows is smallest is
-    the one the others can best stand in for; those rows are zeroed first. torch.nn.utils.prune
-    has no FPGM, torch-pruning's ``FPGMImportance`` ranks whole groups only: hence this class.
-    """
-
-    PRUNING_TYPE = "structured"
-
-    def __init__(self, amount: int | float, dim: int = 0) -> None:
-        prune._validate_pruning_amount_init(amount)
-        self.amount, self.dim = amount, dim
-
-    def compute_mask(self, t: Tensor, default_mask: Tensor) -> Tensor:
-        rows = t.transpose(0, self.dim).flatten(1) if self.dim else t.flatten(1)
-        n_prune = prune._compute_nparams_toprune(self.amount, rows.shape[0])
-        mask = default_mask.clone()
-        if n_prune == 0:
-            return mask
-        drop = torch.argsort(fpgm_scores(rows))[:n_prune]
-        index = [slice(None)] * t.dim()
-        index[self.dim] = drop
-        mask[tuple(index)] = 0
-        return mask
-
-    @classmethod
-    def apply(
-        cls,
-        module: torch.nn.Module,
-        name: str,
-        amount: int | float,  # type: ignore[override]
-        dim: int = 0,
-        importance_scores: Tensor | None = None,
-    ) -> FPGMStructured:
-        return super().apply(
-            module, name, amount=amount, dim=dim, importance_scores=importance_scores
-        )
+MODES = ("mask", "physical")
 
 
 def l1_scores(rows: Tensor) -> Tensor:
@@ -79,23 +55,107 @@ def random_scores(rows: Tensor) -> Tensor:
     return torch.rand(rows.shape[0])
 
 
-@dataclass(frozen=True)
-class Method:
-    """One pruning method; rows with the lowest scores go first."""
+class ScoredRows(prune.BasePruningMethod):
+    """Structured mask pruning of the rows (along ``dim``) that ``scores`` ranks lowest.
 
-    name: str
-    structured: bool
-    mask: type[prune.BasePruningMethod]
-    mask_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    global_scope: bool = False
-    channels: Callable[[], Any] | None = None  # torch-pruning importance (physical Conv/Linear)
-    units: Callable[[Tensor], Tensor] | None = None  # rows -> scores (physical LSTM units)
+    torch.nn.utils.prune ranks rows by an Ln norm or at random only; a method with its own
+    ranking (FPGM, a plug-in) masks through this class.
+    """
+
+    PRUNING_TYPE = "structured"
+
+    def __init__(
+        self, amount: int | float, dim: int = 0, scores: Callable[[Tensor], Tensor] = l1_scores
+    ) -> None:
+        prune._validate_pruning_amount_init(amount)
+        self.amount, self.dim, self.scores = amount, dim, scores
+
+    def compute_mask(self, t: Tensor, default_mask: Tensor) -> Tensor:
+        rows = t.transpose(0, self.dim).flatten(1) if self.dim else t.flatten(1)
+        n_prune = prune._compute_nparams_toprune(self.amount, rows.shape[0])
+        mask = default_mask.clone()
+        if n_prune == 0:
+            return mask
+        drop = torch.argsort(self.scores(rows).to(rows.device))[:n_prune]
+        index = [slice(None)] * t.dim()
+        index[self.dim] = drop
+        mask[tuple(index)] = 0
+        return mask
+
+    @classmethod
+    def apply(
+        cls,
+        module: nn.Module,
+        name: str,
+        amount: int | float,  # type: ignore[override]
+        dim: int = 0,
+        scores: Callable[[Tensor], Tensor] = l1_scores,
+        importance_scores: Tensor | None = None,
+    ) -> ScoredRows:
+        return super().apply(
+            module, name, amount=amount, dim=dim, scores=scores, importance_scores=importance_scores
+        )
+
+
+class RowScores:
+    """A torch-pruning group importance from a score per row of each group's root layer.
+
+    The root is the Conv/Linear whose output channels the group removes; its weight's rows
+    (dim 0) are those channels, in order.
+    """
+
+    def __init__(self, scores: Callable[[Tensor], Tensor]) -> None:
+        self.scores = scores
+
+    def __call__(self, group: Any) -> Tensor:
+        module = group[0].dep.target.module
+        return self.scores(module.weight.detach().flatten(1).float())
+
+
+class Method:
+    """One pruning method; what it ranks lowest goes first. Subclass :class:`Unstructured` or
+    :class:`Structured` (the docstring of this module shows a plug-in).
+
+    ``name`` is how runs and ``prune/layers.json`` call it: the ``method`` of its config option.
+    """
+
+    name: ClassVar[str] = ""
+    structured: ClassVar[bool] = False  # whole rows (channels, gate rows), else single weights
+    global_scope: ClassVar[bool] = False  # mask mode ranks all targets' weights together
+    mask: ClassVar[type[prune.BasePruningMethod]] = prune.L1Unstructured
+
+    @property
+    def mask_kwargs(self) -> Mapping[str, Any]:
+        """Arguments of ``mask`` besides the amount."""
+        return {}
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        """The modes this method prunes in, its default first."""
+        return MODES[::-1] if self.structured else MODES[:1]
 
     @property
     def default_mode(self) -> str:
-        return "physical" if self.structured else "mask"
+        return self.modes[0]
 
-    def apply_mask(self, module: torch.nn.Module, name: str, count: int) -> None:
+    def check_mode(self, mode: str | None) -> str:
+        """``mode`` (the default for None) when this method prunes in it; a ConfigError if not."""
+        mode = mode or self.default_mode
+        if mode not in MODES:
+            raise ConfigError("mode", mode, f"one of {', '.join(MODES)}")
+        if mode not in self.modes:
+            raise ConfigError(
+                "mode",
+                mode,
+                (
+                    f"{' or '.join(self.modes)} for {self.name or type(self).__name__}: single "
+                    "weights cannot be removed from a dense layer, only whole channels (a "
+                    "structured method such as l1_structured)"
+                ),
+            )
+        return mode
+
+    def apply_mask(self, module: nn.Module, name: str, count: int) -> None:
         """Zero ``count`` more units (rows when structured) of ``module.<name>``."""
         self.mask.apply(module, name, amount=count, **self.mask_kwargs)
 
@@ -103,51 +163,137 @@ class Method:
         """The mask this method gives ``weight`` pruned alone to ``amount`` (sensitivity)."""
         return self.mask(amount, **self.mask_kwargs).compute_mask(weight, torch.ones_like(weight))
 
+    def channels(self) -> Any:
+        """A fresh torch-pruning group importance (physical Conv/Linear): structured only."""
+        raise NotImplementedError(f"{self.name} removes single weights, not channels")
 
-METHODS: dict[str, Method] = {
-    m.name: m
-    for m in (
-        Method("l1_unstructured", False, prune.L1Unstructured),
-        Method("random_unstructured", False, prune.RandomUnstructured),
-        Method("global_l1_unstructured", False, prune.L1Unstructured, global_scope=True),
-        Method(
-            "l1_structured",
-            True,
-            prune.LnStructured,
-            {"n": 1, "dim": 0},
-            channels=lambda: tp.importance.MagnitudeImportance(p=1),
-            units=l1_scores,
-        ),
-        Method(
-            "l2_structured",
-            True,
-            prune.LnStructured,
-            {"n": 2, "dim": 0},
-            channels=lambda: tp.importance.MagnitudeImportance(p=2),
-            units=l2_scores,
-        ),
-        Method(
-            "random_structured",
-            True,
-            prune.RandomStructured,
-            {"dim": 0},
-            channels=tp.importance.RandomImportance,
-            units=random_scores,
-        ),
-        Method(
-            "fpgm",
-            True,
-            FPGMStructured,
-            {"dim": 0},
-            channels=lambda: tp.importance.FPGMImportance(p=2),
-            units=fpgm_scores,
-        ),
-    )
-}
+    def units(self, rows: Tensor) -> Tensor:
+        """A score per row (physical LSTM hidden units): structured only."""
+        raise NotImplementedError(f"{self.name} removes single weights, not rows")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
 
 
-def find(name: str) -> Method:
-    """The method called ``name``; a ConfigError naming the valid ones otherwise."""
-    if name not in METHODS:
-        raise ConfigError("method", name, f"one of {', '.join(METHODS)}")
-    return METHODS[name]
+class Unstructured(Method):
+    """Single weights, through ``mask`` (a ``torch.nn.utils.prune`` unstructured method)."""
+
+
+class Structured(Method):
+    """Whole rows ranked by :meth:`scores`; subclasses may rank channels by torch-pruning's own
+    group importance (over every layer of the group) instead."""
+
+    structured = True
+    mask = ScoredRows
+
+    @property
+    def mask_kwargs(self) -> Mapping[str, Any]:
+        return {"dim": 0, "scores": self.scores}
+
+    def scores(self, rows: Tensor) -> Tensor:
+        """One score per row of ``rows`` (``N x K``): the lowest are pruned first."""
+        raise NotImplementedError(f"{type(self).__name__} must define scores(rows)")
+
+    def channels(self) -> Any:
+        return RowScores(self.scores)
+
+    def units(self, rows: Tensor) -> Tensor:
+        return self.scores(rows)
+
+
+class L1Unstructured(Unstructured):
+    """Single weights with the smallest magnitude, per layer."""
+
+    name = "l1_unstructured"
+    mask = prune.L1Unstructured
+
+
+class GlobalL1Unstructured(L1Unstructured):
+    """Single weights with the smallest magnitude across all targets at once."""
+
+    name = "global_l1_unstructured"
+    global_scope = True
+
+
+class RandomUnstructured(Unstructured):
+    """Single weights chosen at random, per layer: the baseline."""
+
+    name = "random_unstructured"
+    mask = prune.RandomUnstructured
+
+
+class L1Structured(Structured):
+    """Rows with the smallest L1 norm; channels by torch-pruning's group L1 magnitude."""
+
+    name = "l1_structured"
+    mask = prune.LnStructured
+    norm = 1
+
+    @property
+    def mask_kwargs(self) -> Mapping[str, Any]:
+        return {"n": self.norm, "dim": 0}
+
+    def scores(self, rows: Tensor) -> Tensor:
+        return l1_scores(rows)
+
+    def channels(self) -> Any:
+        return tp.importance.MagnitudeImportance(p=self.norm)
+
+
+class L2Structured(L1Structured):
+    """Rows with the smallest L2 norm; channels by torch-pruning's group L2 magnitude."""
+
+    name = "l2_structured"
+    norm = 2
+
+    def scores(self, rows: Tensor) -> Tensor:
+        return l2_scores(rows)
+
+
+class RandomStructured(Structured):
+    """Rows chosen at random: the baseline."""
+
+    name = "random_structured"
+    mask = prune.RandomStructured
+
+    @property
+    def mask_kwargs(self) -> Mapping[str, Any]:
+        return {"dim": 0}
+
+    def scores(self, rows: Tensor) -> Tensor:
+        return random_scores(rows)
+
+    def channels(self) -> Any:
+        return tp.importance.RandomImportance()
+
+
+class FPGM(Structured):
+    """Rows nearest the geometric median of their layer (He et al., CVPR 2019): the others can
+    best stand in for them. torch-pruning's ``FPGMImportance`` ranks whole groups only, so mask
+    mode ranks rows itself (:class:`ScoredRows`)."""
+
+    name = "fpgm"
+
+    def scores(self, rows: Tensor) -> Tensor:
+        return fpgm_scores(rows)
+
+    def channels(self) -> Any:
+        return tp.importance.FPGMImportance(p=2)
+
+
+def _subclasses(cls: type) -> list[type]:
+    found = []
+    for sub in cls.__subclasses__():
+        found += [sub, *_subclasses(sub)]
+    return found
+
+
+def named(name: str) -> Method:
+    """The method class called ``name`` among those imported, built with its defaults.
+
+    Plain-PyTorch shorthand (``Pruner("fpgm")``); configs build theirs from ``_target_``.
+    """
+    classes = {c.name: c for c in _subclasses(Method) if c.name}
+    if name not in classes:
+        raise ConfigError("method", name, f"one of {', '.join(classes)}")
+    return classes[name]()

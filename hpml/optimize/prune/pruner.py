@@ -1,16 +1,16 @@
 """``Pruner``: one object for every method and mode, usable from plain PyTorch.
 
-    pruner = Pruner("l2_structured", mode="physical")
+    pruner = Pruner(L2Structured(), mode="physical")   # or Pruner("l2_structured", ...)
     pruner.attach(net, example)          # resolve targets, record the original widths
     report = pruner.prune(net, 0.5)      # to 50% of the original, in place; call again to go on
     pruner.finalize(net)                 # masks folded into the weights (mask mode)
 
-Methods: the table in :mod:`hpml.optimize.prune.methods` (unstructured ones mask only; structured
-ones mask or physical, physical by default). Physical mode removes output channels of Conv/Linear
-layers through torch-pruning and hidden units of ``nn.LSTM`` through
-:mod:`hpml.optimize.prune.lstm`; mask mode zeroes weights through ``torch.nn.utils.prune``. Every
-engine has one ``prune(model, amount)``. The amount is always measured against the original model,
-so repeated calls (a gradual schedule) never compound.
+Methods: the classes of :mod:`hpml.optimize.prune.methods` or any plug-in subclass (unstructured
+ones mask only; structured ones mask or physical, physical by default; each says so itself).
+Physical mode removes output channels of Conv/Linear layers through torch-pruning and hidden
+units of ``nn.LSTM`` through :mod:`hpml.optimize.prune.lstm`; mask mode zeroes weights through
+``torch.nn.utils.prune``. Every engine has one ``prune(model, amount)``. The amount is always
+measured against the original model, so repeated calls (a gradual schedule) never compound.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from hpml.errors import ConfigError, IncompatibleError
 from hpml.optimize.prune import mask as masks
 from hpml.optimize.prune.amount import check_amount
 from hpml.optimize.prune.lstm import LSTMPruner
-from hpml.optimize.prune.methods import METHODS, find
+from hpml.optimize.prune.methods import MODES, Method, named
 from hpml.optimize.prune.stats import LayerStats, layer_stats
 from hpml.optimize.prune.structured import ChannelPruner, check_runs, output_shapes
 from hpml.optimize.prune.targets import DEFAULT_EXCLUDE, DEFAULT_TARGETS, Target, resolve
 
-MODES = ("mask", "physical")
+__all__ = ["MODES", "Engine", "PruneReport", "Pruner"]
 
 
 class Engine(Protocol):
@@ -64,11 +64,14 @@ class PruneReport:
 
 
 class Pruner:
-    """Prune ``targets`` minus ``exclude`` of a model by ``method`` in ``mode``."""
+    """Prune ``targets`` minus ``exclude`` of a model by ``method`` in ``mode``.
+
+    ``method``: a :class:`~hpml.optimize.prune.methods.Method`, or the ``name`` of one.
+    """
 
     def __init__(
         self,
-        method: str = "l1_structured",
+        method: Method | str = "l1_structured",
         mode: str | None = None,
         targets: Sequence[str] | None = DEFAULT_TARGETS,
         exclude: Sequence[str] | None = DEFAULT_EXCLUDE,
@@ -76,23 +79,12 @@ class Pruner:
         embedding: bool = False,
         coupled: Sequence[Sequence[str]] | None = None,
     ) -> None:
-        spec = find(method)
-        mode = mode or spec.default_mode
-        if mode not in MODES:
-            raise ConfigError("mode", mode, f"one of {', '.join(MODES)}")
-        if mode == "physical" and not spec.structured:
-            structured = ", ".join(name for name, m in METHODS.items() if m.structured)
-            raise ConfigError(
-                "mode",
-                mode,
-                (
-                    f"mask for {method}: single weights cannot be removed from a dense layer, only "
-                    f"whole channels ({structured})"
-                ),
-            )
+        spec = named(method) if isinstance(method, str) else method
+        mode = spec.check_mode(mode)
         if isinstance(min_channels, bool) or not isinstance(min_channels, int) or min_channels < 1:
             raise ConfigError("min_channels", min_channels, "a positive integer")
-        self.method, self.spec, self.mode = method, spec, mode
+        self.method = spec.name or type(spec).__name__
+        self.spec, self.mode = spec, mode
         self.targets_spec = list(targets) if targets else list(DEFAULT_TARGETS)
         self.exclude_spec = list(exclude) if exclude is not None else []
         self.min_channels, self.embedding, self.coupled = min_channels, embedding, coupled
@@ -102,9 +94,14 @@ class Pruner:
         self._shapes: list[Any] = []
         self._example: Any = None
 
+    def check(self, model: nn.Module) -> list[Target]:
+        """The targets ``model`` has (a ConfigError for an entry that names nothing in it);
+        ``model`` may be on the meta device: nothing is computed."""
+        return resolve(model, self.targets_spec, self.exclude_spec)
+
     def attach(self, model: nn.Module, example: Any) -> list[Target]:
         """Resolve the targets on the unpruned ``model`` and set up the engines."""
-        self.targets = resolve(model, self.targets_spec, self.exclude_spec)
+        self.targets = self.check(model)
         self.before = layer_stats(model, self.targets)
         self._example = example
         if self.mode == "mask":

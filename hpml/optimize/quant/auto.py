@@ -9,7 +9,7 @@ architecture, so the check before training and the callback share one probe).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -32,6 +32,12 @@ class AutoStatic(Quantizer):
 
     def check_inputs(self, net: nn.Module, example: Any) -> None:
         float_inputs(self.method, net, example)
+
+    def check_net(
+        self, build_net: Callable[[], nn.Module], example: torch.Tensor, model: str = "the model"
+    ) -> None:
+        """What the engine chosen for the net (one cached probe) cannot do."""
+        self.for_net(build_net(), example).check_net(build_net, example, model)
 
     def for_net(self, net: nn.Module, example: torch.Tensor) -> Quantizer:
         """The engine that will quantise ``net`` (``example``: one float input batch)."""

@@ -1,23 +1,23 @@
 """The one interface every quantisation backend implements, and helpers they share.
 
 A ``Quantizer`` says HOW (which layers, which kernels, which device they run on); a Lightning
-callback decides WHEN (after fit for post-training methods, around a fine-tune for QAT). Configs
-name a method (``dynamic_int8``, ``static_int8``, ``qat``, ``weight_only_int8``) and a backend
-(``torch_ao``, ``pt2e`` or ``torchao``), never a backend's classes, so a backend can change
-underneath them.
+callback decides WHEN (after fit for post-training methods, around a fine-tune for QAT). hpml's
+configs name a method's function (:mod:`hpml.optimize.quant.methods`) with a backend
+(``torch_ao``, ``pt2e`` or ``torchao``), not a backend's classes, so a backend can change
+underneath them; a plug-in's config may name its ``Quantizer`` subclass directly.
 """
 
 from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 from torch import nn
 
-from hpml.errors import IncompatibleError
+from hpml.errors import ConfigError, IncompatibleError
 from hpml.tensors import first_tensor
 
 log = logging.getLogger(__name__)
@@ -31,6 +31,13 @@ def notice_once(key: str, message: str) -> None:
         log.warning(message)
 
 
+def flag(key: str, value: Any) -> bool:
+    """``value`` if it is true or false, else a ConfigError naming ``key``."""
+    if not isinstance(value, bool):
+        raise ConfigError(key, value, "true or false")
+    return value
+
+
 class Quantizer(ABC):
     """Turns a float ``nn.Module`` into a quantised one.
 
@@ -38,6 +45,9 @@ class Quantizer(ABC):
     by methods whose ``needs_calibration`` is true). QAT: ``check``, ``prepare_qat`` (fake-quantised
     modules to fine-tune), train, then ``convert``. ``cuda_capable`` says whether the quantised
     model's kernels run on CUDA; where not, callers evaluate it on CPU.
+
+    Before training, a quantiser is asked what it cannot do to the net: ``check`` (its layers),
+    ``check_inputs`` (the inputs' kind) and ``check_net`` (whether it runs the real net).
     """
 
     method: str
@@ -60,6 +70,15 @@ class Quantizer(ABC):
     def check_inputs(self, net: nn.Module, example: Any) -> None:
         """Raise ``IncompatibleError`` when inputs like ``example`` cannot be quantised."""
         return None  # every input kind suits weight-only and dynamic methods
+
+    def check_net(
+        self, build_net: Callable[[], nn.Module], example: torch.Tensor, model: str = "the model"
+    ) -> None:
+        """Raise a one-line ``HpmlError`` when this quantiser cannot run the net ``build_net()``
+        builds (a real CPU net, built only when asked: kernels missing, an engine this torch
+        lacks) on inputs like ``example``; ``model`` names the net (``model=`` option) for the
+        message. Nothing to check by default."""
+        return None
 
     def for_net(self, net: nn.Module, example: torch.Tensor) -> Quantizer:
         """The engine that quantises ``net``: this one, unless a backend is chosen per net."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import re
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -32,6 +32,8 @@ CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 BNS = {nn.Conv1d: nn.BatchNorm1d, nn.Conv2d: nn.BatchNorm2d, nn.Conv3d: nn.BatchNorm3d}
 STATIC_LAYERS = (*CONVS, nn.Linear)
 NO_KERNEL = r"Could not run '([^']+)' with arguments from the '(\w+)' backend"
+# Models whose every op eager-mode int8 covers (checked by tests/bad_inputs/test_validate.py).
+EAGER_INT8_MODELS = ("vgg11", "vgg13", "vgg16", "vgg19", "alexnet")
 
 
 def use_engine(engine: str) -> None:
@@ -93,6 +95,11 @@ class Dynamic(Quantizer):
         if not embeddings:
             self.supported = (nn.Linear, nn.LSTM, nn.GRU)
 
+    def check_net(
+        self, build_net: Callable[[], nn.Module], example: torch.Tensor, model: str = "the model"
+    ) -> None:
+        use_engine(self.engine)
+
     def quantize(self, net: nn.Module, calibration: Iterable[Any] = ()) -> nn.Module:
         use_engine(self.engine)
         spec: dict[type[nn.Module], Any] = {
@@ -127,6 +134,21 @@ class Static(Quantizer):
 
     def check_inputs(self, net: nn.Module, example: Any) -> None:
         float_inputs(self.method, net, example)
+
+    def check_net(
+        self, build_net: Callable[[], nn.Module], example: torch.Tensor, model: str = "the model"
+    ) -> None:
+        """The engine exists, and eager int8 runs the net: quantised on one batch and run."""
+        use_engine(self.engine)
+        problem = eager_static_problem(self, build_net(), example)
+        if problem is None:
+            return
+        fix = "quant.backend=pt2e" if self.method == "static_int8" else "quant=static_int8"
+        raise IncompatibleError(
+            f"quant={self.method} (eager-mode torch.ao) cannot quantise model {model}: "
+            f"{problem}; use {fix} (PT2E int8 of the traced graph), quant=dynamic_int8, "
+            f"or a model built of modules only (model={'|'.join(EAGER_INT8_MODELS)})"
+        )
 
     def qconfig(self) -> tq.QConfig:
         if self.per_channel:

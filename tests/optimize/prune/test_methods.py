@@ -1,24 +1,25 @@
-"""The method table: one entry and one config per method, each entry complete."""
+"""The methods: one class per ``prune`` option, each complete; a plug-in needs only its scores."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from omegaconf import OmegaConf
+from torch import nn
 
 from hpml.errors import ConfigError
-from hpml.optimize.prune import METHODS
-from hpml.optimize.prune.methods import find
-from tests.conftest import options
+from hpml.optimize.prune import Pruner, Structured
+from hpml.optimize.prune.methods import named
+from tests.optimize.prune.conf_methods import methods, option_nodes
+
+METHODS = methods()
 
 
-def test_every_method_has_one_config_and_every_config_one_method(composed):
-    configured = {}
-    for option in options("prune"):
-        node = composed([f"prune={option}"]).get("prune")
-        if node:
-            configured[option] = OmegaConf.select(node, "method")
-    assert configured == {name: name for name in METHODS}
+def test_every_option_names_the_method_its_importance_node_builds():
+    nodes = option_nodes()
+    assert nodes, "no prune option builds a method"
+    for option, node in nodes.items():
+        assert node.method == option
+        assert METHODS[option].name == option
 
 
 @pytest.mark.parametrize("name", list(METHODS))
@@ -30,15 +31,43 @@ def test_a_method_masks_its_share_of_one_weight_alone(name):
     assert mask.shape == weight.shape
     if method.structured:
         assert int((mask.sum(1) == 0).sum()) == 4 and set(mask.sum(1).tolist()) == {0.0, 5.0}
-        assert method.channels is not None and method.units is not None
+        assert method.channels() is not None
         assert method.units(weight).shape == (8,)
-        assert method.default_mode == "physical"
+        assert method.default_mode == "physical" and method.check_mode(None) == "physical"
     else:
         assert int((mask == 0).sum()) == 20
         assert method.default_mode == "mask"
+        with pytest.raises(ConfigError, match="mode='physical'"):
+            method.check_mode("physical")
 
 
-def test_an_unknown_method_names_the_valid_ones():
+def test_a_name_reaches_the_method_class_and_an_unknown_one_the_valid_ones():
+    assert type(named("fpgm")) is type(METHODS["fpgm"])
     with pytest.raises(ConfigError) as info:
-        find("l3_structured")
-    assert str(info.value).startswith("method='l3_structured' is invalid: expected one of l1_")
+        named("l3_structured")
+    assert str(info.value).startswith("method='l3_structured' is invalid: expected one of ")
+    assert "l1_structured" in str(info.value)
+
+
+class Largest(Structured):
+    """A plug-in that defines only its scores: rows with the smallest largest |weight| go."""
+
+    name = "largest_test"
+
+    def scores(self, rows: torch.Tensor) -> torch.Tensor:
+        return rows.abs().amax(1)
+
+
+@pytest.mark.parametrize("mode", ["mask", "physical"])
+def test_a_structured_plug_in_with_only_scores_prunes_in_both_modes(mode):
+    model = nn.Sequential(nn.Linear(3, 4, bias=False), nn.ReLU(), nn.Linear(4, 2))
+    with torch.no_grad():  # row maxima 1, 5, 2, 9: the first goes at 0.25
+        model[0].weight.copy_(torch.tensor([[1.0, 1, 1], [5, 0, 0], [0, 2, 0], [0, 0, 9]]))
+    pruner = Pruner(Largest(), mode, exclude=["output_layer"])
+    pruner.attach(model, torch.ones(2, 3))
+    report = pruner.prune(model, 0.25)
+    assert report.row_sparsity == 0.25
+    pruner.finalize(model)
+    alive = [r.tolist() for r in model[0].weight if r.abs().sum() > 0]
+    assert alive == [[5.0, 0, 0], [0, 2.0, 0], [0, 0, 9.0]]
+    assert model(torch.ones(2, 3)).shape == (2, 2)

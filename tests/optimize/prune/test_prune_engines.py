@@ -11,15 +11,16 @@ from hpml.errors import ConfigError, IncompatibleError
 from hpml.models.nets.lstm import LSTMClassifier
 from hpml.models.nets.vae import VAE
 from hpml.models.nets.vgg import vgg
-from hpml.optimize.prune import METHODS, Pruner
+from hpml.optimize.prune import Pruner
 from hpml.optimize.prune import io as prune_io
 from hpml.optimize.prune.amount import units_to_keep
 from hpml.optimize.prune.lstm import LSTMPruner, _gate_rows
 from hpml.optimize.prune.methods import l1_scores, l2_scores
+from tests.optimize.prune.conf_methods import methods, names
 
-# read from the method table, so a new method is tested without editing this file
-UNSTRUCTURED = [name for name, m in METHODS.items() if not m.structured]
-STRUCTURED = [name for name, m in METHODS.items() if m.structured]
+# read from conf/prune/, so a new method is tested without editing this file
+UNSTRUCTURED = names(structured=False)
+STRUCTURED = names(structured=True)
 
 
 class Small(nn.Module):
@@ -40,7 +41,7 @@ class Small(nn.Module):
 
 def kept_filters(method: str, filters: torch.Tensor, amount: float, mode: str) -> set[int]:
     model = Small(filters.clone())
-    pruner = Pruner(method, mode)
+    pruner = Pruner(methods()[method], mode)
     pruner.attach(model, torch.ones(1, 1, 1, filters.shape[1]))
     pruner.prune(model, amount)
     weight = model.conv1.weight.detach().flatten(1)
@@ -70,7 +71,7 @@ def test_mask_sparsity_is_within_one_percent_and_the_output_layer_untouched(meth
     torch.manual_seed(0)
     model = vgg(11)
     head = model.classifier.weight.detach().clone()
-    pruner = Pruner(method, "mask")
+    pruner = Pruner(methods()[method], "mask")
     pruner.attach(model, torch.zeros(1, 3, 32, 32))
     pruner.prune(model, 0.3)
     report = pruner.prune(model, 0.6)  # gradual: 0.3 then 0.6 of the original, not 0.72
@@ -94,7 +95,7 @@ def test_physical_keeps_shapes_and_channel_sparsity_within_one_percent(method):
     torch.manual_seed(0)
     model = vgg(11)
     x = torch.randn(2, 3, 32, 32)
-    pruner = Pruner(method)
+    pruner = Pruner(methods()[method])
     pruner.attach(model, x)
     report = pruner.prune(model, 0.5)
     assert abs(report.row_sparsity - 0.5) < 0.01

@@ -1,0 +1,50 @@
+"""The numbers a pruning run is made of: the amount at each step, and the reductions it gave.
+
+Plain arithmetic, no Lightning: a schedule over ``epochs`` training epochs gives the absolute
+amount (a share of the *original* weights, never compounding) to prune at the start of each
+epoch it prunes in; :class:`hpml.callbacks.prune.Prune` decides when those epochs come.
+
+- ``before_fit``: no epoch steps; the whole amount once, when fit starts;
+- ``after_fit``: the whole amount at epoch ``epochs`` (after training, before fine-tuning);
+- ``gradual``: ``amount * (epoch + 1) / epochs`` at the start of each of the ``epochs``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from hpml.errors import ConfigError
+from hpml.names import BYTES, FLOPS_PER_SAMPLE, X, metric
+
+SCHEDULES = ("before_fit", "after_fit", "gradual")
+
+
+def check_schedule(schedule: str) -> str:
+    if schedule not in SCHEDULES:
+        raise ConfigError("schedule", schedule, f"one of {', '.join(SCHEDULES)}")
+    return schedule
+
+
+def steps(schedule: str, amount: float, epochs: int) -> dict[int, float]:
+    """``{epoch: amount}`` to prune at the start of each epoch (empty for ``before_fit``)."""
+    if schedule == "after_fit":
+        return {epochs: amount}
+    if schedule == "gradual":
+        return {e: amount * (e + 1) / epochs for e in range(epochs)}
+    return {}
+
+
+def reductions(figures: Mapping[str, float]) -> dict[str, float]:
+    """``prune/flops_reduction_x`` and ``prune/size_reduction_x``: ``prune_before`` over
+    ``prune_after`` of the FLOPs per sample and of the size in ``figures`` (each left out where
+    a side is missing or zero)."""
+    ratios = {}
+    for quantity, key, unit in (
+        ("fwd", "flops_reduction", FLOPS_PER_SAMPLE),
+        ("size", "size_reduction", BYTES),
+    ):
+        before = figures.get(metric("prune_before", quantity, unit))
+        after = figures.get(metric("prune_after", quantity, unit))
+        if before and after:
+            ratios[metric("prune", key, X)] = before / after
+    return ratios
