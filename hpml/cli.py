@@ -16,15 +16,31 @@ from hpml.build import CONF_DIR
 trace = logging.getLogger("hpml.trace")  # to the job log file only (conf/hydra/default.yaml)
 
 
-def group_options(group: str, conf_dir: Path = CONF_DIR) -> list[str] | None:
-    """Options of config group ``group``: its files under ``conf/`` and the options Hydra and its
-    plugins register (``hydra/launcher=joblib``), or None if there is no such group."""
-    folder = conf_dir / group
+def group_options(group: str, *conf_dirs: Path) -> list[str] | None:
+    """Options of config group ``group``: its files under ``conf/`` (and any further config
+    folders) and the options Hydra and its plugins register (``hydra/launcher=joblib``), or None
+    if there is no such group."""
+    folders = [d / group for d in (conf_dirs or (CONF_DIR,)) if (d / group).is_dir()]
     registered = registered_options(group)
-    if not folder.is_dir() and registered is None:
+    if not folders and registered is None:
         return None
-    files = {p.stem for p in folder.glob("*.yaml")} if folder.is_dir() else set()
+    files = {p.stem for folder in folders for p in folder.glob("*.yaml")}
     return sorted(files | (registered or set()))
+
+
+def extra_config_dirs(args: list[str]) -> list[Path]:
+    """The config folders a user adds beside ``conf/``: ``--config-dir``/``-cd`` and
+    ``hydra.searchpath=[...]`` (``file://`` entries; ``pkg://`` ones hold no files to list)."""
+    dirs: list[str] = []
+    for i, arg in enumerate(args):
+        if arg in ("--config-dir", "-cd") and i + 1 < len(args):
+            dirs.append(args[i + 1])
+        elif arg.startswith("--config-dir="):
+            dirs.append(arg.split("=", 1)[1])
+        elif arg.startswith("hydra.searchpath="):
+            entries = arg.split("=", 1)[1].strip("[]")
+            dirs += [e.strip().strip("'\"") for e in entries.split(",") if e.strip()]
+    return [Path(d.removeprefix("file://")) for d in dirs if not d.startswith("pkg://")]
 
 
 def registered_options(group: str) -> set[str] | None:
@@ -51,9 +67,10 @@ def unknown_option(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except Exception:  # Hydra reports malformed overrides itself
         return None
+    dirs = (conf_dir, *extra_config_dirs(args))
     for override in parsed:
         group = override.key_or_group
-        options = group_options(group, conf_dir)
+        options = group_options(group, *dirs)
         if options is None or override.is_delete() or override.value() is None:
             continue
         if override.is_sweep_override():
@@ -102,9 +119,13 @@ def composition_error(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
     """Hydra's complaint about the overrides (a mistyped key, a bad value type), on one line."""
     from hydra import compose, initialize_config_dir
 
+    searchpath = [f"file://{d.resolve()}" for d in extra_config_dirs(args)]
+    overrides = [o for o in first_job(args) if not o.startswith("hydra.searchpath=")]
+    if searchpath:
+        overrides.append(f"hydra.searchpath=[{','.join(searchpath)}]")
     try:
         with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
-            compose("train", overrides=first_job(args))
+            compose("train", overrides=overrides)
     except Exception as exc:
         text = str(exc).split("Set the environment variable HYDRA_FULL_ERROR")[0]
         return " ".join(text.split())

@@ -92,6 +92,8 @@ def child(request: dict) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         sys.path[0] = request["cwd"]  # as ``-m`` puts the working directory first
+        extra = request["env"].get("PYTHONPATH", "").split(os.pathsep)
+        sys.path[1:1] = [p for p in extra if p and p not in sys.path]  # read at start-up
         code = run_module(request["module"], request["args"])
         threading._shutdown()  # type: ignore[attr-defined] -- as the interpreter does at exit
         atexit._run_exitfuncs()

@@ -5,6 +5,7 @@ object itself) and run to a finished MLflow run, with no file of the project edi
 
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hpml.errors import HpmlError
-from tests.conftest import QUICK, run_cli
+from tests.conftest import QUICK, REPO, run_cli
 
 MODULE = "hpml_plugin_example"
 CODE = '''
@@ -115,6 +116,21 @@ def plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.syspath_prepend(str(code))
     yield conf
     sys.modules.pop(MODULE, None)
+
+
+def test_run_from_the_command_line(plugins: Path, root: Path, client) -> None:
+    code = str(plugins.parent / "plugin_code")
+    args = ["--config-dir", str(plugins), "model=vae", "prune=largest", "quant=linear_int8"]
+    result = run_cli([*args, *FAST], root, env={"PYTHONPATH": f"{REPO}{os.pathsep}{code}"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run,) = client.search_runs([client.get_experiment_by_name("hpml").experiment_id])
+    assert run.info.status == "FINISHED"
+    assert run.data.params["prune.method"] == "largest"
+    assert run.data.tags["hpml.quant.backend"] == "plugin"
+    bad = run_cli([*args, "prune=larges"], root)  # a typo is named with the options it has
+    assert bad.returncode == 2
+    assert "unknown prune 'larges' for prune= (valid: fpgm, " in bad.stderr
+    assert "largest" in bad.stderr.split("valid: ")[1]
 
 
 def with_plugins(conf: Path, *overrides: str) -> list[str]:
