@@ -17,6 +17,7 @@ import mlflow
 from mlflow import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
+from hpml.config_tree import leaves
 from hpml.errors import one_line
 from hpml.hydra_job import HydraJob
 from hpml.tracking.redact import redact_config, redact_text
@@ -27,17 +28,17 @@ PATH_TAG = "hpml.path."
 FOLDER_KEY = re.compile(r"dir(path)?$")
 
 
-def flatten(tree: Any, prefix: str = "") -> dict[str, str]:
-    """``{"a": {"b": 1}}`` -> ``{"a.b": "1"}``: one MLflow param per config leaf."""
-    if isinstance(tree, dict):
-        flat: dict[str, str] = {}
-        for key, value in tree.items():
-            flat.update(flatten(value, f"{prefix}{key}."))
-        return flat
-    text = str(tree)
+def flatten(tree: Any) -> dict[str, str]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": "1"}``: one MLflow param per config leaf
+    (:func:`hpml.config_tree.leaves`), its text cut to MLflow's limit."""
+    return {key: param_text(value) for key, value in leaves(tree)}
+
+
+def param_text(value: Any) -> str:
+    text = str(value)
     if len(text) > MAX_PARAM_CHARS:
         text = text[: MAX_PARAM_CHARS - 3] + "..."
-    return {prefix.rstrip("."): text}
+    return text
 
 
 def is_path(key: str, value: str, folders: tuple[str, ...]) -> bool:

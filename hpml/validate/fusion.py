@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+
+from hpml.config_tree import leaves
 
 # the callbacks group's entries a member runs for itself (hpml/callbacks/fused.py)
 PER_MEMBER = ("model_stats", "target")
@@ -31,23 +32,14 @@ class Plan:
     reason: str | None = None
 
 
-def leaves(tree: Any, prefix: str = "") -> dict[str, str]:
-    """``{"a": {"b": 1}}`` -> ``{"a.b": "1"}``, interpolations as written (``${seed}``)."""
-    if isinstance(tree, dict):
-        flat: dict[str, str] = {}
-        for key, value in tree.items():
-            flat.update(leaves(value, f"{prefix}{key}."))
-        return flat
-    return {prefix.rstrip("."): repr(tree)}
-
-
 def differing_keys(configs: Sequence[DictConfig]) -> list[str]:
-    """The config keys whose value is not the same in every job (Hydra's own node aside)."""
+    """The config keys whose value is not the same in every job (Hydra's own node aside),
+    interpolations as written (``${seed}``)."""
     flats = []
     for cfg in configs:
         tree = OmegaConf.to_container(cfg, resolve=False)
         tree.pop("hydra", None)
-        flats.append(leaves(tree))
+        flats.append({key: repr(value) for key, value in leaves(tree)})
     keys = sorted(set().union(*flats))
     return [key for key in keys if len({flat.get(key, "<unset>") for flat in flats}) > 1]
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from hpml.config_tree import leaves
 from hpml.errors import ConfigError
 from hpml.validate.signatures import check_types
 
@@ -139,15 +140,6 @@ RANGES: dict[str, Range] = {
 
 def range_for(key: str) -> Range | None:
     return next((r for pattern, r in RANGES.items() if fnmatch.fnmatchcase(key, pattern)), None)
-
-
-def leaves(tree: Any, prefix: str = "") -> abc.Iterator[tuple[str, Any]]:
-    """``(dotted key, value)`` of every leaf; lists count as leaves."""
-    if isinstance(tree, dict):
-        for key, value in tree.items():
-            yield from leaves(value, f"{prefix}{key}.")
-    else:
-        yield prefix.rstrip("."), tree
 
 
 def numbers(values: list[Any]) -> abc.Iterator[float]:
