@@ -23,6 +23,10 @@ from hpml.tracking.retries import RETRY_S, configure_retries, undo_fail_fast
 from hpml.tracking.store import StoreError
 
 PREFLIGHT_TIMEOUT_S = 3.0  # the whole check, name lookup included; loopback answers in ms
+# A job of a sweep asks a store its sweep's parent run already reached: silence there is far
+# likelier a server busy with the other jobs (a joblib pool on a crowded machine, a SLURM array
+# starting at once) than a missing one, so its bound is this many times the first contact's.
+SWEEP_JOB_PATIENCE = 10
 PREFLIGHT_ENDPOINT = "/api/2.0/mlflow/experiments/search"  # any MLflow server, any auth plugin
 VALID_URIS = (
     "sqlite:///path, http(s)://host:port, databricks[://profile] or a database URI "
@@ -43,11 +47,12 @@ class TrackerSettings(Protocol):
     preflight_timeout_s: float
 
 
-def prepare(tracker: TrackerSettings) -> None:
+def prepare(tracker: TrackerSettings, patience: float = 1) -> None:
     """Check the ``logger`` group's store before anything starts: form, reachability, retries.
 
     ``tracker`` is the ``logger`` config node or an ``MlflowTracker``: the check runs before
     Lightning and torch are imported, so a bad store answers within seconds of the command.
+    ``patience`` multiplies ``preflight_timeout_s`` (``SWEEP_JOB_PATIENCE`` for a sweep's jobs).
 
     Raises ConfigError (a malformed URI or setting) or TrackingServerError (a server that does
     not answer), each one line with any password in the URI masked.
@@ -65,7 +70,7 @@ def prepare(tracker: TrackerSettings) -> None:
         redact_logs()
         if retry_s is not None:
             configure_retries(retry_s)
-    preflight(tracker.tracking_uri, timeout_s)
+    preflight(tracker.tracking_uri, timeout_s * patience)
 
 
 def check_uri(tracking_uri: str) -> str:

@@ -162,6 +162,45 @@ def test_preflight_tells_a_web_server_from_an_mlflow_server():
         server.server_close()
 
 
+def test_a_sweeps_job_waits_longer_for_a_busy_server_than_the_first_contact():
+    """A server that answers an MLflow search after 0.6 s: too slow for the first contact's
+    0.2 s bound, in time for a job of a sweep, whose bound is SWEEP_JOB_PATIENCE times that."""
+    from omegaconf import OmegaConf
+
+    from hpml.hydra_job import HydraJob, SweepPlace
+    from hpml.tracking.remote import SWEEP_JOB_PATIENCE
+    from hpml.train import tracker_of
+
+    class Busy(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            time.sleep(0.6)
+            body = b'{"experiments": []}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    assert 0.2 * SWEEP_JOB_PATIENCE > 1.5  # the job's bound covers the answer with room to spare
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Busy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    uri = f"http://127.0.0.1:{server.server_address[1]}"
+    logger = {"_target_": "hpml.tracking.MlflowTracker", "tracking_uri": uri, "retry_s": None}
+    cfg = OmegaConf.create({"logger": logger | {"preflight_timeout_s": 0.2}})
+    place = SweepPlace(dir="multirun/x", num=1, override_dirname="seed=2")
+    job = HydraJob(Path("out"), None, "train", ("seed=2",), {}, sweep=place)
+    try:
+        with pytest.raises(TrackingServerError, match=r"no answer within 0\.2 s"):
+            tracker_of(cfg, None)  # a single run: the first contact
+        assert tracker_of(cfg, job).tracking_uri == uri
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 # --- the retry window -----------------------------------------------------------------------------
 
 
