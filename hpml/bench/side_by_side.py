@@ -4,8 +4,8 @@ Both variants run one job of study 3 (``experiment=vae_pruning``: the VAE on syn
 physical L1 pruning to 0.5 after 2 epochs, one fine-tuning epoch) in this process, through
 ``hpml.train.train`` with its MLflow run, as a sweep's job runs:
 
-- ``side by side``: the measurement defaults (``conf/base/measure.yaml``: 7 rounds of about
-  0.01 s per side and batch size, the unpruned copy and the pruned net alternating);
+- ``side by side``: the measurement defaults (``conf/base/measure.yaml``: 9 rounds of about
+  0.007 s per side and batch size, the unpruned copy and the pruned net alternating);
 - ``one round``: the same job with ``prune.latency_rounds=1``, the least a before/after can
   time: what a one-shot "before, then after" costs.
 

@@ -13,8 +13,8 @@ from hpml.bench.side_by_side import ONE_ROUND, RATIOS, SIDE_BY_SIDE, VARIANTS, c
 def test_the_two_jobs_differ_only_in_latency_rounds(tmp_path: Path, monkeypatch):
     monkeypatch.delenv("HPML_ROOT", raising=False)
     side, one = (OmegaConf.to_container(compose(tmp_path, VARIANTS[n])) for n in VARIANTS)
-    assert side["prune"]["latency_rounds"] == 7 and one["prune"]["latency_rounds"] == 1
-    one["prune"]["latency_rounds"] = 7
+    assert side["prune"]["latency_rounds"] == 9 and one["prune"]["latency_rounds"] == 1
+    one["prune"]["latency_rounds"] = 9
     for cfg in (side, one):  # each job has its own output directory
         cfg.pop("paths", None)
         cfg.get("callbacks", {}).get("checkpoint", {}).pop("dirpath", None)
