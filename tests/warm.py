@@ -173,36 +173,24 @@ class WarmInterpreter:
         if not self.lock.acquire(blocking=False):
             return None
         try:
-            return self._run(module, args, cwd, env, timeout, tmp)
+            proc = self.start()
+            stdout, stderr = tmp / "stdout", tmp / "stderr"
+            request = {"module": module, "args": args, "cwd": str(cwd), "env": env}
+            request |= {"stdout": str(stdout), "stderr": str(stderr)}
+            proc.stdin.write(json.dumps(request) + "\n")
+            proc.stdin.flush()
+            pid = json.loads(proc.stdout.readline())["pid"]
+            answer: list[str] = []
+            reader = threading.Thread(target=lambda: answer.append(proc.stdout.readline()))
+            reader.start()
+            reader.join(timeout)
+            if reader.is_alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
+                reader.join()
+                raise subprocess.TimeoutExpired([module, *args], timeout)
         finally:
             self.lock.release()
-
-    def _run(
-        self,
-        module: str,
-        args: list[str],
-        cwd: Path,
-        env: dict[str, str],
-        timeout: float,
-        tmp: Path,
-    ) -> subprocess.CompletedProcess:
-        proc = self.start()
-        tmp.mkdir(parents=True, exist_ok=True)
-        stdout, stderr = tmp / "stdout", tmp / "stderr"
-        request = {"module": module, "args": args, "cwd": str(cwd), "env": env}
-        request |= {"stdout": str(stdout), "stderr": str(stderr)}
-        proc.stdin.write(json.dumps(request) + "\n")
-        proc.stdin.flush()
-        pid = json.loads(proc.stdout.readline())["pid"]
-        answer: list[str] = []
-        reader = threading.Thread(target=lambda: answer.append(proc.stdout.readline()))
-        reader.start()
-        reader.join(timeout)
-        if reader.is_alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
-            reader.join()
-            raise subprocess.TimeoutExpired([module, *args], timeout)
         rc = json.loads(answer[0])["rc"]
         out, err = stdout.read_text(), stderr.read_text()
         return subprocess.CompletedProcess(
