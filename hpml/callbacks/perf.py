@@ -1,5 +1,10 @@
 """Throughput and step time with their spread, FLOP/s and MFU, data-wait share, epoch times, peak
-memory, and whether other load made the timings noisy."""
+memory, and whether other load made the timings noisy.
+
+Lightning's ``Throughput`` computes each timed cycle's samples/s, FLOP/s and MFU; hpml adds the
+median and IQR over cycles, step-time percentiles, data wait, CPU time, utilisation, two peaks,
+the job over DDP ranks and the noise verdict (:mod:`hpml.callbacks.rates` says why).
+"""
 
 from __future__ import annotations
 
@@ -20,10 +25,12 @@ from hpml.analysis.stats import cv_pct
 from hpml.analysis.timing import StepTimer, synchronized_now
 from hpml.callbacks.logging import log_metrics, log_text, set_tags
 from hpml.callbacks.ranks import across_ranks
+from hpml.callbacks.rates import Rates, cycle_rates
 from hpml.names import BYTES, FLOPS_PER_S, FLOPS_PER_SAMPLE, MS, PCT, SAMPLES_PER_S, S, metric
 from hpml.tensors import batch_size
 
 log = logging.getLogger(__name__)
+PEAKS = ("table", "measured")  # what MFU is against: the datasheet's peak, a measured one
 
 
 class PerformanceMonitor(L.Callback):
@@ -31,7 +38,8 @@ class PerformanceMonitor(L.Callback):
 
     Per training epoch, over the steps after ``warmup_steps``: ``train/throughput_samples_per_s``,
     the median over steps of a step's samples over its cycle (the wait for its batch plus the
-    step, so data loading stays counted), with ``train/throughput_iqr_samples_per_s``;
+    step, so data loading stays counted; each cycle's rate by Lightning's ``Throughput``,
+    :mod:`hpml.callbacks.rates`), with ``train/throughput_iqr_samples_per_s``;
     ``train/step_time_{p50,p90,iqr}_ms`` and ``train/step_time_cv_pct`` (the step alone; no
     mean: the median and IQR say it without the pull of a stalled step, p90 keeps the tail);
     ``train/data_wait_pct`` (share of the window spent between steps, fetching data),
@@ -67,7 +75,8 @@ class PerformanceMonitor(L.Callback):
 
     Under DDP the figures are the job's (:mod:`hpml.callbacks.ranks`): throughput and its IQR
     the sum of the ranks' (they step in lockstep), times and peak memory the largest rank's,
-    FLOP/s the job's total, MFU that total over the peaks of all devices; with more than one
+    FLOP/s the job's total, MFU the ranks' mean (each rank's FLOP/s over its own device's peak:
+    with like devices, the job's total over the peaks of all devices); with more than one
     device ``<stage>/throughput_per_device_samples_per_s`` and
     ``<stage>/achieved_per_device_flops_per_s`` are the job's figures over the device count.
     """
@@ -129,17 +138,21 @@ class PerformanceMonitor(L.Callback):
         if device.type == "cuda":
             metrics[metric(stage, "peak_rss", BYTES)] = peak_rss_bytes()
         # under DDP the job's figures: the slowest rank's times, the largest rank's memory,
-        # the ranks' summed throughput and its IQR (ranks step in lockstep, so their per-step
-        # rates rise and fall together and the spreads add) and the ranks' mean utilisation;
-        # the same two collectives on every rank
+        # the ranks' summed throughput, its IQR and FLOP/s (ranks step in lockstep, so their
+        # per-step rates rise and fall together and the spreads add) and the ranks' mean
+        # utilisation and MFU; the same two collectives on every rank
         utilisation_name = metric(stage, "utilisation", PCT)
         utilisation = metrics.pop(utilisation_name, None)
         metrics = across_ranks(trainer, metrics, "max")
+        rates = self._rates(stage) if stats is not None else None
         summed = {
-            "throughput": stats.throughput_samples_per_s if stats is not None else 0.0,
-            "iqr": stats.throughput_iqr_samples_per_s if stats is not None else 0.0,
+            "throughput": rates.samples_per_s if rates else 0.0,
+            "iqr": rates.samples_iqr_per_s if rates else 0.0,
+            "flops": (rates.flops_per_s or 0.0) if rates else 0.0,
             "utilisation": utilisation or 0.0,
         }
+        # the same keys on every rank, whichever peaks it knows: one collective, like for like
+        summed |= {kind: rates.mfu_pct.get(kind, 0.0) if rates else 0.0 for kind in PEAKS}
         summed = across_ranks(trainer, summed, "sum")
         if utilisation is not None:
             metrics[utilisation_name] = summed["utilisation"] / trainer.world_size
@@ -151,19 +164,28 @@ class PerformanceMonitor(L.Callback):
         if trainer.world_size > 1:
             per_device = throughput / trainer.world_size
             metrics[metric(stage, "throughput_per_device", SAMPLES_PER_S)] = per_device
-        return metrics | self._flops_metrics(stage, throughput, trainer.world_size)
+        return metrics | self._flops_metrics(stage, summed, trainer.world_size)
 
-    def _flops_metrics(self, stage: str, throughput: float, devices: int) -> dict[str, float]:
-        """FLOP/s of the job and per device, and MFU: the job's FLOP/s over ``devices`` peaks."""
-        per_sample = self.flops.get(stage)
-        if per_sample is None:
+    def _rates(self, stage: str) -> Rates | None:
+        """This rank's samples/s, FLOP/s and MFU over the stage's timed cycles, each cycle's by
+        Lightning's ``Throughput``, their medians by hpml (:mod:`hpml.callbacks.rates`)."""
+        timer = self.timers[stage]
+        samples = timer.samples[timer.warmup :]
+        return cycle_rates(samples, timer.cycle_seconds(), self.flops.get(stage), self.peaks)
+
+    def _flops_metrics(
+        self, stage: str, summed: dict[str, float], devices: int
+    ) -> dict[str, float]:
+        """FLOP/s of the job (the ranks' summed) and per device, and MFU: the ranks' mean, so
+        the job's FLOP/s over ``devices`` peaks."""
+        if stage not in self.flops:
             return {}
-        achieved = per_sample * throughput
+        achieved = summed["flops"]
         metrics = {metric(stage, "achieved", FLOPS_PER_S): achieved}
         if devices > 1:
             metrics[metric(stage, "achieved_per_device", FLOPS_PER_S)] = achieved / devices
-        for kind, peak in (self.peaks or {}).items():
-            metrics[metric(stage, f"mfu_{kind}", PCT)] = 100.0 * achieved / (peak * devices)
+        for kind in self.peaks or {}:
+            metrics[metric(stage, f"mfu_{kind}", PCT)] = summed[kind] / devices
         return metrics
 
     def _count(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -211,11 +233,12 @@ class PerformanceMonitor(L.Callback):
 
         peaks: dict[str, float] = {}
         table = table_peak(device)
+        table_kind, measured_kind = PEAKS
         if table is not None and str(trainer.precision) in PRECISIONS:  # no figure for 64-true
-            peaks["table"] = table.peak_for_precision(str(trainer.precision))
+            peaks[table_kind] = table.peak_for_precision(str(trainer.precision))
         if self.measured_peak:
             cache = self.peak_cache_dir or Path(trainer.default_root_dir) / ".hpml" / "peaks"
-            peaks["measured"] = measure_peak(device, cache).fp32_flops_per_s
+            peaks[measured_kind] = measure_peak(device, cache).fp32_flops_per_s
         return peaks
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
