@@ -80,6 +80,11 @@ def member_prefix(index: int) -> str:
     return f"{MEMBER_PREFIX}{index}/"
 
 
+def member_named(metrics: dict[str, float], index: int) -> dict[str, float]:
+    """``metrics`` named for member ``index`` of a fused array (:func:`member_prefix`)."""
+    return {f"{member_prefix(index)}{name}": value for name, value in metrics.items()}
+
+
 # tags of a fused array member's run (hpml.tracking.fused), read back by hpml.report.fused
 FUSED_TAG = "hpml.fused"
 ARRAY_SIZE_TAG = "hpml.fused.array_size"

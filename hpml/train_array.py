@@ -33,7 +33,6 @@ def assemble_array(
     from omegaconf import OmegaConf
 
     from hpml.callbacks.epoch_summary import EpochSummary
-    from hpml.callbacks.fused import MemberStats, member_targets
     from hpml.console import progress_bar
     from hpml.data.fused import FusedData
     from hpml.models.fused import FusedArray
@@ -48,14 +47,7 @@ def assemble_array(
     data = [OmegaConf.to_container(cfg.data, resolve=True) for cfg, _ in members]
     shared = all(config == data[0] for config in data)
     cfg = members[0][0]
-    callbacks = [
-        build(f"callbacks.{name}", cfg.callbacks[name], **(changes or {}))
-        for name, changes in cfg.fuse.callbacks.items()
-        if cfg.callbacks.get(name)
-    ]
-    if cfg.callbacks.get("model_stats"):  # the PER_MEMBER of hpml.validate.fusion
-        callbacks.append(MemberStats())
-    callbacks += member_targets(cfg.callbacks.get("target"), len(members))
+    callbacks = array_callbacks(cfg, len(members))
     trainer = build(
         "trainer",
         cfg.trainer,
@@ -65,6 +57,28 @@ def assemble_array(
         enable_progress_bar=progress_bar(cfg.trainer.get("enable_progress_bar")),
     )
     return FusedData(datamodules, shared), FusedArray(models, shared), trainer
+
+
+def array_callbacks(cfg: DictConfig, size: int) -> list[Any]:
+    """The callbacks job ``cfg`` sets, on an array of ``size`` members, as each one's class says
+    (its ``in_array``, :mod:`hpml.callbacks.in_array`): built from its config with the class's
+    ``array_knobs`` over it, then once (ONCE) or as its ``for_members(size)`` (PER_MEMBER);
+    NOT_IN_ARRAYS ones left out. The planner runs a job with any other one serially."""
+    from hpml.callbacks.in_array import InArray, array_knobs
+    from hpml.errors import IncompatibleError
+    from hpml.validate.fusion import callback_entries
+
+    callbacks: list[Any] = []
+    for entry in callback_entries(cfg):
+        if entry.how is InArray.NOT_IN_ARRAYS:
+            continue
+        if entry.how not in (InArray.ONCE, InArray.PER_MEMBER):
+            raise IncompatibleError(
+                f"{entry.label}: {entry.path} cannot run in a fused array (in_array: {entry.how})"
+            )
+        callback = build(entry.group, entry.node, **array_knobs(entry.target))
+        callbacks += callback.for_members(size) if entry.how is InArray.PER_MEMBER else [callback]
+    return callbacks
 
 
 def member_model(cfg: DictConfig) -> tuple[Any, int]:

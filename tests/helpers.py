@@ -1,4 +1,5 @@
-"""Fault injection for end-to-end tests: callbacks that fail or stall part-way through training."""
+"""Fault injection for end-to-end tests: callbacks that fail or stall part-way through training;
+callbacks that say (or do not say) how they run in a fused array."""
 
 from __future__ import annotations
 
@@ -10,12 +11,18 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import ClassVar
 
 import lightning as L
 
+from hpml.callbacks.in_array import InArray
+
 
 class FailAtEpoch(L.Callback):
-    """Raises at the start of epoch ``epoch``, after earlier epochs have logged their metrics."""
+    """Raises at the start of epoch ``epoch``, after earlier epochs have logged their metrics; on
+    a fused array, once, failing the whole array."""
+
+    in_array: ClassVar[InArray] = InArray.ONCE
 
     def __init__(self, epoch: int = 1, rank: int | None = None) -> None:
         self.epoch, self.rank = epoch, rank  # rank: only that DDP rank fails (None: all)
@@ -23,6 +30,24 @@ class FailAtEpoch(L.Callback):
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.current_epoch == self.epoch and self.rank in (None, trainer.global_rank):
             raise RuntimeError(f"injected failure at epoch {self.epoch}")
+
+
+class Undeclared(L.Callback):
+    """Does nothing and says nothing of fused arrays (no ``in_array``), as a user's own callback
+    or a Lightning one: a ``fuse=array`` sweep with it runs one job at a time."""
+
+
+class EachMember(L.Callback):
+    """Declared per member (as a plain string, without importing hpml): ``for_members(size)``
+    gives one per member, numbered, with this one's ``label``."""
+
+    in_array = "per member"
+
+    def __init__(self, label: str = "", member: int | None = None) -> None:
+        self.label, self.member = label, member
+
+    def for_members(self, size: int) -> list[L.Callback]:
+        return [EachMember(self.label, member) for member in range(size)]
 
 
 class SlowBatches(L.Callback):

@@ -9,10 +9,12 @@ validation runs mid-epoch, would land inside ``train/epoch_time_s``.)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
+
+from hpml.callbacks.in_array import InArray
 
 
 class EpochCheckpoint(ModelCheckpoint):
@@ -23,6 +25,9 @@ class EpochCheckpoint(ModelCheckpoint):
     go back in time. A resumed run writes into its own output folder, and keeps the best score
     it had (Lightning would forget it there and write a worse epoch to ``best.ckpt``).
     """
+
+    # in a fused array: an array keeps no checkpoints (a sweep started again restarts its members)
+    in_array: ClassVar[InArray] = InArray.NOT_IN_ARRAYS
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("save_on_train_epoch_end", True)

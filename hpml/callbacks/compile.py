@@ -40,12 +40,13 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
+from hpml.callbacks.in_array import InArray
 from hpml.callbacks.logging import log_file, log_metrics, set_tags
 from hpml.callbacks.measure import (
     LATENCY_MIN_RUN_TIME_S,
@@ -64,6 +65,9 @@ BEFORE, AFTER = "compile_before", "compile_after"
 
 class Compile(L.Callback):
     """Compile the LightningModule's ``net`` with ``method`` after fit (see the module)."""
+
+    # in a fused array: it compiles the one net it is given: an array trains plain nets
+    in_array: ClassVar[InArray] = InArray.SERIAL
 
     def __init__(
         self,

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import ClassVar
 
 import lightning as L
 
+from hpml.callbacks.in_array import InArray
 from hpml.names import member_prefix
 
 log = logging.getLogger(__name__)
@@ -40,6 +42,9 @@ def summary(trainer: L.Trainer, stages: tuple[str, ...]) -> str:
 
 class EpochSummary(L.Callback):
     """Logs one line per training epoch and one after test, when the trainer shows no bar."""
+
+    # in a fused array: one line per epoch, each member's values in it
+    in_array: ClassVar[InArray] = InArray.ONCE
 
     def __init__(self) -> None:
         self.started = 0.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import lightning as L
 import torch
@@ -15,6 +15,7 @@ from hpml.analysis.memory import (
     peak_memory_bytes,
     tensor_bytes,
 )
+from hpml.callbacks.in_array import InArray
 from hpml.callbacks.logging import log_figure, log_file, log_metrics, log_text
 from hpml.callbacks.ranks import across_ranks
 from hpml.names import BYTES, metric
@@ -32,6 +33,9 @@ class MemoryBreakdown(L.Callback):
     ``cuda_snapshot``, the allocator's memory snapshot (``memory/cuda_snapshot.pickle``, for
     pytorch.org/memory_viz).
     """
+
+    # in a fused array: left out, as it measures one net's step (the memory guard sizes arrays)
+    in_array: ClassVar[InArray] = InArray.NOT_IN_ARRAYS
 
     def __init__(self, cuda_snapshot: bool = False) -> None:
         self.cuda_snapshot = cuda_snapshot

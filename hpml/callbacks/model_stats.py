@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import lightning as L
 
 from hpml.analysis.model_stats import nonzero_param_count, param_count, state_dict_bytes
+from hpml.callbacks.in_array import InArray
 from hpml.callbacks.logging import log_metrics, log_text, resuming
-from hpml.names import BYTES, COUNT, metric
+from hpml.names import BYTES, COUNT, FLOPS_PER_SAMPLE, member_named, metric
 
 
 class ModelStats(L.Callback):
@@ -14,8 +17,16 @@ class ModelStats(L.Callback):
     and ``model/size_bytes`` (bytes of the saved state dict), plus ``print(model)`` as an artifact.
 
     Measured again at the end of ``test`` (as ``model_final/...``) so that anything that changed the
-    model during the run (pruning, quantisation) shows before and after.
+    model during the run (pruning, quantisation) shows before and after. On a fused array each
+    member's, in its own run (:class:`MemberStats`).
     """
+
+    in_array: ClassVar[InArray] = InArray.PER_MEMBER
+
+    def for_members(self, size: int) -> list[L.Callback]:
+        """What does this callback's work on an array of ``size`` members: one
+        :class:`MemberStats` for them all."""
+        return [MemberStats()]
 
     def stats(self, module: L.LightningModule, stage: str) -> dict[str, float]:
         """Counts and size; a quantised or compiled net keeps no parameters in the module tree,
@@ -39,3 +50,28 @@ class ModelStats(L.Callback):
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         log_metrics(trainer, self.stats(pl_module, "model_final"))
+
+
+class MemberStats(ModelStats):
+    """Each member's ``model/*`` counts and size in its own run, as a serial run's
+    :class:`ModelStats` logs them, and its forward and forward+backward FLOPs per sample
+    (2 x MAC), which the speed monitor would count for all members at once on an array (its
+    ``array_knobs`` turn its count off there)."""
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        from hpml.analysis.flops import count_flops
+
+        for index, member in enumerate(pl_module.members):
+            example = member.example_input(1)
+            counted = self.stats(member, "model") | {
+                metric("model", "fwd", FLOPS_PER_SAMPLE): count_flops(member, example).per_sample,
+                metric("model", "fwd_bwd", FLOPS_PER_SAMPLE): count_flops(
+                    member, example, with_backward=True
+                ).per_sample,
+            }
+            log_metrics(trainer, member_named(counted, index))
+        log_text(trainer, str(pl_module.members[0]), "model/architecture.txt")
+
+    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        for index, member in enumerate(pl_module.members):
+            log_metrics(trainer, member_named(self.stats(member, "model_final"), index))

@@ -12,7 +12,7 @@ import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import lightning as L
 import torch
@@ -23,6 +23,7 @@ from hpml.analysis.memory import peak_memory_bytes, peak_rss_bytes
 from hpml.analysis.noise import NoiseProbe, NoiseRule, judge
 from hpml.analysis.stats import cv_pct
 from hpml.analysis.timing import StepTimer, synchronized_now
+from hpml.callbacks.in_array import InArray
 from hpml.callbacks.logging import log_metrics, log_text, set_tags
 from hpml.callbacks.ranks import across_ranks
 from hpml.callbacks.rates import Rates, cycle_rates
@@ -79,7 +80,14 @@ class PerformanceMonitor(L.Callback):
     with like devices, the job's total over the peaks of all devices); with more than one
     device ``<stage>/throughput_per_device_samples_per_s`` and
     ``<stage>/achieved_per_device_flops_per_s`` are the job's figures over the device count.
+
+    On a fused array it runs once: its samples/s are each member's (every member reads every
+    batch); it would count the FLOPs of every member at once, so there each member counts its
+    own (:class:`~hpml.callbacks.model_stats.MemberStats`) and this one none.
     """
+
+    in_array: ClassVar[InArray] = InArray.ONCE
+    array_knobs: ClassVar[dict[str, Any]] = {"count_flops": False}
 
     def __init__(
         self,

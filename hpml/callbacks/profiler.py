@@ -16,7 +16,7 @@ import io
 import logging
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import lightning as L
 import torch
@@ -24,6 +24,7 @@ from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from hpml.analysis.profile_summary import DATA_REGION, summarise_events
+from hpml.callbacks.in_array import InArray
 from hpml.callbacks.logging import log_file, log_metrics, log_text
 from hpml.names import PCT, metric
 
@@ -106,6 +107,9 @@ class TorchProfilerWindow(L.Callback):
     ``row_limit`` rows per table. ``record_shapes``, ``profile_memory``, ``with_flops`` and
     ``with_stack`` are torch.profiler's own switches; ``nvtx`` adds NVTX ranges on CUDA.
     """
+
+    # in a fused array: it profiles one job's steps
+    in_array: ClassVar[InArray] = InArray.SERIAL
 
     def __init__(
         self,
@@ -247,6 +251,9 @@ class TorchProfilerWindow(L.Callback):
 
 class ProfilerReport(L.Callback):
     """Stores a Lightning profiler's report (``profile=simple|advanced``) as a run artifact."""
+
+    # in a fused array: it profiles one job's steps
+    in_array: ClassVar[InArray] = InArray.SERIAL
 
     def _store(self, trainer: L.Trainer, stage: str) -> None:
         if trainer.profiler is not None:

@@ -64,12 +64,14 @@ import logging
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import ClassVar
 
 import lightning as L
 from torch import nn
 
 from hpml.analysis.flops import count_flops
 from hpml.analysis.model_stats import nonzero_param_count, param_count
+from hpml.callbacks.in_array import InArray
 from hpml.callbacks.logging import log_file, log_metrics, log_text
 from hpml.callbacks.measure import (
     LATENCY_MIN_RUN_TIME_S,
@@ -107,6 +109,9 @@ class Prune(L.Callback):
     ``targets``/``exclude``: see :mod:`hpml.optimize.prune.targets` (``exclude: [output_layer]``
     keeps the output size).
     """
+
+    # in a fused array: it prunes the one net it is given: an array trains plain nets
+    in_array: ClassVar[InArray] = InArray.SERIAL
 
     def __init__(
         self,

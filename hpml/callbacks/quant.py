@@ -47,12 +47,13 @@ import functools
 import inspect
 from collections.abc import Callable, Sequence
 from itertools import islice
-from typing import Any
+from typing import Any, ClassVar
 
 import lightning as L
 import torch
 from torch import nn
 
+from hpml.callbacks.in_array import InArray
 from hpml.callbacks.logging import log_text, set_tags
 from hpml.callbacks.measure import (
     LATENCY_MIN_RUN_TIME_S,
@@ -119,6 +120,9 @@ class Quantize(L.Callback):
     (the option's ``_partial_`` node); without one, hpml's method called ``options["method"]``
     (:func:`~hpml.optimize.quant.make_quantizer`). ``options``: its knobs, ``method`` among them.
     """
+
+    # in a fused array: it quantises the one net it is given: an array trains plain nets
+    in_array: ClassVar[InArray] = InArray.SERIAL
 
     def __init__(
         self,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import lightning as L
 
@@ -14,6 +14,7 @@ from hpml.analysis.flops import count_flops
 from hpml.analysis.measured_peak import is_measured, measure_peak, raise_roof, resolve_peak
 from hpml.analysis.roofline import RooflineAnalysis, analyse, classify
 from hpml.analysis.roofline_plot import above_roof, describe_peak, plot_roofline, points_csv
+from hpml.callbacks.in_array import InArray
 from hpml.callbacks.logging import (
     log_file,
     log_metrics,
@@ -67,6 +68,9 @@ class RooflineCallback(L.Callback):
     point beats is measured again, then raised to the best point if one still beats it, and
     the log and the plot say so; the logged peaks are the roof drawn.
     """
+
+    # in a fused array: it measures the one net it is given, layer by layer
+    in_array: ClassVar[InArray] = InArray.SERIAL
 
     def __init__(
         self,

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import logging
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import lightning as L
 from lightning.pytorch.trainer.states import TrainerFn
 
 from hpml.analysis.timing import synchronized_now
+from hpml.callbacks.in_array import InArray
 from hpml.callbacks.logging import log_metrics, resuming, set_tags
 from hpml.errors import ConfigError
-from hpml.names import COUNT, S, metric
+from hpml.names import COUNT, S, member_named, member_prefix, metric
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +39,11 @@ class TimeToTarget(L.Callback):
     (``true`` when met) beside ``hpml.target`` (``val/acc >= 0.9``). ``stop=true`` ends
     training after the epoch that met it (``trainer.should_stop``, as early stopping does).
     Rank zero's metric decides under DDP, so every rank stops together. A resumed fit measures
-    nothing: its clock would miss the time before the interruption.
+    nothing: its clock would miss the time before the interruption. On a fused array each
+    member has its own (:class:`MemberTimeToTarget`).
     """
+
+    in_array: ClassVar[InArray] = InArray.PER_MEMBER
 
     def __init__(
         self,
@@ -58,6 +62,14 @@ class TimeToTarget(L.Callback):
         self.mode: Mode | None = mode or (infer_mode(metric) if metric else None)
         self.start: float | None = None
         self.met = False
+
+    def for_members(self, size: int) -> list[L.Callback]:
+        """One :class:`MemberTimeToTarget` per member of an array of ``size``, with these
+        knobs (none while ``metric`` is null: there is nothing to time)."""
+        if self.metric is None:
+            return []
+        knobs = {"metric": self.metric, "value": self.value, "mode": self.mode, "stop": self.stop}
+        return [MemberTimeToTarget(member, **knobs) for member in range(size)]
 
     @property
     def description(self) -> str:
@@ -102,7 +114,7 @@ class TimeToTarget(L.Callback):
         if self.stop:
             self._stop(trainer, pl_module)
 
-    # what a fused array's member overrides (hpml.callbacks.fused): its metric, its run, its stop
+    # what a fused array's member overrides (MemberTimeToTarget): its metric, its run, its stop
     whose = ""  # how log lines name whose target it is
 
     def watched(self) -> str:
@@ -136,3 +148,37 @@ class TimeToTarget(L.Callback):
                 self.description,
                 trainer.current_epoch,
             )
+
+
+class MemberTimeToTarget(TimeToTarget):
+    """:class:`TimeToTarget` of member ``member`` of a fused array (:mod:`hpml.models.fused`):
+    its ``fused<i>/`` metric decides, its run gets the figures and tags, and ``stop=true``
+    freezes that member alone, as its serial job would have stopped; the array stops once every
+    member has."""
+
+    def __init__(self, member: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.member = member
+        self.whose = f"member {member}: "
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.member not in pl_module.frozen:  # a frozen member logs no metric to read
+            super().on_validation_end(trainer, pl_module)
+
+    def watched(self) -> str:
+        return f"{member_prefix(self.member)}{self.metric}"
+
+    def _log(self, trainer: L.Trainer, metrics: dict[str, float]) -> None:
+        super()._log(trainer, member_named(metrics, self.member))
+
+    def _tag(self, trainer: L.Trainer, tags: dict[str, str]) -> None:
+        if not trainer.is_global_zero:
+            return
+        logger = trainer.loggers[self.member]
+        for key, value in tags.items():
+            logger.experiment.set_tag(logger.run_id, key, value)
+
+    def _stop(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        pl_module.frozen.add(self.member)
+        if len(pl_module.frozen) == len(pl_module):
+            trainer.should_stop = True

@@ -37,7 +37,7 @@ class FusedArray(L.LightningModule):
     validated either, and they are still tested, as a stopped serial job is. A member is
     frozen when its training loss stops being finite (a diverging learning rate must not end
     its array) or when its target stops it
-    (:class:`~hpml.callbacks.fused.MemberTimeToTarget`). ``diverged`` tells the first reason
+    (:class:`~hpml.callbacks.target.MemberTimeToTarget`). ``diverged`` tells the first reason
     apart: member index -> the trainer's ``global_step`` (optimiser steps taken) when its
     training loss was first non-finite; its keys are a subset of ``frozen``.
 

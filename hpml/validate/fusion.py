@@ -2,8 +2,11 @@
 
 Jobs fuse when their configs differ only in keys that keep every tensor's shape (the patterns
 of ``fuse.fusable``: learning rate, weight decay, momentum, betas, dropout, seed, ...) and the
-array can do all they ask. Anything else runs the normal way, one job at a time, after one line
-saying which key or setting kept them apart: a sweep is never refused for asking to fuse.
+array can do all they ask. Each callback's class says how it runs in an array (its ``in_array``,
+:mod:`hpml.callbacks.in_array`), read here off the class its ``_target_`` names: one that says
+nothing, or says it runs only in a job of its own, keeps the jobs apart. Anything else runs the
+normal way, one job at a time, after one line saying which key, setting or callback kept them
+apart: a sweep is never refused for asking to fuse.
 """
 
 from __future__ import annotations
@@ -11,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from hpml.callbacks.in_array import InArray, declared, qualified, undeclared
 from hpml.config_tree import leaves
 
-# the callbacks group's entries a member runs for itself (hpml/callbacks/fused.py)
-PER_MEMBER = ("model_stats", "target")
 FUSED_LAUNCHER = "hpml_fused"  # hydra/launcher option of hydra_plugins/hpml_fused_launcher
 # slowdown measured on CPU (../shared/FIELD_NOTES.md): 8 study-3 VAEs, one thread
 CPU_SLOWDOWN = "0.54-0.85x of serial for 8 VAEs"
@@ -57,16 +60,74 @@ def processes(trainer: DictConfig) -> int:
         return 1
 
 
-def unfusable_setting(cfg: DictConfig) -> str | None:
-    """A setting every job shares that an array cannot train with, as ``key=value``."""
-    handled = {*cfg.fuse.get("callbacks", {}), *PER_MEMBER, *cfg.fuse.get("skipped_callbacks", [])}
-    for name, node in (cfg.get("callbacks") or {}).items():
-        if node and "_target_" in node and name not in handled:
-            return f"callbacks.{name}"
-    for group in cfg.callback_groups:
+@dataclass(frozen=True)
+class Entry:
+    """A callback a job's config sets: ``label`` as a line names it (``callbacks.perf``,
+    ``prune=l1_unstructured``), ``group`` the key it is built under, its config ``node``, its
+    ``_target_`` (``path``) and the class (or other object) that names, None when it cannot be
+    imported, and ``how`` that class says it runs in an array (None: it does not say)."""
+
+    label: str
+    group: str
+    node: DictConfig
+    path: str
+    target: Any
+    how: InArray | None
+
+
+def callback_entries(cfg: DictConfig) -> list[Entry]:
+    """The callbacks job ``cfg`` sets, in the order it builds them: the ``callbacks`` group's,
+    then each of ``callback_groups`` (prune, quant, compile, profile, activations); their
+    classes are imported, nothing is built."""
+    from hydra.utils import get_object
+
+    found = [
+        (f"callbacks.{name}", f"callbacks.{name}", node)
+        for name, node in (cfg.get("callbacks") or {}).items()
+        if node and "_target_" in node
+    ]
+    for group in cfg.get("callback_groups") or ():
         node = cfg.get(group)
         if node and "_target_" in node:
-            return f"{group}={OmegaConf.select(cfg, f'hydra.runtime.choices.{group}') or 'set'}"
+            choice = OmegaConf.select(cfg, f"hydra.runtime.choices.{group}") or "set"
+            found.append((f"{group}={choice}", group, node))
+    entries = []
+    for label, group, node in found:
+        path = str(OmegaConf.select(node, "_target_", throw_on_resolution_failure=False))
+        try:
+            target = get_object(path)
+        except Exception:  # its job fails alone, with its own line, when it builds it
+            target = None
+        entries.append(Entry(label, group, node, path, target, declared(target)))
+    return entries
+
+
+def unfusable_setting(cfg: DictConfig) -> str | None:
+    """What every job shares that an array cannot train with, as ``<key> is set, and <why>``:
+    a callback whose class says it runs only in a job of its own or says nothing of arrays,
+    or a trainer setting; None when there is none."""
+    for entry in callback_entries(cfg):
+        if entry.target is None:
+            return f"{entry.label} is set, and its _target_ {entry.path} cannot be imported"
+        if entry.how is None:
+            return f"{entry.label} is set, and {undeclared(entry.target)}"
+        if entry.how is InArray.SERIAL:
+            return (
+                f"{entry.label} is set, and {qualified(entry.target)} runs only in a job of "
+                f"its own (its in_array: {entry.how})"
+            )
+    setting = trainer_setting(cfg)
+    if setting is None:
+        return None
+    return (
+        f"{setting} is set, and an array trains on one device, without fp16 loss scaling, "
+        "gradient accumulation or clipping, and starts afresh"
+    )
+
+
+def trainer_setting(cfg: DictConfig) -> str | None:
+    """A trainer setting (or ``resume``) every job shares that an array cannot train with, as
+    ``key=value``."""
     trainer = cfg.trainer
     strategy = trainer.get("strategy", "auto")
     if strategy not in ("auto", "single_device"):
@@ -106,13 +167,7 @@ def plan(
         return Plan(serial=everyone, reason="fuse=array: a single job has nothing to fuse with")
     setting = unfusable_setting(configs[0])
     if setting is not None:
-        return Plan(
-            serial=everyone,
-            reason=f"fuse=array: not fusing: {setting} is set, and an array trains plain nets "
-            "(prune, quant, compile, profile at none, activations=keep, the callbacks of "
-            f"fuse.callbacks or fuse.skipped_callbacks or {', '.join(PER_MEMBER)}, one device, no "
-            f"fp16 loss scaling, no gradient accumulation or clipping); {one_by_one}",
-        )
+        return Plan(serial=everyone, reason=f"fuse=array: not fusing: {setting}; {one_by_one}")
     patterns = list(fuse.get("fusable", []))
     changing = [
         key for key in differing_keys(configs) if not any(fnmatchcase(key, p) for p in patterns)

@@ -137,11 +137,29 @@ def test_max_members_splits_four_jobs_into_two_arrays_of_two(root, client):
     assert len({r.data.metrics["val/loss"] for r in children}) == 4
 
 
+def test_a_callback_that_does_not_say_how_it_runs_in_an_array_runs_the_sweep_one_by_one(
+    root, client
+):
+    extra = "+callbacks.quiet._target_=tests.helpers.Undeclared"
+    result = run_cli([*LSTM, "model.net.hidden_size=16", LRS, *FUSED, extra], root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (line,) = fuse_lines(result)
+    assert line == (
+        "hpml: fuse=array: not fusing: callbacks.quiet is set, and tests.helpers.Undeclared does "
+        "not say how it runs in an array (in_array: per member, once, not in arrays or serial); "
+        "running the 2 jobs one by one"
+    )
+    parent, children = sweep_runs(client)
+    assert parent.info.status == "FINISHED"
+    assert sorted(by_lr(children)) == ["0.01", "0.1"]
+    assert {r.info.status for r in children} == {"FINISHED"}
+    assert not any("hpml.fused" in r.data.tags for r in children)
+
+
 def test_failed_array_fails_every_member_and_the_sweep(root, client):
     fail = [
         "+callbacks.fail._target_=tests.helpers.FailAtEpoch",
-        "+callbacks.fail.epoch=0",
-        "+fuse.callbacks.fail={}",  # of the callbacks group, only those listed run on an array
+        "+callbacks.fail.epoch=0",  # its class runs it once on an array (in_array)
     ]
     result = run_cli([*LSTM, "model.net.hidden_size=16", LRS, *FUSED, *fail], root)
     assert result.returncode == 1

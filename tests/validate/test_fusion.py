@@ -3,7 +3,8 @@
 The configs are composed as the fused launcher gets them (Hydra's node included: a refusal names
 the option of a config group from ``hydra.runtime.choices``). A sweep that cannot fuse runs one
 by one after one line naming what kept it apart; a refused member of an array fails every
-member, each as a FAILED run of the sweep in a real MLflow store.
+member, each as a FAILED run of the sweep in a real MLflow store. Each callback's class says how
+it runs in an array (``in_array``), and the array builds it so.
 """
 
 from __future__ import annotations
@@ -19,9 +20,15 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, open_dict
 
+from hpml.build import build_callbacks
+from hpml.callbacks.model_stats import MemberStats
+from hpml.callbacks.perf import PerformanceMonitor
+from hpml.callbacks.target import MemberTimeToTarget
+from hpml.train_array import array_callbacks
 from hpml.validate.fusion import FUSED_LAUNCHER, plan, unfused_note
-from hydra_plugins.hpml_fused_launcher.launcher import FusedLauncher
+from hydra_plugins.hpml_fused_launcher.launcher import FusedLauncher, placed, task_config
 from tests.conftest import CONF
+from tests.helpers import EachMember, FailAtEpoch
 
 FUSED = ["model=vae", "fuse=array"]  # VAE: Adam, synthetic MNIST
 
@@ -136,10 +143,99 @@ def test_the_default_callbacks_fuse_but_an_extra_one_does_not() -> None:
     defaults = sweep(values, *FUSED)
     assert set(defaults[0].callbacks) == {"model_stats", "perf", "target", "memory", "checkpoint"}
     assert plan(defaults, on_cpu=False).arrays == [[0, 1]]
-    extra = "+callbacks.extra._target_=hpml.callbacks.epoch_summary.EpochSummary"
+    # one whose class does not say how it runs in an array (in_array): a line names it
+    extra = "+callbacks.extra._target_=tests.helpers.Undeclared"
     decided = plan(sweep(values, *FUSED, extra), on_cpu=False)
     assert (decided.arrays, decided.serial) == ([], [0, 1])
     assert decided.reason.startswith("fuse=array: not fusing: callbacks.extra is set")
+    assert decided.reason == (
+        "fuse=array: not fusing: callbacks.extra is set, and tests.helpers.Undeclared does not "
+        "say how it runs in an array (in_array: per member, once, not in arrays or serial); "
+        "running the 2 jobs one by one"
+    )
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "+callbacks.extra._target_=tests.helpers.FailAtEpoch",  # once
+        "+callbacks.extra._target_=tests.helpers.EachMember",  # per member
+        "+callbacks.extra._target_=hpml.callbacks.epoch_summary.EpochSummary",  # once
+    ],
+    ids=["once", "per-member", "hpml-once"],
+)
+def test_a_callback_whose_class_says_it_runs_in_an_array_fuses(extra: str) -> None:
+    values = ["model.optimizer.lr=0.1", "model.optimizer.lr=0.2"]
+    decided = plan(sweep(values, *FUSED, extra), on_cpu=False)
+    assert (decided.arrays, decided.serial, decided.reason) == ([[0, 1]], [], None)
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (
+            "callbacks=analysis",
+            "callbacks.roofline is set, and hpml.callbacks.roofline.RooflineCallback runs only in "
+            "a job of its own (its in_array: serial)",
+        ),
+        (
+            "+callbacks.extra._target_=lightning.pytorch.callbacks.EarlyStopping",
+            "callbacks.extra is set, and lightning.pytorch.callbacks.early_stopping.EarlyStopping "
+            "does not say how it runs in an array",
+        ),
+        (
+            "+callbacks.extra._target_=tests.helpers.no_such_callback",
+            "callbacks.extra is set, and its _target_ tests.helpers.no_such_callback cannot be "
+            "imported",
+        ),
+    ],
+    ids=["serial", "lightning", "missing"],
+)
+def test_a_callback_that_runs_only_alone_or_says_nothing_runs_every_job_alone(
+    extra: str, named: str
+) -> None:
+    values = ["model.optimizer.lr=0.1", "model.optimizer.lr=0.2"]
+    capacity = Calls(8)
+    decided = plan(sweep(values, *FUSED, extra), on_cpu=False, capacity=capacity)
+    assert (decided.arrays, decided.serial) == ([], [0, 1])
+    assert decided.reason.startswith(f"fuse=array: not fusing: {named}"), decided.reason
+    assert decided.reason.endswith("; running the 2 jobs one by one")
+    assert capacity.count == 0
+
+
+def test_the_array_builds_each_callback_as_its_class_says(root: Path) -> None:
+    """model_stats and target per member, perf once without its FLOP count (its array_knobs),
+    memory and checkpoint left out; a test's ONCE and PER_MEMBER callbacks likewise."""
+    overrides = [
+        *FUSED,
+        f"paths.root_dir={root}",
+        "callbacks.target.metric=val/loss",
+        "callbacks.target.value=0.5",
+        "+callbacks.fail._target_=tests.helpers.FailAtEpoch",
+        "+callbacks.each._target_=tests.helpers.EachMember",
+        "+callbacks.each.label=mine",
+    ]
+    cfg = task_config(placed(sweep_job(overrides, root / "multirun", 0)))
+    built = array_callbacks(cfg, 3)
+    assert [type(callback) for callback in built] == [
+        MemberStats,
+        PerformanceMonitor,
+        *[MemberTimeToTarget] * 3,
+        FailAtEpoch,
+        *[EachMember] * 3,
+    ]
+    perf = built[1]
+    assert perf.count_flops is False and perf.warmup_steps == cfg.callbacks.perf.warmup_steps
+    targets = built[2:5]
+    assert [t.member for t in targets] == [0, 1, 2]
+    assert {(t.metric, t.value, t.mode, t.stop) for t in targets} == {
+        ("val/loss", 0.5, "min", False)
+    }
+    assert [(c.label, c.member) for c in built[6:]] == [("mine", 0), ("mine", 1), ("mine", 2)]
+    # the same config trained alone: every callback as configured, perf counting FLOPs
+    alone = build_callbacks(cfg)
+    assert "MemoryBreakdown" in {type(c).__name__ for c in alone}
+    assert next(c for c in alone if isinstance(c, PerformanceMonitor)).count_flops is True
 
 
 @pytest.mark.parametrize(
