@@ -38,7 +38,8 @@ from hpml.tensors import first_tensor
 # rounds (n = 7 spans min to max: one preempted round beside a CPU burner widened VGG11's
 # pruning speed-up to [1.92, 4.43] from a median of 2.69x)
 ROUNDS = 9
-MIN_RUN_TIME_S = 0.007  # bench side_by_side, VAE pruning job: 1.24x at 7 x 0.02 s, 1.17x at 9 x 0.01 s
+# bench side_by_side, a VAE pruning job's cost: 1.24x at 7 x 0.02 s, 1.17x at 9 x 0.01 s
+MIN_RUN_TIME_S = 0.007
 CALIBRATION_SHARE = 0.1  # a calibration block this share of min_run_time times one call well
 
 
