@@ -50,6 +50,7 @@ from dataclasses import dataclass
 import psutil
 
 from hpml.errors import ConfigError
+from hpml.ranges import NonNegative, Steps
 
 OTHER_CPU, STEAL, STEP_TIME_CV = "other_cpu_pct", "steal_pct", "step_time_cv_pct"
 
@@ -58,10 +59,10 @@ OTHER_CPU, STEAL, STEP_TIME_CV = "other_cpu_pct", "steal_pct", "step_time_cv_pct
 class NoiseRule:
     """When a run's timings are unreliable: any one limit exceeded is enough."""
 
-    max_other_cpu_pct: float = 15.0
-    max_steal_pct: float = 10.0
-    max_step_time_cv_pct: float = 50.0
-    min_steps: int = 10  # the CV of fewer timed steps is not judged
+    max_other_cpu_pct: NonNegative = 15.0
+    max_steal_pct: NonNegative = 10.0
+    max_step_time_cv_pct: NonNegative = 50.0
+    min_steps: Steps = 10  # the CV of fewer timed steps is not judged
 
     def __post_init__(self) -> None:
         for name in ("max_other_cpu_pct", "max_steal_pct", "max_step_time_cv_pct", "min_steps"):

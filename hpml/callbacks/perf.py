@@ -28,6 +28,7 @@ from hpml.callbacks.logging import log_metrics, log_text, set_tags
 from hpml.callbacks.ranks import across_ranks
 from hpml.callbacks.rates import Rates, cycle_rates
 from hpml.names import BYTES, FLOPS_PER_S, FLOPS_PER_SAMPLE, MS, PCT, SAMPLES_PER_S, S, metric
+from hpml.ranges import Steps
 from hpml.tensors import batch_size
 
 log = logging.getLogger(__name__)
@@ -91,8 +92,8 @@ class PerformanceMonitor(L.Callback):
 
     def __init__(
         self,
-        warmup_steps: int = 3,
-        inference_warmup_steps: int = 1,
+        warmup_steps: Steps = 3,
+        inference_warmup_steps: Steps = 1,
         count_flops: bool = True,
         measured_peak: bool = True,
         peak_cache_dir: str | Path | None = None,

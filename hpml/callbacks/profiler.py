@@ -16,7 +16,7 @@ import io
 import logging
 import tempfile
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import lightning as L
 import torch
@@ -27,6 +27,7 @@ from hpml.analysis.profile_summary import DATA_REGION, summarise_events
 from hpml.callbacks.in_array import InArray
 from hpml.callbacks.logging import log_file, log_metrics, log_text
 from hpml.names import PCT, metric
+from hpml.ranges import Count, Range, Steps
 
 log = logging.getLogger(__name__)
 
@@ -113,16 +114,16 @@ class TorchProfilerWindow(L.Callback):
 
     def __init__(
         self,
-        skip_first: int = 5,
-        wait: int = 1,
-        warmup: int = 1,
-        active: int = 3,
-        repeat: int = 1,
+        skip_first: Steps = 5,
+        wait: Steps = 1,
+        warmup: Steps = 1,
+        active: Count = 3,
+        repeat: Annotated[int, Range(ge=0, note="0: until training ends")] = 1,
         record_shapes: bool = True,
         profile_memory: bool = True,
         with_flops: bool = True,
         with_stack: bool = False,
-        row_limit: int = 25,
+        row_limit: Count = 25,
         nvtx: bool = True,
     ) -> None:
         self.schedule = schedule(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 import lightning as L
 
@@ -37,6 +37,7 @@ from hpml.names import (
     RIDGE,
     STAGE,
 )
+from hpml.ranges import Positive, Range
 
 if TYPE_CHECKING:
     import torch
@@ -77,8 +78,8 @@ class RooflineCallback(L.Callback):
         device: str | None = None,
         cache_dir: str | Path = ".hpml/peaks",
         timing_passes: int = 3,
-        batch_size: int | None = None,
-        peak_seconds: float = 1.0,
+        batch_size: Annotated[int | None, Range(ge=1, null="the data's batch size")] = None,
+        peak_seconds: Positive = 1.0,
     ) -> None:
         if device is not None and device != "measured" and device not in KNOWN_DEVICES:
             raise ConfigError(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import lightning as L
 from lightning.pytorch.trainer.states import TrainerFn
@@ -13,6 +13,7 @@ from hpml.callbacks.in_array import InArray
 from hpml.callbacks.logging import log_metrics, resuming, set_tags
 from hpml.errors import ConfigError
 from hpml.names import COUNT, S, member_named, member_prefix, metric
+from hpml.ranges import Range
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ class TimeToTarget(L.Callback):
     def __init__(
         self,
         metric: str | None = None,
-        value: float | None = None,
+        value: Annotated[float | None, Range(null="no target", note="the metric's target")] = None,
         mode: Mode | None = None,
         stop: bool = False,
     ) -> None:

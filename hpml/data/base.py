@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 
 from hpml.data.spec import DataSpec
 from hpml.errors import ConfigError, non_negative_int, positive_int
+from hpml.ranges import Seed
 
 # Bytes of file content a digest reads: all of CIFAR-10 (178 MiB), MNIST (53 MiB) or the IMDB CSV
 # (63 MiB), in a third of a second; of an ImageNet-size folder, the first files only.
@@ -106,7 +107,7 @@ class HpmlDataModule(L.LightningDataModule):
         pin_memory: bool = False,
         download: bool = False,
         limit: int | None = None,
-        seed: int = 0,
+        seed: Seed = 0,
     ) -> None:
         super().__init__()
         self.data_dir = Path(data_dir)

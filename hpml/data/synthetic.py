@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Annotated, NamedTuple
 
 import torch
 from torch import Tensor
@@ -22,6 +22,7 @@ from torch.utils.data import Dataset
 from hpml.data.base import DataDescription, HpmlDataModule
 from hpml.data.spec import DataSpec
 from hpml.errors import ConfigError, positive_int
+from hpml.ranges import NonNegative, Range
 
 MODALITIES = ("image", "tokens")
 STROKES = 4  # segments per class figure: enough for digit-like variety, cheap to draw
@@ -192,8 +193,8 @@ class SyntheticDataModule(HpmlDataModule):
         image_size: int = 32,
         seq_len: int = 64,
         vocab_size: int = 2000,
-        noise: float = 0.3,
-        signal: float = 0.3,
+        noise: NonNegative = 0.3,
+        signal: Annotated[float, Range(ge=0, le=1)] = 0.3,
         train_samples: int = 1024,
         val_samples: int = 256,
         test_samples: int = 256,

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import mlflow
 from mlflow import MlflowClient
@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 
 from hpml.errors import one_line  # re-exported: callers import it from here too
 from hpml.hydra_job import HydraJob
+from hpml.ranges import Positive, Range
 from hpml.tracking.interrupts import interrupted
 from hpml.tracking.jobs import PARENT_FILE  # re-exported likewise
 from hpml.tracking.logger import AttachedMLFlowLogger
@@ -99,10 +100,12 @@ class MlflowTracker:
         artifact_root: str | None = None,
         run_name: str | None = None,
         log_system_metrics: bool = True,
-        system_metrics_interval_s: float = 1.0,
+        system_metrics_interval_s: Positive = 1.0,
         retry_s: float | None = RETRY_S,
         preflight_timeout_s: float = PREFLIGHT_TIMEOUT_S,
-        checkpoint_max_bytes: int | None = None,
+        checkpoint_max_bytes: Annotated[
+            int | None, Range(ge=0, null="no cap", note="0: never uploaded")
+        ] = None,
         log_model: bool = False,
     ) -> None:
         self.tracking_uri = tracking_uri

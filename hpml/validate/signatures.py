@@ -22,14 +22,15 @@ from hpml.errors import ConfigError
 Num = int | float
 
 
-def _locate(path: str) -> Any:
+def locate(path: str) -> Any:
     from hydra.utils import get_object
 
     return get_object(path)
 
 
-def _hints(target: Any) -> tuple[dict[str, Any], set[str], bool]:
-    """Type hints of ``target``'s arguments, their names, and whether it takes ``**kwargs``.
+def hints(target: Any) -> tuple[dict[str, Any], set[str], bool]:
+    """Type hints of ``target``'s arguments (``Annotated`` kept: a range rides on it), their
+    names, and whether it takes ``**kwargs``.
 
     Classes pass ``**kwargs`` up to their bases (hpml's data modules, Lightning's callbacks), so
     the bases' ``__init__`` are read too, the most derived first.
@@ -48,7 +49,7 @@ def _hints(target: Any) -> tuple[dict[str, Any], set[str], bool]:
         except (TypeError, ValueError):
             return hints, names, True
         try:
-            found = typing.get_type_hints(function)
+            found = typing.get_type_hints(function, include_extras=True)
         except Exception:  # forward references to names only imported for type checkers
             found = {}
         for name, param in params.items():
@@ -71,6 +72,8 @@ def _matches(value: Any, hint: Any) -> bool:
     """
     if isinstance(value, dict) and "_target_" in value:
         return True
+    if typing.get_origin(hint) is typing.Annotated:
+        return _matches(value, hint.__origin__)
     if hint is Any or isinstance(hint, typing.TypeVar | str | typing.ForwardRef):
         return True
     if hint is None or hint is type(None):
@@ -106,6 +109,8 @@ def _matches(value: Any, hint: Any) -> bool:
 
 def describe(hint: Any) -> str:
     """``hint`` in a user's words, leaving out types a config cannot hold (Tensor, Accelerator)."""
+    if typing.get_origin(hint) is typing.Annotated:
+        return describe(hint.__origin__)
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         literals = [
@@ -171,14 +176,14 @@ def check_types(node: Any, path: str) -> None:
     target = None
     if isinstance(target_path, str):
         try:
-            target = _locate(target_path)
+            target = locate(target_path)
         except Exception:
             raise ConfigError(
                 f"{path}._target_" if path else "_target_",
                 target_path,
                 "an importable class or function",
             ) from None
-    hints, names, open_ended = _hints(target) if target is not None else ({}, set(), True)
+    declared, names, open_ended = hints(target) if target is not None else ({}, set(), True)
     for key, value in node.items():
         key_path = f"{path}.{key}" if path else str(key)
         if isinstance(value, dict | list):
@@ -195,6 +200,6 @@ def check_types(node: Any, path: str) -> None:
                 else f"it takes {', '.join(sorted(names)[:8])}{', ...' if len(names) > 8 else ''}"
             )
             raise ConfigError(key_path, value, f"an argument of {target_path} ({hint})")
-        hint = hints.get(key)
+        hint = declared.get(key)
         if hint is not None and not _matches(value, hint):
             raise ConfigError(key_path, value, describe(hint) or f"what {target_path} takes")

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 from torch import Tensor, nn
+
+from hpml.ranges import Count, Range
 
 
 class LSTMClassifier(nn.Module):
@@ -17,11 +21,11 @@ class LSTMClassifier(nn.Module):
         self,
         vocab_size: int,
         num_classes: int = 2,
-        embedding_dim: int = 128,
-        hidden_size: int = 128,
-        num_layers: int = 2,
+        embedding_dim: Count = 128,
+        hidden_size: Count = 128,
+        num_layers: Count = 2,
         bidirectional: bool = False,
-        dropout: float = 0.0,
+        dropout: Annotated[float, Range(ge=0, lt=1)] = 0.0,
         padding_idx: int = 0,
     ) -> None:
         super().__init__()

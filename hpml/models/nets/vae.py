@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from hpml.ranges import Count
+
 
 class VAE(nn.Module):
     """Fully connected VAE (Kingma & Welling); returns logits of the reconstruction, mu, logvar.
@@ -17,7 +19,7 @@ class VAE(nn.Module):
     # (in eval mode the reparameterisation that pairs them is not traced).
     prune_coupled = (("fc21", "fc22"),)
 
-    def __init__(self, in_features: int = 784, hidden: int = 400, latent: int = 20) -> None:
+    def __init__(self, in_features: int = 784, hidden: Count = 400, latent: Count = 20) -> None:
         super().__init__()
         self.fc1 = nn.Linear(in_features, hidden)
         self.fc21 = nn.Linear(hidden, latent)

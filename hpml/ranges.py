@@ -1,0 +1,78 @@
+"""What values a knob accepts, declared on the parameter that takes it.
+
+A constructor parameter says its range in its annotation, ``Annotated[float, Range(gt=0)]``;
+:mod:`hpml.validate.knobs` reads it off the ``_target_`` a config names and refuses a value
+outside it before anything is built. A leaf module, so any layer may declare a range.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+Num = int | float
+
+
+@dataclass(frozen=True)
+class Range:
+    """A finite number (an integer where the annotated type is ``int``) within the bounds given
+    (``ge``/``gt`` below, ``le``/``lt`` above, as annotated-types names them). ``null``: what
+    null means, where it is allowed. ``inf`` and ``nan`` are never accepted (``nan`` fails every
+    comparison, so it would pass ``not value < low``)."""
+
+    ge: Num | None = None
+    gt: Num | None = None
+    le: Num | None = None
+    lt: Num | None = None
+    null: str | None = None
+    note: str = ""
+    kind: type = float  # int where the annotation says so: set by whoever reads the annotation
+
+    @property
+    def low(self) -> Num | None:
+        return self.gt if self.gt is not None else self.ge
+
+    @property
+    def high(self) -> Num | None:
+        return self.lt if self.lt is not None else self.le
+
+    def expected(self) -> str:
+        noun = "an integer" if self.kind is int else "a finite number"
+        low, high = self.low, self.high
+        if low is not None and high is not None:
+            left, right = "(" if self.gt is not None else "[", ")" if self.lt is not None else "]"
+            text = f"{noun} in {left}{low}, {high}{right}"
+        elif low is not None:
+            text = f"{noun} {'>' if self.gt is not None else '>='} {low}"
+        elif high is not None:
+            text = f"{noun} {'<' if self.lt is not None else '<='} {high}"
+        else:
+            text = noun
+        if self.note:
+            text += f" ({self.note})"
+        return text + (f", or null ({self.null})" if self.null else "")
+
+    def accepts(self, value: Any) -> bool:
+        if value is None:
+            return self.null is not None
+        if isinstance(value, bool) or not isinstance(value, int if self.kind is int else Num):
+            return False
+        if not math.isfinite(value):
+            return False
+        return not (
+            (self.ge is not None and value < self.ge)
+            or (self.gt is not None and value <= self.gt)
+            or (self.le is not None and value > self.le)
+            or (self.lt is not None and value >= self.lt)
+        )
+
+
+SEED_RANGE = Range(ge=0, le=2**32 - 1)  # numpy's seeds
+
+Count = Annotated[int, Range(ge=1)]  # how many of something there must be at least one of
+Steps = Annotated[int, Range(ge=0)]  # how many steps (batches, passes), none allowed
+Seed = Annotated[int, SEED_RANGE]
+Positive = Annotated[float, Range(gt=0)]
+NonNegative = Annotated[float, Range(ge=0)]
+Finite = Annotated[float, Range()]
