@@ -100,12 +100,12 @@ class MlflowTracker:
         artifact_root: str | None = None,
         run_name: str | None = None,
         log_system_metrics: bool = True,
-        system_metrics_interval_s: Positive = 1.0,
+        system_metrics_interval_s: Positive = 5.0,
         retry_s: float | None = RETRY_S,
         preflight_timeout_s: float = PREFLIGHT_TIMEOUT_S,
         checkpoint_max_bytes: Annotated[
             int | None, Range(ge=0, null="no cap", note="0: never uploaded")
-        ] = None,
+        ] = 200_000_000,
         log_model: bool = False,
     ) -> None:
         self.tracking_uri = tracking_uri
