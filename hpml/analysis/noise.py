@@ -1,43 +1,13 @@
 """Noise on the machine while a run is timed: who else used the CPU, and whether to trust it.
 
-A :class:`NoiseProbe` is opened and closed around each timed window (one probe per run, any
-number of windows) and sums, over its windows:
-
-- the CPU time **other processes** took, as a percent of the machine's capacity
-  (wall time x logical CPUs): system-wide busy time (``psutil.cpu_times()``: user, nice, system,
-  irq, softirq; guest time is inside user on Linux) minus the CPU time of this run's own process
-  trees (each of ``pids`` with every child: DataLoader workers alive at an edge are read live,
-  those reaped inside the window through the parent's ``children_*`` times);
-- CPU **steal**, the time a hypervisor gave this virtual machine's CPUs to other guests, as a
-  percent of the same capacity, where the kernel reports it (Linux ``/proc/stat``), else None;
-- the **1-minute load average** at each window's close, the largest kept. It is recorded, never
-  judged: it counts runnable threads, this run's own torch threads included, so a busy run on an
-  idle machine reads about its thread count.
-
-psutil reads the kernel's tick counters (10 ms on Linux): a window of a few seconds on two CPUs
-resolves about 0.2% of capacity, enough for a rule in tens of percent. Hand-written because
-psutil gives the counters, not the difference between the machine and one process tree.
-
-The rule (:func:`judge`, thresholds in :class:`NoiseRule`, set from ``callbacks.perf.noise``):
-a run's timings are **noisy** when other processes took more than ``max_other_cpu_pct`` of the
-machine, or steal exceeded ``max_steal_pct``, or the training step time's coefficient of
-variation exceeded ``max_step_time_cv_pct`` over at least ``min_steps`` timed steps (fewer
-steps say too little about spread to judge it). The reason names the figure and its limit.
-Defaults, measured on this project's 2-core VM (2 torch threads), shared with other sessions:
-
-- ``max_other_cpu_pct`` 15: the machine's own background (kernel threads, daemons: every
-  process but the sessions' Python ones) took 1.1-1.4% over 10 s windows, so 15 is ten times
-  it; a neighbour burning one core beside a job that wants both takes about a third of the
-  machine under fair scheduling. Crowded by other sessions (load 6-11), VAE and LSTM training
-  measured 67-89% and the probe said so; a 2-thread matmul loop 76-83% without and 78-88% with
-  one more burner (which then got 5-10% of the machine: the rest was already taken).
-- ``max_steal_pct`` 10: steal read 0.1-3.2% in every window measured.
-- ``max_step_time_cv_pct`` 50: crowded runs measured 34-82%. At a CV of 50%, the 95% interval
-  of the median of 60 steps is about +-16% (1.96 x 1.25 x CV / sqrt(n)): wider than the
-  1.15-1.3x speed-ups hpml's optimisations give on CPU, so those could not be told apart.
-  Other load shows in the CPU share first; the CV catches what the probe cannot see (a
-  neighbouring VM without steal accounting, throttling, a shared GPU).
-- ``min_steps`` 10: the CV of fewer steps is itself too uncertain to judge.
+A :class:`NoiseProbe` spans each timed window and sums the CPU time **other processes** took
+(system-wide busy time from ``psutil.cpu_times()`` minus this run's own process trees, children
+reaped inside the window included) and CPU **steal**, each as a percent of wall time x logical
+CPUs, and keeps the largest 1-minute load average (recorded, never judged: it counts this run's
+own threads). Hand-written because psutil gives the counters, not the difference between the
+machine and one process tree; its 10-ms ticks resolve ~0.2% of two CPUs over a few seconds.
+:func:`judge` applies :class:`NoiseRule`; the rule, and the measurements its defaults
+(``conf/callbacks/perf.yaml``) come from: docs/metrics.md#noise.
 """
 
 from __future__ import annotations

@@ -1,28 +1,11 @@
 """Before/after figures of one variant of a model, shared by every optimisation callback.
 
-Pruning, quantisation and compilation (and what comes next) measure through :func:`compare`, so
-their figures are comparable: the same latency settings (``Settings``, one set of defaults, also
-in ``conf/base/measure.yaml``) and the same judge of quality, the model's own
-``validation_step`` run over validation batches with the variant in place of ``pl_module.net``.
-The two sides' latencies are timed side by side (:mod:`hpml.analysis.compare`): rounds of A B,
-B A, ... in the same window, never "before" at one moment and "after" at another. Metrics are
-``<stage>/<quantity>_<unit>`` (:func:`hpml.names.metric`), per side (stage ``S_before``,
-``S_after``):
-
-- ``size_bytes``: ``torch.save`` of the variant's state dict (or the saved file a compiler wrote);
-- ``latency_b1_ms``, ``latency_b<N>_ms``: eval-mode forward passes at batch 1 and at
-  ``latency_batch_size`` N, the median over ``latency_rounds`` rounds of each round's ms per
-  call; ``latency_b<N>_iqr_ms``: their inter-quartile range;
-- what ``validation_step`` logs, averaged per sample: ``val_loss_nats``, ``val_acc_pct`` (top-1,
-  percent), a VAE's ``val_{loss,bce,kld}_nats``;
-
-and per comparison (stage ``S``): ``speedup_b<N>_x`` (the median of the per-round ratios
-before / after), ``speedup_b<N>_ci_low_x`` and ``_ci_high_x`` (its order-statistic interval,
-95% where the rounds allow: with fewer than 6, [min, max]), ``speedup_b<N>_rounds_count`` (n);
-tags ``hpml.verdict.S.speedup_b<N>`` (``faster``, ``slower`` or ``within noise``,
-:func:`hpml.analysis.stats.verdict`) and ``hpml.compare.S.devices`` (``cpu vs cpu``; an int8
-model on CPU in a CUDA run reads ``cuda:0 vs cpu``: a speed-up across devices, not like for
-like, and its log line says so). Each verdict is also one log line when the comparison ends.
+Pruning, quantisation and compilation measure through :func:`compare` so their figures compare:
+one set of latency settings (``Settings``, also ``conf/base/measure.yaml``), one judge of quality
+(the model's own ``validation_step`` with the variant in place of ``pl_module.net``), and the
+two sides timed side by side in rounds of A B, B A, ... (:mod:`hpml.analysis.compare`), never
+"before" at one moment and "after" at another. The metrics (``S_before/``, ``S_after/``, ``S/``
+speed-ups with their interval and verdict): docs/metrics.md#before-and-after.
 """
 
 from __future__ import annotations

@@ -38,53 +38,14 @@ PEAKS = ("table", "measured")  # what MFU is against: the datasheet's peak, a me
 class PerformanceMonitor(L.Callback):
     """Speed, memory, FLOP/s and MFU of training and inference, as Composer's speed monitor does.
 
-    Per training epoch, over the steps after ``warmup_steps``: ``train/throughput_samples_per_s``,
-    the median over steps of a step's samples over its cycle (the wait for its batch plus the
-    step, so data loading stays counted; each cycle's rate by Lightning's ``Throughput``,
-    :mod:`hpml.callbacks.rates`), with ``train/throughput_iqr_samples_per_s``;
-    ``train/step_time_{p50,p90,iqr}_ms`` and ``train/step_time_cv_pct`` (the step alone; no
-    mean: the median and IQR say it without the pull of a stalled step, p90 keeps the tail);
-    ``train/data_wait_pct`` (share of the window spent between steps, fetching data),
-    ``train/step_cpu_time_p50_ms`` (process CPU time per step, all threads: on a shared machine
-    it moves less than wall time), ``train/utilisation_pct`` (busy over elapsed time in that
-    window: process CPU time / (wall x torch threads) on CPU, step spans on CUDA: see
-    :meth:`~hpml.analysis.timing.StepTimer.utilisation_pct`),
-    ``train/epoch_time_s`` (validation excluded) and ``train/peak_memory_bytes``. For validation
-    and test: ``{val,test}/epoch_time_s`` and the inference ``{val,test}/throughput_samples_per_s``
-    and its ``_iqr`` after ``inference_warmup_steps``. The GPU is synchronised only at the edges
-    of a window.
-
-    With ``count_flops`` the model's FLOPs (2 x MAC) are counted once, on one sample, at fit start:
-    ``model/fwd_flops_per_sample`` and ``model/fwd_bwd_flops_per_sample`` (a per-module table as
-    ``flops/by_module.csv``). Each throughput then also gives ``<stage>/achieved_flops_per_s``
-    (FLOPs per sample x samples/s; forward+backward for training, forward for inference) and MFU,
-    the share of a peak: ``<stage>/mfu_table_pct`` against the device's datasheet peak for the
-    trainer's precision, when hpml knows the device, and ``<stage>/mfu_measured_pct`` against
-    the best of fp32 GEMM and convolution micro-benchmarks of this device, cached per host in
-    ``peak_cache_dir`` (under mixed precision the table figure is the one to compare with).
-    ``machine/load_avg_1m_procs`` records how busy the machine was: shared machines skew timings.
-
-    Noise (:mod:`hpml.analysis.noise`): one probe, open during every timed window (training,
-    validation and test steps after warm-up), gives at fit end and test end
-    ``noise/other_cpu_pct`` (CPU time of other processes, percent of wall x CPUs),
-    ``noise/steal_pct`` (where the kernel reports steal) and ``noise/step_time_cv_pct``, the CV
-    over every timed training step of the run (``train/step_time_cv_pct`` is each epoch's).
-    These are the run's figures so far, so the test stage's values (same step) replace fit's.
-    By ``noise``'s limits (:class:`~hpml.analysis.noise.NoiseRule`) the run is tagged
-    ``hpml.noisy`` ``true`` or ``false``; when true, ``hpml.noisy.reason`` names the figures
-    and limits, and one warning says ``hpml: timings of this run are noisy: <reason>``. Once
-    noisy, a run stays noisy (a quiet test stage does not clear a noisy fit).
-
-    Under DDP the figures are the job's (:mod:`hpml.callbacks.ranks`): throughput and its IQR
-    the sum of the ranks' (they step in lockstep), times and peak memory the largest rank's,
-    FLOP/s the job's total, MFU the ranks' mean (each rank's FLOP/s over its own device's peak:
-    with like devices, the job's total over the peaks of all devices); with more than one
-    device ``<stage>/throughput_per_device_samples_per_s`` and
-    ``<stage>/achieved_per_device_flops_per_s`` are the job's figures over the device count.
-
-    On a fused array it runs once: its samples/s are each member's (every member reads every
-    batch); it would count the FLOPs of every member at once, so there each member counts its
-    own (:class:`~hpml.callbacks.model_stats.MemberStats`) and this one none.
+    Medians and IQRs over the timed steps after ``warmup_steps`` rather than a window's mean, so
+    one stalled step does not move the figure; the wait for each batch stays in the cycle, so
+    data loading is counted; the GPU is synchronised only at the edges of a window. FLOPs are
+    counted once per run (``count_flops``). One noise probe spans every timed window and tags
+    the run ``hpml.noisy`` by ``noise``'s limits (:class:`~hpml.analysis.noise.NoiseRule`).
+    Under DDP the figures are the job's (:mod:`hpml.callbacks.ranks`); on a fused array it runs
+    once, each member counting its own FLOPs. Every metric, its unit and convention:
+    docs/metrics.md.
     """
 
     in_array: ClassVar[InArray] = InArray.ONCE

@@ -1,59 +1,10 @@
 """When to prune, and what it did: the ``prune`` config group's callback.
 
-How to prune lives in :mod:`hpml.optimize.prune` (plain PyTorch): the method (each config
-option's ``importance`` node, a :class:`~hpml.optimize.prune.methods.Method`), the engines, the
-amount at each step (:mod:`~hpml.optimize.prune.schedule`) and the sensitivity scan
-(:mod:`~hpml.optimize.prune.sensitivity`). This callback decides when:
-
-- ``before_fit``: once, when fit starts; the whole of ``trainer.max_epochs`` trains the pruned net.
-- ``after_fit``: train ``trainer.max_epochs`` epochs, prune, then fine-tune ``finetune_epochs``
-  more (the trainer's ``max_epochs`` is raised by that many).
-- ``gradual``: at the start of each of the ``trainer.max_epochs`` epochs, prune to
-  ``amount * (epoch + 1) / max_epochs`` of the *original* weights (no compounding), then fine-tune
-  ``finetune_epochs`` more.
-
-After physical pruning the optimisers and schedulers are rebuilt on the new parameters
-(``trainer.strategy.setup_optimizers``; scheduler state restarts). Masks are folded into the
-weights when training ends, before test and before anything is saved.
-
-Metrics (``<stage>/<quantity>_<unit>``, all via :func:`hpml.names.metric`). Stages:
-``prune_before`` (the net just before the first pruning step), ``prune_after`` (right after the
-last one, before any fine-tuning) and ``prune_final`` (when training ends, after fine-tuning):
-
-- ``params_count``, ``nonzero_params_count`` (elements), ``size_bytes`` (``torch.save`` of the
-  state dict with masks folded in: the file a user ships);
-- ``fwd_flops_per_sample``: FLOPs of one forward pass per sample, 1 multiply-accumulate
-  = 2 FLOPs (:func:`hpml.analysis.flops.count_flops`; dense kernels, so masks do not lower it);
-- ``latency_b1_ms``, ``latency_b<N>_ms`` and ``latency_b<N>_iqr_ms`` (before and after only):
-  eval-mode forward pass at batch 1 and at ``latency_batch_size`` N (the data's batch size by
-  default), the median and inter-quartile range over ``latency_rounds`` rounds;
-- ``sparsity_pct``: share of the original targeted weight elements removed or zero;
-  ``row_sparsity_pct``: share of their original rows (output channels, LSTM gate rows) removed or
-  all zero;
-- ``val_loss_nats``, ``val_acc_pct`` (top-1, percent) or the VAE's ``val_{loss,bce,kld}_nats``
-  (per sample): the model's own validation step over ``eval_batches`` validation batches.
-
-Size, latency and quality come from :mod:`hpml.callbacks.measure`, as for quantisation and
-compilation; the counts, FLOPs and sparsity are pruning's own. The unpruned net is deep-copied
-just before the first pruning step and timed side by side with the pruned one right after the
-last (rounds of A B, B A, ...), then dropped: a gradual schedule holds the copy for its epochs.
-``prune_before``'s size, latency and quality are the copy's, measured then; its counts, FLOPs
-and sparsity are taken at the first step. ``prune_final`` has no latency: fine-tuning changes
-weights, not shapes, so its speed is ``prune_after``'s, timed beside the unpruned net (timing it
-again, alone, cost a VAE study job 8% of its wall time for a figure it already has).
-
-Also ``prune/target_sparsity_pct`` (``amount``); ``prune/speedup_b1_x`` and
-``prune/speedup_b<N>_x``: the median over rounds of the ratio before / after pruning, with
-``..._ci_low_x``, ``..._ci_high_x`` (its interval), ``..._rounds_count`` (n) and the tag
-``hpml.verdict.prune.speedup_b<N>`` (``faster``, ``slower`` or ``within noise``);
-``prune/flops_reduction_x`` and ``prune/size_reduction_x`` (before / after); per weight,
-``prune_layer/<weight>_sparsity_pct`` and ``prune_layer/<weight>_row_sparsity_pct`` after
-pruning; with ``sensitivity`` amounts, ``prune_sensitivity/<weight>_val_<quantity>_<unit>`` at
-step = amount in percent (that weight alone pruned by the method's mask, on the trained model).
-Artifacts: ``prune/architecture_before.txt`` and ``prune/architecture_after.txt``
-(``print(net)``), ``prune/layers.json`` (shapes and sparsity per weight),
-``prune/sensitivity.json``, and with ``save_model`` ``prune/model.pt`` (see
-:mod:`hpml.optimize.prune.io`).
+How to prune is :mod:`hpml.optimize.prune` (plain PyTorch: methods, engines, the amount at each
+step, the sensitivity scan); this callback only decides when (``before_fit``, ``after_fit``,
+``gradual``), rebuilds the optimisers after physical pruning, folds masks in before test and
+anything saved, and measures the net before and after side by side (an unpruned deep copy, held
+until the last step). Its metrics and artifacts: docs/pruning.md.
 """
 
 from __future__ import annotations

@@ -1,43 +1,11 @@
 """When to quantise: after fit for post-training methods, around a final fine-tune for QAT.
 
-How is up to the quantiser (``hpml.optimize.quant``): the config option's ``quantizer`` node, a
-``_target_`` Hydra makes a partial of, called with the option's other keys (``method``,
-``backend``, ``engine``, ...: the knobs of that quantiser). This callback keeps a copy of the
-float model (quantisers change the net they are given), quantises, then times the two side by
-side and judges both on the same batches and inputs. It logs (``N`` = ``latency_batch_size``):
-
-=============================================  ================================================
-``quant_before/size_bytes``                    saved state dict of the float model, bytes
-``quant_after/size_bytes``                     the same for the quantised model
-``quant_{before,after}/latency_b1_ms``         median forward time at batch 1 over
-                                               ``latency_rounds`` rounds, each side once a round
-``quant_{before,after}/latency_bN_ms``         the same at batch N; ``..._iqr_ms`` beside each
-``quant/speedup_b{1,N}_x``                     median of the per-round ratios before / after,
-                                               with ``_ci_low_x``, ``_ci_high_x`` (its
-                                               interval) and ``_rounds_count`` (n)
-``quant_{before,after}/val_acc_pct``           top-1 accuracy, percent, on ``eval_batches`` batches
-``quant_{before,after}/val_loss_nats``         mean loss per sample on those batches (what the
-                                               model's ``validation_step`` logs: a VAE's
-                                               ``val_bce_nats``...)
-``quant/compile_time_s``                       ``pt2e``: seconds of the first compiled call, apart
-                                               from every latency (later shapes compile in warm-up)
-=============================================  ================================================
-
-Both sides are measured by :mod:`hpml.callbacks.measure`, as for pruning and compilation.
-
-Tags: ``hpml.quant.method``, ``hpml.quant.backend`` (the engine chosen for the net when the config
-says ``auto``: ``torch_ao`` or ``pt2e`` for static int8), ``hpml.quant.device_before``,
-``hpml.quant.device_after``, and ``hpml.quant.fallback`` (why) when the quantised model runs on
-CPU although the trainer asked for CUDA: torch.ao int8 kernels exist for CPU only, so such a model
-is evaluated (and tested) on CPU instead of failing. Each side is then timed on its own device:
-``hpml.compare.quant.devices`` reads ``cuda:0 vs cpu`` and the speed-up's log line says it is
-across devices, not like for like. ``hpml.verdict.quant.speedup_b{1,N}``: ``faster``, ``slower``
-or ``within noise``. The test stage then measures the quantised model: ``test/acc`` and
-``model_final/size_bytes`` are its figures.
-
-For ``qat`` the float model is copied (and its ``quant_before`` figures are that copy's) when fake
-quantisation starts, ``qat_epochs`` before the end of fit (from the start when fit has no more
-epochs than that); the trained net is converted after fit and timed beside the copy.
+How is the quantiser's (``hpml.optimize.quant``): the option's ``quantizer`` node, a partial
+called with the option's other keys. Quantisers change the net they are given, so this callback
+keeps a float copy (for QAT, taken when fake quantisation starts) and measures both side by side
+on the same batches (:mod:`hpml.callbacks.measure`); int8 kernels exist for CPU only, so a GPU
+run evaluates the quantised net on CPU and tags why. Metrics, tags and artifacts:
+docs/quantisation-compilation.md.
 """
 
 from __future__ import annotations

@@ -48,26 +48,11 @@ log = logging.getLogger(__name__)
 class RooflineCallback(L.Callback):
     """Arithmetic intensity and achieved FLOP/s of every layer and of the model, at fit start.
 
-    Runs once, on ``pl_module.example_input(batch_size)`` (the data's shape and dtype; else
-    ``example_input_array``), inside the trainer's precision context so autocast dtypes are the
-    ones measured. Logs (conventions in ``hpml.analysis.roofline``):
-
-    - ``roofline/intensity_flop_per_byte``: forward FLOPs / minimum bytes of the batch. A training
-      step's backward does about twice the forward's FLOPs and moves about twice its bytes, so
-      this is also the training step's intensity, to that approximation.
-    - ``roofline/bytes_per_sample_bytes``, ``roofline/fwd_flops_per_sample``,
-      ``roofline/fwd_bwd_flops_per_sample`` (x ``train/throughput_samples_per_s`` = achieved
-      training FLOP/s), ``roofline/forward_achieved_flops_per_s`` (timed inference passes).
-    - the roof used: ``roofline/peak_fp32_flops_per_s``, ``roofline/peak_memory_bandwidth_
-      bytes_per_s``, ``roofline/ridge_flop_per_byte`` (at the run's precision) and tags
-      ``hpml.roofline.peak`` / ``hpml.roofline.peak_source``.
-    - artifacts ``roofline/layers.csv``, ``roofline/roofline.png`` and ``.svg``.
-
-    ``device``: a ``KNOWN_DEVICES`` key or ``"measured"`` to choose the roof; None uses the
-    datasheet of the GPU the run is on, else a measured peak cached under ``cache_dir``.
-    ``timing_passes=0`` skips timing (points drawn on their roof). A measured roof that a timed
-    point beats is measured again, then raised to the best point if one still beats it, and
-    the log and the plot say so; the logged peaks are the roof drawn.
+    Once, on ``pl_module.example_input(batch_size)`` inside the trainer's precision context, so
+    autocast's dtypes are the ones measured. The roof is ``device``'s datasheet (a
+    ``KNOWN_DEVICES`` key; None: the run's GPU) or a peak measured and cached under ``cache_dir``;
+    a measured roof a timed point beats is measured again, then raised to the best point, and
+    the log and plot say so. Metrics, artifacts and conventions: docs/profiling.md.
     """
 
     # in a fused array: it measures the one net it is given, layer by layer
