@@ -1,7 +1,8 @@
 """Side-by-side latency: variants of a model timed in the same window, and their speed-up.
 
 A "before" timed at one moment and an "after" timed at another compare two loads, not two
-models (a study once reported a 441x speed-up whose "before" ran under a neighbour's burst).
+models (a study once reported a 441x speed-up whose "before" ran under a neighbour's burst:
+2026-11-25, commit 70b0a75).
 Here every round runs each variant once, in rotating order (A B, B A, ...:
 :func:`hpml.analysis.rounds.round_order`), so both sides share each stretch of load; a speed-up
 is the median of the per-round ratios before / after, with the order-statistic interval of that
@@ -11,7 +12,8 @@ Each variant's turn is one block of calls timed by ``torch.utils.benchmark.Timer
 thread count: Timer's default is 1; accelerator sync; an untimed warm-up of its own before each
 block). Not ``blocked_autorange``: it re-estimates its block size on every call, growing blocks
 until the timer's overhead is below 0.01%, so on a 2-core CPU a 0.2 ms VAE ran 1,000-call blocks
-and 0.4-0.55 s per turn at ``min_run_time=0.05`` (13 s for one before/after at two batch sizes).
+and 0.4-0.55 s per turn at ``min_run_time=0.05`` (13 s for one before/after at two batch sizes;
+this VM, 2026-11-25, commit 70b0a75).
 Here the block size is set once per variant, in its first turn (which warms it up too), so that
 a block lasts about ``min_run_time``: a turn costs that, plus Timer's warm-up (2 calls, or 1% of
 the block), and at least one call of a model slower than ``min_run_time``.
@@ -36,9 +38,10 @@ from hpml.tensors import first_tensor
 
 # 9: the smallest n whose 95% order-statistic interval of the median leaves out the extreme
 # rounds (n = 7 spans min to max: one preempted round beside a CPU burner widened VGG11's
-# pruning speed-up to [1.92, 4.43] from a median of 2.69x)
+# pruning speed-up to [1.92, 4.43] from a median of 2.69x; this VM, 2026-11-25, commit 23ef620)
 ROUNDS = 9
-# bench side_by_side, a VAE pruning job's cost: 1.24x at 7 x 0.02 s, 1.17x at 9 x 0.01 s
+# `make bench ARGS="--case side_by_side"` (2026-11-25, commit 23ef620), a VAE pruning job's cost:
+# 1.24x at 7 x 0.02 s, 1.17x at 9 x 0.01 s, 1.13x at 9 x 0.007 s
 MIN_RUN_TIME_S = 0.007
 CALIBRATION_SHARE = 0.1  # a calibration block this share of min_run_time times one call well
 
