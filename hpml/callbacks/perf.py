@@ -18,21 +18,20 @@ import lightning as L
 import torch
 from lightning.pytorch.trainer.states import TrainerFn
 
-from hpml.analysis.flops import FlopCount, count_flops
 from hpml.analysis.memory import peak_memory_bytes, peak_rss_bytes
 from hpml.analysis.noise import NoiseProbe, NoiseRule, judge
 from hpml.analysis.stats import cv_pct
 from hpml.analysis.timing import StepTimer, synchronized_now
+from hpml.callbacks.flop_budget import PEAKS, FlopBudget
 from hpml.callbacks.in_array import InArray
-from hpml.callbacks.logging import log_metrics, log_text, set_tags
+from hpml.callbacks.logging import log_metrics, set_tags
 from hpml.callbacks.ranks import across_ranks
 from hpml.callbacks.rates import Rates, cycle_rates
-from hpml.names import BYTES, FLOPS_PER_S, FLOPS_PER_SAMPLE, MS, PCT, SAMPLES_PER_S, S, metric
+from hpml.names import BYTES, MS, PCT, SAMPLES_PER_S, S, metric
 from hpml.ranges import Steps
 from hpml.tensors import batch_size
 
 log = logging.getLogger(__name__)
-PEAKS = ("table", "measured")  # what MFU is against: the datasheet's peak, a measured one
 
 
 class PerformanceMonitor(L.Callback):
@@ -64,9 +63,7 @@ class PerformanceMonitor(L.Callback):
         self.inference_warmup_steps = inference_warmup_steps
         self.count_flops, self.measured_peak = count_flops, measured_peak
         self.peak_cache_dir = Path(peak_cache_dir) if peak_cache_dir else None
-        self.flops: dict[str, float] = {}  # FLOPs per sample by stage: train, val, test
-        self.counted_shapes: tuple | None = None  # parameter shapes the FLOPs were counted for
-        self.peaks: dict[str, float] | None = None  # FLOP/s by kind: table, measured
+        self.budget = FlopBudget(measured_peak, self.peak_cache_dir)
         self.timers: dict[str, StepTimer] = {}
         self.epoch_start: dict[str, float] = {}
         self.val_seconds_in_train_epoch = 0.0
@@ -78,7 +75,7 @@ class PerformanceMonitor(L.Callback):
     def _start(self, stage: str, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         device = pl_module.device
         if self.count_flops and hasattr(pl_module, "example_input"):
-            self._count(trainer, pl_module)
+            self.budget.count(trainer, pl_module)
         if device.type == "cuda":  # each stage's peak, not the peak since the process began
             torch.cuda.reset_peak_memory_stats(device)
         warmup = self.warmup_steps if stage == "train" else self.inference_warmup_steps
@@ -134,82 +131,15 @@ class PerformanceMonitor(L.Callback):
         if trainer.world_size > 1:
             per_device = throughput / trainer.world_size
             metrics[metric(stage, "throughput_per_device", SAMPLES_PER_S)] = per_device
-        return metrics | self._flops_metrics(stage, summed, trainer.world_size)
+        return metrics | self.budget.metrics(stage, summed, trainer.world_size)
 
     def _rates(self, stage: str) -> Rates | None:
         """This rank's samples/s, FLOP/s and MFU over the stage's timed cycles, each cycle's by
         Lightning's ``Throughput``, their medians by hpml (:mod:`hpml.callbacks.rates`)."""
         timer = self.timers[stage]
         samples = timer.samples[timer.warmup :]
-        return cycle_rates(samples, timer.cycle_seconds(), self.flops.get(stage), self.peaks)
-
-    def _flops_metrics(
-        self, stage: str, summed: dict[str, float], devices: int
-    ) -> dict[str, float]:
-        """FLOP/s of the job (the ranks' summed) and per device, and MFU: the ranks' mean, so
-        the job's FLOP/s over ``devices`` peaks."""
-        if stage not in self.flops:
-            return {}
-        achieved = summed["flops"]
-        metrics = {metric(stage, "achieved", FLOPS_PER_S): achieved}
-        if devices > 1:
-            metrics[metric(stage, "achieved_per_device", FLOPS_PER_S)] = achieved / devices
-        for kind in self.peaks or {}:
-            metrics[metric(stage, f"mfu_{kind}", PCT)] = summed[kind] / devices
-        return metrics
-
-    def _count(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """FLOPs per sample on one sample, again whenever the parameter shapes changed since.
-
-        Physical pruning changes them between stages. A quantised or compiled net keeps no
-        parameters in the module tree: it keeps the fp32 model's count (MFU's convention).
-        """
-        shapes = tuple((name, tuple(p.shape)) for name, p in pl_module.named_parameters())
-        if shapes == self.counted_shapes or (not shapes and self.flops):
-            return
-        first = self.counted_shapes is None
-        self.counted_shapes = shapes
-        example = pl_module.example_input(1)
-        forward: FlopCount = count_flops(pl_module, example)
-        both = count_flops(pl_module, example, with_backward=True)
-        self.flops = {
-            "train": both.per_sample,
-            "val": forward.per_sample,
-            "test": forward.per_sample,
-        }
-        log_metrics(
-            trainer,
-            {
-                metric("model", "fwd", FLOPS_PER_SAMPLE): forward.per_sample,
-                metric("model", "fwd_bwd", FLOPS_PER_SAMPLE): both.per_sample,
-            },
-        )
-        if first:
-            total = forward.by_module.get("", forward.total) or 1
-            rows = ["module,fwd_flops_per_sample,fwd_bwd_flops_per_sample,share_of_fwd_pct"]
-            rows += [
-                f"{name or '(model)'},{flops / forward.batch_size:.0f},"
-                f"{both.by_module.get(name, 0) / both.batch_size:.0f},"
-                f"{100 * flops / total:.2f}"
-                for name, flops in forward.by_module.items()
-            ]
-            log_text(trainer, "\n".join(rows) + "\n", "flops/by_module.csv")
-        if self.peaks is None:
-            self.peaks = self._peaks(trainer, pl_module.device)
-
-    def _peaks(self, trainer: L.Trainer, device: torch.device) -> dict[str, float]:
-        from hpml.analysis.devices import PRECISIONS, table_peak
-        from hpml.analysis.measured_peak import measure_peak
-
-        peaks: dict[str, float] = {}
-        table = table_peak(device)
-        table_kind, measured_kind = PEAKS
-        if table is not None and str(trainer.precision) in PRECISIONS:  # no figure for 64-true
-            peaks[table_kind] = table.peak_for_precision(str(trainer.precision))
-        if self.measured_peak:
-            cache = self.peak_cache_dir or Path(trainer.default_root_dir) / ".hpml" / "peaks"
-            peaks[measured_kind] = measure_peak(device, cache).fp32_flops_per_s
-        return peaks
+        flops, peaks = self.budget.per_sample.get(stage), self.budget.peaks
+        return cycle_rates(samples, timer.cycle_seconds(), flops, peaks)
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         _, source = peak_memory_bytes(pl_module.device)
