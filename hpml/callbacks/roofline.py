@@ -37,7 +37,7 @@ from hpml.names import (
     RIDGE,
     STAGE,
 )
-from hpml.ranges import Positive, Range
+from hpml.ranges import Positive, Range, Steps
 
 if TYPE_CHECKING:
     import torch
@@ -62,7 +62,7 @@ class RooflineCallback(L.Callback):
         self,
         device: str | None = None,
         cache_dir: str | Path = ".hpml/peaks",
-        timing_passes: int = 3,
+        timing_passes: Steps = 3,
         batch_size: Annotated[int | None, Range(ge=1, null="the data's batch size")] = None,
         peak_seconds: Positive = 1.0,
     ) -> None:
@@ -70,8 +70,6 @@ class RooflineCallback(L.Callback):
             raise ConfigError(
                 "device", device, f"one of {', '.join(KNOWN_DEVICES)}, measured or null"
             )
-        if timing_passes < 0:
-            raise ConfigError("timing_passes", timing_passes, "an integer >= 0")
         self.device = device
         self.cache_dir = Path(cache_dir)
         self.timing_passes = timing_passes
