@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from hpml.analysis.profile_summary import CATEGORIES
 from hpml.analysis.stats import Interval, median_ci, ratio_ci, verdict
-from hpml.names import PCT, label, metric
+from hpml.names import PCT, metric
 from hpml.report.canvas import (
     UNITS,
     Canvas,
@@ -20,149 +20,44 @@ from hpml.report.canvas import (
     plain,
     prefixed,
     run_label,
-    scaled,
     ticks_at,
+)
+from hpml.report.series import (
+    LINESTYLES,
+    MARKERS,
+    REPEATS,
+    legend_above,
+    param_value,
+    series_name,
+    series_panels,
+    spread_text,
 )
 from hpml.report.table import value
 
 if TYPE_CHECKING:
-    from matplotlib.axes import Axes
     from mlflow.entities import Run
 
 MEMORY_PARTS = ("weights", "gradients", "optimizer_state", "activations")
 VARIANTS = ("prune", "quant", "compile")  # steps measured before and after (callbacks.measure)
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")  # one per series, beside colour
-LINESTYLES = ("-", "--", ":", "-.")
-REPEATS = (
-    " A config run more than once (replicate) is one point, the median of its repeats, with "
-    "their interval as error bars (order-statistic 95%; [min, max] for fewer than 6 repeats)."
-)
-
-
-def _param(run: Run, key: str) -> float | None:
-    try:
-        return float(run.data.params[key])
-    except (KeyError, ValueError):
-        return None
-
-
-def _group(run: Run, keys: list[str], left_out: str) -> str:
-    """The series a run belongs to: its values of the varied keys other than ``left_out``."""
-    return ", ".join(f"{k}={value(run, k)}" for k in keys if k != left_out) or "runs"
-
-
-def _repeats(
-    runs: list[Run], x: Callable[[Run], float], name: str
-) -> list[tuple[float, Interval | None, list[Run]]]:
-    """Runs at each ``x`` (a series' repeats of one config), their median of ``name`` with its
-    interval (None where none logged it), by ``x``."""
-    at: dict[float, list[Run]] = defaultdict(list)
-    for run in runs:
-        at[x(run)].append(run)
-    found = []
-    for px, repeats in sorted(at.items()):
-        values = [v for r in repeats if (v := r.data.metrics.get(name)) is not None]
-        found.append((px, median_ci(values) if values else None, repeats))
-    return found
-
-
-def _spread(ci: Interval) -> str:
-    """A tooltip's ``0.5 [0.4, 0.6], n=3 (75% interval)``; one run's value alone."""
-    if ci.n == 1:
-        return f"{ci.median:.4g}"
-    return (
-        f"median {ci.median:.4g} [{ci.low:.4g}, {ci.high:.4g}], n={ci.n} "
-        f"({ci.coverage:.0%} interval)"
-    )
-
-
-def _lines(
-    runs: list[Run],
-    keys: list[str],
-    x: Callable[[Run], float],
-    series: Callable[[Run], str],
-    names: tuple[str, str],
-    before: dict[str, str] | None = None,
-) -> Canvas:
-    """Two panels, metric ``names[i]`` against ``x``, a line per ``series`` (colour and marker
-    its own, so lines drawn over each other still show), points with tips; each panel in a
-    human unit, log where its values span more than 10x. ``before`` maps a name to the
-    metric of the model before the step the x axis varies: drawn at x = 0 (the median of
-    every run's, a dashed line across) as the baseline the series start from."""
-    canvas = Canvas(panels=2)
-    groups: dict[str, list[Run]] = defaultdict(list)
-    for run in runs:
-        groups[series(run)].append(run)
-    for ax, name in zip(canvas.axes, names, strict=True):
-        base_name = (before or {}).get(name)
-        base = median_ci(values) if base_name and (values := _values(runs, base_name)) else None
-        every = _values(runs, name) + ([base.median] if base else [])
-        factor, heading = scaled(name, every)
-        for index, (group, members) in enumerate(sorted(groups.items())):
-            points = _repeats(members, x, name)
-            xs = [px for px, _, _ in points]
-            ys = [ci.median / factor if ci else float("nan") for _, ci, _ in points]
-            if base is not None:
-                xs, ys = [0.0, *xs], [base.median / factor, *ys]
-            style = {"color": f"C{index % 10}", "marker": MARKERS[index % len(MARKERS)]}
-            size = 9 - 2 * (index % 3)  # lines on top of each other: the markers still show
-            ax.plot(xs, ys, label=group, markersize=size, alpha=0.85, **style)
-            for px, ci, repeats in points:
-                if ci is None:
-                    continue
-                tip = f"{run_label(repeats[0], keys)}\n{label(name)}: {_spread(ci)}"
-                canvas.point(ax, px, ci.median / factor, tip, markersize=size, **style)
-                if ci.n > 1:
-                    low, high = (ci.median - ci.low) / factor, (ci.high - ci.median) / factor
-                    ax.errorbar([px], [ci.median / factor], [[low], [high]], capsize=3, **style)
-        if base is not None:
-            ax.axhline(base.median / factor, color="k", linestyle=":", linewidth=1)
-            canvas.point(
-                ax,
-                0.0,
-                base.median / factor,
-                f"before the step: {label(base_name)}: {_spread(base)}",
-                color="k",
-                zorder=3,
-                label=f"before (0 %, median of {base.n})",
-            )
-        log_if_wide(ax, "y", [v / factor for v in every])
-        ax.set_ylabel(heading)
-        ax.grid(alpha=0.3)
-    return canvas
-
-
-def _legend_above(ax: Axes, title: str | None = None) -> None:
-    """The series' legend above the panel, where it hides no line (both panels share it)."""
-    entries = len(ax.get_legend_handles_labels()[1])
-    ax.legend(
-        fontsize=7,
-        title=title,
-        title_fontsize=7,
-        loc="lower left",
-        bbox_to_anchor=(0.0, 1.02),
-        ncols=1 if entries <= 3 else 2,
-        frameon=False,
-    )
-
-
-def _values(runs: list[Run], name: str) -> list[float]:
-    return [v for r in runs if (v := r.data.metrics.get(name)) is not None]
 
 
 def batch_scaling(runs: list[Run], keys: list[str]) -> Figure | None:
     """Throughput and step time against batch size, a line per other config."""
     key, speed, step = "data.batch_size", "train/throughput_samples_per_s", "train/step_time_p50_ms"
-    measured = [r for r in runs if _param(r, key) is not None and speed in r.data.metrics]
+    measured = [r for r in runs if param_value(r, key) is not None and speed in r.data.metrics]
     if key not in keys or len(measured) < 2:
         return None
-    canvas = _lines(
-        measured, keys, lambda r: _param(r, key) or 0, lambda r: _group(r, keys, key), (speed, step)
+    canvas = series_panels(
+        measured,
+        keys,
+        lambda r: param_value(r, key) or 0,
+        lambda r: series_name(r, keys, key),
+        (speed, step),
     )
     for ax in canvas.axes:
-        ticks_at(ax, "x", [_param(r, key) or 0 for r in measured], log2=True)
+        ticks_at(ax, "x", [param_value(r, key) or 0 for r in measured], log2=True)
         ax.set_xlabel("batch size (samples)")
-    _legend_above(canvas.axes[0])
+    legend_above(canvas.axes[0])
     return Figure(
         "Throughput and step time vs batch size",
         "Training samples per second (median over the timed steps) and median step time (ms) "
@@ -180,17 +75,17 @@ def time_shares(runs: list[Run], keys: list[str]) -> Figure | None:
     profiled = [
         r
         for r in runs
-        if _param(r, key) is not None and any(n in r.data.metrics for n in names.values())
+        if param_value(r, key) is not None and any(n in r.data.metrics for n in names.values())
     ]
-    if key not in keys or len({_param(r, key) for r in profiled}) < 2:
+    if key not in keys or len({param_value(r, key) for r in profiled}) < 2:
         return None
     groups: dict[str, list[Run]] = defaultdict(list)
     for run in profiled:
-        groups[_group(run, keys, key)].append(run)
+        groups[series_name(run, keys, key)].append(run)
     shown = [c for c, n in names.items() if any(n in r.data.metrics for r in profiled)]
     canvas = Canvas(panels=len(groups))
     for ax, (group, members) in zip(canvas.axes, sorted(groups.items()), strict=True):
-        members.sort(key=lambda r: _param(r, key) or 0)
+        members.sort(key=lambda r: param_value(r, key) or 0)
         bottoms = [0.0] * len(members)
         for index, category in enumerate(shown):
             heights = [r.data.metrics.get(names[category], 0.0) for r in members]
@@ -204,7 +99,7 @@ def time_shares(runs: list[Run], keys: list[str]) -> Figure | None:
             for run, bar, share in zip(members, bars, heights, strict=True):
                 canvas.tip(bar, f"{run_label(run, keys)}\n{category}: {share:.1f} % of the step")
             bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
-        ax.set_xticks(range(len(members)), [f"{_param(r, key):g}" for r in members])
+        ax.set_xticks(range(len(members)), [f"{param_value(r, key):g}" for r in members])
         ax.set_xlabel("batch size (samples)")
         ax.set_ylabel("share of the profiled steps' time (%)")
         ax.set_ylim(0, 100)
@@ -224,13 +119,15 @@ def sparsity(runs: list[Run], keys: list[str]) -> Figure | None:
     """Validation loss and forward FLOPs after pruning against the sparsity asked for, a line
     per pruner (and other swept values) from the unpruned model at 0 %."""
     loss, flops = "prune_after/val_loss_nats", "prune_after/fwd_flops_per_sample"
-    pruned = [r for r in runs if _param(r, "prune.amount") is not None and loss in r.data.metrics]
+    pruned = [
+        r for r in runs if param_value(r, "prune.amount") is not None and loss in r.data.metrics
+    ]
     if len(pruned) < 2:
         return None
-    canvas = _lines(
+    canvas = series_panels(
         pruned,
         keys,
-        lambda r: 100 * (_param(r, "prune.amount") or 0),
+        lambda r: 100 * (param_value(r, "prune.amount") or 0),
         lambda r: ", ".join(
             [r.data.params.get("prune.method", "?")]
             + [f"{k}={value(r, k)}" for k in keys if k not in ("prune", "prune.amount")]
@@ -240,7 +137,7 @@ def sparsity(runs: list[Run], keys: list[str]) -> Figure | None:
     )
     for ax in canvas.axes:
         ax.set_xlabel("sparsity asked for, prune.amount (%)")
-    _legend_above(canvas.axes[0], title="prune.method")
+    legend_above(canvas.axes[0], title="prune.method")
     return Figure(
         "Loss and FLOPs vs sparsity",
         "Validation loss (nats) right after pruning, before any fine-tuning, and forward FLOPs "
@@ -296,7 +193,7 @@ def latency_size(runs: list[Run], keys: list[str]) -> Figure | None:
         latency = median_ci([m[f"{step}_{when}/latency_b1_ms"] for m in metrics])
         qualities = [q for m in metrics if (q := m.get(f"{step}_{when}/val_acc_pct")) is not None]
         extra = "" if not qualities else f", val acc {median_ci(qualities).median:.3g} %"
-        what = f"{human(size)}, {_spread(latency)} ms{extra}"
+        what = f"{human(size)}, {spread_text(latency)} ms{extra}"
         found.append((size, latency, f"{run_label(members[0], keys)}\n{step} {when}: {what}"))
     if len(found) < 2:
         return None
