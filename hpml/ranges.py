@@ -75,4 +75,3 @@ Steps = Annotated[int, Range(ge=0)]  # how many steps (batches, passes), none al
 Seed = Annotated[int, SEED_RANGE]
 Positive = Annotated[float, Range(gt=0)]
 NonNegative = Annotated[float, Range(ge=0)]
-Finite = Annotated[float, Range()]

@@ -40,28 +40,41 @@ def hints(target: Any) -> tuple[dict[str, Any], set[str], bool]:
         if inspect.isclass(target)
         else [target]
     )
-    hints: dict[str, Any] = {}
+    typed: dict[str, Any] = {}
     names: set[str] = set()
     open_ended = True
     for function in functions:
         try:
             params = inspect.signature(function).parameters
         except (TypeError, ValueError):
-            return hints, names, True
+            return typed, names, True
         try:
             found = typing.get_type_hints(function, include_extras=True)
-        except Exception:  # forward references to names only imported for type checkers
-            found = {}
+        except Exception:  # a forward reference to a name only imported for type checkers
+            found = _each_hint(function)
         for name, param in params.items():
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD) or name == "self":
                 continue
             names.add(name)
-            if name in found and name not in hints:
-                hints[name] = found[name]
+            if name in found and name not in typed:
+                typed[name] = found[name]
         open_ended = any(p.kind == p.VAR_KEYWORD for p in params.values())
         if not open_ended or function is object.__init__:
             break
-    return hints, names, open_ended
+    return typed, names, open_ended
+
+
+def _each_hint(function: Any) -> dict[str, Any]:
+    """The hints of ``function`` that resolve, one by one: ``get_type_hints`` gives all or none,
+    and one name imported only for type checkers must not hide the others (their ranges)."""
+    found: dict[str, Any] = {}
+    space = getattr(function, "__globals__", {})
+    for name, hint in getattr(function, "__annotations__", {}).items():
+        try:
+            found[name] = eval(hint, space) if isinstance(hint, str) else hint
+        except Exception:
+            continue
+    return found
 
 
 def _matches(value: Any, hint: Any) -> bool:

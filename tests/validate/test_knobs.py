@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from hpml.ranges import Count, Range
 from hpml.validate.knobs import range_problems
@@ -64,4 +64,22 @@ def test_a_parameter_without_a_range_is_judged_only_for_inf_and_nan() -> None:
     node = {"_target_": f"{__name__}.Sampler", "unknown": float("nan")}
     assert [str(p) for p in range_problems({"x": node})] == [
         "x.unknown=nan is invalid: expected a finite number"
+    ]
+
+
+if TYPE_CHECKING:
+    from decimal import Decimal  # a name only a type checker sees
+
+
+class Hinted:
+    """One annotation that cannot be resolved at run time beside a declared range."""
+
+    def __init__(self, rounds: Count = 3, unit: Decimal | None = None) -> None:
+        self.rounds, self.unit = rounds, unit
+
+
+def test_a_hint_only_a_type_checker_resolves_hides_no_other_range() -> None:
+    node = {"_target_": f"{__name__}.Hinted", "rounds": 0}
+    assert [str(p) for p in range_problems({"x": node})] == [
+        "x.rounds=0 is invalid: expected an integer >= 1"
     ]
