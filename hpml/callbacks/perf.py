@@ -208,8 +208,8 @@ class PerformanceMonitor(L.Callback):
         first = self.counted_shapes is None
         self.counted_shapes = shapes
         example = pl_module.example_input(1)
-        forward: FlopCount = count_flops(pl_module, example)
         both = count_flops(pl_module, example, with_backward=True)
+        forward: FlopCount = both.forward
         self.flops = {
             "train": both.per_sample,
             "val": forward.per_sample,
