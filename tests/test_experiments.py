@@ -5,9 +5,10 @@ as a user runs it (``python -m hpml.train experiment=<name> -m``) with overrides
 small without changing what it sweeps: the jobs are the ones Hydra's sweeper makes from the
 experiment's own ``hydra.sweeper.params``, and MLflow must end with one parent and one FINISHED
 child per job. Experiments that read real data get tiny files in the real format
-(``tests/real_data.py``). A sweep whose jobs all do the same work in the tiny form runs fewer
-of them (``FEWER_JOBS``: a command-line sweep of the key, which Hydra's basic sweeper puts in
-place of the config's): still its own overlay, every model it sweeps, and more than one job.
+(``tests/real_data.py``). A sweep whose values only repeat one code path in the tiny form runs
+fewer of them (``FEWER_JOBS``: a command-line override of the key, which Hydra's basic sweeper
+puts in place of the config's sweep): still its own overlay, every model, method and mode it
+sweeps, and more than one job.
 """
 
 from __future__ import annotations
@@ -42,10 +43,20 @@ STUDY_FIGURES = {
 STUDIED = set(
     re.findall(r"^study-[\w-]+: EXPERIMENT = (\w+)$", (REPO / "Makefile").read_text(), re.M)
 )
-# batch_scaling: with `data.limit=2` its five batch sizes all train on the same 2 samples, and
-# each of its 15 jobs builds a 224 px net (VGG16: 138 M parameters); the smallest and largest
-# size of each of its three models still make the report's figures against batch size
-FEWER_JOBS = {"batch_scaling": ["data.batch_size=4,64"]}
+# Sweeps cut where their values only repeat one code path at the tiny size, each keeping every
+# model, method and mode it sweeps:
+FEWER_JOBS = {
+    # with `data.limit=2` its five batch sizes all train on the same 2 samples, and each of its
+    # 15 jobs builds a 224 px net (VGG16: 138 M parameters); the smallest and largest size of
+    # each model still make the report's figures against batch size (6 jobs)
+    "batch_scaling": ["data.batch_size=4,64"],
+    # the same two sizes for each of its four worker counts (8 jobs, not 16)
+    "loader_sweep": ["data.batch_size=32,256"],
+    # masks and physical pruning at one amount (2 jobs, not 6): amounts are one code path
+    "vgg_pruning": ["prune.amount=0.5"],
+    # its report plots against sparsity: two amounts for each of the 3 pruners (6 jobs, not 9)
+    "vae_pruning": ["prune.amount=0.2,0.8"],
+}
 CASES = [pytest.param(name, [], id=name) for name in EXPERIMENTS]
 # the study's own data, as the README runs it: covers the real-format path end to end
 CASES.append(pytest.param("imdb_lstm", ["data=imdb"], id="imdb_lstm-data=imdb"))
