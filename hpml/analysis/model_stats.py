@@ -22,10 +22,19 @@ def nonzero_param_count(model: nn.Module) -> int:
 def state_dict_bytes(model: nn.Module) -> int:
     """Bytes of ``torch.save(model.state_dict(), "model.pt")``: the file a user would ship.
 
-    Saved for real, not estimated from element counts, so buffers, masks left by pruning and
-    the zip container's own overhead are all counted.
+    Saved for real, so buffers, masks left by pruning, packed quantised weights and the zip
+    container's own overhead are all counted; but first under ``torch.serialization.skip_data``,
+    where torch lays the file out as ever and seeks over each storage's bytes instead of writing
+    them: the same size to the byte (checked against a plain save in the tests), and a 500 MB
+    VGG16 costs milliseconds instead of seconds. torch refuses quantised tensors there; those
+    (small, int8) models are saved in full.
     """
+    state = model.state_dict()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.pt"
-        torch.save(model.state_dict(), path)
+        try:
+            with torch.serialization.skip_data():
+                torch.save(state, path)
+        except RuntimeError:  # "Cannot serialize qtensor under skip_data"
+            torch.save(state, path)
         return path.stat().st_size

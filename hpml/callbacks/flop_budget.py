@@ -54,8 +54,8 @@ class FlopBudget:
         first = self.counted_shapes is None
         self.counted_shapes = shapes
         example = pl_module.example_input(1)
-        forward: FlopCount = count_flops(pl_module, example)
         both = count_flops(pl_module, example, with_backward=True)
+        forward: FlopCount = both.forward  # the same pass's forward half
         self.per_sample = {
             "train": both.per_sample,
             "val": forward.per_sample,

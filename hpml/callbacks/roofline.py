@@ -104,8 +104,8 @@ class RooflineCallback(L.Callback):
             )
             precision = "32-true"
         with trainer.precision_plugin.forward_context():
-            analysis = analyse(pl_module, example, self.timing_passes)
             fwd_bwd = count_flops(pl_module, example, with_backward=True)
+            analysis = analyse(pl_module, example, self.timing_passes, fwd_bwd.forward)
         peak = resolve_peak(self.device, pl_module.device, self.cache_dir, self.peak_seconds)
         peak = self._bounding(peak, analysis, pl_module.device, precision)
         metrics = {

@@ -39,27 +39,36 @@ class Prototypes(NamedTuple):
     """What each class looks like: ``strokes`` (classes x STROKES x 4: segment ends ``x0, y0,
     x1, y1`` in [-1, 1]), ``fields`` (classes x 1 x side x side, side at most FIELD_SIZE: each
     pixel's distance to its class's strokes), ``colours`` (classes x channels, in [0.4, 1]) and
-    ``backdrops`` (classes x channels x size x size, in [0, 1])."""
+    ``layouts`` (classes x channels x 4 x 4, in [0, 1]: each class's backdrop before
+    :meth:`backdrop` upsamples it)."""
 
     strokes: Tensor
     fields: Tensor
     colours: Tensor
-    backdrops: Tensor
+    layouts: Tensor
+
+    def backdrop(self, label: int, size: int) -> Tensor:
+        """Class ``label``'s backdrop, ``channels x size x size``: upsampled per sample, as
+        1,000 classes' at 224x224 would hold 600 MB and take seconds to make for a few samples."""
+        return F.interpolate(self.layouts[label : label + 1], size=(size, size), mode="bilinear")[0]
 
 
+@lru_cache(maxsize=4)
 def prototypes(num_classes: int, channels: int, size: int, seed: int) -> Prototypes:
     """Each class's figure, a polyline through STROKES + 1 random points, its pen colour and,
     for colour images, its backdrop: a coarse 4x4 random grid upsampled smoothly, a scene's
-    layout that a CNN picks up within its first steps, as the figure's shape takes it longer."""
+    layout that a CNN picks up within its first steps, as the figure's shape takes it longer.
+
+    Cached (read-only tensors, a few MB): every job of a sweep run in one process draws the same
+    classes, and 1,000 classes' distance fields take a second."""
     generator = torch.Generator().manual_seed(seed)
     points = (torch.rand(num_classes, STROKES + 1, 2, generator=generator) * 2 - 1) * 0.6
     strokes = torch.cat([points[:, :-1], points[:, 1:]], dim=2)
     colours = 0.4 + 0.6 * torch.rand(num_classes, channels, generator=generator)
     field_size = min(size, FIELD_SIZE)
     fields = torch.stack([distance_field(figure, field_size) for figure in strokes]).unsqueeze(1)
-    coarse = torch.rand(num_classes, channels, 4, 4, generator=generator)
-    backdrops = F.interpolate(coarse, size=(size, size), mode="bilinear")
-    return Prototypes(strokes, fields, colours, backdrops)
+    layouts = torch.rand(num_classes, channels, 4, 4, generator=generator)
+    return Prototypes(strokes, fields, colours, layouts)
 
 
 @lru_cache(maxsize=4)
@@ -142,7 +151,7 @@ class SyntheticImages(Dataset):
         if channels == 1:  # MNIST-like: white pen on black, nothing else
             image = ink
         else:  # the class colour on the class's backdrop, dimmed or brightened by the light
-            background = self.templates.backdrops[label] * (0.6 + 0.8 * u[5])
+            background = self.templates.backdrop(label, height) * (0.6 + 0.8 * u[5])
             image = torch.lerp(background, self.templates.colours[label].view(-1, 1, 1), ink)
         if self.noise > 0:
             image = image.add_(torch.randn(self.shape, generator=generator), alpha=self.noise)

@@ -160,3 +160,36 @@ def test_backward_over_int8_ops_is_counted_without_warnings():
         warnings.simplefilter("error")
         count = count_flops(quantised, example, with_backward=True)
     assert 0 < count.total < count_flops(vgg(11), example, with_backward=True).total
+
+
+def _attention() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    class Attention(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = nn.Linear(8, 8)
+
+        def forward(self, q, k, v):
+            return nn.functional.scaled_dot_product_attention(self.proj(q), k, v)
+
+    q = torch.randn(2, 4, 16, 8)
+    return Attention(), (q, q.clone(), q.clone())
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: (vgg(11), torch.randn(2, 3, 32, 32)),
+        lambda: (nn.LSTM(8, 16, num_layers=2, batch_first=True), torch.randn(3, 5, 8)),
+        lambda: (VAE(), torch.rand(2, 784)),
+        _attention,
+    ],
+    ids=["vgg11", "lstm", "vae", "attention"],
+)
+def test_forward_half_of_a_backward_count_is_the_forward_count(build):
+    """Perf and roofline read the forward FLOPs off the with-backward pass: the same numbers,
+    module by module and op by op, as a forward-only count."""
+    model, example = build()
+    alone = count_flops(model, example)
+    both = count_flops(model, example, with_backward=True)
+    assert alone.forward is None and both.forward == alone
+    assert alone.total > 0 and both.total > alone.total

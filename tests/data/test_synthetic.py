@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from hpml.data.synthetic import SyntheticDataModule
+from hpml.data.synthetic import SyntheticDataModule, SyntheticImages, prototypes
 from hpml.errors import ConfigError
 from hpml.models.nets.vae import VAE
 from hpml.models.vae import VAEModule
@@ -158,3 +158,19 @@ def test_limit_caps_every_split():
 def test_bad_settings_name_the_value_and_what_is_valid(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         SyntheticDataModule(**kwargs)
+
+
+def test_cached_prototypes_are_shared_unchanged_by_drawing():
+    """Every job of a sweep in one process draws from one cached set of class prototypes: a
+    sample must not write into them, and must equal one drawn from freshly made ones."""
+    data = SyntheticDataModule(image_size=224, num_classes=20, train_samples=6)
+    data.setup()
+    cached = prototypes(20, 3, 224, data.seed)
+    before = [t.clone() for t in cached]
+    drawn = [data.train_set[i] for i in range(6)]
+    assert all(torch.equal(a, b) for a, b in zip(before, cached, strict=True))
+    fresh = SyntheticImages(
+        6, (3, 224, 224), 20, data.noise, data.seed, prototypes.__wrapped__(20, 3, 224, data.seed)
+    )
+    for (image, label), (again, same) in zip(drawn, (fresh[i] for i in range(6)), strict=True):
+        assert label == same and torch.equal(image, again)

@@ -40,8 +40,10 @@ def fit(model: L.LightningModule, data: SyntheticDataModule, epochs: int) -> dic
 
 
 def test_vgg11_learns_synthetic_images():
+    """18 steps of 32 images: VGG11 reaches 0.96 validation accuracy here (0.34 after 12 steps
+    of 128 samples, too near the bar; 512 samples cost 2.5 times as much for no more proof)."""
     L.seed_everything(0)
-    data = SyntheticDataModule(train_samples=512, val_samples=256, batch_size=32)
+    data = SyntheticDataModule(train_samples=192, val_samples=128, batch_size=32)
     model = ImageClassifier(
         partial(vgg, depth=11), data.spec, partial(torch.optim.SGD, lr=0.02, momentum=0.9)
     )
