@@ -76,7 +76,7 @@ MEMBER_PREFIX = "fused"
 
 def member_prefix(index: int) -> str:
     """What member ``index`` of a fused array prefixes its metric names with: ``fused3/``. The
-    member's own run (:class:`hpml.tracking.fused.MemberLogger`) stores them without it."""
+    member's own run (:class:`hpml.tracking.logger.MemberLogger`) stores them without it."""
     return f"{MEMBER_PREFIX}{index}/"
 
 
@@ -85,7 +85,7 @@ def member_named(metrics: dict[str, float], index: int) -> dict[str, float]:
     return {f"{member_prefix(index)}{name}": value for name, value in metrics.items()}
 
 
-# tags of a fused array member's run (hpml.tracking.fused), read back by hpml.report.fused
+# tags of a fused array member's run (hpml.tracking.run), read back by hpml.report.fused
 FUSED_TAG = "hpml.fused"
 ARRAY_SIZE_TAG = "hpml.fused.array_size"
 MEMBER_TAG = "hpml.fused.member"
