@@ -1,6 +1,11 @@
-"""``python -m hpml.train``: compose the config, instantiate the pieces, hand them to Lightning.
+"""``python -m hpml.train``: one lifecycle for a job of N >= 1 members.
 
-Everything heavy is imported inside ``train`` so ``--help`` and config errors answer at once.
+Hydra composes the config once; :func:`checked` builds the parts once and validates them
+(:mod:`hpml.validate`); :func:`run_members` opens one run per member under the sweep's parent,
+completes the parts, fits, tests and closes the runs. A single run is one member; a fused array
+(``fuse=array``, :mod:`hpml.fused`, whose launcher calls :func:`array_task`) is several, wrapped
+into one module. Everything heavy is imported inside the functions, so ``--help`` and config
+errors answer at once.
 """
 
 from __future__ import annotations
