@@ -27,7 +27,6 @@ from hpml.cli import check_args, hoist_flags, report_failure
 from hpml.console import compare_hint, progress_bar, quiet_upstream
 from hpml.errors import HpmlError
 from hpml.hydra_job import HydraJob
-from hpml.names import DIVERGED_TAG
 from hpml.tracking.jobs import record_run, write_job_status
 from hpml.tracking.redact import redact_text
 from hpml.tracking.resume import resume_args
@@ -185,16 +184,14 @@ def run_members(
     def record(run: Any, trained: bool) -> None:  # as each run ends
         if not built:
             return
-        parts, index = built[0], run.member or 0
+        parts, tags = built[0], {}
         datamodule, model = parts.datamodule, parts.model
-        if array:  # members with equal data configs share one data module
-            datamodules = datamodule.members
-            datamodule = datamodules[index if len(datamodules) > 1 else 0]
-            model = parts.model.members[index]
+        if array:
+            datamodule, model, tags = fused.member_parts(parts, run.member)
         run.log_dataset(datamodule)
-        if trained and array and index in parts.model.diverged:
-            run.set_tag(DIVERGED_TAG, str(parts.model.diverged[index]))
         if trained:
+            for key, value in tags.items():
+                run.set_tag(key, value)
             run.log_model(model.net, datamodule)
 
     with (

@@ -17,16 +17,16 @@ from omegaconf import DictConfig, OmegaConf
 from hpml.build import Parts, build
 from hpml.errors import one_line
 from hpml.hydra_job import HydraJob
-from hpml.names import (
-    ARRAY_SIZE_TAG,
-    ARRAY_TAG,
-    FUSED_TAG,
-    MEMBER_PREFIX,
-    MEMBER_TAG,
-    member_prefix,
-)
+from hpml.names import MEMBER_PREFIX, member_prefix
 
 log = logging.getLogger(__name__)
+
+# tags of a fused array member's run, read back by hpml.report.fused
+FUSED_TAG = "hpml.fused"
+ARRAY_SIZE_TAG = "hpml.fused.array_size"
+MEMBER_TAG = "hpml.fused.member"
+ARRAY_TAG = "hpml.fused.array"  # the first member's job folder: the members of one array share it
+DIVERGED_TAG = "hpml.fused.diverged_at_step"  # the step a member's loss stopped being finite
 
 
 def wrapped(configs: Sequence[DictConfig], members: Sequence[Parts]) -> Parts:
@@ -76,6 +76,17 @@ def member_tags(index: int, size: int, leader: HydraJob) -> dict[str, str]:
         MEMBER_TAG: str(index),
         ARRAY_TAG: str(leader.output_dir),
     }
+
+
+def member_parts(parts: Parts, index: int) -> tuple[Any, Any, dict[str, str]]:
+    """Member ``index``'s data module and model in the array's ``parts`` (members with equal
+    data configs share one data module), and, if its loss stopped being finite, the tag of
+    the step it did, for its run once trained."""
+    datamodules = parts.datamodule.members
+    datamodule = datamodules[index if len(datamodules) > 1 else 0]
+    diverged = parts.model.diverged
+    tags = {DIVERGED_TAG: str(diverged[index])} if index in diverged else {}
+    return datamodule, parts.model.members[index], tags
 
 
 def member_metrics(metrics: dict[str, Any], index: int) -> dict[str, float]:

@@ -9,7 +9,7 @@ import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 
-from hpml.names import ARRAY_SIZE_TAG, ARRAY_TAG, FUSED_TAG, MEMBER_TAG
+from hpml.fused.members import ARRAY_SIZE_TAG, ARRAY_TAG, FUSED_TAG, MEMBER_TAG
 from hpml.report.__main__ import build, main
 from hpml.report.runs import sweep_children
 
