@@ -16,6 +16,7 @@ from hydra.errors import InstantiationException
 from omegaconf import DictConfig
 
 from hpml.errors import ConfigError
+from hpml.hydra_job import HydraJob
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
@@ -31,6 +32,16 @@ class Parts:
     callbacks: list[Any] = field(default_factory=list)
     model: Any = None
     trainer: Any = None
+
+
+@dataclass
+class Member:
+    """A member of a job (a single run has one, a fused array several): its config, what Hydra
+    knows of it (None outside Hydra) and its parts."""
+
+    cfg: DictConfig
+    job: HydraJob | None
+    parts: Parts
 
 
 def build(group: str, node: DictConfig, **kwargs: Any) -> Any:

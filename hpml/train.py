@@ -22,7 +22,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from hpml.build import CONF_DIR, Parts, build, build_callbacks
+from hpml.build import CONF_DIR, Member, Parts, build, build_callbacks
 from hpml.cli import check_args, hoist_flags, report_failure
 from hpml.console import compare_hint, progress_bar, quiet_upstream
 from hpml.errors import HpmlError
@@ -66,7 +66,7 @@ def checked(tracker: Any, cfg: DictConfig, job: HydraJob | None) -> Parts:
         raise
 
 
-def assemble(members: Sequence[tuple[DictConfig, Parts]], loggers: list[Any]) -> Parts:
+def assemble(members: Sequence[Member], loggers: list[Any]) -> Parts:
     """The job's parts, completed: each member seeded, its data prepared and its model built,
     as its serial job would be, then (several members: a fused array wrapped around theirs,
     :mod:`hpml.fused`) the trainer, logging to ``loggers``."""
@@ -74,16 +74,16 @@ def assemble(members: Sequence[tuple[DictConfig, Parts]], loggers: list[Any]) ->
 
     from hpml.callbacks.epoch_summary import EpochSummary
 
-    for cfg, parts in members:
-        L.seed_everything(cfg.seed, workers=True, verbose=False)
-        parts.datamodule.prepare_data()
-        parts.model = build("model", cfg.model, data=parts.datamodule.spec)
-    cfg, whole = members[0][0], members[0][1]
+    for member in members:
+        L.seed_everything(member.cfg.seed, workers=True, verbose=False)
+        member.parts.datamodule.prepare_data()
+        member.parts.model = build("model", member.cfg.model, data=member.parts.datamodule.spec)
+    cfg, whole = members[0].cfg, members[0].parts
     extra: dict[str, Any] = {}
     if len(members) > 1:
         from hpml.fused.members import wrapped
 
-        whole = wrapped([c for c, _ in members], [parts for _, parts in members])
+        whole = wrapped([m.cfg for m in members], [m.parts for m in members])
         extra = {"enable_checkpointing": False}  # an array keeps no checkpoint
     whole.trainer = build(
         "trainer",
@@ -129,33 +129,33 @@ def train(cfg: DictConfig) -> dict[str, float]:
         note = unfused_note(cfg, None, multirun=False)
         if note is not None:
             print(f"hpml: {note}")
-    [metrics], [run] = run_members(tracker, [(cfg, job, parts)])
+    [metrics], [run] = run_members(tracker, [Member(cfg, job, parts)])
     if job is None or job.sweep is None:  # a sweep says it once, at its end
         uri = redact_text(tracker.tracking_uri)
         print(f"hpml: run {run.run_id} finished in {uri}\nhpml: {compare_hint(uri, run.ui_path)}")
     return metrics
 
 
-def array_task(members: list[tuple[DictConfig, HydraJob, Parts]]) -> list[float | None]:
+def array_task(members: list[Member]) -> list[float | None]:
     """What :func:`main` is for one job, for a fused array's checked ``members`` (the fused
     launcher's, :mod:`hpml.fused.launch`): a failure is one line, recorded in every member's
     folder and run; each member's optimised metric (NaN for a failed array)."""
-    cfg, job, _ = members[0]
+    cfg, job = members[0].cfg, members[0].job
     try:
         results, _ = run_members(tracker_of(cfg), members)
     except Exception as exc:
         line = report_failure(exc, job.output_dir / f"{job.name}.log")
-        for _, member_job, _ in members:  # for the sweep to count, as main records it
-            write_job_status(member_job.output_dir, failed=True, error=line)
+        for member in members:  # for the sweep to count, as main records it
+            write_job_status(member.job.output_dir, failed=True, error=line)
         return [math.nan] * len(members)
-    for _, member_job, _ in members:
-        write_job_status(member_job.output_dir, failed=False)
+    for member in members:
+        write_job_status(member.job.output_dir, failed=False)
     name = cfg.optimized_metric
     return [result.get(name) if name else None for result in results]
 
 
 def run_members(
-    tracker: Any, members: Sequence[tuple[DictConfig, HydraJob | None, Parts]]
+    tracker: Any, members: Sequence[Member]
 ) -> tuple[list[dict[str, float]], list[Any]]:
     """Train checked ``members`` as one job, one run each under the sweep's parent: one member
     is a single job, several a fused array (:mod:`hpml.fused`) trained with the first one's
@@ -170,7 +170,7 @@ def run_members(
     from hpml.tracking.stop import StopOnSignals
     from hpml.worker import start_job
 
-    cfg, job, _ = members[0]
+    cfg, job = members[0].cfg, members[0].job
     array = len(members) > 1
     start_job(cfg.get("threads"))
     # `import lightning` adds its own console handler; Hydra's job logging already prints and
@@ -196,16 +196,16 @@ def run_members(
 
     with (
         StopOnSignals(job) as stop,
-        tracker.runs([m[:2] for m in members], resume, tags, record) as runs,
+        tracker.runs([(m.cfg, m.job) for m in members], resume, tags, record) as runs,
     ):
         stop.run_id, stop.resumed_from = ", ".join(run.run_id for run in runs), ckpt_path
-        for (_, member_job, _), run in zip(members, runs, strict=True):
-            record_run(member_job.output_dir if array else output_dir, run.run_id)
+        for member, run in zip(members, runs, strict=True):
+            record_run(member.job.output_dir if array else output_dir, run.run_id)
         if array:
             log.info("fused array of %d members: runs %s", len(members), stop.run_id)
         try:
             loggers = [run.lightning_logger() for run in runs]
-            built.append(assemble([(m[0], m[2]) for m in members], loggers))
+            built.append(assemble(members, loggers))
             parts = built[0]
             stop.trainer = trainer = parts.trainer
             if ckpt_path is not None and processes(trainer) > 1 and not starts_processes(trainer):
@@ -222,7 +222,7 @@ def run_members(
                 metrics = fit_and_test(cfg, parts, ckpt_path, stop.check)
         finally:
             if array:
-                fused.copy_logs([member_job for _, member_job, _ in members])
+                fused.copy_logs([member.job for member in members])
     if not array:
         return [metrics], runs
     results = [fused.member_metrics(metrics, index) for index in range(len(members))]
@@ -231,17 +231,15 @@ def run_members(
     return results, runs
 
 
-def start_points(
-    tracker: Any, members: Sequence[tuple[DictConfig, HydraJob | None, Parts]]
-) -> tuple[list[str | None], str | None]:
+def start_points(tracker: Any, members: Sequence[Member]) -> tuple[list[str | None], str | None]:
     """Each member's run to reopen (None: a fresh one), and the checkpoint a single job
     resumes from: ``resume=<run id>``, or a requeued sweep job's earlier run. An array's
     members reopen their earlier attempt's runs and start afresh (an array keeps no checkpoint)."""
     from hpml.tracking.resume import requeued_run, restarted_run, resume_point
 
     if len(members) > 1:
-        return [restarted_run(tracker, job.output_dir) for _, job, _ in members], None
-    cfg, job, _ = members[0]
+        return [restarted_run(tracker, m.job.output_dir) for m in members], None
+    cfg, job = members[0].cfg, members[0].job
     output_dir = Path(cfg.paths.output_dir)
     resume = cfg.get("resume")
     if resume is None and job is not None and job.sweep is not None:
@@ -263,7 +261,7 @@ def follow(cfg: DictConfig, run_id: str | None, ckpt_path: str | None) -> None:
         logging.getLogger(name).propagate = True
     logger = build("logger", cfg.logger).attached_logger(run_id)
     parts = Parts(build("data", cfg.data), build_callbacks(cfg))  # checked by rank zero
-    fit_and_test(cfg, assemble([(cfg, parts)], [logger]), ckpt_path)
+    fit_and_test(cfg, assemble([Member(cfg, None, parts)], [logger]), ckpt_path)
 
 
 def compose_job(overrides: list[str], output_dir: Path) -> DictConfig:

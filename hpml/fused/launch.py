@@ -31,6 +31,8 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
+from hpml.build import Member
+
 log = logging.getLogger(__name__)
 
 
@@ -43,8 +45,8 @@ class FusedLauncher(Launcher):
         raises when it is refused (the job then runs alone and fails with its own line)."""
         raise NotImplementedError
 
-    def train(self, members: list[tuple[DictConfig, Any, Any]]) -> list[float | None]:
-        """Each member's optimised metric once ``members`` (config, job, checked parts) trained
+    def train(self, members: list[Member]) -> list[float | None]:
+        """Each member's optimised metric once ``members`` (with their checked parts) trained
         as one array (:func:`hpml.train.array_task`)."""
         raise NotImplementedError
 
@@ -53,7 +55,7 @@ class FusedLauncher(Launcher):
         self.task_function: TaskFunction | None = None
         self.hydra_context: HydraContext | None = None
         self.said: set[str] = set()  # the reasons printed: a sweeper's batches repeat them
-        self.members: dict[int, tuple[DictConfig, Any, Any]] = {}  # num -> (config, job, parts)
+        self.members: dict[int, Member] = {}  # job num -> the job, checked
 
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
@@ -136,7 +138,7 @@ class FusedLauncher(Launcher):
             parts = self.check(task, job)
         except Exception:  # HpmlError, or a bug: either way that job says so, run alone
             return False
-        self.members[config.hydra.job.num] = (task, job, parts)
+        self.members[config.hydra.job.num] = Member(task, job, parts)
         return True
 
     def _array(self, configs: list[DictConfig], indices: list[int]) -> dict[int, JobReturn]:
@@ -165,7 +167,7 @@ class FusedLauncher(Launcher):
             if position == 0:
                 continue
             result = copy.copy(leader)
-            result.cfg = members[position][0]
+            result.cfg = members[position].cfg
             result.hydra_cfg = OmegaConf.create({"hydra": config.hydra})
             result.overrides = list(config.hydra.overrides.task)
             if leader.status == JobStatus.COMPLETED:

@@ -10,6 +10,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from hpml.build import Member
 from hpml.fused import launch
 
 
@@ -19,7 +20,7 @@ class FusedLauncher(launch.FusedLauncher):
 
         return validate(cfg, job)
 
-    def train(self, members: list[tuple[DictConfig, Any, Any]]) -> list[float | None]:
+    def train(self, members: list[Member]) -> list[float | None]:
         from hpml.train import array_task
 
         return array_task(members)

@@ -353,7 +353,8 @@ def test_the_launcher_admits_valid_jobs_and_leaves_a_refused_one_to_run_alone(
     launcher = FusedLauncher()
     admitted = [launcher._admitted(config) for config in configs]
     assert admitted == [True, False, True]
-    task, member_job, parts = launcher.members[2]  # its parts built once, to train with
+    member = launcher.members[2]  # its parts built once, to train with
+    task, member_job, parts = member.cfg, member.job, member.parts
     assert task.model.optimizer.lr == 0.01 and member_job.sweep.num == 2
     assert parts.datamodule is not None
     assert member_job.output_dir == (sweep_dir / "2").resolve()
