@@ -1,12 +1,13 @@
 """Compose and instantiate: where the configs live (``conf/``) and how a group becomes its object.
 
 Low in the layers (``[tool.importlinter]`` in pyproject.toml): ``hpml.train`` builds a run with
-it, ``hpml.validate`` builds the same parts to check them, ``hpml.cli`` and resuming read
+the :class:`Parts` that ``hpml.validate`` built and checked, ``hpml.cli`` and resuming read
 ``conf/`` through :data:`CONF_DIR`. Imports nothing heavy: Lightning only when callbacks are built.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,32 @@ from hydra.errors import InstantiationException
 from omegaconf import DictConfig
 
 from hpml.errors import ConfigError
+from hpml.hydra_job import HydraJob
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+
+@dataclass
+class Parts:
+    """What a job trains with, each built once from its config: the data module and callbacks
+    when the job is checked (:func:`hpml.validate.validate` checks these very objects), the
+    model and trainer once its run is open and it is seeded (:func:`hpml.train.assemble`). A
+    fused array's parts wrap its members' (:mod:`hpml.fused`)."""
+
+    datamodule: Any = None
+    callbacks: list[Any] = field(default_factory=list)
+    model: Any = None
+    trainer: Any = None
+
+
+@dataclass
+class Member:
+    """A member of a job (a single run has one, a fused array several): its config, what Hydra
+    knows of it (None outside Hydra) and its parts."""
+
+    cfg: DictConfig
+    job: HydraJob | None
+    parts: Parts
 
 
 def build(group: str, node: DictConfig, **kwargs: Any) -> Any:

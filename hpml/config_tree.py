@@ -1,7 +1,7 @@
 """A config tree as dotted keys: the one flattener of hpml's configs.
 
 MLflow's params (:mod:`hpml.tracking.records`), the range checks (:mod:`hpml.validate.knobs`)
-and the fusion planner's key diff (:mod:`hpml.validate.fusion`) all walk a config as
+and the fusion planner's key diff (:mod:`hpml.fused.plan`) all walk a config as
 ``OmegaConf.to_container`` returns it; each turns the raw leaves into what it needs (text cut
 to MLflow's limit, values to judge, ``repr`` to compare).
 """

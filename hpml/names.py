@@ -76,18 +76,10 @@ MEMBER_PREFIX = "fused"
 
 def member_prefix(index: int) -> str:
     """What member ``index`` of a fused array prefixes its metric names with: ``fused3/``. The
-    member's own run (:class:`hpml.tracking.fused.MemberLogger`) stores them without it."""
+    member's own run (:class:`hpml.tracking.logger.MemberLogger`) stores them without it."""
     return f"{MEMBER_PREFIX}{index}/"
 
 
 def member_named(metrics: dict[str, float], index: int) -> dict[str, float]:
     """``metrics`` named for member ``index`` of a fused array (:func:`member_prefix`)."""
     return {f"{member_prefix(index)}{name}": value for name, value in metrics.items()}
-
-
-# tags of a fused array member's run (hpml.tracking.fused), read back by hpml.report.fused
-FUSED_TAG = "hpml.fused"
-ARRAY_SIZE_TAG = "hpml.fused.array_size"
-MEMBER_TAG = "hpml.fused.member"
-ARRAY_TAG = "hpml.fused.array"  # the first member's job folder: the members of one array share it
-DIVERGED_TAG = "hpml.fused.diverged_at_step"  # the step a member's loss stopped being finite

@@ -5,8 +5,8 @@ from __future__ import annotations
 from omegaconf import OmegaConf
 
 from hpml.config_tree import leaves
+from hpml.fused.plan import differing_keys
 from hpml.tracking.records import MAX_PARAM_CHARS, flatten
-from hpml.validate.fusion import differing_keys
 
 TREE = {
     "seed": 1,

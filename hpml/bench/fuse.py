@@ -4,7 +4,7 @@ For N = 2, 4, 8, 16 members of one model, two variants, each training fresh copi
 N members (member i built after seeding ``SEED + i``, as its job would be) on one shared batch,
 as the members of an lr sweep read the same data:
 
-- ``fused``: :class:`hpml.models.fused.FusedArray`'s own ``training_step`` (one vmapped forward
+- ``fused``: :class:`hpml.fused.array.FusedArray`'s own ``training_step`` (one vmapped forward
   through ``FusedNets``, each member's ``measure`` on its slice, the sum of the losses, one
   backward, each member's own optimiser step), a barebones Lightning ``Trainer`` attached only
   so ``manual_backward`` and ``optimizers()`` work as under ``fit`` (``self.log`` is a no-op);
@@ -54,9 +54,9 @@ from torch import Tensor
 from hpml.analysis.timing import synchronized_now
 from hpml.bench.harness import CaseResult, Measurement, Ratio, Report, Settings, run_case
 from hpml.data.spec import DataSpec
+from hpml.fused.array import FusedArray
 from hpml.models.base import HpmlModule
 from hpml.models.classifier import ImageClassifier
-from hpml.models.fused import FusedArray
 from hpml.models.nets.vae import VAE
 from hpml.models.nets.vgg import vgg
 from hpml.models.vae import VAEModule

@@ -1,7 +1,7 @@
 """How a callback runs in a fused array (``fuse=array``): each callback class says so itself.
 
 A callback class declares ``in_array`` (a class attribute, an :class:`InArray`), and the fusion
-planner (:mod:`hpml.validate.fusion`) and the array's assembly (:mod:`hpml.train_array`) read it
+planner (:mod:`hpml.fused.plan`) and the array's assembly (:mod:`hpml.fused.members`) read it
 off the class its config's ``_target_`` names; no list of callback names decides. A class that
 declares nothing (a user's ``+callbacks.x._target_=...``, a Lightning callback) makes its sweep
 run one job at a time, after one line naming it. Imports nothing: the planner reads this before

@@ -152,7 +152,7 @@ class TimeToTarget(L.Callback):
 
 
 class MemberTimeToTarget(TimeToTarget):
-    """:class:`TimeToTarget` of member ``member`` of a fused array (:mod:`hpml.models.fused`):
+    """:class:`TimeToTarget` of member ``member`` of a fused array (:mod:`hpml.fused.array`):
     its ``fused<i>/`` metric decides, its run gets the figures and tags, and ``stop=true``
     freezes that member alone, as its serial job would have stopped; the array stops once every
     member has."""

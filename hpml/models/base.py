@@ -64,7 +64,7 @@ class HpmlModule(L.LightningModule):
     def measure(self, output: Any, batch: tuple[Tensor, Tensor], stage: str) -> Measured:
         """The loss (key ``loss``) and the family's other metrics of ``output``, the net's
         output on ``batch``; metric objects are updated here. Apart from the forward pass so a
-        fused array (:mod:`hpml.models.fused`) scores each member's slice of one vmapped call."""
+        fused array (:mod:`hpml.fused.array`) scores each member's slice of one vmapped call."""
         raise NotImplementedError
 
     def _step(self, batch: tuple[Tensor, Tensor], stage: str) -> Tensor:

@@ -17,7 +17,8 @@ from statistics import fmean, harmonic_mean
 from typing import TYPE_CHECKING
 
 from hpml.analysis.stats import ratio_ci, verdict
-from hpml.names import ARRAY_SIZE_TAG, ARRAY_TAG, FUSED_TAG, MEMBER_TAG, label
+from hpml.fused.members import ARRAY_SIZE_TAG, ARRAY_TAG, FUSED_TAG, MEMBER_TAG
+from hpml.names import label
 from hpml.report.canvas import Canvas, Figure
 from hpml.report.groups import Comparison, noisy, params_but
 from hpml.report.studies import Table

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.loggers import MLFlowLogger
 
+from hpml.names import MEMBER_PREFIX
 from hpml.tracking.jobs import this_process
 from hpml.tracking.resume import BEST_TAG, CHECKPOINT_ARTIFACTS, LAST_TAG, WRITER_TAG
 
 log = logging.getLogger(__name__)
+_MEMBER = re.compile(rf"^{MEMBER_PREFIX}(\d+)/(.+)$")
 
 
 class AttachedMLFlowLogger(MLFlowLogger):
@@ -67,3 +70,23 @@ class AttachedMLFlowLogger(MLFlowLogger):
 
     def finalize(self, status: str = "success") -> None:
         """Nothing to close: checkpoints were logged as they were saved, the run is hpml's."""
+
+
+class MemberLogger(AttachedMLFlowLogger):
+    """Member ``member`` of a fused array's run: its own ``fused<member>/...`` metrics without
+    the prefix, and the array's unprefixed ones (throughput, step time: what every member went
+    through)."""
+
+    def __init__(self, *args: Any, member: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.member = member
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        own: dict[str, float] = {}
+        for name, value in metrics.items():
+            match = _MEMBER.match(name)
+            if match is None:
+                own[name] = value
+            elif int(match[1]) == self.member:
+                own[match[2]] = value
+        super().log_metrics(own, step)

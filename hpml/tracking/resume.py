@@ -276,6 +276,28 @@ def requeued_run(tracker: Any, job_dir: Path) -> str | None:
         return None
 
 
+def restarted_run(tracker: Any, job_dir: Path) -> str | None:
+    """The run of an earlier attempt of the fused array member in ``job_dir`` that did not
+    finish (its folder's record names it), if the store still has it: an array keeps no
+    checkpoint, so the member starts afresh inside it, saying so; None for a first attempt."""
+    from hpml.tracking.jobs import earlier_attempt
+
+    run_id = earlier_attempt(job_dir)
+    if run_id is None:
+        return None
+    try:
+        run = tracker.client().get_run(run_id)
+    except Exception:  # gone, or another store: a new run, as a first attempt gets
+        return None
+    if run.info.lifecycle_stage != "active":
+        return None
+    print(
+        f"hpml: job {job_dir} starts afresh in its run {run_id}: a fused array keeps no checkpoint",
+        flush=True,
+    )
+    return run.info.run_id
+
+
 def resume_point(tracker: Any, value: Any, output_dir: Path) -> tuple[str | None, str | None]:
     """``(run id, local last checkpoint)`` for ``resume=value``; ``(None, None)`` without one."""
     if value is None:

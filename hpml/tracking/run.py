@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -18,7 +18,7 @@ from hpml.hydra_job import HydraJob
 from hpml.ranges import Positive, Range
 from hpml.tracking.interrupts import interrupted
 from hpml.tracking.jobs import PARENT_FILE  # re-exported likewise
-from hpml.tracking.logger import AttachedMLFlowLogger
+from hpml.tracking.logger import AttachedMLFlowLogger, MemberLogger
 from hpml.tracking.records import log_config, log_failure, log_job_log
 from hpml.tracking.redact import redact_text
 from hpml.tracking.remote import PREFLIGHT_TIMEOUT_S
@@ -28,7 +28,6 @@ from hpml.tracking.tags import default_run_name, device_tags, environment_tags, 
 
 if TYPE_CHECKING:  # the dataset and model loggers import torch: only a run that logs needs them
     from hpml.data.base import HpmlDataModule
-    from hpml.models.base import HpmlModule
 
 log = logging.getLogger(__name__)
 trace = logging.getLogger("hpml.trace")  # to the job log file only (conf/hydra/default.yaml)
@@ -37,31 +36,58 @@ logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
 
 
 class TrackedRun:
-    """The active run: its id, a Lightning logger bound to it, where it lives, and what goes
-    in (its dataset) and out (its model)."""
+    """An open run of a job (or of a fused array's member ``member``): its id, a Lightning
+    logger bound to it, where it lives, and what goes in (its dataset) and out (its model).
 
-    def __init__(self, tracker: MlflowTracker, run: mlflow.ActiveRun) -> None:
-        self.tracker = tracker
+    A job of one member keeps its run active (MLflow's fluent API); an array's members' runs are
+    set ``aside`` (MLflow keeps one active run per thread), written to by id, reopened to end."""
+
+    def __init__(
+        self,
+        tracker: MlflowTracker,
+        run: mlflow.ActiveRun,
+        job: HydraJob | None,
+        member: int | None = None,
+    ) -> None:
+        self.tracker, self.job, self.member = tracker, job, member
         self.run_id: str = run.info.run_id
         self.experiment_id: str = run.info.experiment_id
+        self.aside = member is not None
 
     def lightning_logger(self) -> AttachedMLFlowLogger:
-        return self.tracker.attached_logger(self.run_id)
+        if self.member is None:
+            return self.tracker.attached_logger(self.run_id)
+        return MemberLogger(
+            tracking_uri=self.tracker.tracking_uri,
+            run_id=self.run_id,
+            member=self.member,
+            checkpoint_max_bytes=self.tracker.checkpoint_max_bytes,
+        )
 
     def set_device(self, device: Any, processes: int = 1) -> None:
         """Tag the device the trainer actually chose (known only once the trainer exists) and
         how many processes train (``hpml.processes``: devices x nodes under DDP)."""
-        mlflow.set_tags({**device_tags(device), "hpml.processes": str(processes)})
+        from mlflow.entities import RunTag
+
+        tags = {**device_tags(device), "hpml.processes": str(processes)}
+        MlflowClient(self.tracker.tracking_uri).log_batch(
+            self.run_id, tags=[RunTag(key, value) for key, value in tags.items()]
+        )
 
     def log_dataset(self, datamodule: HpmlDataModule) -> None:
-        """The prepared data as the run's dataset input (:mod:`hpml.tracking.dataset`). A
-        failure warns, as in MLflow's autologgers: the data's config is in the params anyway."""
+        """The prepared data as the run's dataset input (:mod:`hpml.tracking.dataset`), while
+        the run is active. A failure warns, as in MLflow's autologgers: the data's config is in
+        the params anyway."""
         from hpml.tracking.dataset import log_dataset
 
         _best_effort(log_dataset, datamodule)
 
-    def log_model(self, model: HpmlModule, datamodule: HpmlDataModule) -> None:
-        """With ``logger.log_model``: the trained ``model.net`` (:mod:`hpml.tracking.model`).
+    def set_tag(self, key: str, value: str) -> None:
+        _best_effort(mlflow.set_tag, key, value)
+
+    def log_model(self, net: Any, datamodule: HpmlDataModule) -> None:
+        """With ``logger.log_model``: the trained ``net`` (:mod:`hpml.tracking.model`), while
+        the run is active.
 
         A failure warns and is the tag ``hpml.model_error``, and the run still ends FINISHED, as
         MLflow's autologging does: the run's metrics and checkpoints (weights included) are its
@@ -72,11 +98,12 @@ class TrackedRun:
             return
         from hpml.tracking import model as logged_model
 
+        whose = "the model" if self.member is None else f"member {self.member}'s model"
         try:
-            logged_model.log_model(model.net, logged_model.example_input(datamodule))
+            logged_model.log_model(net, logged_model.example_input(datamodule))
         except Exception as exc:
-            log.warning("could not log the model to MLflow: %s", one_line(exc))
-            trace.warning("could not log the model to MLflow", exc_info=True)
+            log.warning("could not log %s to MLflow: %s", whose, one_line(exc))
+            trace.warning("could not log %s to MLflow", whose, exc_info=True)
             _best_effort(mlflow.set_tag, logged_model.ERROR_TAG, redact_text(one_line(exc))[:5000])
 
     @property
@@ -84,8 +111,13 @@ class TrackedRun:
         return f"#/experiments/{self.experiment_id}/runs/{self.run_id}"
 
 
+Member = tuple[DictConfig, HydraJob | None]
+Record = Callable[[TrackedRun, bool], None]
+
+
 class MlflowTracker:
-    """Opens, records and closes MLflow runs for hpml jobs (config group ``logger``).
+    """Opens, records and closes MLflow runs for hpml jobs (config group ``logger``): the one
+    door to MLflow of a job in progress.
 
     ``tracking_uri`` is a local SQLite store by default or an MLflow server; ``artifact_root``
     places artifacts next to a local store. A run that raises ends FAILED with what it logged,
@@ -137,17 +169,25 @@ class MlflowTracker:
         )
 
     @contextmanager
-    def run(
-        self, cfg: DictConfig, job: HydraJob | None, resume: str | None = None
-    ) -> Iterator[TrackedRun]:
-        """Run ``cfg`` inside a fresh MLflow run (a child of its sweep's parent, if any).
+    def runs(
+        self,
+        members: Sequence[Member],
+        resume: Sequence[str | None],
+        tags: Sequence[dict[str, str]],
+        record: Record,
+    ) -> Iterator[list[TrackedRun]]:
+        """One run per member (config, Hydra's job or None), each a child of its sweep's
+        parent, if any, open while the job trains; one member is a single job.
 
-        ``job``: what Hydra knows of the job (None outside Hydra), for tags, run name, sweep
-        parent and the job's files. ``resume``: the id of a stopped run to reopen instead
-        (``resume=<run id>``).
+        ``resume``: per member, the id of a stopped run to reopen instead of a fresh one.
+        ``tags``: per member, tags beyond the environment's and Hydra's. As each run ends,
+        ``record(run, trained)`` records what it made (``trained``: the job ended well), then
+        the failure, if any, and the job's log; each ends FINISHED, FAILED, or KILLED by a stop
+        signal, one's failure to close never keeping another open.
         """
         mlflow.set_tracking_uri(self.tracking_uri)
-        if self.log_system_metrics:
+        aside = len(members) > 1
+        if self.log_system_metrics and not aside:
             from mlflow.system_metrics import (
                 set_system_metrics_samples_before_logging,
                 set_system_metrics_sampling_interval,
@@ -155,37 +195,105 @@ class MlflowTracker:
 
             set_system_metrics_sampling_interval(self.system_metrics_interval_s)
             set_system_metrics_samples_before_logging(1)
-        tags = {**environment_tags(), **hydra_tags(job)}
+        opened: list[TrackedRun] = []
+        monitors: list[Any] = []
+        status, error = "FINISHED", None
+        try:
+            for index, (cfg, job) in enumerate(members):
+                run = self._start(cfg, job, resume[index], tags[index], index if aside else None)
+                opened.append(run)
+                self._begin(run, cfg, resumed=resume[index] is not None)
+                if aside and self.log_system_metrics:
+                    try:  # as MLflow's start_run: a monitor that cannot start only warns
+                        monitors.append(self._monitor(run.run_id, resume[index] is not None))
+                    except Exception as exc:
+                        log.warning("no system metrics for run %s: %s", run.run_id, exc)
+            yield opened
+        except BaseException as exc:
+            status = "KILLED" if interrupted(exc) else "FAILED"
+            fail_fast_if_server_gone(exc)  # retried for logger.retry_s already: once is enough
+            error = exc
+            raise
+        finally:  # each run ends, or the next job in this process could not start one
+            for monitor in monitors:
+                _best_effort(monitor.finish)
+            for run in opened:
+                self._end(run, status, error, record)
+
+    def _start(
+        self,
+        cfg: DictConfig,
+        job: HydraJob | None,
+        resume: str | None,
+        tags: dict[str, str],
+        member: int | None,
+    ) -> TrackedRun:
+        """Start (or reopen) a job's run with its tags under its sweep's parent. A run that
+        cannot start is recorded as a FAILED run, if the store works, so no job leaves no
+        trace."""
+        tags = {**environment_tags(), **hydra_tags(job), **tags}
         run_name = self.run_name or default_run_name(job)
         try:
             record = sweep_record(job)
-            parent = record["run_id"] if record else None
             active = retry_locked(
                 lambda: mlflow.start_run(
                     run_id=resume,
                     experiment_id=None if resume else self.experiment_id(),
                     run_name=None if resume else run_name,
-                    parent_run_id=parent,
+                    parent_run_id=record["run_id"] if record else None,
                     tags=tags,
-                    log_system_metrics=self.log_system_metrics,
+                    log_system_metrics=self.log_system_metrics and member is None,
                 )
             )
-        except Exception as exc:  # no run to record the failure in: make one, if the store works
+        except Exception as exc:
             fail_fast_if_server_gone(exc)
             if not isinstance(exc, StoreError):
                 _best_effort(self._record_unstarted, cfg, job, run_name, tags, exc)
             raise
-        status = "FINISHED"
+        return TrackedRun(self, active, job, member)
+
+    def _begin(self, run: TrackedRun, cfg: DictConfig, resumed: bool) -> None:
+        """What a run records as it starts: the config (a reopened run's error tag cleared:
+        the stop it recorded is over); a member's run is then set aside, RUNNING."""
         try:
-            log_config(cfg, job, resumed=resume is not None)
-            yield TrackedRun(self, active)
-        except BaseException as exc:
-            status = "KILLED" if interrupted(exc) else "FAILED"
-            fail_fast_if_server_gone(exc)  # retried for logger.retry_s already: once is enough
-            _best_effort(log_failure, exc)
-            raise
-        finally:  # the run always ends, or the next job in this process could not start one
-            _best_effort(log_job_log, job)
+            if resumed and "hpml.error" in mlflow.get_run(run.run_id).data.tags:
+                MlflowClient(self.tracking_uri).delete_tag(run.run_id, "hpml.error")
+            log_config(cfg, run.job, resumed=resumed)
+        finally:
+            if run.aside:
+                mlflow.end_run("RUNNING")  # set aside, open: _end ends it
+
+    def _monitor(self, run_id: str, resumed: bool) -> Any:
+        """MLflow's system metrics for a run set aside, as an active run samples them (a
+        reopened run's continue its steps)."""
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        monitor = SystemMetricsMonitor(
+            run_id,
+            sampling_interval=self.system_metrics_interval_s,
+            resume_logging=resumed,
+            tracking_uri=self.tracking_uri,
+        )
+        monitor.start()
+        return monitor
+
+    def _end(
+        self, run: TrackedRun, status: str, error: BaseException | None, record: Record
+    ) -> None:
+        """End ``run`` with ``status``: ``record`` (best effort by itself), the failure, the
+        job's log; a run set aside is reopened first."""
+        if run.aside:
+            try:
+                retry_locked(lambda: mlflow.start_run(run_id=run.run_id, log_system_metrics=False))
+            except Exception as exc:
+                log.warning("could not end member %s's run %s: %s", run.member, run.run_id, exc)
+                return
+        try:
+            record(run, status == "FINISHED")
+            if error is not None:
+                _best_effort(log_failure, error)
+            _best_effort(log_job_log, run.job)
+        finally:
             _best_effort(mlflow.end_run, status)
 
     def record_refused(self, cfg: DictConfig, job: HydraJob | None, exc: BaseException) -> None:

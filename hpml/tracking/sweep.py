@@ -24,11 +24,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from hpml.console import compare_hint
 from hpml.errors import one_line
+from hpml.fused.plan import unfused_note
 from hpml.tracking.jobs import PARENT_FILE, failed_jobs, this_process
 from hpml.tracking.redact import redact_text
 from hpml.tracking.remote import prepare
 from hpml.tracking.store import retry_locked
-from hpml.validate.fusion import unfused_note
 
 
 def job_failed(job_return: JobReturn) -> bool:

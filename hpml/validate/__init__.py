@@ -1,6 +1,6 @@
 """Refuse, before training, what the config alone shows to be impossible: one line each.
 
-``validate(cfg, job)`` runs in :func:`hpml.train.prepared` before the MLflow run starts, so a
+``validate(cfg, job)`` runs in :func:`hpml.train.checked` before the MLflow run starts, so a
 refused job never reaches a training step (in a sweep it is recorded as a FAILED child run; a
 single run leaves none). Every problem found is reported, one line each; checks that build on
 one another stop at the first failure of their chain. In order:
@@ -8,7 +8,8 @@ one another stop at the first failure of their chain. In order:
 1. values against their declared ranges and the types their targets declare
    (:mod:`hpml.validate.knobs`): all of them, and any ``inf`` or ``nan``;
 2. the data module and callbacks are constructed (their constructors check their own knobs),
-   and the model is built on the meta device with its optimiser and scheduler; any other
+   once: the job trains with these (:class:`hpml.build.Parts`), and the model is built on the
+   meta device with its optimiser and scheduler (the real one needs the data read); any other
    ``TypeError``/``ValueError`` a constructor raises is reported against its config group;
 3. the model against the data (modality and channels, named by the ``model=`` and ``data=``
    options with the data options that fit; image size vs ``model.net.layout``) and the steps
@@ -30,7 +31,7 @@ from typing import Any, TypeVar
 
 from omegaconf import DictConfig
 
-from hpml.build import build, build_callbacks
+from hpml.build import Parts, build, build_callbacks
 from hpml.errors import ConfigError, HpmlError, Problems, raise_all
 from hpml.hydra_job import HydraJob
 
@@ -52,9 +53,10 @@ def constructed(group: str, make: Callable[[], T]) -> T:
         ) from exc
 
 
-def validate(cfg: DictConfig, job: HydraJob | None) -> None:
-    """Raise an :class:`~hpml.errors.HpmlError` for what cannot work: one problem, or several
-    as :class:`~hpml.errors.Problems` (one line each), so one try shows all a user must fix.
+def validate(cfg: DictConfig, job: HydraJob | None) -> Parts:
+    """The job's data module and callbacks, built once and checked; raise an
+    :class:`~hpml.errors.HpmlError` for what cannot work: one problem, or several as
+    :class:`~hpml.errors.Problems` (one line each), so one try shows all a user must fix.
 
     Checks that build on one another stop at the first failure in their chain (a data module
     that cannot be built has no spec to fit a model to); the machine and the store are checked
@@ -65,12 +67,12 @@ def validate(cfg: DictConfig, job: HydraJob | None) -> None:
     from hpml.validate import knobs, machine, store
 
     problems: list[HpmlError] = list(knobs.problems(cfg))
-    datamodule = None
+    parts = Parts()
     if not any(p.key.startswith("data.") for p in problems):
         try:
-            datamodule = constructed("data", lambda: build("data", cfg.data))
+            parts.datamodule = datamodule = constructed("data", lambda: build("data", cfg.data))
             if not problems:
-                check_model(cfg, job, datamodule)
+                parts.callbacks = check_model(cfg, job, datamodule)
         except HpmlError as exc:
             problems.append(exc)
     known = {getattr(p, "key", None) for p in problems} - {None}
@@ -83,17 +85,19 @@ def validate(cfg: DictConfig, job: HydraJob | None) -> None:
         except HpmlError as exc:
             if getattr(exc, "key", None) not in known:
                 problems.append(exc)
+    datamodule = parts.datamodule
     if problems and datamodule is not None and not getattr(datamodule, "download", True):
         try:
             datamodule.prepare_data()  # download off: only looks for the files
         except HpmlError as exc:
             problems.append(exc)
     raise_all(problems)
+    return parts
 
 
-def check_model(cfg: DictConfig, job: HydraJob | None, datamodule: Any) -> None:
+def check_model(cfg: DictConfig, job: HydraJob | None, datamodule: Any) -> list[Any]:
     """The model against the data, then the steps that will transform it, each check built on
-    the one before (the first failure ends them)."""
+    the one before (the first failure ends them); the job's callbacks, built and checked."""
     import torch
 
     from hpml.validate import fit
@@ -117,6 +121,7 @@ def check_model(cfg: DictConfig, job: HydraJob | None, datamodule: Any) -> None:
             callback.check_model(model, lambda: build_model("cpu").net, spec.input_shape, name)
         if hasattr(callback, "stages"):
             fit.check_activations(callback, model)
+    return callbacks
 
 
 __all__ = ["ConfigError", "HpmlError", "Problems", "validate"]

@@ -4,7 +4,7 @@ trained alone with the same seed and hyper-parameters, whatever the members' lea
 optimisers, seeds or schedulers; a diverging member is frozen without touching the others, and
 a member frozen by its target keeps the weights and BatchNorm statistics of its stopped twin.
 
-Members are built as :func:`hpml.train_array.assemble_array` builds a job's (seed, data,
+Members are built as :func:`hpml.train.assemble` builds a job's (seed, data,
 ``prepare_data``, model) and trained by a real Lightning Trainer, the fused array on
 :class:`FusedData`, each serial twin on its own data module.
 
@@ -31,12 +31,12 @@ import pytest
 import torch
 from torch import nn
 
-from hpml.data.fused import FusedData
 from hpml.data.synthetic import SyntheticDataModule
 from hpml.errors import IncompatibleError
+from hpml.fused.array import FusedArray
+from hpml.fused.data import FusedData
 from hpml.models.base import HpmlModule
 from hpml.models.classifier import ImageClassifier, TextClassifier
-from hpml.models.fused import FusedArray
 from hpml.models.nets.lstm import LSTMClassifier
 from hpml.models.nets.vae import VAE
 from hpml.models.nets.vgg import vgg

@@ -11,12 +11,11 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from hpml.models.fused import FusedArray
+from hpml.fused.array import FusedArray
+from hpml.fused.launch import capacity, member_model
+from hpml.fused.plan import plan
 from hpml.optimize.fuse.array import member_output
 from hpml.optimize.fuse.memory import array_capacity, free_bytes, member_footprint
-from hpml.train_array import member_model
-from hpml.validate.fusion import plan
-from hydra_plugins.hpml_fused_launcher.launcher import capacity
 from tests.conftest import QUICK, run_cli
 
 VAE = ["model=vae"]  # Adam, synthetic MNIST at batch 128

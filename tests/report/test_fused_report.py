@@ -9,9 +9,9 @@ import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 
+from hpml.fused.members import ARRAY_SIZE_TAG, ARRAY_TAG, FUSED_TAG, MEMBER_TAG
 from hpml.report.__main__ import build, main
 from hpml.report.runs import sweep_children
-from hpml.tracking.fused import ARRAY_SIZE_TAG, ARRAY_TAG, FUSED_TAG, MEMBER_TAG
 
 SPEED = "train/throughput_samples_per_s"
 TITLE = "Fused arrays vs their serial twins (HFTA)"

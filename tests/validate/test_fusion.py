@@ -1,4 +1,4 @@
-"""Which jobs of a sweep fuse (``hpml.validate.fusion``), on real configs composed from ``conf/``.
+"""Which jobs of a sweep fuse (``hpml.fused.plan``), on real configs composed from ``conf/``.
 
 The configs are composed as the fused launcher gets them (Hydra's node included: a refusal names
 the option of a config group from ``hydra.runtime.choices``). A sweep that cannot fuse runs one
@@ -24,9 +24,10 @@ from hpml.build import build_callbacks
 from hpml.callbacks.model_stats import MemberStats
 from hpml.callbacks.perf import PerformanceMonitor
 from hpml.callbacks.target import MemberTimeToTarget
-from hpml.train_array import array_callbacks
-from hpml.validate.fusion import FUSED_LAUNCHER, plan, unfused_note
-from hydra_plugins.hpml_fused_launcher.launcher import FusedLauncher, placed, task_config
+from hpml.fused.launch import placed, task_config
+from hpml.fused.members import array_callbacks
+from hpml.fused.plan import FUSED_LAUNCHER, plan, unfused_note
+from hydra_plugins.hpml_fused_launcher.launcher import FusedLauncher
 from tests.conftest import CONF
 from tests.helpers import EachMember, FailAtEpoch
 
@@ -352,8 +353,10 @@ def test_the_launcher_admits_valid_jobs_and_leaves_a_refused_one_to_run_alone(
     launcher = FusedLauncher()
     admitted = [launcher._admitted(config) for config in configs]
     assert admitted == [True, False, True]
-    task, member_job = launcher.members[2]
+    member = launcher.members[2]  # its parts built once, to train with
+    task, member_job, parts = member.cfg, member.job, member.parts
     assert task.model.optimizer.lr == 0.01 and member_job.sweep.num == 2
+    assert parts.datamodule is not None
     assert member_job.output_dir == (sweep_dir / "2").resolve()
     assert (member_job.output_dir / ".hydra" / "overrides.yaml").is_file()
 

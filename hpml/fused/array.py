@@ -8,7 +8,7 @@ slice. The members' losses are summed for one backward; as no parameter is share
 gets exactly its own gradient, then its own optimiser steps. Optimisation is manual because
 Lightning's automatic loop drives one optimiser.
 
-Metrics are logged as ``fused<i>/<stage>/<name>``; :class:`~hpml.tracking.fused.MemberLogger`
+Metrics are logged as ``fused<i>/<stage>/<name>``; :class:`~hpml.tracking.logger.MemberLogger`
 files them in member i's run under ``<stage>/<name>``, as a serial run names them.
 """
 
