@@ -25,7 +25,7 @@ CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 class Parts:
     """What a job trains with, each built once from its config: the data module and callbacks
     when the job is checked (:func:`hpml.validate.validate` checks these very objects), the
-    model and trainer once its run is open and it is seeded (:func:`hpml.train.assemble`). A
+    model and trainer once its run is open and it is seeded (:func:`hpml.lifecycle.assemble`). A
     fused array's parts wrap its members' (:mod:`hpml.fused`)."""
 
     datamodule: Any = None

@@ -1,4 +1,4 @@
-"""What a fused array's job adds to a serial job's lifecycle (:func:`hpml.train.run_members`):
+"""What a fused array's job adds to a serial job's lifecycle (:func:`hpml.lifecycle.run_members`):
 the array's parts wrapped around its members', its callbacks, each member's run tags, metrics
 and job log. Each member is built exactly as its serial job would be (seeded, then its data,
 then its model), gets its own child run of the sweep and its own metrics; the array trains with
