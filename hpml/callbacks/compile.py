@@ -21,16 +21,28 @@ the eager net stays as it was), checked against eager, and the two are timed sid
 
 Tags: ``hpml.verdict.compile.speedup_b{1,N}`` (``faster``, ``slower``, ``within noise``),
 ``hpml.compare.compile.devices``, ``hpml.compile.method``, ``hpml.compile.mode``,
-``hpml.compile.device`` and, for torch.compile, ``hpml.compile.cache_dir`` (per run, under the
-run's output dir). ``export`` saves the program as the artifact ``compile/model.pt2``. The test
-stage's throughput then measures the compiled model after its warm-up steps; the compile already
+``hpml.compile.device``, ``hpml.compile.conv_kernel`` (the convolution operators the compiled
+module calls, comma-separated, ``none`` without convolutions; on CPU with ``freezing`` the fast
+path is ``mkldnn::_convolution_pointwise``, and a compiled graph that calls anything else is
+one log line) and, for torch.compile, ``hpml.compile.cache_dir`` (``cache_dir``: per run under
+the run's output dir by default). ``export`` saves the program as the artifact
+``compile/model.pt2``.
+
+Never slower by default: when a batch size's verdict is ``slower``, the run says so in one line
+and keeps the eager model (``hpml.compile.deployed``: ``eager``, else the method) for the test
+stage and whatever is logged after; ``force=true`` deploys the compiled model anyway. The test
+stage's throughput then measures the deployed model after its warm-up steps; the compile already
 happened here.
 
 With ``train=true`` the training step is compiled too (``hpml.optimize.compile.training``, always
 ``torch.compile`` with ``mode``, ``dynamic`` and ``fullgraph``): at train start, before any epoch
 is timed, the net is compiled and warmed up (forward and backward) on each batch size the
 training loader yields, under the trainer's autocast; those seconds are ``train/compile_time_s``
-(tag ``hpml.compile.train``). The compiled module is swapped in for each training batch only, so
+(tag ``hpml.compile.train``). Then eager and compiled training steps (forward and backward) are
+timed side by side (``compile/train_speedup_x`` with ``_ci_low_x``, ``_ci_high_x``,
+``_rounds_count``): unless that verdict is ``faster`` (or ``force=true``), the run says so in one
+line with the ratio and trains eagerly (``hpml.compile.train``: ``eager``, else ``compiled``).
+The compiled module is swapped in for each training batch only, so
 everything else sees the eager net: FLOPs counted on one sample, validation, checkpoints (no
 ``_orig_mod.`` keys) and the compile after fit. The memory breakdown's first step is a compiled
 step: its activations are what the compiled graph saves for backward.
@@ -46,6 +58,7 @@ import lightning as L
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
+from hpml.analysis.stats import FASTER, SLOWER
 from hpml.callbacks.in_array import InArray
 from hpml.callbacks.logging import log_file, log_metrics, set_tags
 from hpml.callbacks.measure import (
@@ -56,9 +69,9 @@ from hpml.callbacks.measure import (
     compare,
 )
 from hpml.errors import ConfigError
-from hpml.names import S, metric
-from hpml.optimize.compile import METHODS, MODES, compile_model
-from hpml.optimize.compile.training import compile_for_training
+from hpml.names import COUNT, S, X, metric
+from hpml.optimize.compile import METHODS, MODES, Compiled, compile_model, fast_path
+from hpml.optimize.compile.training import compile_for_training, training_speedup
 
 BEFORE, AFTER = "compile_before", "compile_after"
 
@@ -83,6 +96,8 @@ class Compile(L.Callback):
         train: bool = False,
         freezing: bool = False,
         channels_last: bool = False,
+        force: bool = False,
+        cache_dir: str | None = None,
     ) -> None:
         if method not in METHODS:
             raise ConfigError("method", method, f"one of {', '.join(METHODS)}")
@@ -96,6 +111,8 @@ class Compile(L.Callback):
         self.done = False
         self.compile_train = train
         self.freezing, self.channels_last = freezing, channels_last
+        self.force = force
+        self.cache_dir = Path(cache_dir) if cache_dir else None
         self.train_net: nn.Module | None = None  # compiled for training, shares the parameters
         self.eager_net: nn.Module | None = None  # put back after each training batch
         self.compiled_of: nn.Module | None = None  # the eager net train_net compiles
@@ -113,9 +130,42 @@ class Compile(L.Callback):
             self.dynamic,
             self.fullgraph,
             trainer.precision_plugin.train_step_context,
+            self.cache_dir,
         )
-        log_metrics(trainer, {metric("train", "compile_time", S): seconds})
-        set_tags(trainer, {"hpml.compile.train": "true", "hpml.compile.mode": self.mode})
+        ratio = training_speedup(
+            pl_module.net,
+            self.train_net,
+            examples[0],
+            trainer.precision_plugin.train_step_context,
+            self.settings.rounds,
+            self.settings.min_run_time_s,
+        )
+        i = ratio.interval
+        log_metrics(
+            trainer,
+            {
+                metric("train", "compile_time", S): seconds,
+                metric("compile", "train_speedup", X): i.median,
+                metric("compile", "train_speedup_ci_low", X): i.low,
+                metric("compile", "train_speedup_ci_high", X): i.high,
+                metric("compile", "train_speedup_rounds", COUNT): float(i.n),
+            },
+        )
+        keep = self.force or ratio.verdict == FASTER
+        if not keep:
+            rank_zero_warn(
+                f"compile.train: a compiled training step is not faster than eager here "
+                f"({ratio.describe()}, eager / compiled); training eagerly "
+                f"(compile.force=true trains compiled anyway)"
+            )
+            self.train_net = None
+        set_tags(
+            trainer,
+            {
+                "hpml.compile.train": "compiled" if keep else "eager",
+                "hpml.compile.mode": self.mode,
+            },
+        )
 
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
@@ -160,15 +210,13 @@ class Compile(L.Callback):
         if not self.done:
             self._compile(trainer, pl_module)
 
-    def _compile(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        device = pl_module.device
-        eager = pl_module.net.eval()
-        workdir = Path(trainer.default_root_dir) / "compile"
-        sizes = (1, self.settings.batch_size)
-        compiled = compile_model(
-            copy.deepcopy(eager),  # channels_last converts the net it is given in place
+    def variant(self, eager: nn.Module, examples: list[Any], workdir: Path) -> Compiled:
+        """``eager`` compiled by this callback's method and options (a copy: channels_last
+        converts the net it is given in place)."""
+        return compile_model(
+            copy.deepcopy(eager),
             self.method,
-            [pl_module.example_input(b).to(device) for b in sizes],
+            examples,
             workdir,
             self.mode,
             self.dynamic,
@@ -176,7 +224,23 @@ class Compile(L.Callback):
             self.tolerance,
             self.freezing,
             self.channels_last,
+            self.cache_dir,
         )
+
+    def _compile(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        device = pl_module.device
+        eager = pl_module.net.eval()
+        workdir = Path(trainer.default_root_dir) / "compile"
+        sizes = (1, self.settings.batch_size)
+        compiled = self.variant(
+            eager, [pl_module.example_input(b).to(device) for b in sizes], workdir
+        )
+        kernels = compiled.conv_kernels
+        if self.freezing and device.type == "cpu" and kernels and not fast_path(kernels):
+            rank_zero_warn(
+                f"compile: the compiled graph calls {', '.join(kernels)}, not the pre-packed "
+                f"fast path mkldnn::_convolution_pointwise (freezing did not apply)"
+            )
         comparison = compare(
             trainer,
             pl_module,
@@ -185,7 +249,19 @@ class Compile(L.Callback):
             Side(BEFORE, eager, device),
             Side(AFTER, compiled.module, device, compiled.size_bytes),
         )
-        pl_module.net = compiled.module
+        slower = slower_batches(comparison.tags)
+        deploy = self.force or not slower
+        if deploy:
+            pl_module.net = compiled.module
+        else:
+            ratios = ", ".join(
+                f"{comparison.metrics[metric('compile', f'speedup_b{b}', X)]:.2f}x at batch {b}"
+                for b in slower
+            )
+            rank_zero_warn(
+                f"compile: {self.method} is slower than eager ({ratios}, eager / compiled, "
+                f"verdict slower); keeping the eager model (compile.force=true deploys it anyway)"
+            )
         self.done = True
         comparison.log(
             trainer,
@@ -194,17 +270,28 @@ class Compile(L.Callback):
                 metric("compile", "output_diff", "max_abs"): compiled.max_abs_diff,
             },
         )
-        tags = {"hpml.compile.method": self.method, "hpml.compile.device": str(device)}
+        tags = {
+            "hpml.compile.method": self.method,
+            "hpml.compile.device": str(device),
+            "hpml.compile.conv_kernel": ",".join(kernels) or "none",
+            "hpml.compile.deployed": self.method if deploy else "eager",
+        }
         if self.method == "torch_compile":
             tags |= {
                 "hpml.compile.mode": self.mode,
                 "hpml.compile.freezing": str(self.freezing).lower(),
                 "hpml.compile.channels_last": str(self.channels_last).lower(),
-                "hpml.compile.cache_dir": str(workdir / "inductor_cache"),
+                "hpml.compile.cache_dir": str(self.cache_dir or workdir / "inductor_cache"),
             }
         set_tags(trainer, tags)
         if compiled.artifact is not None:
             log_file(trainer, compiled.artifact, "compile")
+
+
+def slower_batches(tags: dict[str, str]) -> list[int]:
+    """The batch sizes whose speed-up verdict (``hpml.verdict.compile.speedup_b<N>``) is slower."""
+    prefix = "hpml.verdict.compile.speedup_b"
+    return [int(k[len(prefix) :]) for k, v in tags.items() if k.startswith(prefix) and v == SLOWER]
 
 
 def _train_batch_sizes(trainer: L.Trainer) -> list[int]:

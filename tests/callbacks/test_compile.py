@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-import pytest
+import time
+from contextlib import nullcontext
+from typing import Any
 
+import pytest
+from torch import nn
+
+from hpml.callbacks.compile import Compile
 from hpml.errors import ConfigError
+from hpml.optimize.compile import Compiled
 from tests.callbacks.comparisons import assert_side_by_side
 from tests.conftest import QUICK
 
@@ -53,7 +60,9 @@ def test_unknown_compile_mode_is_a_config_error(composed):
 
 
 @pytest.mark.slow
-def test_compiled_training_follows_eager_and_logs_compile_time_apart(composed, client):
+def test_compiled_training_follows_eager_and_logs_compile_time_apart(
+    composed, client, inductor_cache
+):
     """compile.train on the CIFAR VGG at batch 4: the loss curve of eager training, compile time
     as its own metric, and FLOPs, memory and throughput all still logged."""
     from hpml.train import train
@@ -68,6 +77,8 @@ def test_compiled_training_follows_eager_and_logs_compile_time_apart(composed, c
     eager = latest_run(client)
     # torchscript after fit keeps the test short; the training step is torch.compile'd
     compile_train = ["compile=torch_compile", "compile.method=torchscript", "compile.train=true"]
+    # force: this test checks the compiled step's curve, whatever it measured against eager
+    compile_train += ["compile.force=true", f"compile.cache_dir={inductor_cache}"]
     train(composed([*small, *compile_train]))
     compiled = latest_run(client)
     assert compiled.info.run_id != eager.info.run_id
@@ -85,4 +96,46 @@ def test_compiled_training_follows_eager_and_logs_compile_time_apart(composed, c
     assert m["model/fwd_bwd_flops_per_sample"] == e["model/fwd_bwd_flops_per_sample"]
     assert m["memory/activations_bytes"] > 0
     assert m["memory/weights_bytes"] == e["memory/weights_bytes"]
-    assert compiled.data.tags["hpml.compile.train"] == "true"
+    assert compiled.data.tags["hpml.compile.train"] == "compiled"
+    assert m["compile/train_speedup_x"] > 0 and m["compile/train_speedup_rounds_count"] == 9
+
+
+class Sleepy(nn.Module):
+    """``net`` that sleeps as long as each call took: a variant about half as fast as itself."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, *args: Any) -> Any:
+        start = time.perf_counter()
+        output = self.net(*args)
+        time.sleep(time.perf_counter() - start)
+        return output
+
+
+class SlowCompile(Compile):
+    """A test-only plug-in (``compile._target_``): the real compiled variant, made twice as slow."""
+
+    def variant(self, eager: nn.Module, examples: list[Any], workdir) -> Compiled:
+        compiled = super().variant(eager, examples, workdir)
+        compiled.module = Sleepy(compiled.module)
+        return compiled
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_a_compiled_model_slower_than_eager_is_not_deployed_unless_forced(force, composed, client):
+    from hpml.train import train
+
+    fast = ["compile.latency_rounds=3", "compile.latency_min_run_time_s=0.002"]
+    slow = [f"compile._target_={SlowCompile.__module__}.SlowCompile", f"compile.force={force}"]
+    cfg = composed(["model=lstm", "compile=export", *QUICK, *fast, *slow])
+    with pytest.warns(UserWarning, match="slower than eager") if not force else nullcontext():
+        metrics = train(cfg)
+    assert "test/acc" in metrics
+    run = latest_run(client)
+    tags, m = run.data.tags, run.data.metrics
+    assert tags["hpml.verdict.compile.speedup_b32"] == "slower"
+    assert m["compile/speedup_b32_x"] < 1
+    assert tags["hpml.compile.deployed"] == ("export" if force else "eager")
+    assert tags["hpml.compile.conv_kernel"] == "none"  # an LSTM has no convolution
