@@ -6,17 +6,15 @@ Variants, each built (and quantised or compiled) once before the rounds, so no r
   batches of random images), ``torch.compile`` as ``compile=torch_compile`` runs it on CPU
   (default mode, ``freezing`` and ``channels_last``; inductor cache under ``.bench/inductor``,
   compile time recorded in the notes, never in a ratio) and TorchScript trace + freeze +
-  ``optimize_for_inference`` (the baseline study 1 measured, 1.30x once here). Plain
-  ``torch.compile`` (weights as graph inputs, NCHW) measured 1.0-1.18x, and cannot do much
-  better: ``torch.profiler`` (``key_averages``, 5 calls at batch 32, one thread) puts 86% of
-  eager's 2.10 s in ``aten::mkldnn_convolution`` (1.80 s), 11% in max-pooling, 2% in BatchNorm;
-  plain compile fuses the pooling, BatchNorm and ReLU (0.16 s of generated code) but calls the
-  same convolutions (1.56 s): 1.73 s, 1.21x at best. With freezing and channels_last the
-  convolutions themselves got faster once (``mkldnn::_convolution_pointwise`` on pre-packed NHWC
-  weights with the ReLU fused, 1.47 s: 1.38x), but another run's compiled graph called
-  ``aten::mkldnn_convolution`` as eager does (84% of eager's time, the same 426 ms): 1.15x. The
-  case prints both models' profiler tables every run (:func:`profile_tables`), so the ratio it
-  measures comes with the operators behind it;
+  ``optimize_for_inference`` (the baseline study 1 measured, 1.30x once here). Earlier runs of
+  this case measured torch.compile at 0.94x, 1.15x and 1.38x: the profiler showed the compiled
+  graph calling eager's ``aten::mkldnn_convolution`` in some and the pre-packed
+  ``mkldnn::_convolution_pointwise`` in others. The cause was a recompile: the graph compiled
+  under ``inference_mode`` with freezing patched in, and a call under ``no_grad`` (this case's
+  profiler tables) recompiled it without freezing. ``hpml.optimize.compile`` now calls the
+  compiled module the one way (``Inference``), so every graph is frozen; the case prints the
+  convolution operators each compiled variant calls (``conv kernels:`` lines, and the notes)
+  beside both models' profiler tables (:func:`profile_tables`);
 - VGG11-CIFAR physically pruned to 50% of each conv's output channels (``hpml.optimize.prune``,
   L1 structured; about 25% of the conv weights remain), then static int8;
 - torchvision's ResNet18 at 32x32 fp32 and static int8 through PT2E (``backend=pt2e``: its
@@ -46,7 +44,7 @@ from hpml.analysis.model_stats import state_dict_bytes
 from hpml.bench.harness import CaseResult, Measurement, Ratio, Report, Settings, run_case
 from hpml.models.nets.lstm import LSTMClassifier
 from hpml.models.nets.vgg import CifarVGG
-from hpml.optimize.compile import compile_model
+from hpml.optimize.compile import compile_model, conv_kernels, fast_path
 from hpml.optimize.quant import make_quantizer
 
 BATCH = 32
@@ -122,7 +120,7 @@ def profile_tables(models: dict[str, nn.Module], images: torch.Tensor, calls: in
 
     parts = []
     for name, model in models.items():
-        with torch.no_grad():
+        with torch.inference_mode():
             model(images)
             with profile(activities=[ProfilerActivity.CPU]) as prof:
                 for _ in range(calls):
@@ -184,6 +182,14 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
         LSTM_INT8: variant(lstm_int8, tokens, settings, state_dict_bytes(lstm_int8)),
     }
     print(profile_tables({VGG: vgg, VGG_COMPILED: compiled.module}, images))
+    kernels = {
+        VGG: conv_kernels(vgg, images),
+        VGG_COMPILED: compiled.conv_kernels,
+        VGG_TORCHSCRIPT: scripted.conv_kernels,
+    }
+    for name, called in kernels.items():
+        path = "fast path" if fast_path(called) else "not the pre-packed fast path"
+        print(f"conv kernels: {name}: {', '.join(called) or 'none recorded'} ({path})")
     notes = {
         "batch_size": BATCH,
         "device": "cpu",
@@ -192,6 +198,7 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
         "torch_compile_seconds": compile_s,
         "torch_compile_options": "mode default, freezing, channels_last",
         "compile_output_max_abs_diff": compiled.max_abs_diff,
+        **{f"conv_kernels {name}": ", ".join(called) for name, called in kernels.items()},
         "resnet18_pt2e_compile_seconds": pt2e.compile_time_s,
         "lstm": f"vocab {VOCAB}, embedding 400, hidden 256, 2 layers, {SEQ_LEN} tokens",
     }

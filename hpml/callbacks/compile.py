@@ -51,6 +51,8 @@ step: its activations are what the compiled graph saves for backward.
 from __future__ import annotations
 
 import copy
+import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -58,6 +60,7 @@ import lightning as L
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
+from hpml.analysis.compare import Timing, compare_forward
 from hpml.analysis.stats import FASTER, SLOWER
 from hpml.callbacks.in_array import InArray
 from hpml.callbacks.logging import log_file, log_metrics, set_tags
@@ -68,12 +71,15 @@ from hpml.callbacks.measure import (
     Side,
     compare,
 )
-from hpml.errors import ConfigError
-from hpml.names import COUNT, S, X, metric
+from hpml.errors import ConfigError, IncompatibleError
+from hpml.names import COUNT, MS, S, X, metric
 from hpml.optimize.compile import METHODS, MODES, Compiled, compile_model, fast_path
 from hpml.optimize.compile.training import compile_for_training, training_speedup
 
 BEFORE, AFTER = "compile_before", "compile_after"
+AUTO, EAGER = "auto", "eager"
+CANDIDATES = (EAGER, "torchscript", "export", "torch_compile")  # torch_compile resets dynamo: last
+log = logging.getLogger(__name__)
 
 
 class Compile(L.Callback):
@@ -98,9 +104,14 @@ class Compile(L.Callback):
         channels_last: bool = False,
         force: bool = False,
         cache_dir: str | None = None,
+        candidates: Sequence[str] = CANDIDATES,
     ) -> None:
-        if method not in METHODS:
-            raise ConfigError("method", method, f"one of {', '.join(METHODS)}")
+        if method not in (*METHODS, AUTO):
+            raise ConfigError("method", method, f"one of {', '.join((*METHODS, AUTO))}")
+        for name in candidates:
+            if name not in (EAGER, *METHODS):
+                raise ConfigError("candidates", name, f"each one of {', '.join((EAGER, *METHODS))}")
+        self.candidates = tuple(candidates)
         if mode not in MODES:
             raise ConfigError("mode", mode, f"one of {', '.join(MODES)}")
         self.method, self.mode, self.dynamic, self.fullgraph = method, mode, dynamic, fullgraph
@@ -153,7 +164,7 @@ class Compile(L.Callback):
         )
         keep = self.force or ratio.verdict == FASTER
         if not keep:
-            rank_zero_warn(
+            log.warning(
                 f"compile.train: a compiled training step is not faster than eager here "
                 f"({ratio.describe()}, eager / compiled); training eagerly "
                 f"(compile.force=true trains compiled anyway)"
@@ -210,12 +221,14 @@ class Compile(L.Callback):
         if not self.done:
             self._compile(trainer, pl_module)
 
-    def variant(self, eager: nn.Module, examples: list[Any], workdir: Path) -> Compiled:
-        """``eager`` compiled by this callback's method and options (a copy: channels_last
-        converts the net it is given in place)."""
+    def variant(
+        self, eager: nn.Module, examples: list[Any], workdir: Path, method: str | None = None
+    ) -> Compiled:
+        """``eager`` compiled by ``method`` (default: this callback's) and its options (a copy:
+        channels_last converts the net it is given in place)."""
         return compile_model(
             copy.deepcopy(eager),
-            self.method,
+            method or self.method,
             examples,
             workdir,
             self.mode,
@@ -227,17 +240,70 @@ class Compile(L.Callback):
             self.cache_dir,
         )
 
+    def _choose(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        eager: nn.Module,
+        examples: list[Any],
+        workdir: Path,
+    ) -> Compiled:
+        """``compile=auto``: every candidate that compiles and matches eager within
+        ``tolerance`` (a failing one is left out in one line), timed side by side at batch N;
+        the fastest median is returned, each candidate's latency logged
+        (``compile_auto/<candidate>_latency_bN_ms``, ``_iqr_ms``; tags
+        ``hpml.compile.auto.choice``, ``hpml.compile.auto.candidates``) and the choice said in
+        one line."""
+        built = {EAGER: Compiled(eager, EAGER, 0.0, 0.0)} if EAGER in self.candidates else {}
+        for name in self.candidates:
+            if name == EAGER:
+                continue
+            try:
+                built[name] = self.variant(eager, examples, workdir / name, name)
+            except IncompatibleError as exc:
+                log.warning(f"compile=auto: {name} left out: {exc}")
+        if not built:
+            raise IncompatibleError(
+                f"compile=auto: no candidate of {', '.join(self.candidates)} compiled "
+                f"{type(eager).__name__}"
+            )
+        batch = self.settings.batch_size
+        example = pl_module.example_input(batch).to(pl_module.device)
+        timings = compare_forward(
+            {name: (c.module, example) for name, c in built.items()},
+            self.settings.rounds,
+            self.settings.min_run_time_s,
+        )
+        choice = min(timings, key=lambda name: timings[name].median_ms)
+        metrics: dict[str, float] = {}
+        for name, timing in timings.items():
+            metrics[metric("compile_auto", f"{name}_latency_b{batch}", MS)] = timing.median_ms
+            metrics[metric("compile_auto", f"{name}_latency_b{batch}_iqr", MS)] = timing.iqr_ms
+        log_metrics(trainer, metrics)
+        set_tags(
+            trainer,
+            {"hpml.compile.auto.choice": choice, "hpml.compile.auto.candidates": ",".join(built)},
+        )
+        others = "; ".join(f"{n} {_median_iqr(t)}" for n, t in timings.items() if n != choice)
+        log.warning(
+            f"compile=auto: deploying {choice}, the fastest at batch {batch}: "
+            f"{_median_iqr(timings[choice])}; {others or 'no other candidate'}"
+        )
+        return built[choice]
+
     def _compile(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         device = pl_module.device
         eager = pl_module.net.eval()
         workdir = Path(trainer.default_root_dir) / "compile"
         sizes = (1, self.settings.batch_size)
-        compiled = self.variant(
-            eager, [pl_module.example_input(b).to(device) for b in sizes], workdir
-        )
+        examples = [pl_module.example_input(b).to(device) for b in sizes]
+        if self.method == AUTO:
+            compiled = self._choose(trainer, pl_module, eager, examples, workdir)
+        else:
+            compiled = self.variant(eager, examples, workdir)
         kernels = compiled.conv_kernels
         if self.freezing and device.type == "cpu" and kernels and not fast_path(kernels):
-            rank_zero_warn(
+            log.warning(
                 f"compile: the compiled graph calls {', '.join(kernels)}, not the pre-packed "
                 f"fast path mkldnn::_convolution_pointwise (freezing did not apply)"
             )
@@ -258,8 +324,8 @@ class Compile(L.Callback):
                 f"{comparison.metrics[metric('compile', f'speedup_b{b}', X)]:.2f}x at batch {b}"
                 for b in slower
             )
-            rank_zero_warn(
-                f"compile: {self.method} is slower than eager ({ratios}, eager / compiled, "
+            log.warning(
+                f"compile: {compiled.method} is slower than eager ({ratios}, eager / compiled, "
                 f"verdict slower); keeping the eager model (compile.force=true deploys it anyway)"
             )
         self.done = True
@@ -274,9 +340,9 @@ class Compile(L.Callback):
             "hpml.compile.method": self.method,
             "hpml.compile.device": str(device),
             "hpml.compile.conv_kernel": ",".join(kernels) or "none",
-            "hpml.compile.deployed": self.method if deploy else "eager",
+            "hpml.compile.deployed": compiled.method if deploy else EAGER,
         }
-        if self.method == "torch_compile":
+        if "torch_compile" in (self.method, compiled.method):
             tags |= {
                 "hpml.compile.mode": self.mode,
                 "hpml.compile.freezing": str(self.freezing).lower(),
@@ -286,6 +352,10 @@ class Compile(L.Callback):
         set_tags(trainer, tags)
         if compiled.artifact is not None:
             log_file(trainer, compiled.artifact, "compile")
+
+
+def _median_iqr(timing: Timing) -> str:
+    return f"{timing.median_ms:.3g} ms (IQR {timing.iqr_ms:.2g}, n={timing.n})"
 
 
 def slower_batches(tags: dict[str, str]) -> list[int]:

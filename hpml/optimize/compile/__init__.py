@@ -103,8 +103,8 @@ class Inference(nn.Module):
 FAST_CONV = "mkldnn::_convolution_pointwise"  # pre-packed oneDNN convolution, pointwise op fused
 # these route a convolution to a kernel and run none themselves
 DISPATCH_ONLY = frozenset(
-    ("aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution")
-    + ("aten::thnn_conv2d",)
+    {"aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution"}
+    | {"aten::thnn_conv2d"}
 )
 
 
