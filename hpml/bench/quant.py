@@ -24,13 +24,16 @@ Variants, each built (and quantised or compiled) once before the rounds, so no r
   layers; sequences of 200 tokens) fp32 and dynamic int8 (LSTM, Linear, embedding).
 
 Each variant, each round: median milliseconds of ``steps`` forward calls at batch ``BATCH`` after
-``warmup`` untimed calls (``hpml.analysis.latency``), and the bytes of its saved state dict.
+``warmup`` untimed calls (``hpml.analysis.latency``), and the bytes of its saved state dict; with
+one thread also the median CPU milliseconds of the calling thread per call (:func:`cpu_ms`),
+what the compile ratios are also given in (a shared machine's load stretches wall time, not it).
 Ratios are fp32 / variant, so larger is better: the speed-up, and the size reduction whose goal is
 the inverse of the issue's size goal (size <= 0.26x fp32 is a reduction >= 3.85x).
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -54,7 +57,7 @@ VGG_TORCHSCRIPT = "vgg11 torchscript"
 VGG_PRUNED_INT8 = "vgg11 pruned 50% + static int8"
 LSTM, LSTM_INT8 = "lstm fp32", "lstm dynamic int8"
 RESNET, RESNET_INT8 = "resnet18 fp32", "resnet18 static int8 (pt2e)"
-LATENCY, SIZE = "latency_ms", "size_bytes"
+LATENCY, SIZE, CPU = "latency_ms", "size_bytes", "cpu_ms"
 RATIOS = (
     Ratio("VGG11 static int8 speed-up", LATENCY, "ms", VGG, VGG_INT8, goal=4.0),
     Ratio(
@@ -85,17 +88,35 @@ RATIOS = (
         goal=1 / 0.27,
     ),
     Ratio("VGG11 TorchScript (freeze) speed-up", LATENCY, "ms", VGG, VGG_TORCHSCRIPT),
+    Ratio("VGG11 torch.compile speed-up, CPU time", CPU, "ms", VGG, VGG_COMPILED, goal=1.2),
+    Ratio("VGG11 TorchScript (freeze) speed-up, CPU time", CPU, "ms", VGG, VGG_TORCHSCRIPT),
     Ratio(
         "VGG11 pruned 50% + static int8 speed-up", LATENCY, "ms", VGG, VGG_PRUNED_INT8, goal=15.0
     ),
 )
 
 
+def cpu_ms(model: nn.Module, example: Any, steps: int) -> float:
+    """Median CPU milliseconds of this thread per ``model(example)`` call (inference mode): with
+    one torch thread every kernel runs on it, so this is the model's cost without the time a
+    neighbour's load kept it waiting for a core (wall latencies at load 8 on 2 cores swung 2x)."""
+    times = []
+    with torch.inference_mode():
+        for _ in range(steps):
+            start = time.thread_time()
+            model(example)
+            times.append(1e3 * (time.thread_time() - start))
+    return statistics.median(times)
+
+
 def variant(model: nn.Module, example: Any, settings: Settings, size: int):
     def measure() -> Measurement:
         torch.set_num_threads(settings.threads)
         stats = measure_latency(model, example, settings.steps, settings.warmup)
-        return {LATENCY: stats.median_ms, SIZE: float(size)}
+        found = {LATENCY: stats.median_ms, SIZE: float(size)}
+        if settings.threads == 1:
+            found[CPU] = cpu_ms(model, example, settings.steps)
+        return found
 
     return measure
 
@@ -202,4 +223,5 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
         "resnet18_pt2e_compile_seconds": pt2e.compile_time_s,
         "lstm": f"vocab {VOCAB}, embedding 400, hidden 256, 2 layers, {SEQ_LEN} tokens",
     }
-    return run_case("quant", variants, RATIOS, settings, report, notes)
+    ratios = [r for r in RATIOS if r.key != CPU or settings.threads == 1]  # cpu_ms: one thread
+    return run_case("quant", variants, ratios, settings, report, notes)
