@@ -44,6 +44,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session")
+def inductor_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One inductor cache for the session's compile tests (``compile.cache_dir``): a graph one
+    test compiled is a cache hit for the next, where per-run caches compiled cold every time."""
+    return tmp_path_factory.mktemp("inductor_cache")
+
+
+@pytest.fixture(scope="session")
 def store_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An initialised MLflow SQLite store: creating the schema is the slow part, done once."""
     from mlflow import MlflowClient

@@ -6,17 +6,15 @@ Variants, each built (and quantised or compiled) once before the rounds, so no r
   batches of random images), ``torch.compile`` as ``compile=torch_compile`` runs it on CPU
   (default mode, ``freezing`` and ``channels_last``; inductor cache under ``.bench/inductor``,
   compile time recorded in the notes, never in a ratio) and TorchScript trace + freeze +
-  ``optimize_for_inference`` (the baseline study 1 measured, 1.30x once here). Plain
-  ``torch.compile`` (weights as graph inputs, NCHW) measured 1.0-1.18x, and cannot do much
-  better: ``torch.profiler`` (``key_averages``, 5 calls at batch 32, one thread) puts 86% of
-  eager's 2.10 s in ``aten::mkldnn_convolution`` (1.80 s), 11% in max-pooling, 2% in BatchNorm;
-  plain compile fuses the pooling, BatchNorm and ReLU (0.16 s of generated code) but calls the
-  same convolutions (1.56 s): 1.73 s, 1.21x at best. With freezing and channels_last the
-  convolutions themselves got faster once (``mkldnn::_convolution_pointwise`` on pre-packed NHWC
-  weights with the ReLU fused, 1.47 s: 1.38x), but another run's compiled graph called
-  ``aten::mkldnn_convolution`` as eager does (84% of eager's time, the same 426 ms): 1.15x. The
-  case prints both models' profiler tables every run (:func:`profile_tables`), so the ratio it
-  measures comes with the operators behind it;
+  ``optimize_for_inference`` (the baseline study 1 measured, 1.30x once here). Earlier runs of
+  this case measured torch.compile at 0.94x, 1.15x and 1.38x: the profiler showed the compiled
+  graph calling eager's ``aten::mkldnn_convolution`` in some and the pre-packed
+  ``mkldnn::_convolution_pointwise`` in others. The cause was a recompile: the graph compiled
+  under ``inference_mode`` with freezing patched in, and a call under ``no_grad`` (this case's
+  profiler tables) recompiled it without freezing. ``hpml.optimize.compile`` now calls the
+  compiled module the one way (``Inference``), so every graph is frozen; the case prints the
+  convolution operators each compiled variant calls (``conv kernels:`` lines, and the notes)
+  beside both models' profiler tables (:func:`profile_tables`);
 - VGG11-CIFAR physically pruned to 50% of each conv's output channels (``hpml.optimize.prune``,
   L1 structured; about 25% of the conv weights remain), then static int8;
 - torchvision's ResNet18 at 32x32 fp32 and static int8 through PT2E (``backend=pt2e``: its
@@ -26,13 +24,16 @@ Variants, each built (and quantised or compiled) once before the rounds, so no r
   layers; sequences of 200 tokens) fp32 and dynamic int8 (LSTM, Linear, embedding).
 
 Each variant, each round: median milliseconds of ``steps`` forward calls at batch ``BATCH`` after
-``warmup`` untimed calls (``hpml.analysis.latency``), and the bytes of its saved state dict.
+``warmup`` untimed calls (``hpml.analysis.latency``), and the bytes of its saved state dict; with
+one thread also the median CPU milliseconds of the calling thread per call (:func:`cpu_ms`),
+what the compile ratios are also given in (a shared machine's load stretches wall time, not it).
 Ratios are fp32 / variant, so larger is better: the speed-up, and the size reduction whose goal is
 the inverse of the issue's size goal (size <= 0.26x fp32 is a reduction >= 3.85x).
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,7 @@ from hpml.analysis.model_stats import state_dict_bytes
 from hpml.bench.harness import CaseResult, Measurement, Ratio, Report, Settings, run_case
 from hpml.models.nets.lstm import LSTMClassifier
 from hpml.models.nets.vgg import CifarVGG
-from hpml.optimize.compile import compile_model
+from hpml.optimize.compile import compile_model, conv_kernels, fast_path
 from hpml.optimize.quant import make_quantizer
 
 BATCH = 32
@@ -56,7 +57,7 @@ VGG_TORCHSCRIPT = "vgg11 torchscript"
 VGG_PRUNED_INT8 = "vgg11 pruned 50% + static int8"
 LSTM, LSTM_INT8 = "lstm fp32", "lstm dynamic int8"
 RESNET, RESNET_INT8 = "resnet18 fp32", "resnet18 static int8 (pt2e)"
-LATENCY, SIZE = "latency_ms", "size_bytes"
+LATENCY, SIZE, CPU = "latency_ms", "size_bytes", "cpu_ms"
 RATIOS = (
     Ratio("VGG11 static int8 speed-up", LATENCY, "ms", VGG, VGG_INT8, goal=4.0),
     Ratio(
@@ -87,17 +88,35 @@ RATIOS = (
         goal=1 / 0.27,
     ),
     Ratio("VGG11 TorchScript (freeze) speed-up", LATENCY, "ms", VGG, VGG_TORCHSCRIPT),
+    Ratio("VGG11 torch.compile speed-up, CPU time", CPU, "ms", VGG, VGG_COMPILED, goal=1.2),
+    Ratio("VGG11 TorchScript (freeze) speed-up, CPU time", CPU, "ms", VGG, VGG_TORCHSCRIPT),
     Ratio(
         "VGG11 pruned 50% + static int8 speed-up", LATENCY, "ms", VGG, VGG_PRUNED_INT8, goal=15.0
     ),
 )
 
 
+def cpu_ms(model: nn.Module, example: Any, steps: int) -> float:
+    """Median CPU milliseconds of this thread per ``model(example)`` call (inference mode): with
+    one torch thread every kernel runs on it, so this is the model's cost without the time a
+    neighbour's load kept it waiting for a core (wall latencies at load 8 on 2 cores swung 2x)."""
+    times = []
+    with torch.inference_mode():
+        for _ in range(steps):
+            start = time.thread_time()
+            model(example)
+            times.append(1e3 * (time.thread_time() - start))
+    return statistics.median(times)
+
+
 def variant(model: nn.Module, example: Any, settings: Settings, size: int):
     def measure() -> Measurement:
         torch.set_num_threads(settings.threads)
         stats = measure_latency(model, example, settings.steps, settings.warmup)
-        return {LATENCY: stats.median_ms, SIZE: float(size)}
+        found = {LATENCY: stats.median_ms, SIZE: float(size)}
+        if settings.threads == 1:
+            found[CPU] = cpu_ms(model, example, settings.steps)
+        return found
 
     return measure
 
@@ -122,7 +141,7 @@ def profile_tables(models: dict[str, nn.Module], images: torch.Tensor, calls: in
 
     parts = []
     for name, model in models.items():
-        with torch.no_grad():
+        with torch.inference_mode():
             model(images)
             with profile(activities=[ProfilerActivity.CPU]) as prof:
                 for _ in range(calls):
@@ -184,6 +203,14 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
         LSTM_INT8: variant(lstm_int8, tokens, settings, state_dict_bytes(lstm_int8)),
     }
     print(profile_tables({VGG: vgg, VGG_COMPILED: compiled.module}, images))
+    kernels = {
+        VGG: conv_kernels(vgg, images),
+        VGG_COMPILED: compiled.conv_kernels,
+        VGG_TORCHSCRIPT: scripted.conv_kernels,
+    }
+    for name, called in kernels.items():
+        path = "fast path" if fast_path(called) else "not the pre-packed fast path"
+        print(f"conv kernels: {name}: {', '.join(called) or 'none recorded'} ({path})")
     notes = {
         "batch_size": BATCH,
         "device": "cpu",
@@ -192,7 +219,9 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
         "torch_compile_seconds": compile_s,
         "torch_compile_options": "mode default, freezing, channels_last",
         "compile_output_max_abs_diff": compiled.max_abs_diff,
+        **{f"conv_kernels {name}": ", ".join(called) for name, called in kernels.items()},
         "resnet18_pt2e_compile_seconds": pt2e.compile_time_s,
         "lstm": f"vocab {VOCAB}, embedding 400, hidden 256, 2 layers, {SEQ_LEN} tokens",
     }
-    return run_case("quant", variants, RATIOS, settings, report, notes)
+    ratios = [r for r in RATIOS if r.key != CPU or settings.threads == 1]  # cpu_ms: one thread
+    return run_case("quant", variants, ratios, settings, report, notes)

@@ -39,6 +39,7 @@ from torch import nn
 
 from hpml.bench.harness import CaseResult, Measurement, Ratio, Report, Settings, run_case
 from hpml.models.nets.vgg import CifarVGG
+from hpml.optimize.compile import DISPATCH_ONLY
 from hpml.optimize.compile.training import compile_for_training
 
 BATCH = 16
@@ -94,6 +95,18 @@ def once_ms(step: Callable[[], None]) -> float:
     return 1e3 * (time.perf_counter() - start)
 
 
+def step_kernels(step: Callable[[], None]) -> tuple[str, ...]:
+    """The convolution operators (forward and backward) one training step calls, as
+    ``torch.profiler`` names them, after one untimed step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    step()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    names = {event.key for event in prof.key_averages()}
+    return tuple(sorted(n for n in names if "conv" in n and n not in DISPATCH_ONLY))
+
+
 def copy_of(net: nn.Module) -> nn.Module:
     other = CifarVGG(11).train()
     other.load_state_dict(net.state_dict())
@@ -131,8 +144,18 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
         COMPILED: variant(trainer_step(compiled, images, labels), settings),
         CHANNELS_LAST: variant(trainer_step(nhwc, nhwc_images, labels), settings),
     }
+    kernels = {
+        name: step_kernels(step)
+        for name, step in (
+            (EAGER, trainer_step(copy_of(eager), images, labels)),
+            (COMPILED, trainer_step(compiled, images, labels)),
+        )
+    }
+    for name, called in kernels.items():
+        print(f"conv kernels: {name} training step: {', '.join(called) or 'none recorded'}")
     notes = {
         "batch_size": BATCH,
+        **{f"conv_kernels {name}": ", ".join(called) for name, called in kernels.items()},
         "device": "cpu",
         "torch": torch.__version__,
         "compile_training_seconds": compile_s,

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-import pytest
+import logging
+import time
+from typing import Any
 
+import pytest
+from torch import nn
+
+from hpml.callbacks.compile import Compile
 from hpml.errors import ConfigError
+from hpml.optimize.compile import Compiled
 from tests.callbacks.comparisons import assert_side_by_side
 from tests.conftest import QUICK
 
@@ -53,7 +60,9 @@ def test_unknown_compile_mode_is_a_config_error(composed):
 
 
 @pytest.mark.slow
-def test_compiled_training_follows_eager_and_logs_compile_time_apart(composed, client):
+def test_compiled_training_follows_eager_and_logs_compile_time_apart(
+    composed, client, inductor_cache
+):
     """compile.train on the CIFAR VGG at batch 4: the loss curve of eager training, compile time
     as its own metric, and FLOPs, memory and throughput all still logged."""
     from hpml.train import train
@@ -68,6 +77,8 @@ def test_compiled_training_follows_eager_and_logs_compile_time_apart(composed, c
     eager = latest_run(client)
     # torchscript after fit keeps the test short; the training step is torch.compile'd
     compile_train = ["compile=torch_compile", "compile.method=torchscript", "compile.train=true"]
+    # force: this test checks the compiled step's curve, whatever it measured against eager
+    compile_train += ["compile.force=true", f"compile.cache_dir={inductor_cache}"]
     train(composed([*small, *compile_train]))
     compiled = latest_run(client)
     assert compiled.info.run_id != eager.info.run_id
@@ -85,4 +96,88 @@ def test_compiled_training_follows_eager_and_logs_compile_time_apart(composed, c
     assert m["model/fwd_bwd_flops_per_sample"] == e["model/fwd_bwd_flops_per_sample"]
     assert m["memory/activations_bytes"] > 0
     assert m["memory/weights_bytes"] == e["memory/weights_bytes"]
-    assert compiled.data.tags["hpml.compile.train"] == "true"
+    assert compiled.data.tags["hpml.compile.train"] == "compiled"
+    assert m["compile/train_speedup_x"] > 0 and m["compile/train_speedup_rounds_count"] == 9
+
+
+class Sleepy(nn.Module):
+    """``net`` that sleeps 19 times as long as each call took: about 20x slower than itself, a
+    margin no neighbour's burst on a shared 2-core machine closes (one round's eager time here
+    swung 23-127 ms at load 8)."""
+
+    def __init__(self, net: nn.Module, factor: float = 19.0) -> None:
+        super().__init__()
+        self.net, self.factor = net, factor
+
+    def forward(self, *args: Any) -> Any:
+        start = time.perf_counter()
+        output = self.net(*args)
+        time.sleep(self.factor * (time.perf_counter() - start))
+        return output
+
+
+class SlowCompile(Compile):
+    """A test-only plug-in (``compile._target_``): the real compiled variant of method ``slow``
+    (``+compile.slow=...``), made slow."""
+
+    def __init__(self, slow: str, **options: Any) -> None:
+        super().__init__(**options)
+        self.slow = slow
+
+    def variant(self, eager, examples, workdir, method=None) -> Compiled:
+        compiled = super().variant(eager, examples, workdir, method)
+        if compiled.method == self.slow:
+            compiled.module = Sleepy(compiled.module)
+        return compiled
+
+
+SLOW = f"compile._target_={SlowCompile.__module__}.SlowCompile"
+# 5 rounds at batch 4: the slow side costs 20x its calls
+FAST = ["compile.latency_rounds=5", "compile.latency_min_run_time_s=0.002"]
+FAST += ["compile.latency_batch_size=4"]
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_a_compiled_model_slower_than_eager_is_not_deployed_unless_forced(
+    force, composed, client, caplog
+):
+    from hpml.train import train
+
+    slow = [SLOW, "+compile.slow=export", f"compile.force={force}"]
+    cfg = composed(["model=lstm", "compile=export", *QUICK, *FAST, *slow])
+    with caplog.at_level(logging.WARNING, "hpml.callbacks.compile"):
+        metrics = train(cfg)
+    assert "test/acc" in metrics
+    run = latest_run(client)
+    tags, m = run.data.tags, run.data.metrics
+    assert tags["hpml.verdict.compile.speedup_b4"] == "slower"
+    assert m["compile/speedup_b4_x"] < 1
+    assert tags["hpml.compile.deployed"] == ("export" if force else "eager")
+    assert tags["hpml.compile.conv_kernel"] == "none"  # an LSTM has no convolution
+    said = [r.getMessage() for r in caplog.records if "slower than eager" in r.getMessage()]
+    assert len(said) == (0 if force else 1)
+    if not force:
+        assert "keeping the eager model" in said[0] and "\n" not in said[0]
+
+
+def test_auto_deploys_the_fastest_candidate_not_the_slowed_one(composed, client, caplog):
+    """compile=auto over TorchScript and export with TorchScript made slow: every candidate's
+    latency logged with its spread, export chosen, said in one line, and deployed."""
+    from hpml.train import train
+
+    auto = ["compile=auto", "compile.candidates=[torchscript,export]", "compile.force=true"]
+    cfg = composed(["model=lstm", *auto, SLOW, "+compile.slow=torchscript", *QUICK, *FAST])
+    with caplog.at_level(logging.WARNING, "hpml.callbacks.compile"):
+        train(cfg)
+    run = latest_run(client)
+    tags, m = run.data.tags, run.data.metrics
+    for name in ("torchscript", "export"):
+        assert m[f"compile_auto/{name}_latency_b4_ms"] > 0
+        assert m[f"compile_auto/{name}_latency_b4_iqr_ms"] >= 0
+    assert m["compile_auto/torchscript_latency_b4_ms"] > m["compile_auto/export_latency_b4_ms"]
+    assert tags["hpml.compile.auto.choice"] == "export"
+    assert tags["hpml.compile.auto.candidates"] == "torchscript,export"
+    assert tags["hpml.compile.method"] == "auto"
+    assert tags["hpml.compile.deployed"] == "export"
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("compile=auto")]
+    assert len(said) == 1 and "deploying export" in said[0] and "torchscript" in said[0]

@@ -10,14 +10,23 @@ from eager on ``examples``, and for ``export`` the saved program's path.
 - ``torch_compile``: ``torch.compile(mode=...)`` with a fresh dynamo state and the inductor and
   triton caches in ``workdir`` (one per run), so the time is a cold compile, not a cache hit.
   Compilation happens on the first call of each shape: those calls are the compile time.
-  ``freezing=True`` (inductor's ``freezing``) treats the weights as constants while compiling
-  those calls: inductor folds them, pre-packs them for oneDNN on CPU, and picks the convolution
-  layout itself; the module must not be trained afterwards (later weight updates are not seen),
-  and a batch size first met after these calls is compiled without freezing.
-  ``channels_last=True`` converts the net's 4-d weights to NHWC (in place) and compiles a wrapper
-  that converts 4-d inputs inside the graph, so callers keep feeding NCHW batches. Freezing and
-  channels_last together were the fastest on CPU (VGG11-CIFAR, batch 32, one thread: 1.2-1.3x
-  over eager, where plain ``torch.compile`` gave 1.0-1.15x; ``hpml/bench/quant.py``).
+  ``freezing=True`` (inductor's ``freezing``) treats the weights as constants: inductor folds
+  them, pre-packs them for oneDNN on CPU and calls ``mkldnn::_convolution_pointwise`` (ReLU
+  fused) instead of eager's ``aten::mkldnn_convolution``; the module must not be trained
+  afterwards (later weight updates are not seen). Freezing applies only to a graph compiled
+  with grad disabled while ``torch._inductor.config.freezing`` is set *at that moment*
+  (``torch.compile(options={"freezing": True})`` does not reach it: checked on torch 2.14), and
+  dynamo recompiles whenever the grad mode or the input's dispatch keys differ from the traced
+  call's (an ``inference_mode`` trace called under ``no_grad`` recompiled, unfrozen, onto
+  ``aten::mkldnn_convolution``: the 0.94x-1.38x spread of earlier benches). So the module
+  returned is :class:`Inference`: every call, compiling ones included, runs under
+  ``inference_mode`` with inductor's ``freezing`` patched in, one graph per shape, always the
+  same path. ``channels_last=True`` converts the net's 4-d weights to NHWC (in place) and
+  compiles a wrapper that converts 4-d inputs inside the graph, so callers keep feeding NCHW
+  batches. VGG11-CIFAR, batch 32, one thread, CPU time: frozen 1.25x over eager with or without
+  channels_last; unfrozen 0.95-1.1x (``hpml/bench/quant.py``).
+  :func:`conv_kernels` names the convolution operators a module calls (one profiled forward),
+  so a caller can say whether the pre-packed path applied.
 - ``export``: ``torch.export.export`` with a dynamic batch dimension, saved with
   ``torch.export.save`` as ``workdir/model.pt2``; the program's module runs (no speed-up
   expected: it is the portable artifact for AOTInductor, ExecuTorch and other runtimes).
@@ -53,6 +62,7 @@ class Compiled:
     max_abs_diff: float
     artifact: Path | None = None
     size_bytes: int | None = None  # of the saved program where it is not a state dict
+    conv_kernels: tuple[str, ...] = ()  # the convolution operators the module calls
 
 
 class ChannelsLast(nn.Module):
@@ -71,6 +81,49 @@ class ChannelsLast(nn.Module):
                 for a in args
             )
         )
+
+
+class Inference(nn.Module):
+    """A ``torch.compile``'d module called the one way it was compiled: under ``inference_mode``
+    with inductor's ``freezing`` as chosen, so a recompile (new shape, caller under ``no_grad``
+    or with grad on) takes the same path as the first compile (module docstring)."""
+
+    def __init__(self, compiled: nn.Module, freezing: bool) -> None:
+        super().__init__()
+        self.compiled = compiled
+        self.freezing = freezing
+
+    def forward(self, *args: Any) -> Any:
+        from torch._inductor import config as inductor_config
+
+        with torch.inference_mode(), inductor_config.patch(freezing=self.freezing):
+            return self.compiled(*args)
+
+
+FAST_CONV = "mkldnn::_convolution_pointwise"  # pre-packed oneDNN convolution, pointwise op fused
+# these route a convolution to a kernel and run none themselves
+DISPATCH_ONLY = frozenset(
+    {"aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution", "aten::_convolution"}
+    | {"aten::thnn_conv2d"}
+)
+
+
+def conv_kernels(module: nn.Module, example: Any) -> tuple[str, ...]:
+    """The convolution operators one forward of ``module`` on ``example`` calls, as
+    ``torch.profiler`` names them (``aten::mkldnn_convolution``, ``mkldnn::_convolution_pointwise``,
+    ``aten::_slow_conv2d_forward``, ``aten::cudnn_convolution``...); empty for a model without
+    convolutions."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        module(*_args(example))
+    names = {event.key for event in prof.key_averages()}
+    return tuple(sorted(n for n in names if "conv" in n and n not in DISPATCH_ONLY))
+
+
+def fast_path(kernels: Sequence[str]) -> bool:
+    """Every convolution runs the pre-packed oneDNN kernel (no eager ``mkldnn_convolution``)."""
+    return bool(kernels) and all(k.startswith(FAST_CONV) for k in kernels)
 
 
 class Program(nn.Module):
@@ -145,9 +198,8 @@ def torchscript(net: nn.Module, examples: Sequence[Any]) -> tuple[nn.Module, flo
     return module, time.perf_counter() - start
 
 
-def use_cache_dir(workdir: Path) -> Path:
-    """Point inductor's and triton's on-disk caches at ``workdir/inductor_cache``."""
-    cache = workdir / "inductor_cache"
+def use_cache_dir(cache: Path) -> Path:
+    """Point inductor's and triton's on-disk caches at ``cache``."""
     cache.mkdir(parents=True, exist_ok=True)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
     os.environ["TRITON_CACHE_DIR"] = str(cache / "triton")
@@ -163,22 +215,21 @@ def torch_compile(
     fullgraph: bool = False,
     freezing: bool = False,
     channels_last: bool = False,
+    cache_dir: Path | None = None,
 ) -> tuple[nn.Module, float]:
     if mode not in MODES:
         raise ConfigError("mode", mode, f"one of {', '.join(MODES)}")
-    from torch._inductor import config as inductor_config  # imported by torch.compile anyway
-
-    use_cache_dir(workdir)
+    use_cache_dir(cache_dir or workdir / "inductor_cache")
     torch._dynamo.reset()  # no graphs left from an earlier compile in this process
     start = time.perf_counter()
-    module = torch.compile(
+    compiled = torch.compile(
         ChannelsLast(net) if channels_last else net, mode=mode, dynamic=dynamic, fullgraph=fullgraph
     )
+    module = Inference(compiled, freezing)
     try:
-        with torch.inference_mode(), inductor_config.patch(freezing=freezing):
-            for example in examples:
-                module(*_args(example))
-                _sync(example)
+        for example in examples:
+            module(*_args(example))
+            _sync(example)
     except Exception as exc:
         raise _untraceable(net, "torch_compile", exc) from exc
     return module, time.perf_counter() - start
@@ -212,6 +263,7 @@ def compile_model(
     tolerance: float = 1e-3,
     freezing: bool = False,
     channels_last: bool = False,
+    cache_dir: Path | None = None,
 ) -> Compiled:
     """Compile eval-mode ``net`` by ``method``; ``examples`` are inputs of each batch size to
     serve (compiled for, and checked against eager within ``tolerance``, relative to the
@@ -228,12 +280,13 @@ def compile_model(
         module, seconds = torchscript(net, examples)
     elif method == "torch_compile":
         module, seconds = torch_compile(
-            net, examples, workdir, mode, dynamic, fullgraph, freezing, channels_last
+            net, examples, workdir, mode, dynamic, fullgraph, freezing, channels_last, cache_dir
         )
     else:
         module, seconds, artifact = export(net, examples, workdir)
     if method != "torch_compile":
         module = Program(module, method)
+    kernels = conv_kernels(module, examples[-1])
     with torch.inference_mode():
         diff = max(
             max_abs_diff(want, module(*_args(e)))
@@ -255,4 +308,4 @@ def compile_model(
             size = (Path(tmp) / "model.ts").stat().st_size
     elif artifact is not None:
         size = artifact.stat().st_size
-    return Compiled(module, method, seconds, diff, artifact, size)
+    return Compiled(module, method, seconds, diff, artifact, size, kernels)

@@ -14,13 +14,14 @@ prefix, and measuring it (FLOPs on one sample, evaluation) compiles nothing more
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from hpml.analysis.compare import MIN_RUN_TIME_S, ROUNDS, Speedup, speedup, time_side_by_side
 from hpml.optimize.compile import MODES, _args, _sync, _untraceable, use_cache_dir
 
 Context = Callable[[], AbstractContextManager]
@@ -43,6 +44,7 @@ def compile_for_training(
     dynamic: bool | None = None,
     fullgraph: bool = False,
     context: Context = nullcontext,
+    cache_dir: Path | None = None,
 ) -> tuple[nn.Module, float]:
     """``net`` compiled and warmed up on ``examples`` (one per batch size the training meets)
     inside ``context`` (the trainer's autocast), and the seconds that took.
@@ -55,27 +57,63 @@ def compile_for_training(
         from hpml.errors import ConfigError
 
         raise ConfigError("mode", mode, f"one of {', '.join(MODES)}")
-    use_cache_dir(workdir)
+    use_cache_dir(cache_dir or workdir / "inductor_cache")
     torch._dynamo.reset()
-    was_training = net.training
-    buffers = [(b, b.detach().clone()) for b in net.buffers()]
-    net.train()
     start = time.perf_counter()
     compiled = torch.compile(net, mode=mode, dynamic=dynamic, fullgraph=fullgraph)
-    devices = [e.device for e in examples if isinstance(e, torch.Tensor) and e.is_cuda][:1]
     try:
-        with torch.random.fork_rng(devices), torch.inference_mode(False), torch.enable_grad():
+        with untouched(net, examples):
             for example in examples:
-                with context():
-                    output = compiled(*_args(example))
-                _scalar(output).backward()
+                _step(compiled, example, context)()
                 _sync(example)
     except Exception as exc:
         raise _untraceable(net, "torch_compile", exc) from exc
+    return compiled, time.perf_counter() - start
+
+
+@contextmanager
+def untouched(net: nn.Module, examples: Sequence[torch.Tensor]) -> Iterator[None]:
+    """Steps inside the block leave no trace on ``net`` or the run: train mode and grad on
+    inside; after, gradients cleared, buffers (BatchNorm's statistics) restored, the random
+    streams as they were, the train/eval mode as it was."""
+    was_training = net.training
+    buffers = [(b, b.detach().clone()) for b in net.buffers()]
+    devices = [e.device for e in examples if isinstance(e, torch.Tensor) and e.is_cuda][:1]
+    net.train()
+    try:
+        with torch.random.fork_rng(devices), torch.inference_mode(False), torch.enable_grad():
+            yield
     finally:
         net.zero_grad(set_to_none=True)
         with torch.no_grad():
             for buffer, value in buffers:
                 buffer.copy_(value)
         net.train(was_training)
-    return compiled, time.perf_counter() - start
+
+
+def _step(net: nn.Module, example: torch.Tensor, context: Context) -> Callable[[], None]:
+    """Forward (inside ``context``) and backward of a loss covering every output."""
+
+    def step() -> None:
+        with context():
+            output = net(*_args(example))
+        _scalar(output).backward()
+
+    return step
+
+
+def training_speedup(
+    eager: nn.Module,
+    compiled: nn.Module,
+    example: torch.Tensor,
+    context: Context = nullcontext,
+    rounds: int = ROUNDS,
+    min_run_time_s: float = MIN_RUN_TIME_S,
+) -> Speedup:
+    """Eager / compiled time of one training step's forward and backward on ``example``
+    (the optimiser's update is the same code on both sides), timed side by side
+    (:func:`hpml.analysis.compare.time_side_by_side`); ``net`` is left as it was."""
+    calls = {"eager": _step(eager, example, context), "compiled": _step(compiled, example, context)}
+    with untouched(eager, [example]):
+        timings = time_side_by_side(calls, rounds, min_run_time_s)
+    return speedup(timings["eager"].rounds_ms, timings["compiled"].rounds_ms)
