@@ -29,12 +29,6 @@ from tests.conftest import CONF
 
 # Overlays of values chosen for one study, not defaults.
 OVERLAYS = {"experiment", "hparams_search"}
-# hpml/callbacks/compile.py is on the compile branch: the YAML and the code disagree there, to be
-# settled on that branch (conf/compile/torch_compile.yaml says true for both).
-KNOWN = {
-    ("hpml.callbacks.compile.Compile.__init__", "channels_last"),
-    ("hpml.callbacks.compile.Compile.__init__", "freezing"),
-}
 
 
 def options() -> Iterator[str]:
@@ -177,8 +171,6 @@ def test_a_code_default_is_the_value_every_config_gives_it(knobs) -> None:
         if default is None and built_alike(function, name, value):
             continue  # None builds what the YAML lists (CIFAR-10's transforms)
         disagree.append((function, name, value, default))
-    unexpected = [d for d in disagree if d[:2] not in KNOWN]
-    assert not unexpected, "\n".join(
-        f"{f}({n}=...): code says {d!r}, conf/ says {v!r}" for f, n, v, d in unexpected
+    assert not disagree, "\n".join(
+        f"{f}({n}=...): code says {d!r}, conf/ says {v!r}" for f, n, v, d in disagree
     )
-    assert {d[:2] for d in disagree} == KNOWN, "a known disagreement was settled: drop it"
