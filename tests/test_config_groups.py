@@ -19,8 +19,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.utils import get_class
 from omegaconf import DictConfig
 
+from hpml.build import build, build_callbacks
 from hpml.errors import ConfigError, IncompatibleError
-from hpml.train import build, build_callbacks
 from tests.conftest import CONF
 from tests.real_data import write_real_data
 

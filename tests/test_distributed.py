@@ -90,7 +90,10 @@ def test_ddp_cpu_trains_one_run_with_the_throughput_of_both_ranks(root):
     # job's throughput covers all of them; one rank's alone (about half) would not.
     timed = TRAIN - 2 * WARMUP * BATCH
     assert total * metrics["train/epoch_time_s"] >= timed
-    assert total * metrics["train/epoch_time_s"] < 1.5 * TRAIN
+    # Per device it is one rank's: a rank's median rate (samples per batch wait + step) times the
+    # median step time is at most its batch; doubled, it would be ~1.5x. (The epoch's product
+    # with a median rate swings with load: seen at 1.52 x TRAIN beside other jobs.)
+    assert per_device * metrics["train/step_time_p50_ms"] / 1e3 < 1.25 * BATCH
     achieved = metrics["train/achieved_flops_per_s"]
     assert achieved == pytest.approx(metrics["model/fwd_bwd_flops_per_sample"] * total)
     assert metrics["train/achieved_per_device_flops_per_s"] == pytest.approx(achieved / 2)

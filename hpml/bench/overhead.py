@@ -133,7 +133,7 @@ def run_hpml(cfg: DictConfig, settings: Settings) -> Measurement:
 
 def run_hand_loop(cfg: DictConfig, settings: Settings) -> Measurement:
     """B: the same seed, data module, net and optimiser as ``train`` builds, in a plain loop."""
-    from hpml.train import build
+    from hpml.build import build
 
     torch.set_num_threads(settings.threads)
     L.seed_everything(cfg.seed, workers=True, verbose=False)

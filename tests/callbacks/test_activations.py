@@ -52,7 +52,7 @@ def test_an_unknown_module_is_refused_before_training(composed):
 
 
 def test_modules_are_for_checkpoint_only(composed):
-    from hpml.train import build
+    from hpml.build import build
 
     cfg = composed(["activations=bf16", "+activations.modules=[net.features]"])
     with pytest.raises(HpmlError, match=r"activations\.modules=.* only method=checkpoint"):

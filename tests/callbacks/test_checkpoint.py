@@ -95,7 +95,7 @@ def test_resume_in_another_folder_keeps_the_best_score(tmp_path):
 
 
 def test_default_callbacks_checkpoint_and_enable_checkpointing_false_drops_it(composed):
-    from hpml.train import build_callbacks
+    from hpml.build import build_callbacks
 
     default = [c for c in build_callbacks(composed([])) if isinstance(c, EpochCheckpoint)]
     assert len(default) == 1

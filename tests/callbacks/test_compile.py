@@ -52,7 +52,7 @@ def test_compile_run_logs_eager_and_compiled_variants(composed, client):
 
 
 def test_unknown_compile_mode_is_a_config_error(composed):
-    from hpml.train import build
+    from hpml.build import build
 
     cfg = composed(["compile=torch_compile", "compile.mode=fastest"])
     with pytest.raises(ConfigError, match=r"compile\.mode='fastest' is invalid"):

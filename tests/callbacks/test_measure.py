@@ -27,7 +27,7 @@ from hpml.errors import ConfigError
 @pytest.fixture
 def validated(composed):
     """An untrained LSTM classifier, its synthetic data and a trainer that ran validate once."""
-    from hpml.train import build
+    from hpml.build import build
 
     cfg = composed(["model=lstm", "data.val_samples=70", "data.batch_size=32"])
     datamodule = build("data", cfg.data)

@@ -71,7 +71,7 @@ def test_quant_run_on_a_cuda_trainer_without_cuda_falls_back_and_tags(
 
 
 def test_zero_calibration_batches_is_a_config_error_under_the_group_key(composed):
-    from hpml.train import build
+    from hpml.build import build
 
     cfg = composed(["quant=static_int8", "quant.calibration_batches=0"])
     with pytest.raises(ConfigError) as info:

@@ -13,6 +13,7 @@ import torch
 from PIL import Image
 from torchvision import transforms as T
 
+from hpml.build import build
 from hpml.data.image_folder import IMAGENET_MEAN, IMAGENET_STD, ImageFolderDataModule
 from hpml.data.vision import (
     CIFAR10_MEAN,
@@ -23,7 +24,6 @@ from hpml.data.vision import (
     MNISTDataModule,
 )
 from hpml.errors import ConfigError
-from hpml.train import build
 from tests.real_data import write_cifar10
 
 SEEDS = range(12)

@@ -14,7 +14,7 @@ def test_trainer_options_set_precision(option, precision, composed):
 
 
 def test_bf16_trainer_builds_on_cpu(composed):
-    from hpml.train import build
+    from hpml.build import build
 
     trainer = build("trainer", composed(["trainer=bf16", "trainer.accelerator=cpu"]).trainer)
     assert trainer.precision == "bf16-mixed"

@@ -55,7 +55,7 @@ def test_another_method_on_an_option_and_a_flag_not_true_or_false_are_refused():
 
 
 def test_the_callback_refuses_a_knob_its_quantizer_does_not_take(composed):
-    from hpml.train import build
+    from hpml.build import build
 
     cfg = composed(["quant=dynamic_int8", "+quant.per_channel=false"])
     with pytest.raises(ConfigError) as info:
