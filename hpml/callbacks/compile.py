@@ -78,7 +78,8 @@ from hpml.optimize.compile.training import compile_for_training, training_speedu
 
 BEFORE, AFTER = "compile_before", "compile_after"
 AUTO, EAGER = "auto", "eager"
-CANDIDATES = (EAGER, "torchscript", "export", "torch_compile")  # torch_compile resets dynamo: last
+# torch_compile last: it resets dynamo
+CANDIDATES = (EAGER, "torchscript", "export", "aot_inductor", "torch_compile")
 log = logging.getLogger(__name__)
 
 

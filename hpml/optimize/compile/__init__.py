@@ -1,4 +1,6 @@
-"""Compile a model for inference: TorchScript, ``torch.compile`` or ``torch.export``. Plain PyTorch.
+"""Compile a model for inference: TorchScript, ``torch.compile``, ``torch.export`` or AOTInductor.
+
+Plain PyTorch.
 
 ``compile_model(net, method, examples, workdir)`` returns a ``Compiled``: the module to run, the
 seconds compiling took (kept apart from any throughput), the largest difference of its outputs
@@ -30,6 +32,11 @@ from eager on ``examples``, and for ``export`` the saved program's path.
 - ``export``: ``torch.export.export`` with a dynamic batch dimension, saved with
   ``torch.export.save`` as ``workdir/model.pt2``; the program's module runs (no speed-up
   expected: it is the portable artifact for AOTInductor, ExecuTorch and other runtimes).
+- ``aot_inductor``: the same exported program (dynamic batch) compiled ahead of time by inductor
+  into a shared library (``torch._inductor.aoti_compile_and_package``, with inductor's
+  ``freezing`` as chosen), packaged as ``workdir/model_aoti.pt2`` and loaded back
+  (``aoti_load_package``): what a deployment without Python's dynamo would run. Compile time
+  is the export plus the C++ build.
 
 Every variant is checked against eager on the example inputs; a model the method cannot handle
 raises ``IncompatibleError`` with one line naming the model, the method and the reason.
@@ -50,7 +57,7 @@ from torch import nn
 
 from hpml.errors import ConfigError, IncompatibleError
 
-METHODS = ("torchscript", "torch_compile", "export")
+METHODS = ("torchscript", "torch_compile", "export", "aot_inductor")
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
@@ -235,21 +242,55 @@ def torch_compile(
     return module, time.perf_counter() - start
 
 
-def export(net: nn.Module, examples: Sequence[Any], workdir: Path) -> tuple[nn.Module, float, Path]:
+def _exported(net: nn.Module, examples: Sequence[Any], method: str) -> Any:
+    """``net`` exported on the largest example, its batch dimension dynamic."""
     example = _args(examples[-1])
     dynamic = tuple(
         {0: torch.export.Dim.AUTO} if isinstance(a, torch.Tensor) else None for a in example
     )
-    start = time.perf_counter()
     try:
-        program = torch.export.export(net, example, dynamic_shapes=dynamic)
+        return torch.export.export(net, example, dynamic_shapes=dynamic)
     except Exception as exc:
-        raise _untraceable(net, "export", exc) from exc
+        raise _untraceable(net, method, exc) from exc
+
+
+def export(net: nn.Module, examples: Sequence[Any], workdir: Path) -> tuple[nn.Module, float, Path]:
+    start = time.perf_counter()
+    program = _exported(net, examples, "export")
     seconds = time.perf_counter() - start
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / "model.pt2"
     torch.export.save(program, path)
     return program.module(), seconds, path
+
+
+def aot_inductor(
+    net: nn.Module,
+    examples: Sequence[Any],
+    workdir: Path,
+    freezing: bool = False,
+    cache_dir: Path | None = None,
+) -> tuple[Any, float, Path]:
+    from torch._inductor import aoti_compile_and_package, aoti_load_package
+
+    use_cache_dir(cache_dir or workdir / "inductor_cache")
+    start = time.perf_counter()
+    with torch.no_grad():
+        program = _exported(net, examples, "aot_inductor")
+        workdir.mkdir(parents=True, exist_ok=True)
+        try:
+            path = aoti_compile_and_package(
+                program,
+                package_path=str(workdir / "model_aoti.pt2"),
+                inductor_configs={"freezing": freezing},
+            )
+            runner = aoti_load_package(path)
+            for example in examples:
+                runner(*_args(example))
+                _sync(example)
+        except Exception as exc:
+            raise _untraceable(net, "aot_inductor", exc) from exc
+    return runner, time.perf_counter() - start, Path(path)
 
 
 def compile_model(
@@ -282,6 +323,8 @@ def compile_model(
         module, seconds = torch_compile(
             net, examples, workdir, mode, dynamic, fullgraph, freezing, channels_last, cache_dir
         )
+    elif method == "aot_inductor":
+        module, seconds, artifact = aot_inductor(net, examples, workdir, freezing, cache_dir)
     else:
         module, seconds, artifact = export(net, examples, workdir)
     if method != "torch_compile":

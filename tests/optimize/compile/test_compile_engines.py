@@ -1,4 +1,5 @@
-"""TorchScript, torch.compile and export give eager's outputs; untraceable models fail in a line."""
+"""TorchScript, torch.compile, export and AOTInductor give eager's outputs; untraceable models
+fail in a line."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def examples() -> list[torch.Tensor]:
     return [torch.randn(1, 3, 16, 16, generator=g), torch.randn(8, 3, 16, 16, generator=g)]
 
 
-@pytest.mark.parametrize("method", ["torchscript", "torch_compile", "export"])
+@pytest.mark.parametrize("method", ["torchscript", "torch_compile", "export", "aot_inductor"])
 def test_compiled_outputs_equal_eager(method, tmp_path):
     net = small_cnn()
     compiled = compile_model(net, method, examples(), tmp_path)
@@ -40,7 +41,13 @@ def test_compiled_outputs_equal_eager(method, tmp_path):
         loaded = torch.export.load(compiled.artifact).module()
         with torch.inference_mode():
             torch.testing.assert_close(loaded(x), net(x), rtol=1e-4, atol=1e-4)
-    if method == "torch_compile":
+    if method == "aot_inductor":  # the package loads back as the same program
+        assert compiled.artifact == tmp_path / "model_aoti.pt2"
+        assert compiled.size_bytes == compiled.artifact.stat().st_size
+        loaded = torch._inductor.aoti_load_package(str(compiled.artifact))
+        with torch.inference_mode():
+            torch.testing.assert_close(loaded(x), net(x), rtol=1e-4, atol=1e-4)
+    if method in ("torch_compile", "aot_inductor"):
         assert (tmp_path / "inductor_cache").is_dir()
 
 
