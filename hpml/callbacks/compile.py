@@ -286,7 +286,7 @@ class Compile(L.Callback):
             {"hpml.compile.auto.choice": choice, "hpml.compile.auto.candidates": ",".join(built)},
         )
         others = "; ".join(f"{n} {_median_iqr(t)}" for n, t in timings.items() if n != choice)
-        log.warning(
+        log.info(  # the choice asked for: said, not warned
             f"compile=auto: deploying {choice}, the fastest at batch {batch}: "
             f"{_median_iqr(timings[choice])}; {others or 'no other candidate'}"
         )

@@ -167,7 +167,7 @@ def test_auto_deploys_the_fastest_candidate_not_the_slowed_one(composed, client,
 
     auto = ["compile=auto", "compile.candidates=[torchscript,export]", "compile.force=true"]
     cfg = composed(["model=lstm", *auto, SLOW, "+compile.slow=torchscript", *QUICK, *FAST])
-    with caplog.at_level(logging.WARNING, "hpml.callbacks.compile"):
+    with caplog.at_level(logging.INFO, "hpml.callbacks.compile"):
         train(cfg)
     run = latest_run(client)
     tags, m = run.data.tags, run.data.metrics
