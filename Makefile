@@ -10,7 +10,7 @@ DB ?= sqlite:///$(CURDIR)/mlflow-server.db
 ARTIFACTS ?= $(CURDIR)/mlartifacts-server
 
 .PHONY: install train sweep report study-vae-pruning study-cnn-optimise study-lstm-optimise \
-	study-batch-scaling study-roofline ui server test lint format bench clean
+	study-batch-scaling study-roofline ui server test lint format bench gpu-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,10 @@ format: $(STAMP)
 
 bench: $(STAMP)  ## benchmark ratios, measured side by side in one run
 	$(BIN)/python -m hpml.bench $(ARGS)
+
+# The CUDA check (docs/gpu.md): on a GPU machine with the kit beside it, no .venv needed.
+gpu-check:  ## OUT=<dir>: run hpml's CUDA paths, summary + store + reports into OUT
+	python3 -m hpml.gpu.check --out '$(OUT)'
 
 clean:
 	rm -rf outputs multirun/*/ mlflow.db optuna.db mlartifacts .pytest_cache .ruff_cache .bench \

@@ -106,7 +106,9 @@ class TorchProfilerWindow(L.Callback):
     ``repeat`` times (0: until training ends), with ``torch.profiler``'s schedule.
 
     ``row_limit`` rows per table. ``record_shapes``, ``profile_memory``, ``with_flops`` and
-    ``with_stack`` are torch.profiler's own switches; ``nvtx`` adds NVTX ranges on CUDA.
+    ``with_stack`` are torch.profiler's own switches; ``nvtx`` adds NVTX ranges on CUDA;
+    ``trace`` logs each window's Chrome/Perfetto trace (tens of MB on a GPU), false keeps only
+    the tables and the execution summary.
     """
 
     # in a fused array: it profiles one job's steps
@@ -125,6 +127,7 @@ class TorchProfilerWindow(L.Callback):
         with_stack: bool = False,
         row_limit: Count = 25,
         nvtx: bool = True,
+        trace: bool = True,
     ) -> None:
         self.schedule = schedule(
             skip_first=skip_first, wait=wait, warmup=warmup, active=active, repeat=repeat
@@ -135,7 +138,7 @@ class TorchProfilerWindow(L.Callback):
             "with_flops": with_flops,
             "with_stack": with_stack,
         }
-        self.row_limit, self.nvtx = row_limit, nvtx
+        self.row_limit, self.nvtx, self.trace = row_limit, nvtx, trace
         self.profiler: profile | None = None
         self.regions = StepRegions(nvtx=False)
         self.trainer: L.Trainer | None = None
@@ -240,7 +243,8 @@ class TorchProfilerWindow(L.Callback):
             )
             lines = [f"{name:<20} {value:6.2f} %" for name, value in summary.items()]
             log_text(trainer, "\n".join(lines) + "\n", f"{prefix}/execution_summary.txt")
-        self._log_trace(trainer, prof, prefix)
+        if self.trace:
+            self._log_trace(trainer, prof, prefix)
 
     @staticmethod
     def _log_trace(trainer: L.Trainer, prof: profile, prefix: str) -> None:

@@ -71,6 +71,18 @@ def test_profiled_run_stores_trace_tables_and_summary(composed, client, root):
     assert "aten::addmm" in ops  # the VAE's Linear layers ran and were recorded
 
 
+def test_profiled_run_without_trace_keeps_tables_and_summary(composed, client):
+    """profile.trace=false (the GPU check's setting): no trace artifact, the rest as before."""
+    overrides = ["profile.skip_first=2", "profile.active=2", "profile.trace=false"]
+    cfg = composed(["model=vae", *QUICK, "data.train_samples=512", "profile=torch", *overrides])
+    train(cfg)
+    run = client.search_runs([client.get_experiment_by_name("hpml").experiment_id])[0]
+    files = {a.path for a in client.list_artifacts(run.info.run_id, "profiler/window_0")}
+    assert "profiler/window_0/trace.json" not in files
+    assert {"profiler/window_0/ops.csv", "profiler/window_0/execution_summary.txt"} <= files
+    assert run.data.metrics["profile/operator_compute_pct"] > 0
+
+
 def test_lightning_simple_profiler_report_is_stored(composed, client):
     cfg = composed(["model=vae", *QUICK, "profile=simple"])
     train(cfg)

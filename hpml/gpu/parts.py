@@ -1,0 +1,354 @@
+"""The parts of the GPU check, in priority order: each a few real hpml commands, a time budget,
+and the rows it adds to the summary, read back from the check's MLflow store.
+
+Commands are argument lists: ``{python}`` is the interpreter running the check, ``{ncu}`` Nsight
+Compute's command line and ``{work}`` the check's work folder. A part's rows say what ran and
+what it measured: every comparison with its interval and verdict, as hpml logged them
+(``<name>_ci_low_x`` / ``_ci_high_x`` beside ``<name>_x``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+# what every check run leaves out: checkpoints, the trained model, profiler traces
+QUIET = ("trainer.enable_checkpointing=false", "logger.log_model=false")
+TRACE_OFF = "profile.trace=false"
+STUDY2_BATCHES = (4, 8, 16, 32, 64)
+FUSED_LRS = ",".join(f"{1e-4 * 1.25**i:.3g}" for i in range(8))  # 8 members, as HFTA's sweeps
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the summary: a CUDA path, whether it ran, and what it measured."""
+
+    path: str
+    ran: str  # yes | no | failed | partly
+    figure: str
+
+
+@dataclass(frozen=True)
+class Part:
+    """A part of the check: its commands (argument lists), its budget in seconds, and
+    ``rows(store)``: its summary rows, read from the store and the commands' output."""
+
+    name: str
+    budget_s: float
+    commands: tuple[tuple[str, ...], ...]
+    rows: Callable[[Store], list[Row]]
+
+
+@dataclass
+class Store:
+    """The runs of the check's MLflow store by experiment name, and the check's work folder."""
+
+    runs: Mapping[str, Sequence[Any]]  # experiment -> mlflow Run objects (children and singles)
+    work: str
+    outputs: dict[str, str] = field(default_factory=dict)  # part -> its commands' output
+
+    def of(self, experiment: str) -> list[Any]:
+        """The experiment's runs that trained: a sweep's children and single runs, not parents."""
+        runs = self.runs.get(experiment, ())
+        parents = {r.data.tags.get("mlflow.parentRunId") for r in runs}
+        return [r for r in runs if r.info.run_id not in parents]
+
+
+def train(experiment: str, *overrides: str, sweep: bool = False) -> tuple[str, ...]:
+    """``python -m hpml.train`` into ``experiment``, quiet; ``-m`` first (Hydra 1.3 refuses
+    overrides after it)."""
+    flags = ("-m",) if sweep else ()
+    name = f"logger.experiment_name={experiment}"
+    return ("{python}", "-m", "hpml.train", *flags, name, *QUIET, *overrides)
+
+
+def _mib(value: float | None) -> str:
+    return "n/a" if value is None else f"{value / 2**20:,.1f} MiB"
+
+
+def _num(value: float | None, fmt: str = ",.1f", unit: str = "") -> str:
+    return "n/a" if value is None else f"{value:{fmt}}{unit}"
+
+
+def comparisons(metrics: Mapping[str, float], tags: Mapping[str, str]) -> list[str]:
+    """Every before/after a run logged, as ``name ratio [low, high] (n=.., verdict)``, with the
+    devices it compared where they differ (``hpml.compare.<name>.devices``)."""
+    found = []
+    for key in sorted(metrics):
+        match = re.fullmatch(r"(.+)_ci_low_x", key)
+        if not match:
+            continue
+        name = match.group(1)
+        ratio, low = metrics.get(f"{name}_x"), metrics[key]
+        high, n = metrics.get(f"{name}_ci_high_x"), metrics.get(f"{name}_rounds_count")
+        if ratio is None or high is None:
+            continue
+        verdict = (
+            "within noise"
+            if (n or 0) < 2 or low <= 1 <= high
+            else ("faster" if low > 1 else "slower")
+        )
+        stage = name.split("/")[0]
+        devices = tags.get(f"hpml.compare.{stage}.devices", "")
+        where = f", {devices}" if "cpu" in devices and "cuda" in devices else ""
+        found.append(
+            f"{name} {ratio:.2f}x [{low:.2f}, {high:.2f}] (n={n or 0:.0f}, {verdict}{where})"
+        )
+    return found
+
+
+def _default_rows(store: Store) -> list[Row]:
+    rows = []
+    runs = store.of("gpu_default")
+    for run in sorted(runs, key=lambda r: r.data.params.get("trainer.precision", "")):
+        m, p, t = run.data.metrics, run.data.params, run.data.tags
+        precision = p.get("trainer.precision", "?")
+        ok = "yes" if run.info.status == "FINISHED" else "failed"
+        rows.append(
+            Row(
+                f"default run, {precision} ({t.get('hpml.device', '?')})",
+                ok,
+                f"train {_num(m.get('train/throughput_samples_per_s'))} samples/s "
+                f"(IQR {_num(m.get('train/throughput_iqr_samples_per_s'))}); "
+                f"peak {_mib(m.get('train/peak_memory_bytes'))} "
+                f"({t.get('hpml.peak_memory_source', '?')}); "
+                f"MFU {_num(m.get('train/mfu_table_pct'), '.1f', '%')} of datasheet, "
+                f"{_num(m.get('train/mfu_measured_pct'), '.1f', '%')} of measured peak; "
+                f"val/acc {_num(m.get('val/acc'), '.3f')}",
+            )
+        )
+        breakdown = ", ".join(
+            f"{part} {_mib(m.get(f'memory/{part}_bytes'))}"
+            for part in ("weights", "gradients", "optimizer_state", "activations")
+        )
+        rows.append(
+            Row(
+                f"memory breakdown, {precision}",
+                ok if "memory/weights_bytes" in m else "no",
+                breakdown,
+            )
+        )
+        rows.append(
+            Row(
+                f"energy, {precision}",
+                "yes" if "train/energy_j_per_sample" in m else "no",
+                f"train {_num(m.get('train/energy_j_per_sample'), '.4f', ' J/sample')}, "
+                f"test {_num(m.get('test/energy_j_per_sample'), '.4f', ' J/sample')} "
+                "(NVML board energy, idle included)",
+            )
+        )
+    return rows or [Row("default run on trainer=gpu, bf16, fp16", "failed", "no run logged")]
+
+
+def _shares(runs: Iterable[Any], category: str) -> dict[tuple[str, int], float]:
+    return {
+        (
+            r.data.params.get("model.name", r.data.tags.get("hpml.choice.model", "?")),
+            int(r.data.params.get("data.batch_size", 0)),
+        ): r.data.metrics[f"profile/{category}_pct"]
+        for r in runs
+        if f"profile/{category}_pct" in r.data.metrics
+    }
+
+
+def _study2_rows(store: Store) -> list[Row]:
+    runs = store.of("gpu_study2")
+    rows = []
+    copy, kernel = _shares(runs, "memcpy"), _shares(runs, "kernel")
+    for model in sorted({m for m, _ in kernel}):
+        sizes = sorted(b for m, b in kernel if m == model)
+        text = ", ".join(
+            f"b{b}: kernel {kernel[(model, b)]:.1f}% memcpy {copy.get((model, b), 0):.1f}%"
+            for b in sizes
+        )
+        falls = len(sizes) > 1 and copy.get((model, sizes[-1]), 0) < copy.get((model, sizes[0]), 0)
+        rows.append(
+            Row(
+                f"study 2 execution summary, {model}",
+                "yes",
+                f"{text}; memcpy share {'falls' if falls else 'does not fall'} "
+                f"from b{sizes[0]} to b{sizes[-1]}",
+            )
+        )
+    failed = sum(r.info.status != "FINISHED" for r in runs)
+    report = store.outputs.get("study2", "")
+    rows.append(
+        Row(
+            "study 2 report (time-share plot)",
+            "yes" if "report.html" in report else "no",
+            f"{len(runs)} runs, {failed} failed",
+        )
+    )
+    return rows or [Row("study 2 in small", "failed", "no run logged")]
+
+
+def _roofline_rows(store: Store) -> list[Row]:
+    rows = []
+    for run in store.of("gpu_study5"):
+        m = run.data.metrics
+        intensity = m.get("roofline/intensity_flop_per_byte")
+        achieved = m.get("roofline/forward_achieved_flops_per_s")
+        peak = m.get("roofline/peak_fp32_flops_per_s")
+        bandwidth = m.get("roofline/peak_memory_bandwidth_bytes_per_s")
+        if None in (intensity, achieved, peak, bandwidth):
+            rows.append(Row(f"study 5 roofline, {run.info.run_name}", "failed", "no roofline"))
+            continue
+        roof = min(peak, intensity * bandwidth)
+        where = "above the roof" if achieved > roof * (1 + 1e-9) else "under the roof"
+        rows.append(
+            Row(
+                f"study 5 roofline, {run.data.tags.get('hpml.choice.model', '?')}",
+                "yes",
+                f"{intensity:.1f} FLOP/B at {achieved / 1e12:.2f} TFLOP/s, roof {roof / 1e12:.2f} "
+                f"TFLOP/s ({where})",
+            )
+        )
+    nvtx = store.outputs.get("nvtx", "")
+    found = sorted(
+        set(re.findall(r"hpml/(?:forward|backward|zero_grad|optimizer_step|data)", nvtx))
+    )
+    rows.append(
+        Row(
+            "NVTX ranges (Nsight Compute)",
+            "yes" if found else "no",
+            ", ".join(found) or "no hpml range seen (see logs)",
+        )
+    )
+    drawn = "roofline.png" in store.outputs.get("study5", "")
+    rows.append(Row("study 5 roofline plot", "yes" if drawn else "no", "one roofline, three VGGs"))
+    return rows
+
+
+def _fused_rows(store: Store) -> list[Row]:
+    runs = store.of("gpu_fused")
+    fused = [r for r in runs if r.data.tags.get("hpml.fused") == "true"]
+    rows = [
+        Row(
+            "fuse=array on CUDA (no force)",
+            "yes" if fused else "no",
+            f"{len(fused)} of {len(runs)} runs trained fused, array size "
+            f"{fused[0].data.tags.get('hpml.fused.array_size', '?') if fused else '-'}",
+        )
+    ]
+    bench = store.outputs.get("fused", "")
+    lines = [ln.strip() for ln in bench.splitlines() if re.search(r"N=(8|16) samples/s", ln)]
+    rows.append(
+        Row(
+            "fused vs serial (bench fuse)",
+            "yes" if lines else "no",
+            "; ".join(lines) or "no ratio printed",
+        )
+    )
+    return rows
+
+
+def _optimise_rows(store: Store) -> list[Row]:
+    rows = []
+    for run in store.of("gpu_optimise"):
+        t = run.data.tags
+        choice = next(
+            (
+                f"{g}={t[f'hpml.choice.{g}']}"
+                for g in ("prune", "quant", "compile")
+                if t.get(f"hpml.choice.{g}", "none") != "none"
+            ),
+            "none",
+        )
+        found = comparisons(run.data.metrics, t)
+        rows.append(
+            Row(
+                f"optimise {choice}",
+                "yes" if run.info.status == "FINISHED" else "failed",
+                "; ".join(found) or "no comparison logged",
+            )
+        )
+    bench = store.outputs.get("optimise", "")
+    lines = [ln.strip() for ln in bench.splitlines() if "training step speed-up" in ln]
+    rows.append(
+        Row(
+            "AMP, channels_last, compiled training (bench train_speed)",
+            "yes" if lines else "no",
+            "; ".join(lines) or "no ratio printed",
+        )
+    )
+    return rows
+
+
+def _no_rows(store: Store) -> list[Row]:
+    """A part whose figures another part's rows read (the NVTX output: study 5's rows)."""
+    return []
+
+
+def _pytest_rows(store: Store) -> list[Row]:
+    out = store.outputs.get("{python}", "-m", "pytest", "")
+    summary = re.findall(r"=+ (.*(?:passed|failed|skipped|error).*) =+", out)
+    ok = summary and "failed" not in summary[-1] and "error" not in summary[-1]
+    return [
+        Row("pytest -m gpu", "yes" if ok else "failed", summary[-1] if summary else "no summary")
+    ]
+
+
+def py(*args: str) -> tuple[str, ...]:
+    return ("{python}", "-m", *args)
+
+
+def parts() -> list[Part]:
+    """The check's parts, highest priority first (a run cut short keeps the first ones)."""
+    one_epoch = ("trainer=gpu", "trainer.max_epochs=1")
+    profiled = train("gpu_nvtx", *one_epoch, "profile=torch", TRACE_OFF, "test=false")
+    # one kernel inside an hpml range, named by its NVTX push/pop stack; if the filter finds
+    # none (or this ncu reads the expression otherwise), one kernel deep into training
+    ncu = ("{ncu}", "--nvtx", "--launch-count", "1", "--metrics", "gpu__time_duration.sum")
+    nvtx = (
+        (*ncu, "--nvtx-include", "regex:hpml.forward/", *profiled),
+        (*ncu, "--launch-skip", "1500", *profiled),
+    )
+    study2 = train("gpu_study2", "experiment=batch_scaling", "trainer=gpu", TRACE_OFF, sweep=True)
+    study5 = train("gpu_study5", "experiment=roofline_vgg", "trainer=gpu", sweep=True)
+    lrs = f"model.optimizer.lr={FUSED_LRS}"
+    fused = train("gpu_fused", "model=vae", "fuse=array", *one_epoch, lrs, sweep=True)
+    pytest = ("pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "-n", "4", "tests")
+    return [
+        Part(
+            "default",
+            75,
+            (train("gpu_default", "trainer=gpu,bf16,fp16", sweep=True),),
+            _default_rows,
+        ),
+        Part(
+            "study2",
+            90,
+            (
+                study2,
+                py("hpml.report", "--last", "--experiment", "gpu_study2", "--out", "{work}/study2"),
+            ),
+            _study2_rows,
+        ),
+        Part(
+            "study5",
+            60,
+            (
+                study5,
+                py("hpml.report.roofline", "--experiment", "gpu_study5", "--out", "{work}/study5"),
+            ),
+            _roofline_rows,
+        ),
+        Part("nvtx", 45, nvtx, _no_rows),
+        Part(
+            "fused", 60, (fused, py("hpml.bench", "--case", "fuse", "--rounds", "5")), _fused_rows
+        ),
+        Part(
+            "optimise",
+            100,
+            (
+                train("gpu_optimise", *one_epoch, "prune=l1_structured"),
+                train("gpu_optimise", *one_epoch, "quant=static_int8"),
+                train("gpu_optimise", *one_epoch, "compile=torch_compile", "compile.train=true"),
+                py("hpml.bench", "--case", "train_speed", "--rounds", "9"),
+            ),
+            _optimise_rows,
+        ),
+        Part("pytest", 90, (py(*pytest),), _pytest_rows),
+    ]

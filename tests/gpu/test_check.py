@@ -1,0 +1,98 @@
+"""The GPU check on a machine without CUDA: its refusal, budgets, summary and packing."""
+
+from __future__ import annotations
+
+import sys
+import tarfile
+import time
+
+import pytest
+import torch
+
+from hpml.gpu import check
+from hpml.gpu.parts import Part, Row, Store, comparisons, parts
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
+def test_check_without_cuda_refuses_in_one_line_before_installing(tmp_path, capsys):
+    out, work, kit = tmp_path / "out", tmp_path / "work", tmp_path / "kit"
+    status = check.main(["--out", str(out), "--work", str(work), "--kit", str(kit)])
+    lines = capsys.readouterr().out.splitlines()
+    assert status != 0
+    assert len(lines) == 1 and lines[0].startswith("hpml:") and "CUDA" in lines[0]
+    assert not out.exists() and not work.exists()  # nothing installed, nothing written
+
+
+def test_a_part_is_cut_at_its_budget_and_its_next_command_not_started(tmp_path):
+    sleep = (sys.executable, "-c", "import time; print('started', flush=True); time.sleep(60)")
+    echo = (sys.executable, "-c", "print('second')")
+    part = Part("slow", 1.5, (sleep, echo), lambda store: [])
+    started = time.monotonic()
+    output = check.run_part(part, {}, {}, time.monotonic() + 60, tmp_path, min_s=1.0)
+    assert time.monotonic() - started < 15  # interrupted, not waited for
+    assert "started" in output and "cut at its budget" in output
+    assert "second" not in output.replace("print('second')", "")
+    assert "[not run: the part's budget was spent]" in output
+    assert "started" in (tmp_path / "slow.log").read_text()
+
+
+def test_comparisons_read_ratio_interval_and_verdict_as_hpml_logs_them():
+    metrics = {
+        "prune/speedup_b1_x": 2.0,
+        "prune/speedup_b1_ci_low_x": 1.5,
+        "prune/speedup_b1_ci_high_x": 2.5,
+        "prune/speedup_b1_rounds_count": 9,
+        "compile/speedup_b64_x": 1.02,
+        "compile/speedup_b64_ci_low_x": 0.97,
+        "compile/speedup_b64_ci_high_x": 1.08,
+        "compile/speedup_b64_rounds_count": 9,
+        "quant/speedup_b1_x": 0.5,
+        "quant/speedup_b1_ci_low_x": 0.4,
+        "quant/speedup_b1_ci_high_x": 0.6,
+        "quant/speedup_b1_rounds_count": 9,
+    }
+    found = comparisons(metrics, {"hpml.compare.quant.devices": "cuda:0 vs cpu"})
+    assert found == [
+        "compile/speedup_b64 1.02x [0.97, 1.08] (n=9, within noise)",
+        "prune/speedup_b1 2.00x [1.50, 2.50] (n=9, faster)",
+        "quant/speedup_b1 0.50x [0.40, 0.60] (n=9, slower, cuda:0 vs cpu)",
+    ]
+
+
+def test_summary_and_packs_are_written_for_what_ran(tmp_path):
+    done = {"default": [Row("default run, 32-true", "yes", "1,000.0 samples/s")]}
+    check.write_summary(tmp_path, {"device": "NVIDIA H100", "torch": "2.11.0"}, done)
+    text = (tmp_path / "summary.md").read_text()
+    assert "| default run, 32-true | yes | 1,000.0 samples/s |" in text
+    assert "NVIDIA H100" in text.splitlines()[0]
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (reports / "report.html").write_text("<html></html>")
+    (reports / "big.csv").write_bytes(b"0" * (4 * 2**20 + 1))  # over the way back's share
+    (reports / "model.pt").write_bytes(b"0")
+    check.pack(tmp_path, "reports.tar.gz", [reports], check.REPORT_SUFFIXES)
+    with tarfile.open(tmp_path / "reports.tar.gz") as tar:
+        assert tar.getnames() == ["reports/report.html"]
+
+
+def test_parts_run_hpml_commands_in_priority_order_with_budgets_under_the_check():
+    found = parts()
+    assert [p.name for p in found][:3] == ["default", "study2", "study5"]
+    assert found[-1].name == "pytest"
+    for command in (c for part in found for c in part.commands if "hpml.train" in c):
+        overrides = command[command.index("hpml.train") + 1 :]
+        assert "-m" not in overrides[1:]  # Hydra 1.3 refuses overrides after -m
+    assert all(p.budget_s > 0 for p in found)
+
+
+def test_store_of_keeps_trained_runs_not_sweep_parents(client):
+    experiment = client.create_experiment("gpu_default")
+    parent = client.create_run(experiment).info.run_id
+    children = [
+        client.create_run(experiment, tags={"mlflow.parentRunId": parent}).info.run_id
+        for _ in range(2)
+    ]
+    single = client.create_run(experiment).info.run_id
+    store = Store(check.read_store(client.tracking_uri), ".")
+    assert {r.info.run_id for r in store.of("gpu_default")} == {*children, single}
+    assert store.of("gpu_study2") == []
