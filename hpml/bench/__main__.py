@@ -11,7 +11,15 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from hpml.bench.harness import CaseResult, Measurement, Report, Settings, write_json
+from hpml.bench.harness import (
+    CaseResult,
+    Measurement,
+    Report,
+    Settings,
+    fmt,
+    rounds_for_95,
+    write_json,
+)
 from hpml.console import quiet_upstream
 
 Case = Callable[[Settings, Path, Report], CaseResult]
@@ -108,13 +116,10 @@ def select_cases(names: Sequence[str] | None, cases: Mapping[str, Case]) -> list
     return list(dict.fromkeys(names))
 
 
-def fmt(value: float) -> str:
-    """Three significant decimals for ratios near 1, fewer digits for large throughputs."""
-    return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
-
-
 def table(results: Sequence[CaseResult]) -> str:
-    """One row per ratio: its spread over rounds, the goal, and what each side measured."""
+    """One row per ratio: its spread over rounds, the median's interval and verdict, the goal,
+    and what each side measured; a case's closing line says when its rounds were too few for
+    95% intervals."""
     header = (
         "case",
         "metric",
@@ -122,6 +127,7 @@ def table(results: Sequence[CaseResult]) -> str:
         "min",
         "median",
         "max",
+        "median [interval] verdict",
         "goal",
         "meets",
         "numerator median",
@@ -143,6 +149,7 @@ def table(results: Sequence[CaseResult]) -> str:
                     fmt(s.min),
                     fmt(s.median),
                     fmt(s.max),
+                    s.describe(),
                     goal,
                     meets,
                     f"{fmt(s.numerator_median)} {r.unit}",
@@ -163,9 +170,25 @@ def table(results: Sequence[CaseResult]) -> str:
         lines.append(
             f"{result.case}: {s.rounds} rounds x ({s.warmup} warm-up + {s.steps} timed "
             f"steps) per variant in {result.seconds:.0f} s; load average 1/5/15 min "
-            f"{before} before, {after} after"
+            f"{before} before, {after} after{short_of_95(result)}"
         )
     return "\n".join(lines)
+
+
+def short_of_95(result: CaseResult) -> str:
+    """``; intervals [min, max] of 5 rounds: 94%, not 95% (--rounds 6 or more)``, or nothing."""
+    if not result.summaries:
+        return ""
+    interval = result.summaries[0].interval
+    needed = rounds_for_95()
+    if interval.n >= needed:
+        return ""
+    if interval.n < 2:
+        return f"; one round gives no interval (--rounds {needed} or more for 95%)"
+    return (
+        f"; intervals [min, max] of {interval.n} rounds: {interval.coverage:.0%}, not 95% "
+        f"(--rounds {needed} or more)"
+    )
 
 
 def progress(case: str, rounds: int) -> Report:

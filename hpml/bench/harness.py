@@ -4,8 +4,9 @@ On a shared machine the load swings wall-clock by 2-4x within minutes, so number
 runs cannot be compared. Here every round runs each variant once, the order rotates each round
 (A B, B A, ...: :func:`hpml.analysis.rounds.round_order`, shared with the in-run comparisons) so
 neither always meets the cache and load the other left, and a ratio is taken within a round
-before the rounds are summarised (min / median / max). Pure Python: no torch, Lightning or Hydra,
-so the arithmetic is tested without measuring anything.
+before the rounds are summarised (min / median / max, and the median's 95% order-statistic
+interval with its verdict, as hpml's in-run comparisons give theirs: :mod:`hpml.analysis.stats`).
+Pure Python: no torch, Lightning or Hydra, so the arithmetic is tested without measuring anything.
 """
 
 from __future__ import annotations
@@ -17,13 +18,18 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpml.analysis.rounds import round_order
+
+if TYPE_CHECKING:  # scipy's import takes a second: `--help` and a bad --case answer without it
+    from hpml.analysis.stats import Interval
 
 Measurement = dict[str, float]
 Variant = Callable[[], Measurement]
 Report = Callable[[int, str, Measurement], None]
+CONFIDENCE = 0.95 - 1e-9  # an interval's coverage that counts as 95% (binomial sums round)
+ABOVE, BELOW = "above 1", "below 1"  # the verdicts of a ratio that is not a speed-up
 
 
 @dataclass(frozen=True)
@@ -67,7 +73,11 @@ def interleave(
 @dataclass(frozen=True)
 class Ratio:
     """``numerator / denominator`` of measurement ``key``, with the median's goal if it has one:
-    at least ``goal``, or at most where ``at_most`` (a cost: wall time against a baseline's)."""
+    at least ``goal``, or at most where ``at_most`` (a cost: wall time against a baseline's).
+
+    ``speedup``: the ratio is before / after of a time (``key`` a duration, ``numerator`` the
+    baseline), so its verdict reads ``faster`` or ``slower`` as an in-run comparison's does;
+    any other ratio reads ``above 1`` or ``below 1`` (which side that favours is its own)."""
 
     metric: str
     key: str
@@ -76,6 +86,7 @@ class Ratio:
     denominator: str
     goal: float | None = None
     at_most: bool = False
+    speedup: bool = False
 
 
 @dataclass(frozen=True)
@@ -108,17 +119,65 @@ class RatioSummary:
             return self.median <= self.ratio.goal
         return self.median >= self.ratio.goal
 
+    @property
+    def interval(self) -> Interval:
+        """The median of the per-round ratios and its order-statistic interval (95%; with fewer
+        than :func:`rounds_for_95` rounds [min, max], its ``coverage`` saying how much less)."""
+        from hpml.analysis.stats import median_ci
+
+        return median_ci(self.values)
+
+    @property
+    def verdict(self) -> str:
+        """``within noise`` when the interval contains 1 or rests on one round; otherwise
+        ``faster``/``slower`` for a speed-up, ``above 1``/``below 1`` for any other ratio."""
+        from hpml.analysis.stats import FASTER, WITHIN_NOISE, verdict
+
+        said = verdict(self.interval)
+        if said == WITHIN_NOISE or self.ratio.speedup:
+            return said
+        return ABOVE if said == FASTER else BELOW
+
+    def describe(self) -> str:
+        """``2.910x [2.700, 3.100] faster (n=9)``, as a report's comparison cell: ``, 94%
+        interval`` where too few rounds leave it short of 95%, ``[no interval]`` for one."""
+        i = self.interval
+        if i.n < 2:
+            return f"{fmt(i.median)}x [no interval] {self.verdict} (n={i.n})"
+        cover = "" if i.coverage >= CONFIDENCE else f", {i.coverage:.0%} interval"
+        return f"{fmt(i.median)}x [{fmt(i.low)}, {fmt(i.high)}] {self.verdict} (n={i.n}{cover})"
+
     def to_dict(self) -> dict[str, Any]:
+        i = self.interval
         return {
             **asdict(self.ratio),
             "values": list(self.values),
             "min": self.min,
             "median": self.median,
             "max": self.max,
+            "ci_low": i.low,
+            "ci_high": i.high,
+            "ci_coverage": i.coverage,
+            "verdict": self.verdict,
             "meets_goal": self.meets_goal,
             "numerator_median": self.numerator_median,
             "denominator_median": self.denominator_median,
         }
+
+
+def rounds_for_95() -> int:
+    """The fewest rounds whose interval of the median reaches 95% (6: [min, max] covers 97%)."""
+    from hpml.analysis.stats import median_ci
+
+    n = 2
+    while median_ci([float(v) for v in range(n)]).coverage < CONFIDENCE:
+        n += 1
+    return n
+
+
+def fmt(value: float) -> str:
+    """Three significant decimals for ratios near 1, fewer digits for large throughputs."""
+    return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
 
 
 def summarize(ratio: Ratio, rounds: Sequence[Round]) -> RatioSummary:

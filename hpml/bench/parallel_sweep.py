@@ -24,8 +24,10 @@ BASIC, JOBLIB = "basic launcher", "joblib n_jobs=2"
 BASIC_START, JOBLIB_START = "basic launcher, start-up", "joblib n_jobs=2, start-up"
 WALL, PER_JOB = "sweep_wall_s", "wall_per_job_s"
 RATIOS = (
-    Ratio("4-job sweep speed-up (wall)", WALL, "s", BASIC, JOBLIB, goal=1.6),
-    Ratio("start-up per job, basic / joblib", PER_JOB, "s", BASIC_START, JOBLIB_START),
+    Ratio("4-job sweep speed-up (wall)", WALL, "s", BASIC, JOBLIB, goal=1.6, speedup=True),
+    Ratio(
+        "start-up per job, basic / joblib", PER_JOB, "s", BASIC_START, JOBLIB_START, speedup=True
+    ),
 )
 LAUNCHERS = {
     BASIC: [],

@@ -1,21 +1,27 @@
-"""Case ``train_speed``: what compiled training, channels_last and bf16 autocast buy per step.
+"""Case ``train_speed``: what compiled training, channels_last and mixed precision buy per step.
 
 Variants, each its own copy of one VGG11-CIFAR (same initial weights) with its own SGD optimiser,
-trained on the same random batch of ``BATCH`` images:
+trained on the same random batch, on the GPU where torch sees one (:mod:`hpml.bench.device`),
+else the CPU; ``BATCH`` images on the CPU, ``CUDA_BATCH`` on a GPU (enough work per step to time):
 
 - ``eager``: fp32, contiguous (NCHW) tensors, as ``python -m hpml.train`` runs by default;
 - ``compiled``: the training step's net through ``hpml.optimize.compile.training`` (what
   ``compile.train=true`` runs), compiled and warmed up before the rounds (inductor cache under
   ``.bench/inductor_train``; seconds in the notes, never in a ratio);
 - ``channels_last``: net and batch in NHWC, what ``model.channels_last=true`` does;
-- ``bf16 autocast``: forward and loss under Lightning's ``bf16-mixed`` precision plugin on CPU
-  (``torch.autocast("cpu", torch.bfloat16)``, weights and optimiser in fp32), what
-  ``trainer=bf16`` runs.
+- ``bf16 autocast``: forward and loss under Lightning's ``bf16-mixed`` precision plugin
+  (``torch.autocast(device, torch.bfloat16)``, weights and optimiser in fp32), what
+  ``trainer=bf16`` runs;
+- ``fp16 autocast`` (CUDA only): Lightning's ``16-mixed`` plugin, what ``trainer=fp16`` runs:
+  fp16 autocast and its ``torch.amp.GradScaler`` (loss scaled before backward, gradients
+  unscaled, the step skipped on overflow, the scale updated).
 
-Each variant, each round: ``warmup`` untimed steps, then the median wall time of ``steps`` steps
-(forward, cross-entropy, backward, SGD update), and the samples per second it gives. Ratios are
-eager / variant step time, so larger is better. Measured here (batch 16, one thread, load
-average 1.1, 3 rounds): compiled 0.87x (0.84-0.88), channels_last 0.94x (0.89-0.96): on this
+Each variant, each round: ``warmup`` untimed steps, then the median time of ``steps`` steps
+(forward, cross-entropy, backward, SGD update), and the samples per second it gives. On the CPU
+each step is timed by the host clock; on a GPU by CUDA events recorded between steps, the device
+synchronised only before and after the block, so the host queues step after step as in training.
+Ratios are eager / variant step time, so larger is better. Measured here (batch 16, one thread,
+load average 1.1, 3 rounds): compiled 0.87x (0.84-0.88), channels_last 0.94x (0.89-0.96): on this
 AVX2 CPU neither pays for training, unlike inference (``quant``: 1.23x with freezing, which a
 training graph cannot use, its weights change every step).
 
@@ -24,10 +30,12 @@ convolutions through oneDNN's reference paths: on the 2-core AMD EPYC (AVX2) her
 8.1 s against 0.34 s in fp32 (about 24x slower, load average 1.1). There the bf16 variant is not
 put in the rounds (it would take the case from a minute to a quarter of an hour); one step of it
 is timed once, after a warm-up step, and reported in the notes beside an eager step timed alike.
+On a GPU bf16 is always in the rounds.
 """
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 from collections.abc import Callable
@@ -37,27 +45,51 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from hpml.analysis.timing import synchronized_now
+from hpml.bench.device import bench_device, device_name
 from hpml.bench.harness import CaseResult, Measurement, Ratio, Report, Settings, run_case
 from hpml.models.nets.vgg import CifarVGG
 from hpml.optimize.compile import DISPATCH_ONLY
 from hpml.optimize.compile.training import compile_for_training
 
-BATCH = 16
-EAGER, COMPILED, CHANNELS_LAST, BF16 = "eager", "compiled", "channels_last", "bf16 autocast"
+BATCH = 16  # on the CPU
+CUDA_BATCH = 128  # on a GPU: batch 16 would time kernel launches, not the device
+EAGER, COMPILED, CHANNELS_LAST = "eager", "compiled", "channels_last"
+BF16, FP16 = "bf16 autocast", "fp16 autocast"
 STEP, THROUGHPUT = "step_time_ms", "throughput_samples_per_s"
+CPU = torch.device("cpu")
 
 
 def speed_up(name: str) -> Ratio:
-    return Ratio(f"VGG11-CIFAR training step speed-up, {name}", STEP, "ms", EAGER, name)
+    return Ratio(
+        f"VGG11-CIFAR training step speed-up, {name}", STEP, "ms", EAGER, name, speedup=True
+    )
 
 
 Context = Callable[[], AbstractContextManager]
 
 
+def batch_size(device: torch.device) -> int:
+    return CUDA_BATCH if device.type == "cuda" else BATCH
+
+
+def variant_names(device: torch.device, bf16_in_rounds: bool) -> tuple[str, ...]:
+    """The variants timed in rounds, eager first: bf16 always on a GPU, on a CPU only with
+    bf16 instructions (``bf16_in_rounds``); fp16 with its scaler on a GPU only."""
+    if device.type == "cuda":
+        return (EAGER, COMPILED, CHANNELS_LAST, BF16, FP16)
+    return (EAGER, COMPILED, CHANNELS_LAST, *((BF16,) if bf16_in_rounds else ()))
+
+
 def trainer_step(
-    net: nn.Module, images: torch.Tensor, labels: torch.Tensor, context: Context = nullcontext
+    net: nn.Module,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    context: Context = nullcontext,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> Callable[[], None]:
-    """One optimiser step of ``net`` on the batch, forward and loss inside ``context``."""
+    """One optimiser step of ``net`` on the batch, forward and loss inside ``context``; with a
+    ``scaler``, the step Lightning's ``16-mixed`` plugin takes."""
     optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 
@@ -65,24 +97,48 @@ def trainer_step(
         optimizer.zero_grad(set_to_none=True)
         with context():
             loss = loss_fn(net(images), labels)
-        loss.backward()
-        optimizer.step()
+        if scaler is None:
+            loss.backward()
+            optimizer.step()
+            return
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        scaler.step(optimizer)
+        scaler.update()
 
     return step
 
 
-def variant(step: Callable[[], None], settings: Settings) -> Callable[[], Measurement]:
+def step_seconds(step: Callable[[], None], steps: int, device: torch.device) -> list[float]:
+    """Seconds of each of ``steps`` calls of ``step``: host clock on the CPU; on a GPU, CUDA
+    events between steps (each the span from the previous step's end to its own on the device),
+    synchronised before and after the block only."""
+    if device.type != "cuda":
+        times = []
+        for _ in range(steps):
+            start = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - start)
+        return times
+    marks = [torch.cuda.Event(enable_timing=True) for _ in range(steps + 1)]
+    synchronized_now(device)
+    marks[0].record()
+    for mark in marks[1:]:
+        step()
+        mark.record()
+    synchronized_now(device)
+    return [start.elapsed_time(end) / 1e3 for start, end in itertools.pairwise(marks)]
+
+
+def variant(
+    step: Callable[[], None], settings: Settings, device: torch.device = CPU
+) -> Callable[[], Measurement]:
     def measure() -> Measurement:
         torch.set_num_threads(settings.threads)
         for _ in range(settings.warmup):
             step()
-        times = []
-        for _ in range(settings.steps):
-            start = time.perf_counter()
-            step()
-            times.append(time.perf_counter() - start)
-        median = statistics.median(times)
-        return {STEP: 1e3 * median, THROUGHPUT: BATCH / median}
+        median = statistics.median(step_seconds(step, settings.steps, device))
+        return {STEP: 1e3 * median, THROUGHPUT: batch_size(device) / median}
 
     return measure
 
@@ -108,7 +164,8 @@ def step_kernels(step: Callable[[], None]) -> tuple[str, ...]:
 
 
 def copy_of(net: nn.Module) -> nn.Module:
-    other = CifarVGG(11).train()
+    """A fresh VGG11-CIFAR with ``net``'s weights, on ``net``'s device."""
+    other = CifarVGG(11).to(next(net.parameters()).device).train()
     other.load_state_dict(net.state_dict())
     return other
 
@@ -122,14 +179,29 @@ def bf16_native() -> bool:
     return any(flag in flags for flag in ("avx512_bf16", "amx_bf16"))
 
 
+def device_notes(device: torch.device) -> dict[str, object]:
+    """What the figures depend on besides the variants: the CPU's bf16 instructions, or the
+    GPU's CUDA and fp32 settings (cuDNN convolutions may run in TF32)."""
+    if device.type != "cuda":
+        return {"cpu_bf16_native": bf16_native()}
+    return {
+        "cuda": torch.version.cuda,
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+    }
+
+
 def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> CaseResult:
     from lightning.pytorch.plugins.precision import MixedPrecision
 
+    device = bench_device()
+    batch = batch_size(device)
     torch.set_num_threads(settings.threads)
     torch.manual_seed(0)
-    images = torch.randn(BATCH, 3, 32, 32)
-    labels = torch.randint(0, 10, (BATCH,))
-    eager = CifarVGG(11).train()
+    images = torch.randn(batch, 3, 32, 32).to(device)
+    labels = torch.randint(0, 10, (batch,)).to(device)
+    eager = CifarVGG(11).to(device).train()
 
     compiled, compile_s = compile_for_training(
         copy_of(eager), [images], bench_dir / "inductor_train"
@@ -137,13 +209,19 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
     nhwc = copy_of(eager).to(memory_format=torch.channels_last)
     nhwc_images = images.contiguous(memory_format=torch.channels_last)
     bf16_step = trainer_step(
-        copy_of(eager), images, labels, MixedPrecision("bf16-mixed", "cpu").forward_context
+        copy_of(eager), images, labels, MixedPrecision("bf16-mixed", device.type).forward_context
     )
-    variants = {
-        EAGER: variant(trainer_step(eager, images, labels), settings),
-        COMPILED: variant(trainer_step(compiled, images, labels), settings),
-        CHANNELS_LAST: variant(trainer_step(nhwc, nhwc_images, labels), settings),
+    steps = {
+        EAGER: trainer_step(eager, images, labels),
+        COMPILED: trainer_step(compiled, images, labels),
+        CHANNELS_LAST: trainer_step(nhwc, nhwc_images, labels),
+        BF16: bf16_step,
     }
+    if device.type == "cuda":
+        fp16 = MixedPrecision("16-mixed", device.type)
+        steps[FP16] = trainer_step(
+            copy_of(eager), images, labels, fp16.forward_context, fp16.scaler
+        )
     kernels = {
         name: step_kernels(step)
         for name, step in (
@@ -154,16 +232,16 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
     for name, called in kernels.items():
         print(f"conv kernels: {name} training step: {', '.join(called) or 'none recorded'}")
     notes = {
-        "batch_size": BATCH,
+        "batch_size": batch,
         **{f"conv_kernels {name}": ", ".join(called) for name, called in kernels.items()},
-        "device": "cpu",
+        "device": device_name(device),
         "torch": torch.__version__,
         "compile_training_seconds": compile_s,
-        "cpu_bf16_native": bf16_native(),
+        **device_notes(device),
     }
-    if bf16_native():
-        variants[BF16] = variant(bf16_step, settings)
-    else:
+    names = variant_names(device, bf16_in_rounds=device.type == "cuda" or bf16_native())
+    variants = {name: variant(steps[name], settings, device) for name in names}
+    if BF16 not in variants:
         torch.set_num_threads(settings.threads)
         notes["bf16_one_step_ms"] = once_ms(bf16_step)
         notes["eager_one_step_ms"] = once_ms(trainer_step(copy_of(eager), images, labels))

@@ -27,8 +27,8 @@ from hpml.bench.harness import (
 RATIO = Ratio("throughput (wall)", "tput", "samples/s", "A", "B", goal=0.98)
 
 
-def rounds_of(pairs: list[tuple[float, float]]) -> list[Round]:
-    return [Round(("A", "B"), {"A": {"tput": a}, "B": {"tput": b}}) for a, b in pairs]
+def rounds_of(pairs: list[tuple[float, float]], key: str = "tput") -> list[Round]:
+    return [Round(("A", "B"), {"A": {key: a}, "B": {key: b}}) for a, b in pairs]
 
 
 def fixed(value: float, log: list[str], name: str):
@@ -228,3 +228,76 @@ def test_cli_answers_a_bad_case_without_loading_torch():
     )
     assert done.stdout.split() == ["2", "False"]
     assert done.stderr.count("\n") == 1
+
+
+SPEEDUP = Ratio("step speed-up", "ms", "ms", "A", "B", speedup=True)
+
+
+def timed(pairs: list[tuple[float, float]]) -> list[Round]:
+    """Rounds of step times in ms: A the baseline, B the variant."""
+    return rounds_of(pairs, key="ms")
+
+
+def test_a_speedup_has_the_in_run_comparisons_interval_and_verdict():
+    from hpml.analysis.compare import speedup
+
+    before = [10.0, 12.0, 13.0, 19.0, 12.0, 21.0, 12.0, 11.0, 9.0]
+    after = [5.0, 10.0, 5.0, 10.0, 4.0, 10.0, 8.0, 5.0, 5.0]
+    summary = summarize(SPEEDUP, timed(list(zip(before, after, strict=True))))
+    # n = 9: the 95% interval is the 2nd to the 8th of the sorted per-round ratios
+    ratios = sorted(b / a for b, a in zip(before, after, strict=True))
+    assert ratios[1] == pytest.approx(1.5) and ratios[7] == pytest.approx(2.6)
+    i = summary.interval
+    assert (i.median, i.low, i.high, i.n) == pytest.approx((2.0, 1.5, 2.6, 9))
+    assert i.coverage == pytest.approx(1 - 20 / 512)
+    assert i == speedup(before, after).interval
+    assert summary.verdict == "faster" == speedup(before, after).verdict
+    assert summary.describe() == "2.000x [1.500, 2.600] faster (n=9)"
+
+
+def test_a_ratio_not_a_speedup_reads_above_or_below_1_and_one_containing_1_within_noise():
+    above = summarize(RATIO, rounds_of([(110.0, 100.0)] * 6))
+    assert (above.verdict, above.interval.coverage >= 0.95) == ("above 1", True)
+    below = summarize(RATIO, rounds_of([(90.0, 100.0)] * 6))
+    assert below.verdict == "below 1"
+    slower = summarize(SPEEDUP, timed([(90.0, 100.0)] * 6))
+    assert slower.verdict == "slower"
+    noise = summarize(SPEEDUP, timed([(90.0, 100.0), (110.0, 100.0)] * 3))
+    assert noise.verdict == "within noise"
+    assert noise.describe() == "1.000x [0.900, 1.100] within noise (n=6)"
+
+
+def test_five_rounds_give_min_to_max_and_say_it_covers_94_not_95_percent():
+    rounds = timed([(12.0, 10.0), (11.0, 10.0), (13.0, 10.0), (12.5, 10.0), (11.5, 10.0)])
+    summary = summarize(SPEEDUP, rounds)
+    assert (summary.interval.low, summary.interval.high) == pytest.approx((1.1, 1.3))
+    assert summary.interval.coverage == pytest.approx(1 - 2 / 32)
+    assert summary.describe() == "1.200x [1.100, 1.300] faster (n=5, 94% interval)"
+    result = CaseResult("c", Settings(rounds=5), rounds, [summary], (0,) * 3, (0,) * 3, 1.0, {})
+    text = table([result])
+    assert "1.200x [1.100, 1.300] faster (n=5, 94% interval)" in text
+    assert text.endswith("intervals [min, max] of 5 rounds: 94%, not 95% (--rounds 6 or more)")
+    six = timed([(12.0, 10.0)] * 6)
+    result = CaseResult(
+        "c", Settings(rounds=6), six, [summarize(SPEEDUP, six)], (0,) * 3, (0,) * 3, 1.0, {}
+    )
+    assert "not 95%" not in table([result]) and "interval)" not in table([result])
+
+
+def test_one_round_has_no_interval_and_is_within_noise():
+    one = timed([(20.0, 10.0)])
+    summary = summarize(SPEEDUP, one)
+    assert summary.describe() == "2.000x [no interval] within noise (n=1)"
+    result = CaseResult("c", Settings(rounds=1), one, [summary], (0,) * 3, (0,) * 3, 1.0, {})
+    assert table([result]).endswith("one round gives no interval (--rounds 6 or more for 95%)")
+
+
+def test_json_ratios_carry_the_interval_and_verdict(tmp_path: Path):
+    rounds = timed([(20.0, 10.0), (21.0, 10.0), (19.0, 10.0)])
+    result = CaseResult(
+        "c", Settings(rounds=3), rounds, [summarize(SPEEDUP, rounds)], (0,) * 3, (0,) * 3, 1.0, {}
+    )
+    (ratio,) = json.loads(write_json(result, tmp_path).read_text())["ratios"]
+    assert (ratio["ci_low"], ratio["ci_high"]) == pytest.approx((1.9, 2.1))
+    assert ratio["ci_coverage"] == pytest.approx(0.75)
+    assert (ratio["verdict"], ratio["speedup"]) == ("faster", True)
