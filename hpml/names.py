@@ -14,6 +14,9 @@ FLOP_PER_BYTE = "flop_per_byte"  # arithmetic intensity
 BYTES_PER_S = "bytes_per_s"
 NATS = "nats"  # cross-entropy and KL divergence, natural log
 X = "x"  # a ratio of two like quantities: before / after
+J = "j"  # joules: whole-board energy of a device, see hpml.analysis.energy
+J_PER_SAMPLE = "j_per_sample"
+W = "w"  # watts: joules over the seconds they were used in
 
 
 def metric(stage: str, quantity: str, unit: str) -> str:
@@ -35,6 +38,9 @@ UNIT_LABELS = {
     BYTES_PER_S: "bytes/s",
     NATS: "nats",
     X: "x, before/after",
+    J: "J",
+    J_PER_SAMPLE: "J/sample",
+    W: "W",
 }
 
 

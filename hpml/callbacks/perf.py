@@ -1,9 +1,9 @@
 """Throughput and step time with their spread, FLOP/s and MFU, data-wait share, epoch times, peak
-memory, and whether other load made the timings noisy.
+memory, energy per sample, and whether other load made the timings noisy.
 
 Lightning's ``Throughput`` computes each timed cycle's samples/s, FLOP/s and MFU; hpml adds the
 median and IQR over cycles, step-time percentiles, data wait, CPU time, utilisation, two peaks,
-the job over DDP ranks and the noise verdict (:mod:`hpml.callbacks.rates` says why).
+the job over DDP ranks, the noise verdict (:mod:`hpml.callbacks.rates` says why) and joules.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from hpml.analysis.memory import peak_memory_bytes, peak_rss_bytes
 from hpml.analysis.noise import NoiseProbe, NoiseRule, judge
 from hpml.analysis.stats import cv_pct
 from hpml.analysis.timing import StepTimer, synchronized_now
+from hpml.callbacks.energy import StageEnergy
 from hpml.callbacks.flop_budget import PEAKS, FlopBudget
 from hpml.callbacks.in_array import InArray
 from hpml.callbacks.logging import log_metrics, set_tags
@@ -64,6 +65,7 @@ class PerformanceMonitor(L.Callback):
         self.count_flops, self.measured_peak = count_flops, measured_peak
         self.peak_cache_dir = Path(peak_cache_dir) if peak_cache_dir else None
         self.budget = FlopBudget(measured_peak, self.peak_cache_dir)
+        self.energy = StageEnergy()
         self.timers: dict[str, StepTimer] = {}
         self.epoch_start: dict[str, float] = {}
         self.val_seconds_in_train_epoch = 0.0
@@ -81,14 +83,16 @@ class PerformanceMonitor(L.Callback):
         warmup = self.warmup_steps if stage == "train" else self.inference_warmup_steps
         self.timers[stage] = StepTimer(device, warmup)
         self.epoch_start[stage] = synchronized_now(device)
+        self.energy.start(stage, pl_module)
 
     def _finish(
         self, stage: str, trainer: L.Trainer, pl_module: L.LightningModule
     ) -> dict[str, float]:
         device = pl_module.device
-        metrics = {
-            metric(stage, "epoch_time", S): synchronized_now(device) - self.epoch_start[stage]
-        }
+        seconds = synchronized_now(device) - self.epoch_start[stage]
+        seconds -= self.val_seconds_in_train_epoch if stage == "train" else 0.0  # not validation
+        metrics = {metric(stage, "epoch_time", S): seconds}
+        metrics |= self.energy.end(stage, trainer, pl_module, seconds, self.timers[stage].samples)
         stats = self.timers[stage].stats()
         if stats is not None and stage == "train":
             self.train_steps_s += self.timers[stage].step_seconds()
@@ -207,7 +211,6 @@ class PerformanceMonitor(L.Callback):
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.probe.close()
         metrics = self._finish("train", trainer, pl_module)
-        metrics[metric("train", "epoch_time", S)] -= self.val_seconds_in_train_epoch
         metrics[metric("machine", "load_avg_1m", "procs")] = os.getloadavg()[0]
         _log(pl_module, metrics)
 

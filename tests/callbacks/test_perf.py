@@ -205,3 +205,38 @@ def test_a_run_beside_a_cpu_burning_neighbour_is_tagged_noisy(composed, client, 
     assert run.data.metrics["noise/other_cpu_pct"] > limit
     lines = [r.getMessage() for r in caplog.records if "noisy" in r.getMessage()]
     assert lines == [f"hpml: timings of this run are noisy: {reason}"]
+
+
+def test_a_cpu_run_logs_no_energy_and_says_nothing_of_it(composed, client, caplog):
+    with caplog.at_level(logging.DEBUG, logger="hpml"):
+        train(composed(["model=vae", "trainer=cpu", *QUICK]))
+    names = only_run(client).data.metrics
+    assert names["train/epoch_time_s"] > 0
+    assert [n for n in names if "energy" in n or n.endswith("_w")] == []
+    said = [r for r in caplog.records if "energy" in r.getMessage()]
+    assert said == []  # a CPU has no board counter: nothing to say
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_cuda_fit_logs_its_joules_per_sample(composed, client):
+    pytest.importorskip("pynvml", reason="NVML's energy counter is read through nvidia-ml-py")
+    samples = 1024
+    overrides = [
+        "trainer=gpu",
+        *QUICK,
+        f"data.train_samples={samples}",
+        # 32 steps each held 50 ms: a training epoch over 1.6 s, long enough for the counter
+        "+callbacks.slow._target_=tests.helpers.SlowBatches",
+        "+callbacks.slow.seconds=0.05",
+        "+callbacks.slow.from_epoch=0",
+    ]
+    train(composed(overrides))
+    m = only_run(client).data.metrics
+    joules, seconds = m["train/energy_j"], m["train/epoch_time_s"]
+    assert seconds >= 1.6
+    assert m["train/energy_j_per_sample"] > 0
+    assert m["train/energy_j_per_sample"] * samples == pytest.approx(joules, rel=1e-5)
+    assert m["train/power_w"] * seconds == pytest.approx(joules, rel=1e-5)
+    # whole board, idle included: more than 10 W, and less than any board's 1 kW
+    assert 10 * seconds <= joules <= 1000 * seconds
