@@ -136,6 +136,20 @@ def pack(out: Path, name: str, folders: Sequence[Path], suffixes: Sequence[str] 
                     tar.add(path, arcname=f"{folder.name}/{path.relative_to(folder)}")
 
 
+def gpu_test_files() -> list[str]:
+    """The test files that mark a test ``gpu``, relative to the repository."""
+    return sorted(
+        str(path.relative_to(REPO))
+        for path in (REPO / "tests").rglob("test_*.py")
+        if "mark.gpu" in path.read_text()
+    )
+
+
+def expand(arg: str, names: dict[str, str]) -> list[str]:
+    """One argument with its ``{name}``s filled in; ``{gpu_tests}`` becomes the test files."""
+    return gpu_test_files() if arg == "{gpu_tests}" else [arg.format(**names)]
+
+
 def run_part(
     part: Part,
     env: dict[str, str],
@@ -157,7 +171,7 @@ def run_part(
             if "{ncu}" in command and not names.get("ncu"):
                 outputs.append("[not run: Nsight Compute (ncu) not found]")
                 continue
-            argv = [arg.format(**names) for arg in command]
+            argv = [x for arg in command for x in expand(arg, names)]
             outputs.append(run_command(argv, env, left, log))
     return "\n".join(outputs)
 
