@@ -43,6 +43,24 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+NO_CUDA = "needs a CUDA device: torch.cuda.is_available() is False"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``gpu`` are skipped, saying why, where torch sees no CUDA device: the one
+    place that decides it, so a GPU test needs only ``@pytest.mark.gpu``. ``pytest -m gpu``
+    runs them on a GPU host; ``make test`` collects them and skips them on a CPU one."""
+    gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    for item in gpu:
+        item.add_marker(pytest.mark.skip(reason=NO_CUDA))
+
+
 @pytest.fixture(scope="session")
 def inductor_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One inductor cache for the session's compile tests (``compile.cache_dir``): a graph one

@@ -1,5 +1,6 @@
 """Fault injection for end-to-end tests: callbacks that fail or stall part-way through training;
-callbacks that say (or do not say) how they run in a fused array."""
+callbacks that say (or do not say) how they run in a fused array; a reading of the CUDA
+allocator's peak taken apart from hpml's."""
 
 from __future__ import annotations
 
@@ -14,8 +15,12 @@ from pathlib import Path
 from typing import ClassVar
 
 import lightning as L
+import torch
 
 from hpml.callbacks.in_array import InArray
+from hpml.callbacks.logging import log_metrics
+
+ALLOCATOR_PEAK = "spy/train_max_memory_allocated_bytes"
 
 
 class FailAtEpoch(L.Callback):
@@ -92,6 +97,32 @@ class WaitAtEpoch(L.Callback):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"no {self.gate_dir / 'go'} within {self.timeout_s} s")
             time.sleep(0.05)
+
+
+class AllocatorPeak(L.Callback):
+    """Reads ``torch.cuda.max_memory_allocated`` itself after every training step of an epoch
+    and logs the last reading as ``ALLOCATOR_PEAK`` at the epoch's end: the training peak as the
+    allocator reports it, taken before validation inside the epoch resets the statistics. Added
+    after hpml's callbacks (``+callbacks.<name>._target_=...``), it reads after their hooks."""
+
+    def __init__(self) -> None:
+        self.peak = 0
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.peak = 0
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: object,
+        batch: object,
+        batch_idx: int,
+    ) -> None:
+        self.peak = torch.cuda.max_memory_allocated(pl_module.device)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        log_metrics(trainer, {ALLOCATOR_PEAK: float(self.peak)})
 
 
 @contextmanager

@@ -24,6 +24,13 @@ def peak_memory_bytes(device: torch.device) -> tuple[int, str]:
     return peak_rss_bytes(), "process peak RSS"
 
 
+def reset_peak_memory(device: torch.device) -> None:
+    """Start ``device``'s peak afresh from what is allocated now: CUDA's allocator statistics.
+    A no-op on CPU, whose peak RSS cannot be reset (it is the process's since it began)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
 def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
     """Bytes of ``tensors``, each storage once: views and shared storages are not doubled."""
     seen: dict[int, int] = {}

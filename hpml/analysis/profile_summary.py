@@ -66,10 +66,22 @@ def _is_op(event) -> bool:
     return event.name.startswith("aten::")
 
 
+def _on_host(event) -> bool:
+    return str(event.device_type).endswith("CPU")
+
+
+def _is_device_range(event) -> bool:
+    """The device timeline's copy of a host range (``gpu_user_annotation`` in the trace): a
+    ``record_function`` region or ``ProfilerStep#n`` drawn from its first kernel to its last.
+    It spans the idle gaps and copies between them, so it is no device work of its own."""
+    return not _on_host(event) and bool(getattr(event, "is_user_annotation", False))
+
+
 def summarise_events(events: Iterable, cuda: bool) -> dict[str, float]:
     """Shares (percent) of the profiled steps' time per category, from ``profiler.events()``.
 
-    The window is the span of the ``ProfilerStep*`` regions that ``profiler.step()`` records.
+    The window is the span of the ``ProfilerStep*`` regions that ``profiler.step()`` records;
+    on CUDA with their device copies, so it ends when the device finishes the last step's work.
     """
     events = list(events)
     steps = [_span(e) for e in events if e.name.startswith("ProfilerStep")]
@@ -79,11 +91,13 @@ def summarise_events(events: Iterable, cuda: bool) -> dict[str, float]:
     data = [
         _span(e)
         for e in events
-        if e.name == DATA_REGION or e.name.startswith("enumerate(DataLoader)")
+        if _on_host(e) and (e.name == DATA_REGION or e.name.startswith("enumerate(DataLoader)"))
     ]
-    cpu_ops = [_span(e) for e in events if _is_op(e) and str(e.device_type).endswith("CPU")]
+    cpu_ops = [_span(e) for e in events if _is_op(e) and _on_host(e)]
     if cuda:
-        device = [e for e in events if str(e.device_type).endswith("CUDA")]
+        device = [
+            e for e in events if str(e.device_type).endswith("CUDA") and not _is_device_range(e)
+        ]
         memcpy = [_span(e) for e in device if "memcpy" in e.name.lower()]
         memset = [_span(e) for e in device if "memset" in e.name.lower()]
         kernels = [
@@ -91,11 +105,7 @@ def summarise_events(events: Iterable, cuda: bool) -> dict[str, float]:
             for e in device
             if "memcpy" not in e.name.lower() and "memset" not in e.name.lower()
         ]
-        runtime = [
-            _span(e)
-            for e in events
-            if e.name.startswith("cuda") and str(e.device_type).endswith("CPU")
-        ]
+        runtime = [_span(e) for e in events if e.name.startswith("cuda") and _on_host(e)]
         spans = [kernels, memcpy, memset, runtime, data, cpu_ops]
         categories = list(zip(CUDA_CATEGORIES, spans, strict=True))
     else:

@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import lightning as L
-import torch
 from lightning.pytorch.trainer.states import TrainerFn
 
-from hpml.analysis.memory import peak_memory_bytes, peak_rss_bytes
+from hpml.analysis.memory import peak_memory_bytes, peak_rss_bytes, reset_peak_memory
 from hpml.analysis.noise import NoiseProbe, NoiseRule, judge
 from hpml.analysis.stats import cv_pct
 from hpml.analysis.timing import StepTimer, synchronized_now
@@ -72,14 +71,21 @@ class PerformanceMonitor(L.Callback):
         self.rule = noise if isinstance(noise, NoiseRule) else NoiseRule(**(noise or {}))
         self.probe = NoiseProbe()
         self.train_steps_s: list[float] = []  # every timed training step of the run, seconds
+        # the training epoch's peak before a validation inside it reset the allocator's
+        self.train_peak = 0
         self.noisy_reason: str | None = None
 
     def _start(self, stage: str, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         device = pl_module.device
+        if stage == "train":
+            self.train_peak = 0
+        elif stage == "val" and trainer.state.fn == TrainerFn.FITTING:
+            # Lightning validates inside the training epoch, before on_train_epoch_end: keep
+            # the training steps' peak, which the reset below would otherwise lose
+            self.train_peak = max(self.train_peak, peak_memory_bytes(device)[0])
         if self.count_flops and hasattr(pl_module, "example_input"):
             self.budget.count(trainer, pl_module)
-        if device.type == "cuda":  # each stage's peak, not the peak since the process began
-            torch.cuda.reset_peak_memory_stats(device)
+        reset_peak_memory(device)  # each stage's peak, not the peak since the process began
         warmup = self.warmup_steps if stage == "train" else self.inference_warmup_steps
         self.timers[stage] = StepTimer(device, warmup)
         self.epoch_start[stage] = synchronized_now(device)
@@ -105,7 +111,10 @@ class PerformanceMonitor(L.Callback):
                 metric(stage, "data_wait", PCT): stats.data_wait_pct,
                 metric(stage, "utilisation", PCT): stats.utilisation_pct,
             }
-        metrics[metric(stage, "peak_memory", BYTES)] = peak_memory_bytes(device)[0]
+        peak = peak_memory_bytes(device)[0]
+        if stage == "train":  # its steps before and after any validation inside the epoch
+            peak = max(peak, self.train_peak)
+        metrics[metric(stage, "peak_memory", BYTES)] = peak
         if device.type == "cuda":
             metrics[metric(stage, "peak_rss", BYTES)] = peak_rss_bytes()
         # under DDP the job's figures: the slowest rank's times, the largest rank's memory,
@@ -252,6 +261,7 @@ class PerformanceMonitor(L.Callback):
         metrics = self._finish("val", trainer, pl_module)
         if trainer.state.fn == TrainerFn.FITTING:
             self.val_seconds_in_train_epoch += metrics[metric("val", "epoch_time", S)]
+            reset_peak_memory(pl_module.device)  # training steps after it: their own peak
         _log(pl_module, metrics)
 
     def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

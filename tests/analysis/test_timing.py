@@ -92,7 +92,6 @@ def test_cpu_utilisation_is_process_cpu_time_over_wall_time_and_threads(monkeypa
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_utilisation_is_the_steps_share_of_the_window():
     device = torch.device("cuda")
     a = torch.randn(2048, 2048, device=device)

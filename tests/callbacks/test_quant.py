@@ -83,7 +83,6 @@ def test_zero_calibration_batches_is_a_config_error_under_the_group_key(composed
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_static_int8_on_a_gpu_trainer_tests_on_cpu(composed, client):
     from hpml.train import train
 
