@@ -316,17 +316,17 @@ def parts() -> list[Part]:
     study5 = train("gpu_study5", "experiment=roofline_vgg", "trainer=gpu", sweep=True)
     lrs = f"model.optimizer.lr={FUSED_LRS}"
     fused = train("gpu_fused", "model=vae", "fuse=array", *one_epoch, lrs, sweep=True)
-    pytest = ("pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "-n", "4", "{gpu_tests}")
+    pytest = ("pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "-n", "8", "{gpu_tests}")
     return [
         Part(
             "default",
-            75,
+            50,
             (train("gpu_default", "trainer=gpu,bf16,fp16", sweep=True),),
             _default_rows,
         ),
         Part(
             "study2",
-            90,
+            70,
             (
                 study2,
                 py("hpml.report", "--last", "--experiment", "gpu_study2", "--out", "{work}/study2"),
@@ -335,20 +335,20 @@ def parts() -> list[Part]:
         ),
         Part(
             "study5",
-            60,
+            45,
             (
                 study5,
                 py("hpml.report.roofline", "--experiment", "gpu_study5", "--out", "{work}/study5"),
             ),
             _roofline_rows,
         ),
-        Part("nvtx", 45, nvtx, _no_rows),
+        Part("nvtx", 30, nvtx, _no_rows),
         Part(
             "fused", 60, (fused, py("hpml.bench", "--case", "fuse", "--rounds", "6")), _fused_rows
         ),
         Part(
             "optimise",
-            100,
+            80,
             (
                 train("gpu_optimise", *one_epoch, "prune=l1_structured"),
                 train("gpu_optimise", *one_epoch, "quant=static_int8"),
@@ -357,5 +357,5 @@ def parts() -> list[Part]:
             ),
             _optimise_rows,
         ),
-        Part("pytest", 90, (py(*pytest),), _pytest_rows),
+        Part("pytest", 60, (py(*pytest),), _pytest_rows),
     ]
