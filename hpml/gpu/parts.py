@@ -344,7 +344,7 @@ def parts() -> list[Part]:
         ),
         Part("nvtx", 30, nvtx, _no_rows),
         Part(
-            "fused", 60, (fused, py("hpml.bench", "--case", "fuse", "--rounds", "6")), _fused_rows
+            "fused", 45, (fused, py("hpml.bench", "--case", "fuse", "--rounds", "6")), _fused_rows
         ),
         Part(
             "optimise",
