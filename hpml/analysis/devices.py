@@ -30,6 +30,16 @@ BF16 = ("bf16", "bf16-mixed", "bf16-true")
 PRECISIONS = FP32 + FP16 + BF16  # the Lightning precision settings a peak is known for
 
 
+def tf32_enabled() -> bool:
+    """Whether float32 work may run on tf32 tensor cores: matmuls once
+    ``torch.set_float32_matmul_precision("high")`` turned them on, convolutions (and cuDNN's
+    RNNs) by cuDNN's default, ``torch.backends.cudnn.allow_tf32``. A roof must bound every
+    layer: VGG's float32 convolutions ran above the fp32 roof on an H100 (docs/gpu.md)."""
+    import torch
+
+    return bool(torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32)
+
+
 @dataclass(frozen=True)
 class DevicePeak:
     """Dense peak throughputs of one device, in FLOP/s and bytes/s, and where they come from.
@@ -56,19 +66,15 @@ class DevicePeak:
     ) -> float:
         """The compute roof for a Lightning ``precision`` setting, in FLOP/s.
 
-        ``"32-true"``: the tf32 peak when ``tf32`` (default: torch's current CUDA matmul setting,
-        ``torch.backends.cuda.matmul.fp32_precision == "tf32"``, which
-        ``torch.set_float32_matmul_precision("high")`` turns on) and the device has tf32 units,
-        else fp32. ``"16-mixed"``/``"16-true"``: the fp16 tensor peak; ``"bf16-mixed"``/
+        ``"32-true"``: the tf32 peak when ``tf32`` (default: :func:`tf32_enabled`) and the device
+        has tf32 units, else fp32. ``"16-mixed"``/``"16-true"``: the fp16 tensor peak; ``"bf16-mixed"``/
         ``"bf16-true"``: the bf16 one. A device without those units is held to its fp32 peak.
         Other settings (``"64-true"``, ``"transformer-engine"``) have no figure here: ValueError.
         """
         text = str(precision)
         if text in FP32:
             if tf32 is None:
-                import torch
-
-                tf32 = torch.backends.cuda.matmul.fp32_precision == "tf32"
+                tf32 = tf32_enabled()
             return (
                 self.tf32_flops_per_s if tf32 and self.tf32_flops_per_s else self.fp32_flops_per_s
             )

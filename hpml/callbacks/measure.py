@@ -84,6 +84,18 @@ class Side:
     size_bytes: int | None = None
 
 
+def on_training_device(trainer: L.Trainer, pl_module: L.LightningModule) -> torch.device:
+    """Put the module back where the trainer trained it, and return that device.
+
+    Lightning's teardown moves the module to the CPU *before* ``on_fit_end``: a step measured
+    there on a GPU run would time the CPU, and a CPU-only engine kept unwrapped would later be
+    moved onto the GPU by ``trainer.test`` (int8 kernels given CUDA tensors: a crash).
+    """
+    device = trainer.strategy.root_device
+    pl_module.to(device)
+    return device
+
+
 def quality_name(name: str, value: float) -> tuple[str, float]:
     """``val/acc`` -> (``val_acc_pct``, percent); losses -> ``..._nats``; others unit-less."""
     quantity = name.replace("/", "_")

@@ -7,7 +7,7 @@ the path and runs the parts of :mod:`hpml.gpu.parts` in priority order, each und
 time budget. After every part it rewrites what ``DIR`` holds, so a check cut short still
 returns what it measured: ``summary.md`` and ``summary.json`` (path | ran | figure), the MLflow
 store (``mlflow.db``), ``reports.tar.gz`` (the parts' reports and plots) and ``logs.tar.gz``
-(every command's output). Module level is standard library only: torch is imported only to
+(every command's output, every job's log). Module level is standard library only: torch is imported only to
 ask for CUDA, mlflow only once the kit is installed.
 """
 
@@ -244,7 +244,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_summary(out, header, done)
         if (work / "mlflow.db").exists():
             shutil.copy(work / "mlflow.db", out / "mlflow.db")
-        pack(out, "logs.tar.gz", [logs])
+        jobs = [f for f in (work / "multirun", work / "outputs") if f.exists()]
+        pack(out, "logs.tar.gz", [logs, *jobs], (".log",))
         found = [
             f
             for f in (

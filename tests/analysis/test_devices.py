@@ -87,16 +87,21 @@ def test_precision_picks_the_matching_peak():
         v100.peak_for_precision("64-true")
 
 
-def test_fp32_follows_torchs_tf32_setting():
+def test_fp32_follows_torchs_tf32_settings_for_matmuls_and_convolutions():
     a100 = KNOWN_DEVICES["a100-40gb"]
-    before = torch.get_float32_matmul_precision()
+    before, cudnn = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
     try:
         torch.set_float32_matmul_precision("highest")
+        torch.backends.cudnn.allow_tf32 = False
         assert a100.peak_for_precision(32) == 19.5e12
         torch.set_float32_matmul_precision("high")  # what Lightning suggests on Ampere: tf32
         assert a100.peak_for_precision("32-true") == 156e12
+        torch.set_float32_matmul_precision("highest")
+        torch.backends.cudnn.allow_tf32 = True  # cuDNN's default: convolutions in tf32
+        assert a100.peak_for_precision("32-true") == 156e12
     finally:
         torch.set_float32_matmul_precision(before)
+        torch.backends.cudnn.allow_tf32 = cudnn
 
 
 def test_cpu_has_no_table_peak():
