@@ -149,7 +149,8 @@ def measure_peak(
     roof must bound every layer, and mkldnn's convolutions can beat its GEMM on a CPU. About
     ``seconds`` of benchmarking (a third GEMM, a third convolutions, a third copy), best of
     the repeats, at torch's current thread count (the training's, when a callback calls it)
-    and matmul precision (tf32 on CUDA if it is enabled). The record in
+    and matmul precision (tf32 on CUDA if it is enabled; cuDNN's convolutions follow their own
+    setting, tf32 by default, so on CUDA the roof can be a tf32 convolution's). The record in
     ``cache_dir/<host>__<device>__<threads>threads__<MEASURED>.json`` (the benchmarks in the
     name, so records of another set, such as GEMM-only ones, are not reused) keeps each
     benchmark's figure and the load average they were taken under; the next call (this run or
@@ -208,6 +209,7 @@ def measure_peak(
         "copy_tensor_bytes": size,
         "copy_bytes_convention": "read + written (2 x tensor bytes)",
         "matmul_fp32_precision": torch.backends.cuda.matmul.fp32_precision,
+        "cudnn_conv_fp32_precision": torch.backends.cudnn.conv.fp32_precision,
         "seconds_budget": seconds,
         "measured_at": when,
         "torch_version": torch.__version__,

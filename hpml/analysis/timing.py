@@ -55,7 +55,9 @@ class _Mark:
 
     def seconds_until(self, later: _Mark) -> float:
         if self.event is not None and later.event is not None:
-            return self.event.elapsed_time(later.event) / 1e3  # waits for the GPU, then reads
+            # elapsed_time raises unless both events have completed: wait for the later one
+            later.event.synchronize()
+            return self.event.elapsed_time(later.event) / 1e3
         return later.host - self.host
 
 

@@ -70,7 +70,7 @@ from hpml.callbacks.measure import (
     Settings,
     Side,
     compare,
-    on_training_device,
+    on_trainer_device,
 )
 from hpml.errors import ConfigError, IncompatibleError
 from hpml.names import COUNT, MS, S, X, metric
@@ -217,7 +217,7 @@ class Compile(L.Callback):
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.done:
-            on_training_device(trainer, pl_module)
+            on_trainer_device(trainer, pl_module)  # teardown left it on the CPU
             self._compile(trainer, pl_module)
 
     def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

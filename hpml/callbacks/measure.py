@@ -36,6 +36,18 @@ LATENCY_ROUNDS = ROUNDS
 LATENCY_MIN_RUN_TIME_S = MIN_RUN_TIME_S
 
 
+def on_trainer_device(trainer: L.Trainer, pl_module: L.LightningModule) -> torch.device:
+    """Put ``pl_module`` back on the device the trainer runs it on, and return that device.
+
+    Lightning's teardown moves the module to the CPU before ``on_fit_end``: a callback that
+    measures or converts the trained net there would do it on the CPU of a GPU run, and hand
+    ``trainer.test`` a net made for the CPU, which it then moves to the GPU."""
+    device = trainer.strategy.root_device
+    if pl_module.device != device:
+        pl_module.to(device)
+    return device
+
+
 @dataclass(frozen=True)
 class Settings:
     """How a variant is measured: latency at batch 1 and ``batch_size`` over ``rounds`` rounds
@@ -82,18 +94,6 @@ class Side:
     net: nn.Module
     device: torch.device
     size_bytes: int | None = None
-
-
-def on_training_device(trainer: L.Trainer, pl_module: L.LightningModule) -> torch.device:
-    """Put the module back where the trainer trained it, and return that device.
-
-    Lightning's teardown moves the module to the CPU *before* ``on_fit_end``: a step measured
-    there on a GPU run would time the CPU, and a CPU-only engine kept unwrapped would later be
-    moved onto the GPU by ``trainer.test`` (int8 kernels given CUDA tensors: a crash).
-    """
-    device = trainer.strategy.root_device
-    pl_module.to(device)
-    return device
 
 
 def quality_name(name: str, value: float) -> tuple[str, float]:

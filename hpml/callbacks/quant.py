@@ -29,7 +29,7 @@ from hpml.callbacks.measure import (
     Settings,
     Side,
     compare,
-    on_training_device,
+    on_trainer_device,
 )
 from hpml.errors import ConfigError, IncompatibleError, non_negative_int, positive_int
 from hpml.names import S, metric
@@ -166,7 +166,7 @@ class Quantize(L.Callback):
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.done:
-            on_training_device(trainer, pl_module)
+            on_trainer_device(trainer, pl_module)  # teardown left it on the CPU
             self._quantize(trainer, pl_module)
 
     def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -35,6 +35,9 @@ def test_measured_peak_is_recorded_with_threads_and_load(measured):
     assert record["torch_threads"] == torch.get_num_threads()
     assert len(record["load_avg_1m_5m_15m"]) == 3
     assert record["copy_bytes_convention"].startswith("read + written")
+    # what the convolutions ran at (cuDNN's setting: tf32 by default on CUDA), beside the GEMM's
+    assert record["cudnn_conv_fp32_precision"] == torch.backends.cudnn.conv.fp32_precision
+    assert record["matmul_fp32_precision"] == torch.backends.cuda.matmul.fp32_precision
     assert record["peak"]["fp32_flops_per_s"] == peak.fp32_flops_per_s
 
 

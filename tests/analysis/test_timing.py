@@ -91,6 +91,38 @@ def test_cpu_utilisation_is_process_cpu_time_over_wall_time_and_threads(monkeypa
     assert timer.stats().utilisation_pct == 100.0
 
 
+def test_cuda_marks_wait_for_the_gpu_before_reading_their_events(monkeypatch):
+    """torch's CUDA events refuse ``elapsed_time`` until both have completed; a busy GPU
+    completes them only once the host waits for one recorded at or after them."""
+    stream = []  # the events in the order they were recorded, on one stream
+
+    class Event:
+        def __init__(self, enable_timing: bool) -> None:
+            self.done = False
+
+        def record(self) -> None:
+            self.at = time.perf_counter()
+            stream.append(self)
+
+        def synchronize(self) -> None:
+            for event in stream[: stream.index(self) + 1]:
+                event.done = True
+
+        def elapsed_time(self, end: Event) -> float:
+            if not (self.done and end.done):
+                raise RuntimeError("Both events must be completed before calculating elapsed time.")
+            return 1e3 * (end.at - self.at)
+
+    monkeypatch.setattr(timing.torch.cuda, "Event", Event)
+    timer = timing.StepTimer(torch.device("cuda"), warmup_steps=1)
+    for _ in range(3):
+        timer.begin()
+        timer.end(samples=2)
+    assert len(timer.step_seconds()) == 2  # read with no synchronise from the caller
+    stats = timer.stats()
+    assert stats.steps == 2 and stats.samples == 4 and stats.seconds > 0
+
+
 @pytest.mark.gpu
 def test_cuda_utilisation_is_the_steps_share_of_the_window():
     device = torch.device("cuda")
@@ -104,3 +136,35 @@ def test_cuda_utilisation_is_the_steps_share_of_the_window():
         time.sleep(0.05)  # the GPU idles between steps: less than 100
     stats = timer.stats()
     assert 0 < stats.utilisation_pct < 100
+
+
+@pytest.mark.gpu
+def test_cuda_steps_are_timed_on_the_gpu_not_by_the_host_clock():
+    """``torch.cuda._sleep`` queues a kernel that spins for a number of GPU cycles: the host
+    returns at once, so only CUDA events see how long each step kept the GPU busy."""
+    device = torch.device("cuda")
+    cycles = 20_000_000  # about 10 ms at the clocks of current data-centre GPUs
+    torch.cuda._sleep(cycles)  # warm-up: context, module load
+    torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    torch.cuda._sleep(cycles)
+    torch.cuda.synchronize(device)
+    alone = time.perf_counter() - start  # one sleep, host clock around a synchronised call
+
+    timer = timing.StepTimer(device, warmup_steps=1)
+    host = []
+    for _ in range(4):
+        begun = time.perf_counter()
+        timer.begin()
+        torch.cuda._sleep(cycles)
+        timer.end(samples=1)
+        host.append(time.perf_counter() - begun)
+    steps = timer.step_seconds()
+    stats = timer.stats()
+    assert len(steps) == 3
+    for seconds in steps:
+        assert seconds == pytest.approx(alone, rel=0.25)
+    assert max(host[1:]) < 0.25 * min(steps)  # the host only queued the work
+    assert stats.step_p50_ms == pytest.approx(1e3 * statistics.median(steps))
+    # back to back on the GPU: the window is the three steps
+    assert stats.seconds == pytest.approx(sum(steps), rel=0.05)

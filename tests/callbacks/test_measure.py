@@ -18,6 +18,7 @@ from hpml.callbacks.measure import (
     Side,
     compare,
     figures,
+    on_trainer_device,
     val_loader,
     validation_quality,
 )
@@ -160,3 +161,18 @@ def test_compare_times_both_sides_side_by_side_with_interval_and_verdict(validat
     assert found.lines[0].startswith("opt: speed-up at batch 1: ")
     assert found.lines[0].endswith("(n=9, slower)")
     assert not any("p90" in name for name in m)
+
+
+def test_a_trained_net_goes_back_to_the_trainers_device_after_teardown():
+    """Lightning's teardown puts the module on the CPU before ``on_fit_end``; quantisation and
+    compilation bring it back to the trainer's device first (here the meta device stands in
+    for a GPU), so they measure, and hand the test loop, the net where it trains."""
+
+    class Strategy:
+        root_device = torch.device("meta")
+
+    trainer = type("Trainer", (), {"strategy": Strategy()})()
+    module = L.LightningModule()
+    module.net = torch.nn.Linear(3, 2)
+    assert on_trainer_device(trainer, module) == torch.device("meta")
+    assert module.device == torch.device("meta") and module.net.weight.is_meta

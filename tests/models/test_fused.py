@@ -127,10 +127,10 @@ def built(family: str, member: Member) -> tuple[SyntheticDataModule, HpmlModule]
     return data, model_of(data, member)
 
 
-def trainer(precision: str = "32-true", **limits: Any) -> L.Trainer:
+def trainer(precision: str = "32-true", accelerator: str = "cpu", **limits: Any) -> L.Trainer:
     limits = limits or {"max_steps": STEPS}
     return L.Trainer(
-        accelerator="cpu",
+        accelerator=accelerator,
         precision=precision,
         logger=False,
         enable_checkpointing=False,
@@ -143,20 +143,20 @@ def trainer(precision: str = "32-true", **limits: Any) -> L.Trainer:
 
 
 def fit_fused(
-    family: str, members: Sequence[Member], **limits: Any
+    family: str, members: Sequence[Member], accelerator: str = "cpu", **limits: Any
 ) -> tuple[FusedArray, L.Trainer]:
     """The members trained as one array: shared data when their seeds (so data) are equal."""
     parts = [built(family, member) for member in members]
     shared = len({member.seed for member in members}) == 1
     array = FusedArray([model for _, model in parts], shared_data=shared)
-    fit = trainer(FAMILIES[family][2], **limits)
+    fit = trainer(FAMILIES[family][2], accelerator, **limits)
     fit.fit(array, datamodule=FusedData([data for data, _ in parts], shared=shared))
     return array, fit
 
 
-def fit_serial(family: str, member: Member, **limits: Any) -> HpmlModule:
+def fit_serial(family: str, member: Member, accelerator: str = "cpu", **limits: Any) -> HpmlModule:
     data, model = built(family, member)
-    trainer(FAMILIES[family][2], **limits).fit(model, datamodule=data)
+    trainer(FAMILIES[family][2], accelerator, **limits).fit(model, datamodule=data)
     return model
 
 
@@ -201,6 +201,24 @@ def test_members_equal_serial_twins(family: str, optimizer: Callable[[float], An
         bn = nets[0].features[1]
         assert isinstance(bn, nn.BatchNorm2d) and int(bn.num_batches_tracked) == STEPS
         assert bn.running_mean.abs().max() > 1e-3
+
+
+@pytest.mark.gpu
+def test_members_equal_serial_twins_on_cuda() -> None:
+    """VGG11-BN in float64 (no TF32 on either side) with its own learning rate per member: the
+    grouped convolutions vmap makes on cuDNN against each member's own, trained alone."""
+    members = [Member(0, sgd(lr)) for lr in (0.01, 0.03, 0.1)]
+    array, fit = fit_fused("vgg11_bn", members, accelerator="gpu")
+    assert fit.strategy.root_device.type == "cuda"  # Lightning hands the module back on CPU
+    assert fit.global_step == STEPS and array.frozen == set()
+    nets = [member.net for member in array.members]
+    for index, member in enumerate(members):
+        twin = fit_serial("vgg11_bn", member, accelerator="gpu").net
+        assert_same(nets[index], twin, f"member {index}")
+    for other in nets[1:]:
+        assert max(differences(other, nets[0]).values()) > 1e3 * TOLERANCE
+    bn = nets[0].features[1]
+    assert isinstance(bn, nn.BatchNorm2d) and int(bn.num_batches_tracked) == STEPS
 
 
 def test_members_with_own_seeds_read_own_data_and_init() -> None:
