@@ -7,8 +7,8 @@ the path and runs the parts of :mod:`hpml.gpu.parts` in priority order, each und
 time budget. After every part it rewrites what ``DIR`` holds, so a check cut short still
 returns what it measured: ``summary.md`` and ``summary.json`` (path | ran | figure), the MLflow
 store (``mlflow.db``), ``reports.tar.gz`` (the parts' reports and plots) and ``logs.tar.gz``
-(every command's output, every job's log). Module level is standard library only: torch is imported only to
-ask for CUDA, mlflow only once the kit is installed.
+(every command's output, every job's log). Module level is standard library only: torch is
+imported only to ask for CUDA, mlflow only once the kit is installed.
 """
 
 from __future__ import annotations
