@@ -69,7 +69,8 @@ class DevicePeak:
         ``"32-true"``: the tf32 peak when ``tf32`` (default: :func:`tf32_enabled`) and the device
         has tf32 units, else fp32. ``"16-mixed"``/``"16-true"``: the fp16 tensor peak;
         ``"bf16-mixed"``/``"bf16-true"``: the bf16 one. A device without those units is held to
-        its fp32 peak. Other settings (``"64-true"``, ``"transformer-engine"``) have no figure here: ValueError.
+        its fp32 peak. Other settings (``"64-true"``, ``"transformer-engine"``) have no figure
+        here: ValueError.
         """
         text = str(precision)
         if text in FP32:
