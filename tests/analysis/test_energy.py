@@ -12,8 +12,6 @@ import torch
 
 from hpml.analysis.energy import MIN_WINDOW_S, Energy, EnergyMeter, EnergyWindows, open_meter
 
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-
 
 class FakeNvml:
     """A test double of the third-party ``pynvml`` module (nvidia-ml-py): the board's counter
@@ -94,7 +92,6 @@ def test_without_nvidia_ml_py_there_is_no_meter_and_one_debug_line(monkeypatch, 
 
 
 @pytest.mark.gpu
-@needs_cuda
 def test_a_board_without_the_counter_has_no_meter(caplog):
     nvml = FakeNvml(supported=False)
     with caplog.at_level(logging.DEBUG, logger="hpml"):
@@ -105,7 +102,6 @@ def test_a_board_without_the_counter_has_no_meter(caplog):
 
 
 @pytest.mark.gpu
-@needs_cuda
 def test_the_meter_reads_the_board_torch_computes_on():
     pynvml = pytest.importorskip("pynvml", reason="NVML is read through nvidia-ml-py")
     device = torch.device("cuda", torch.cuda.current_device())
@@ -118,7 +114,6 @@ def test_the_meter_reads_the_board_torch_computes_on():
 
 
 @pytest.mark.gpu
-@needs_cuda
 def test_the_counter_rises_over_a_second_of_matrix_products():
     pytest.importorskip("pynvml", reason="NVML is read through nvidia-ml-py")
     device = torch.device("cuda", torch.cuda.current_device())

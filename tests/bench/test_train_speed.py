@@ -78,7 +78,6 @@ def test_a_scaled_step_updates_the_weights_as_an_unscaled_one():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_on_cuda_every_variant_trains_and_the_mixed_precisions_run_in_half(tmp_path: Path):
     from lightning.pytorch.plugins.precision import MixedPrecision
 

@@ -218,7 +218,6 @@ def test_a_cpu_run_logs_no_energy_and_says_nothing_of_it(composed, client, caplo
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_a_cuda_fit_logs_its_joules_per_sample(composed, client):
     pytest.importorskip("pynvml", reason="NVML's energy counter is read through nvidia-ml-py")
     samples = 1024
