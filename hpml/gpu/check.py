@@ -191,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=Path("/tmp/hpml-gpu-check"),
         help="the runs' root (HPML_ROOT): store, outputs, sweeps",
     )
-    parser.add_argument("--budget-s", type=float, default=390, help="the whole check's budget")
+    parser.add_argument("--budget-s", type=float, default=360, help="the whole check's budget")
     parser.add_argument(
         "--parts", help="a comma-separated subset of: " + ", ".join(p.name for p in parts())
     )
