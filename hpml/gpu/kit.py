@@ -37,7 +37,9 @@ MAX_MIB = 40.0  # the working tree that travels holds at most 64 MiB, the kit in
 # and the GPU machine lacks, pinned to the versions hpml is developed with (.venv). The smallest
 # set ``check`` passes with; what MLflow declares but a tracking run never imports (gitpython,
 # uvicorn, python-dotenv, google-auth, mlflow's server UI) stays out. Packages the machine
-# already has (anyio, zipp, click, cloudpickle, protobuf, ...) stay out too.
+# already has (anyio, zipp, click, cloudpickle, protobuf, ...) stay out too. Not in it, so not
+# on that machine: optuna (hparams_search=), torchao (quant=torchao_int8, static int8 through
+# PT2E), the joblib and submitit launchers, the MLflow server.
 KIT: tuple[tuple[str, str], ...] = (
     ("mlflow-skinny", "3.17.2"),  # the client and the SQLite store; the full mlflow adds the UI
     ("SQLAlchemy", "2.1.9"),
@@ -62,7 +64,7 @@ KIT: tuple[tuple[str, str], ...] = (
     ("hydra-core", "1.3.8"),
     ("omegaconf", "2.3.1"),
     ("antlr4-python3-runtime", "4.9.3"),
-    ("torch-pruning", "1.6.1"),
+    ("torch-pruning", "1.6.1"),  # prune=: imported only then, so check's run does without it
 )
 # On the registry as a source distribution only: built here into a py3-none-any wheel.
 BUILT_HERE = frozenset({"antlr4-python3-runtime"})
