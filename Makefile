@@ -10,7 +10,8 @@ DB ?= sqlite:///$(CURDIR)/mlflow-server.db
 ARTIFACTS ?= $(CURDIR)/mlartifacts-server
 
 .PHONY: install train sweep report study-vae-pruning study-cnn-optimise study-lstm-optimise \
-	study-batch-scaling study-roofline ui server test lint format bench gpu-check clean
+	study-batch-scaling study-roofline ui server test lint format bench gpu-kit gpu-kit-check \
+	gpu-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +62,17 @@ format: $(STAMP)
 
 bench: $(STAMP)  ## benchmark ratios, measured side by side in one run
 	$(BIN)/python -m hpml.bench $(ARGS)
+
+# A GPU machine with torch and Lightning but no index: the wheels it lacks (Hydra, MLflow's
+# store, torch-pruning), for its Python 3.12, into .gpu-kit/ (travels with the working tree); there:
+# python3 -m hpml.gpu.kit install --folder .gpu-kit --target DIR, then PYTHONPATH=DIR.
+gpu-kit: $(STAMP)
+	$(BIN)/python -m hpml.gpu.kit build --folder .gpu-kit
+
+# Proves the kit complete before it travels: the machine's packages (torch 2.11) plus the kit in a
+# fresh venv (.gpu-kit-check/, made once, a few GB) run a short hpml.train into a new store.
+gpu-kit-check: $(STAMP)
+	$(BIN)/python -m hpml.gpu.kit check
 
 # The CUDA check (docs/gpu.md): on a GPU machine with the kit beside it, no .venv needed.
 gpu-check:  ## OUT=<dir>: run hpml's CUDA paths, summary + store + reports into OUT

@@ -107,11 +107,22 @@ def client(root: Path):
     return MlflowClient(f"sqlite:///{root}/mlflow.db")
 
 
+def pythonpath(*first: str) -> str:
+    """``first``, then this process's own ``PYTHONPATH`` (where a machine without hpml's
+    dependencies has them, e.g. a GPU kit): for the processes the tests start."""
+    return os.pathsep.join([*first, *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
 def cli_env(root: Path) -> dict[str, str]:
     """The environment of a ``python -m hpml.train`` the tests start: this one, with the project
-    root ``root`` (HPML_ROOT), this checkout importable, and no MLFLOW_TRACKING_URI."""
+    root ``root`` (HPML_ROOT), this checkout importable (ahead of this process's ``PYTHONPATH``),
+    and no MLFLOW_TRACKING_URI."""
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    return env | {"HPML_ROOT": str(root), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    return env | {
+        "HPML_ROOT": str(root),
+        "PYTHONPATH": pythonpath(str(REPO)),
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 def run_cli(

@@ -56,7 +56,10 @@ def serve() -> None:
     stand_in = logging.NullHandler()
     logging.root.addHandler(stand_in)
     for name in PRELOAD:
-        importlib.import_module(name)
+        # one not installed (optuna, on a GPU machine given only a kit) is only not warm: a
+        # child that needs it imports it, and fails, as a fresh process would
+        with contextlib.suppress(ModuleNotFoundError):
+            importlib.import_module(name)
     logging.root.removeHandler(stand_in)
     out = sys.stdout
     for line in sys.stdin:
@@ -141,7 +144,9 @@ class WarmInterpreter:
     def start(self) -> subprocess.Popen:
         if self.proc is None or self.proc.poll() is not None:
             repo = str(Path(__file__).resolve().parent.parent)
-            env = os.environ | {"PYTHONPATH": repo}
+            # this checkout, ahead of the PYTHONPATH that may hold hpml's dependencies (a GPU kit)
+            path = os.pathsep.join([repo, *filter(None, [os.environ.get("PYTHONPATH")])])
+            env = os.environ | {"PYTHONPATH": path}
             code = "import tests.warm as w; w.serve()"
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", code],

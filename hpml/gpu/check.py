@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+from hpml.gpu.kit import install
 from hpml.gpu.parts import Part, Row, Store, parts
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,29 +43,6 @@ def cuda_device() -> str | None:
     except ImportError:
         return None
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-
-
-def install_kit(kit: Path, target: Path) -> int:
-    """The kit's wheels into ``target`` (no index, no dependencies): how many."""
-    wheels = sorted(kit.glob("*.whl"))
-    if not wheels:
-        raise SystemExit(f"hpml: gpu check: no wheels in {kit}: build them with `make gpu-kit`")
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--no-index",
-            "--no-deps",
-            "--target",
-            str(target),
-            *map(str, wheels),
-        ],
-        check=True,
-    )
-    return len(wheels)
 
 
 def ncu() -> str | None:
@@ -209,7 +187,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     for folder in (out, logs):
         folder.mkdir(parents=True, exist_ok=True)
     site = work / "site"
-    wheels = install_kit(args.kit, site)
+    try:
+        install(args.kit, site)
+    except FileNotFoundError as error:
+        print(f"hpml: gpu check: {error} (`make gpu-kit` builds it)")
+        return 2
+    wheels = len(list(args.kit.glob("*.whl")))
     sys.path.insert(0, str(site))
     import torch
 

@@ -5,7 +5,6 @@ object itself) and run to a finished MLflow run, with no file of the project edi
 
 from __future__ import annotations
 
-import os
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hpml.errors import HpmlError
-from tests.conftest import QUICK, REPO, run_cli
+from tests.conftest import QUICK, REPO, pythonpath, run_cli
 
 MODULE = "hpml_plugin_example"
 CODE = '''
@@ -121,7 +120,7 @@ def plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 def test_run_from_the_command_line(plugins: Path, root: Path, client) -> None:
     code = str(plugins.parent / "plugin_code")
     args = ["--config-dir", str(plugins), "model=vae", "prune=largest", "quant=linear_int8"]
-    result = run_cli([*args, *FAST], root, env={"PYTHONPATH": f"{REPO}{os.pathsep}{code}"})
+    result = run_cli([*args, *FAST], root, env={"PYTHONPATH": pythonpath(str(REPO), code)})
     assert result.returncode == 0, result.stderr[-3000:]
     (run,) = client.search_runs([client.get_experiment_by_name("hpml").experiment_id])
     assert run.info.status == "FINISHED"

@@ -22,7 +22,7 @@ from hpml.models.classifier import ImageClassifier
 from hpml.models.nets.vgg import vgg
 from hpml.names import INTENSITY
 from hpml.report.roofline import main
-from tests.conftest import QUICK, REPO, run_cli
+from tests.conftest import QUICK, REPO, pythonpath, run_cli
 from tests.report.test_report import report
 
 pytestmark = pytest.mark.slow
@@ -55,7 +55,7 @@ def sweep(tmp_path_factory, store_template):
 
 
 def roofline_cli(args: list[str], root) -> subprocess.CompletedProcess:
-    env = {"HPML_ROOT": str(root), "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+    env = {"HPML_ROOT": str(root), "PYTHONPATH": pythonpath(str(REPO)), "PATH": "/usr/bin:/bin"}
     return subprocess.run(
         [sys.executable, "-m", "hpml.report.roofline", *args],
         cwd=root,

@@ -1,0 +1,361 @@
+"""The GPU kit: the wheels hpml needs on a GPU machine that has torch but not the rest.
+
+The machine (Python 3.12, torch, torchvision, Lightning, torchmetrics, numpy, ...; no index to
+download from) lacks Hydra, OmegaConf, MLflow's tracking store and torch-pruning. ``build`` fetches
+their wheels here, for the machine's Python, into one folder that travels with the working tree;
+``install`` puts them, with no index and no resolver, into a folder the machine puts on
+``PYTHONPATH``. ``check`` proves the kit complete before it travels: a fresh virtual environment
+of the machine's own packages plus the kit (built for this machine's Python) runs a short
+``hpml.train`` job and the run is read back from its MLflow store.
+
+Standard library only, at module level and below: this runs under a bare ``python3``.
+
+    python -m hpml.gpu.kit build [--folder .gpu-kit] [--python-version 3.12]
+    python3 -m hpml.gpu.kit install --folder .gpu-kit --target DIR   # on the GPU machine
+    python -m hpml.gpu.kit check
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository: hpml/gpu/kit.py
+DEFAULT_FOLDER = ROOT / ".gpu-kit"
+CHECK_FOLDER = ROOT / ".gpu-kit-check"  # the check's twin kit, virtual environment, logs
+MAX_MIB = 40.0  # the working tree that travels holds at most 64 MiB, the kit included
+
+# The kit, in one place: what hpml imports (directly or through MLflow's SQLite tracking store)
+# and the GPU machine lacks, pinned to the versions hpml is developed with (.venv). The smallest
+# set ``check`` passes with; what MLflow declares but a tracking run never imports (gitpython,
+# uvicorn, python-dotenv, google-auth, mlflow's server UI) stays out. Packages the machine
+# already has (anyio, zipp, click, cloudpickle, protobuf, ...) stay out too. Not in it, so not
+# on that machine: optuna (hparams_search=), torchao (quant=torchao_int8, static int8 through
+# PT2E), the joblib and submitit launchers, the MLflow server.
+KIT: tuple[tuple[str, str], ...] = (
+    ("mlflow-skinny", "3.17.2"),  # the client and the SQLite store; the full mlflow adds the UI
+    ("SQLAlchemy", "2.1.9"),
+    ("alembic", "1.20.1"),
+    ("Mako", "1.4.3"),
+    ("sqlparse", "0.6.1"),
+    ("cryptography", "50.0.2"),  # the store imports cryptography.fernet
+    ("cffi", "2.1.1"),  # its compiled backend only: pycparser (cdef parsing) is not needed
+    ("databricks-sdk", "0.162.0"),
+    ("fastapi", "0.165.0"),
+    ("starlette", "1.10.0"),
+    ("pydantic", "2.14.4"),
+    ("pydantic_core", "2.50.5"),
+    ("annotated-types", "0.8.0"),
+    ("typing-inspection", "0.4.5"),
+    ("opentelemetry-api", "1.45.2"),
+    ("opentelemetry-sdk", "1.45.2"),
+    ("opentelemetry-proto", "1.45.2"),
+    ("opentelemetry-semantic-conventions", "0.66b2"),
+    ("cachetools", "7.3.3"),
+    ("importlib_metadata", "9.1.0"),
+    ("hydra-core", "1.3.8"),
+    ("omegaconf", "2.3.1"),
+    ("antlr4-python3-runtime", "4.9.3"),
+    ("torch-pruning", "1.6.1"),  # prune=: imported only then, so check's run does without it
+)
+# On the registry as a source distribution only: built here into a py3-none-any wheel.
+BUILT_HERE = frozenset({"antlr4-python3-runtime"})
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
+
+# The GPU machine's own packages that hpml (or the kit) may import, for the check's virtual
+# environment; pinned where the machine's version is known (Python 3.12 there: numpy 2.5 has no
+# wheel for this machine's 3.11, so numpy is left to pip).
+HOST_BASE: tuple[str, ...] = (
+    "torch==2.11.0",
+    "torchvision==0.26.0",
+    "lightning==2.6.6",
+    "pytorch-lightning==2.6.6",
+    "torchmetrics==1.9.0",
+    "numpy",
+    "scipy",
+    "pandas",
+    "matplotlib",
+    "psutil",
+    "pyyaml",
+    "filelock",
+    "tqdm",
+    "pillow",
+    "requests",
+    "urllib3",
+    "packaging",
+    "jinja2",
+    "protobuf",
+    "rich",
+    "click",
+    "cloudpickle",
+    "anyio",
+    "zipp",
+    "typing-extensions",
+    "annotated-doc",
+    "nvidia-ml-py",
+    "python-dateutil==2.9.0.post0",  # 4.0 pulls tzdata, which the machine lacks
+)
+# Every package on the GPU machine (its image, as read 2026-11-17): the check's environment may
+# hold nothing else, or it would prove the kit complete for a machine that does not exist.
+_HOST_PACKAGES = """
+absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs
+botorch build certifi charset-normalizer chex click cloudpickle cmake colorama contourpy
+coverage cuda-bindings cuda-core cuda-pathfinder cuda-toolkit cupy-cuda13x cycler cython
+diffrax e3nn einops equinox etils execnet filelock flatbuffers flax fonttools formulaic
+frozenlist fsspec gpytorch grpcio h11 h5py hf-xet httpcore httpx huggingface-hub humanize
+hypothesis idna imageio iniconfig interface-meta jax jax-cuda13-pjrt jax-cuda13-plugin jaxlib
+jaxtyping jinja2 joblib kiwisolver lazy-loader lightning lightning-utilities linear-operator
+lineax llvmlite lxml markdown markdown-it-py markupsafe matplotlib mdurl meson ml-dtypes
+mpi4py mpmath msgpack multidict multipledispatch mypy-extensions nanobind narwhals networkx
+ninja numba numba-cuda numpy numpyro nvidia-cublas nvidia-cuda-cupti nvidia-cuda-nvrtc
+nvidia-cuda-runtime nvidia-cudnn-cu13 nvidia-cufft nvidia-cufile nvidia-curand
+nvidia-cusolver nvidia-cusparse nvidia-cusparselt-cu13 nvidia-ml-py nvidia-nccl-cu13
+nvidia-nvjitlink nvidia-nvshmem-cu13 nvidia-nvtx onnx onnx-ir onnxruntime onnxscript
+opencv-python-headless optax opt-einsum opt-einsum-fx optimistix orbax-checkpoint packaging
+pandas pathspec patsy peft pillow pip pluggy portalocker prometheus-client propcache protobuf
+psutil pyarrow pybind11 py-cpuinfo pygments pyparsing pyproject-hooks pyre-extensions pytest
+pytest-benchmark pytest-cov pytest-mock pytest-timeout pytest-xdist python-dateutil
+pytorch-lightning pyyaml regex requests rich sacrebleu safetensors scikit-build-core
+scikit-image scikit-learn scipy seaborn sentencepiece sentence-transformers setuptools
+shellingham simplejson six sortedcontainers statsmodels sympy tabulate tensorboard
+tensorboard-data-server tensorstore threadpoolctl tifffile tiktoken timm tokenizers toolz
+torch torchaudio torchdiffeq torch-geometric torchmetrics torchvision tqdm transformers
+treescope triton typer typing-extensions typing-inspect urllib3 uvloop wadler-lindig
+werkzeug wheel wrapt xarray xxhash yarl zipp
+"""
+HOST_PACKAGES = frozenset(_HOST_PACKAGES.split())
+# The check's job: one short epoch of the default model on synthetic data.
+CHECK_ARGS = ("trainer.max_epochs=1", "data.limit=64")
+STAMP = ".hpml-kit"  # in a kit folder: the Python it was built for; in the venv: its packages
+
+
+def normalize(name: str) -> str:
+    """A distribution's name as the registry compares it (PEP 503): ``SQLAlchemy`` is
+    ``sqlalchemy``, ``pydantic_core`` is ``pydantic-core``."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requirements() -> list[str]:
+    """The kit as pip requirements, ``name==version``."""
+    return [f"{name}=={version}" for name, version in KIT]
+
+
+def wheel_name_version(wheel: Path) -> tuple[str, str]:
+    """The normalised name and the version a wheel's file name gives (PEP 427)."""
+    parts = wheel.name.split("-")
+    if not wheel.name.endswith(".whl") or len(parts) < 5:
+        raise ValueError(f"not a wheel's file name: {wheel.name}")
+    return normalize(parts[0]), parts[1]
+
+
+def size_mib(folder: Path) -> float:
+    """The wheels' total size in MiB."""
+    return sum(wheel.stat().st_size for wheel in folder.glob("*.whl")) / 2**20
+
+
+def pip(python: str, *args: str, quiet: bool = True) -> None:
+    """``python -m pip ARGS``, failing loudly. The machine's pip configuration applies: its
+    constraint file caps only torch and torchvision, which the kit never resolves (no deps)."""
+    command = [python, "-m", "pip", *args, "--disable-pip-version-check"]
+    subprocess.run([*command, "-qq"] if quiet else command, check=True)
+
+
+def build(folder: Path | str, python_version: str = "3.12", *, python: str = sys.executable) -> int:
+    """Fetch the kit's wheels for CPython ``python_version`` on x86-64 Linux into ``folder``;
+    return their total size in bytes.
+
+    A wheel already there at the kit's version is kept, so a rebuild downloads only what
+    changed; any other wheel (another version, a package since dropped, another Python's) is
+    removed, so the folder holds the kit and nothing else."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = folder / STAMP
+    if not stamp.exists() or stamp.read_text().strip() != python_version:
+        for wheel in folder.glob("*.whl"):
+            wheel.unlink()
+    stamp.write_text(python_version + "\n")
+    wanted = {normalize(name): version for name, version in KIT}
+    have: set[str] = set()
+    for wheel in sorted(folder.glob("*.whl")):
+        name, version = wheel_name_version(wheel)
+        if wanted.get(name) == version and name not in have:
+            have.add(name)
+        else:
+            wheel.unlink()
+    missing = [(name, version) for name, version in KIT if normalize(name) not in have]
+    fetch = [f"{name}=={version}" for name, version in missing if name not in BUILT_HERE]
+    if fetch:
+        platforms = [arg for platform in PLATFORMS for arg in ("--platform", platform)]
+        pip(
+            python,
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--python-version",
+            python_version,
+            "--implementation",
+            "cp",
+            *platforms,
+            "-d",
+            str(folder),
+            *fetch,
+        )
+    for name, version in missing:
+        if name in BUILT_HERE:  # pure Python: a py3-none-any wheel built by any Python 3
+            pip(python, "wheel", "--no-deps", "-w", str(folder), f"{name}=={version}")
+    return sum(wheel.stat().st_size for wheel in folder.glob("*.whl"))
+
+
+def install(folder: Path | str, target: Path | str, *, python: str = sys.executable) -> Path:
+    """Install the kit's wheels into ``target`` with no index and no resolver: what the GPU
+    machine runs with its own ``python3 -m pip``; it then puts ``target`` on ``PYTHONPATH``."""
+    wheels = sorted(str(wheel) for wheel in Path(folder).glob("*.whl"))
+    if not wheels:
+        raise FileNotFoundError(f"no wheels in {folder}: build the kit first")
+    target = Path(target)
+    pip(python, "install", "--no-index", "--no-deps", "--upgrade", "--target", str(target), *wheels)
+    return target
+
+
+def host_venv(venv: Path, *, python: str = sys.executable) -> Path:
+    """A virtual environment of the GPU machine's packages (``HOST_BASE`` and what they pull),
+    made once and re-used while ``HOST_BASE`` is unchanged; returns its python."""
+    venv_python = venv / "bin" / "python"
+    stamp = venv / STAMP
+    wanted = "\n".join(HOST_BASE) + "\n"
+    if venv_python.exists() and stamp.exists() and stamp.read_text() == wanted:
+        return venv_python
+    shutil.rmtree(venv, ignore_errors=True)
+    subprocess.run([python, "-m", "venv", str(venv)], check=True)
+    pip(str(venv_python), "install", *HOST_BASE)
+    listed = subprocess.run(
+        [str(venv_python), "-m", "pip", "list", "--format=json", "--disable-pip-version-check"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    extra = sorted({normalize(dist["name"]) for dist in json.loads(listed.stdout)} - HOST_PACKAGES)
+    if extra:
+        raise RuntimeError(
+            f"{venv} holds packages the GPU machine lacks: {', '.join(extra)}; "
+            "take what pulled them out of HOST_BASE"
+        )
+    stamp.write_text(wanted)
+    return venv_python
+
+
+# Run by the check's python, with the kit on its path: the store's runs, as JSON.
+READ_BACK = """
+import json, sys, mlflow, torch
+client = mlflow.MlflowClient()
+runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+print(json.dumps({
+    "python": "Python " + sys.version.split()[0],
+    "torch": torch.__version__,
+    "runs": [
+        {"id": r.info.run_id, "status": r.info.status, "metrics": len(r.data.metrics)}
+        for r in runs
+    ],
+}))
+"""
+
+
+def missing_module(output: str) -> str | None:
+    """The module a failed run's output says is missing, if any."""
+    found = re.findall(r"ModuleNotFoundError\W+No module named '([\w.]+)'", output)
+    return found[-1] if found else None
+
+
+def check(folder: Path | str = CHECK_FOLDER, *, python: str = sys.executable) -> str:
+    """Prove the kit complete: a twin kit built for this machine's Python, installed into a
+    folder on ``PYTHONPATH`` of a virtual environment holding only the GPU machine's packages,
+    runs ``hpml.train`` (hpml itself on ``PYTHONPATH``, not installed) into a fresh SQLite
+    store, from which a FINISHED run with metrics is read back. Returns the line that says so;
+    raises ``RuntimeError`` naming what failed."""
+    folder = Path(folder).resolve()
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    kit = folder / f"kit-{version}"
+    build(kit, version, python=python)
+    wheels = len(list(kit.glob("*.whl")))
+    venv_python = str(host_venv(folder / "venv", python=python))
+    site = folder / "site"
+    shutil.rmtree(site, ignore_errors=True)
+    install(kit, site, python=venv_python)
+    log = folder / "check.log"
+    with tempfile.TemporaryDirectory(prefix="hpml-gpu-kit-") as tmp:
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        env["PYTHONPATH"] = os.pathsep.join([str(site), str(ROOT)])
+        env["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp}/mlflow.db"
+        env["PYTHONNOUSERSITE"] = "1"
+        env["HYDRA_FULL_ERROR"] = "1"  # the import that failed, not Hydra's summary of it
+        train = subprocess.run(
+            [venv_python, "-m", "hpml.train", *CHECK_ARGS],
+            cwd=tmp,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        log.write_text(train.stdout + train.stderr)
+        if train.returncode != 0:
+            module = missing_module(train.stdout + train.stderr)
+            what = f"missing module {module}" if module else f"hpml.train exited {train.returncode}"
+            raise RuntimeError(f"{what} (log: {log})")
+        read = subprocess.run(
+            [venv_python, "-c", READ_BACK], cwd=tmp, env=env, capture_output=True, text=True
+        )
+    if read.returncode != 0:
+        module = missing_module(read.stderr)
+        what = f"missing module {module}" if module else "reading the store back failed"
+        raise RuntimeError(f"{what}: {read.stderr.strip().splitlines()[-1:]}")
+    found = json.loads(read.stdout.strip().splitlines()[-1])
+    done = [run for run in found["runs"] if run["status"] == "FINISHED" and run["metrics"]]
+    if not done:
+        raise RuntimeError(f"no FINISHED run with metrics in the store: {found['runs']} ({log})")
+    return f"ok ({found['python']}, torch {found['torch']}, {wheels} wheels)"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m hpml.gpu.kit", description=__doc__.split("\n")[0]
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    build_parser = commands.add_parser("build", help="fetch the kit's wheels into a folder")
+    build_parser.add_argument("--folder", type=Path, default=DEFAULT_FOLDER)
+    build_parser.add_argument("--python-version", default="3.12")
+    install_parser = commands.add_parser("install", help="install a built kit into a folder")
+    install_parser.add_argument("--folder", type=Path, default=DEFAULT_FOLDER)
+    install_parser.add_argument("--target", type=Path, required=True)
+    check_parser = commands.add_parser("check", help="prove the kit complete, here")
+    check_parser.add_argument("--folder", type=Path, default=CHECK_FOLDER)
+    commands.add_parser("list", help="print the kit's requirements")
+    args = parser.parse_args(argv)
+    if args.command == "build":
+        size = build(args.folder, args.python_version) / 2**20
+        print(f"hpml: gpu kit {args.folder}: {size:.1f} MiB")
+        if size > MAX_MIB:
+            print(f"hpml: gpu kit is over {MAX_MIB:.0f} MiB", file=sys.stderr)
+            return 1
+    elif args.command == "install":
+        install(args.folder, args.target)
+        print(f"hpml: gpu kit installed into {args.target}: PYTHONPATH={args.target.resolve()}")
+    elif args.command == "check":
+        try:
+            print(f"hpml: gpu kit check: {check(args.folder)}")
+        except (RuntimeError, subprocess.CalledProcessError) as error:
+            print(f"hpml: gpu kit check: FAILED: {error}", file=sys.stderr)
+            return 1
+    else:
+        print("\n".join(requirements()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
