@@ -53,6 +53,8 @@ def test_a_real_sweep_runs_replicate_0_of_every_config_then_replicate_1(tmp_path
                 "hydra.sweeper.max_batch_size=4",
                 f"hydra.sweep.dir={tmp_path / 'multirun'}",
                 "~hydra.callbacks.mlflow_sweep",  # no MLflow: the order is the subject here
+                "hydra/job_logging=none",  # and this process's logging left as it is
+                "hydra/hydra_logging=none",
             ],
         )
     finally:
