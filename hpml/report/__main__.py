@@ -97,6 +97,7 @@ def build(
     from tqdm import tqdm
 
     from hpml.report import figures, fused, groups, roofline, search, studies, table
+    from hpml.report.order import run_order
     from hpml.report.page import Report
     from hpml.report.page import header as page_header
 
@@ -134,6 +135,8 @@ def build(
     else:
         title, summary = f"{len(runs)} runs", f"{len(runs)} runs ({counts})"
     summary += f", in {client.tracking_uri}; swept: {', '.join(keys) or 'nothing'}."
+    if (order := run_order(runs, by_seed)) is not None:
+        summary += f" {order}"
     return Report(
         title,
         summary,

@@ -289,6 +289,7 @@ def test_the_report_collapses_repeats_and_its_csv_agrees_with_mlflow(client, run
         assert number(by_id[run_id][SPEED]) == client.get_run(run_id).data.metrics[SPEED]
     md = (out / "report.md").read_text()
     assert "the first config that prunes, quantises and compiles nothing" in md
+    assert "Runs in the order they ran (hpml.job_num): repeats interleaved" in md
     # the pruned config's row: its repeats' speed-ups' median [min, max] over 3 runs
     assert "| 3x [2.9, 3.1] faster (n=3, 75% interval) |" in md
     # older runs: three repeats agree, but none timed before and after side by side
