@@ -97,14 +97,15 @@ def build(
     from tqdm import tqdm
 
     from hpml.report import figures, fused, groups, roofline, search, studies, table
+    from hpml.report.comparisons import in_run
+    from hpml.report.header import header as page_header
     from hpml.report.page import Report
-    from hpml.report.page import header as page_header
 
     keys, columns, rows = table.rows(runs)
     found = groups.group(runs, by_seed)
     base = groups.baseline(found)
     versus = groups.against_baseline(found, base)
-    comparisons = [c for run in runs for c in groups.in_run(run)] + versus
+    comparisons = [c for run in runs for c in in_run(run)] + versus
     config_keys = groups.label_keys(runs, by_seed)  # plots: a point per config, repeats pooled
     histories: dict[tuple[str, str], list[tuple[int, float]]] = {}
     texts: dict[tuple[str, str], str | None] = {}
