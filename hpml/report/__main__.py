@@ -160,6 +160,7 @@ def build(
 
     from hpml.report import figures, fused, groups, roofline, search, studies, table
     from hpml.report.comparisons import in_run
+    from hpml.report.environment import is_env
     from hpml.report.header import header as page_header
     from hpml.report.page import Report
     from hpml.report.stores import Stores
@@ -195,6 +196,10 @@ def build(
     if parent is not None:
         title = str(parent.info.run_name)
         summary = f"{len(runs)} runs ({counts}) of sweep {parent.info.run_id}"
+        own = sum(r.data.tags.get("mlflow.parentRunId") == parent.info.run_id for r in runs)
+        if own < len(runs):  # --baseline: the earlier sweep's jobs too
+            summary = f"{len(runs)} runs ({counts}): {own} of sweep {parent.info.run_id}, the "
+            summary += f"other {len(runs) - own} of the baseline sweep"
         best = parent.data.tags.get("hpml.optuna.best_value")
         if best is not None:
             summary += (
@@ -202,7 +207,8 @@ def build(
             )
     else:
         title, summary = f"{len(runs)} runs", f"{len(runs)} runs ({counts})"
-    summary += f", in {stores.where}; swept: {', '.join(keys) or 'nothing'}."
+    swept = [k for k in keys if not is_env(k)]
+    summary += f", in {stores.where}; swept: {', '.join(swept) or 'nothing'}."
     lead = by.table() if by is not None else None
     return Report(
         title,

@@ -56,10 +56,11 @@ def differing(runs: Sequence[Run]) -> list[str]:
 
 
 def summary(runs: Sequence[Run]) -> str:
-    """``env.cpu_threads = 1, 2; env.commit = 9b9275f0a1c2, 2c1a0d3e4f56``: each differing key
-    with its values; empty where the runs share one environment and one store."""
+    """``env.cpu_threads = 1, 2; env.commit = 9b9275f0a1c2, 2c1a0d3e4f56``: each differing
+    environment key with its values (the store left to its own line); empty where the runs
+    share one environment."""
     parts = []
-    for key in differing(runs):
+    for key in [k for k in differing(runs) if k != STORE]:
         values = dict.fromkeys(env_value(run, key) or "(none)" for run in runs)
         parts.append(f"{key} = {', '.join(values)}")
     return "; ".join(parts)

@@ -158,7 +158,12 @@ def paired(
             for other in others
         }
         pairs.append(Pair(config, sides, against))
+    pairs.sort(key=lambda pair: min(r.info.start_time or 0 for r in _runs(pair)))  # ran first
     return pairs, alone
+
+
+def _runs(pair: Pair) -> list[Run]:
+    return [run for side in pair.sides.values() for run in side.runs]
 
 
 def table(pairs: list[Pair], key: str, alone: list[str], title: str | None = None) -> Table | None:

@@ -16,8 +16,10 @@ from mlflow.entities import Metric, Param, RunTag
 
 from hpml.analysis.stats import FASTER, SLOWER, WITHIN_NOISE
 from hpml.report.__main__ import main
+from hpml.report.environment import STORE_TAG
 from hpml.report.groups import group
 from hpml.report.pairs import by_key, paired
+from hpml.report.stores import Stores
 
 SPEED = "train/throughput_samples_per_s"
 STEP = "train/step_time_p50_ms"
@@ -163,8 +165,10 @@ def test_fail_on_slower_names_each_config_beyond_the_threshold(client, tmp_path,
 
 def test_several_stores_in_one_report_whose_csv_is_what_mlflow_holds(client, root, tmp_path):
     other = MlflowClient(f"sqlite:///{shutil.copy(root / 'mlflow.db', tmp_path / 'b.db')}")
+    parents = []
     for store, threads, speed in ((client, "1", 1000.0), (other, "2", 1700.0)):
         where = sweep(store)
+        parents.append(where[1])
         repeats(store, where, 16, speed, {"hpml.cpu_threads": threads})
         repeats(store, where, 64, 1.4 * speed, {"hpml.cpu_threads": threads})
     failed = other.create_run(where[0], tags={**ENV, "hpml.cpu_threads": "2"})  # filtered out
@@ -175,6 +179,10 @@ def test_several_stores_in_one_report_whose_csv_is_what_mlflow_holds(client, roo
     )
     other.set_terminated(failed.info.run_id, "FAILED")
     uris = [str(client.tracking_uri), str(other.tracking_uri)]
+    stores = Stores([client, other])  # a sweep in whichever store holds it; the last of all
+    assert stores.sweep(parents[0]).data.tags[STORE_TAG] == uris[0]
+    assert stores.sweep("last").info.run_id == parents[1]
+    assert [len(stores.jobs(stores.sweep(p))) for p in parents] == [6, 6]
     out = tmp_path / "report"
     code = main(
         [
