@@ -27,6 +27,7 @@ GB = 1e9  # GB/s (decimal, as datasheets quote bandwidth)
 FP32 = ("32", "32-true")
 FP16 = ("16", "16-mixed", "16-true")
 BF16 = ("bf16", "bf16-mixed", "bf16-true")
+FP64 = ("64", "64-true")  # no table figure: held to the fp32 peak, which bounds it everywhere
 PRECISIONS = FP32 + FP16 + BF16  # the Lightning precision settings a peak is known for
 
 
@@ -69,8 +70,8 @@ class DevicePeak:
         ``"32-true"``: the tf32 peak when ``tf32`` (default: :func:`tf32_enabled`) and the device
         has tf32 units, else fp32. ``"16-mixed"``/``"16-true"``: the fp16 tensor peak;
         ``"bf16-mixed"``/``"bf16-true"``: the bf16 one. A device without those units is held to
-        its fp32 peak. Other settings (``"64-true"``, ``"transformer-engine"``) have no figure
-        here: ValueError.
+        its fp32 peak, as ``"64-true"`` is (a bound: no fp64 rate exceeds the fp32 one). Other
+        settings (``"transformer-engine"``) have no figure here: ValueError.
         """
         text = str(precision)
         if text in FP32:
@@ -79,6 +80,8 @@ class DevicePeak:
             return (
                 self.tf32_flops_per_s if tf32 and self.tf32_flops_per_s else self.fp32_flops_per_s
             )
+        if text in FP64:  # float64 never runs on tf32 units
+            return self.fp32_flops_per_s
         if text in FP16:
             return self.fp16_flops_per_s or self.fp32_flops_per_s
         if text in BF16:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 import lightning as L
 
-from hpml.analysis.devices import KNOWN_DEVICES, PRECISIONS, DevicePeak
+from hpml.analysis.devices import FP64, KNOWN_DEVICES, PRECISIONS, DevicePeak
 from hpml.analysis.flops import count_flops
 from hpml.analysis.measured_peak import is_measured, measure_peak, raise_roof, resolve_peak
 from hpml.analysis.roofline import RooflineAnalysis, analyse, classify
@@ -102,7 +102,7 @@ class RooflineCallback(L.Callback):
             log.warning(
                 "roofline: no peak for precision %s: drawn against the fp32 roof", precision
             )
-            precision = "32-true"
+            precision = "64-true" if precision in FP64 else "32-true"
         with trainer.precision_plugin.forward_context():
             fwd_bwd = count_flops(pl_module, example, with_backward=True)
             analysis = analyse(pl_module, example, self.timing_passes, fwd_bwd.forward)

@@ -1,9 +1,11 @@
 """``python -m hpml.report``: a sweep's (or any runs') report, as HTML and Markdown.
 
-It shows the runs side by side (the config keys that differ, metrics with their units, failed
-runs marked) and the plots their data allows, writes ``report.html`` (one file that opens
-offline) and ``report.md`` with ``figures/*.svg``, prints their paths, and logs them to the
-sweep's parent run (artifacts ``report/``) so they open from the MLflow UI.
+It shows the runs side by side (the config keys and environment keys that differ, metrics with
+their units, failed runs marked) and the plots their data allows, writes ``report.html`` (one
+file that opens offline) and ``report.md`` with ``figures/*.svg``, prints their paths, and logs
+them to the sweep's parent run (artifacts ``report/``) so they open from the MLflow UI. Runs may
+come from several stores; ``--by KEY`` compares runs equal but for KEY, ``--baseline`` a sweep
+with an earlier one, and ``--fail-on slower`` exits 1 where a config got slower (CI).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ if TYPE_CHECKING:
     from mlflow.entities import Run
 
     from hpml.report.page import Report
+    from hpml.report.pairs import Compared
+    from hpml.report.stores import Stores
 
 ARTIFACTS = "report"
 # artifacts the studies' tables read (hpml.report.studies), when a run has them
@@ -59,61 +63,127 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="keep runs of different seeds apart (default: runs whose configs differ only in "
         "replicate, seed and data.seed are repeats of one config, summarised together)",
     )
+    parser.add_argument(
+        "--by",
+        metavar="KEY",
+        help="compare runs equal but for KEY, a param (data.batch_size), a config group or where "
+        "they ran (env.device, env.cpu, env.host, env.cpu_threads, env.torch, env.cuda, "
+        "env.commit, store): a ratio with its interval and verdict per config and speed measure",
+    )
+    parser.add_argument(
+        "--baseline",
+        metavar="RUN_ID",
+        help="with --sweep: compare the sweep with this earlier sweep of the same configs",
+    )
+    parser.add_argument(
+        "--fail-on",
+        choices=["slower"],
+        help="exit 1 when a config compared (--baseline, --by) is slower beyond --threshold "
+        "over its whole interval",
+    )
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        default=0.05,
+        help="--fail-on's margin, a fraction of the reference's speed (default: 0.05)",
+    )
     parser.add_argument("--experiment", help="only this MLflow experiment (default: all)")
-    parser.add_argument("--tracking-uri", help="default: MLFLOW_TRACKING_URI, else ./mlflow.db")
+    parser.add_argument(
+        "--tracking-uri",
+        action="append",
+        help="the store, again for several (default: MLFLOW_TRACKING_URI, else ./mlflow.db)",
+    )
     parser.add_argument("--out", type=Path, help="folder for the report (default: the sweep's)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.baseline and not args.sweep:
+        parser.error("--baseline needs --sweep (the sweep to compare with it)")
+    if args.baseline and args.by:
+        parser.error("--baseline compares by sweep: give --by or --baseline, not both")
+    if args.fail_on and not (args.baseline or args.by):
+        parser.error("--fail-on needs --baseline or --by (what to compare)")
+    if not 0 <= args.threshold < 1:
+        parser.error(f"--threshold {args.threshold}: a fraction, from 0 to below 1")
+    return args
 
 
-def chosen(client: MlflowClient, args: argparse.Namespace) -> tuple[list[Run], Run | None]:
-    """The runs ``args`` name, and their sweep's parent run (None for ``--runs``/``--filter``)."""
-    from hpml.report.runs import experiment_ids, select_runs
-
+def chosen(stores: Stores, args: argparse.Namespace) -> tuple[list[Run], Run | None]:
+    """The runs ``args`` name, and their sweep's parent run (None for ``--runs``/``--filter``);
+    with ``--baseline``, the baseline sweep's jobs too."""
     if args.filter is not None:
         from mlflow.exceptions import MlflowException
 
         try:
-            runs = client.search_runs(experiment_ids(client, args.experiment), args.filter)
+            runs = stores.search(args.filter, args.experiment)
         except MlflowException as exc:
             raise HpmlError(f"--filter {args.filter!r}: {exc.message}") from None
         runs = [r for r in runs if r.data.tags.get("hpml.sweep_parent") != "true"]
         if not runs:
-            raise HpmlError(f"no run matches --filter {args.filter!r} in {client.tracking_uri}")
+            raise HpmlError(f"no run matches --filter {args.filter!r} in {stores.where}")
         return runs, None
-    return select_runs(client, args.sweep, args.runs, args.experiment)
+    if args.runs:
+        return [stores.run(run_id) for run_id in args.runs], None
+    parent = stores.sweep(args.sweep or "last", args.experiment)
+    runs = stores.jobs(parent)
+    if args.baseline:
+        base = stores.sweep(args.baseline)
+        if base.info.run_id == parent.info.run_id:
+            raise HpmlError(f"--baseline {args.baseline} is the sweep itself")
+        runs += stores.jobs(base)
+    return runs, parent
+
+
+def compared(
+    stores: Stores, args: argparse.Namespace, runs: list[Run], parent: Run | None
+) -> Compared | None:
+    """What ``--by`` or ``--baseline`` compares, None for neither."""
+    from hpml.report import pairs
+
+    if args.baseline and parent is not None:
+        return pairs.by_sweep(runs, parent, stores.sweep(args.baseline), args.by_seed)
+    return pairs.by_key(runs, args.by, args.by_seed) if args.by else None
 
 
 def build(
-    client: MlflowClient,
+    client: MlflowClient | Stores,
     runs: list[Run],
     parent: Run | None,
     serial: Sequence[Run] = (),
     by_seed: bool = False,
+    by: Compared | None = None,
 ) -> Report:
-    """The report of ``runs``: table, plots, learning curves (their histories fetched with a
-    progress bar on a terminal); fused members compared with their twins among ``runs`` and
-    ``serial``; repeats of a config (``replicate``, and seeds unless ``by_seed``) summarised
-    as one, every comparison with its verdict."""
+    """The report of ``runs`` (read from ``client``'s store, or from several): table, plots,
+    learning curves (their histories fetched with a progress bar on a terminal); fused members
+    compared with their twins among ``runs`` and ``serial``; repeats of a config
+    (``replicate``, and seeds unless ``by_seed``) summarised as one, every comparison with its
+    verdict; what ``by`` compares (``--by``, ``--baseline``) in the table that leads it."""
     from tqdm import tqdm
 
     from hpml.report import figures, fused, groups, roofline, search, studies, table
+    from hpml.report.comparisons import in_run
+    from hpml.report.environment import is_env
+    from hpml.report.header import header as page_header
     from hpml.report.order import run_order
     from hpml.report.page import Report
-    from hpml.report.page import header as page_header
+    from hpml.report.stores import Stores
+
+    stores = client if isinstance(client, Stores) else Stores([client])
 
     keys, columns, rows = table.rows(runs)
     found = groups.group(runs, by_seed)
     base = groups.baseline(found)
     versus = groups.against_baseline(found, base)
-    comparisons = [c for run in runs for c in groups.in_run(run)] + versus
+    comparisons = [c for run in runs for c in in_run(run)] + versus
+    comparisons += by.comparisons if by is not None else []
     config_keys = groups.label_keys(runs, by_seed)  # plots: a point per config, repeats pooled
+    if by is not None and by.key in table.differing_keys(runs) and by.key not in config_keys:
+        config_keys.append(by.key)  # a series per value of what is compared (env.host, store)
     histories: dict[tuple[str, str], list[tuple[int, float]]] = {}
     texts: dict[tuple[str, str], str | None] = {}
     for run in tqdm(runs, desc="hpml: reading runs", unit="run", disable=not sys.stderr.isatty()):
-        points = client.get_metric_history(run.info.run_id, "val/loss")
+        points = stores.of(run).get_metric_history(run.info.run_id, "val/loss")
         histories[(run.info.run_id, "val/loss")] = sorted((m.step, m.value) for m in points)
-        for path in TEXTS:
-            texts[(run.info.run_id, path)] = artifact_text(client, run, path)
+        for path, text in stores.texts(run, TEXTS).items():
+            texts[(run.info.run_id, path)] = text
     tables = [studies.repeats(found, columns), studies.against_baseline(versus, base)]
     tables += [make(found, lambda r, p: texts.get((r.info.run_id, p))) for make in studies.TABLES]
     tables.append(fused.table(runs, serial))
@@ -127,6 +197,10 @@ def build(
     if parent is not None:
         title = str(parent.info.run_name)
         summary = f"{len(runs)} runs ({counts}) of sweep {parent.info.run_id}"
+        own = sum(r.data.tags.get("mlflow.parentRunId") == parent.info.run_id for r in runs)
+        if own < len(runs):  # --baseline: the earlier sweep's jobs too
+            summary = f"{len(runs)} runs ({counts}): {own} of sweep {parent.info.run_id}, the "
+            summary += f"other {len(runs) - own} of the baseline sweep"
         best = parent.data.tags.get("hpml.optuna.best_value")
         if best is not None:
             summary += (
@@ -134,9 +208,11 @@ def build(
             )
     else:
         title, summary = f"{len(runs)} runs", f"{len(runs)} runs ({counts})"
-    summary += f", in {client.tracking_uri}; swept: {', '.join(keys) or 'nothing'}."
+    swept = [k for k in keys if not is_env(k)]
+    summary += f", in {stores.where}; swept: {', '.join(swept) or 'nothing'}."
     if (order := run_order(runs, by_seed)) is not None:
         summary += f" {order}"
+    lead = by.table() if by is not None else None
     return Report(
         title,
         summary,
@@ -146,25 +222,15 @@ def build(
         [t for t in tables if t is not None],
         [p for p in plots if p is not None],
         comparisons,
-        header=page_header(runs, parent, _experiment(client, runs), keys),
+        header=page_header(runs, parent, _experiment(stores, runs), keys),
+        lead=[lead] if lead is not None else [],
     )
 
 
-def _experiment(client: MlflowClient, runs: list[Run]) -> str:
+def _experiment(stores: Stores, runs: list[Run]) -> str:
     """The MLflow experiment(s) the runs belong to, by name."""
-    ids = dict.fromkeys(run.info.experiment_id for run in runs)
-    return ", ".join(client.get_experiment(i).name for i in ids)
-
-
-def artifact_text(client: MlflowClient, run: Run, path: str) -> str | None:
-    """The text of artifact ``path`` of ``run``, None when it has none."""
-    import tempfile
-
-    folder, _, name = path.rpartition("/")
-    if name not in {Path(a.path).name for a in client.list_artifacts(run.info.run_id, folder)}:
-        return None
-    with tempfile.TemporaryDirectory() as tmp:
-        return Path(client.download_artifacts(run.info.run_id, path, tmp)).read_text()
+    found = {(stores.of(run), run.info.experiment_id): None for run in runs}
+    return ", ".join(dict.fromkeys(client.get_experiment(i).name for client, i in found))
 
 
 def out_folder(args: argparse.Namespace, runs: list[Run], parent: Run | None) -> Path:
@@ -183,27 +249,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per file
     try:
-        from mlflow import MlflowClient
-
         from hpml.report.fused import members
-        from hpml.report.runs import default_tracking_uri, runs_or_jobs
+        from hpml.report.runs import default_tracking_uri
+        from hpml.report.stores import Stores
 
-        client = MlflowClient(args.tracking_uri or default_tracking_uri())
-        runs, parent = chosen(client, args)
-        serial = runs_or_jobs(client, args.twin)
+        stores = Stores.open(args.tracking_uri or [default_tracking_uri()])
+        runs, parent = chosen(stores, args)
+        serial = stores.runs_or_jobs(args.twin)
         if serial and not members(runs):
             print("hpml: warning: --twin: the report's runs have no fused members", file=sys.stderr)
-        report = build(client, runs, parent, serial, args.by_seed)
+        by = compared(stores, args, runs, parent)
+        if by is not None and not by.pairs:
+            print(f"hpml: warning: --by {by.key}: no two runs equal but for it", file=sys.stderr)
+        report = build(stores, runs, parent, serial, args.by_seed, by)
         folder = out_folder(args, runs, parent)
         html, md = report.write(folder)
         if parent is not None:
-            client.log_artifacts(parent.info.run_id, str(folder), ARTIFACTS)
+            stores.of(parent).log_artifacts(parent.info.run_id, str(folder), ARTIFACTS)
     except HpmlError as exc:
         print(f"hpml: error: {exc}", file=sys.stderr)
         return 1
     where = f" (and to run {parent.info.run_id}, artifacts {ARTIFACTS}/)" if parent else ""
     print(f"hpml: wrote {html}\nhpml: wrote {md}{where}")
-    return 0
+    return failed(args, by)
+
+
+def failed(args: argparse.Namespace, by: Compared | None) -> int:
+    """``--fail-on slower``: 1 where a compared config got slower beyond ``--threshold`` over
+    its whole interval, each named on one line (stderr); else 0."""
+    from hpml.report.regression import slower
+
+    if args.fail_on != "slower" or by is None:
+        return 0
+    lines = slower(by.pairs, args.threshold)
+    for line in lines:
+        print(f"hpml: slower: {line}", file=sys.stderr)
+    if lines:
+        print(
+            f"hpml: --fail-on slower: {len(lines)} config(s) slower by more than "
+            f"{args.threshold:.0%} over the whole interval",
+            file=sys.stderr,
+        )
+    return 1 if lines else 0
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Every table of a report as CSV beside it (``tables/<name>.csv``), for a researcher's own
 analysis: plain numbers at full precision (units in the column names, none in cells), empty
 for what a run did not log. ``tables/comparisons.csv`` holds every comparison the report draws
-(:data:`hpml.report.groups.COLUMNS`), one row each."""
+(:data:`hpml.report.comparisons.COLUMNS`), one row each."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from hpml.report.groups import COLUMNS
+from hpml.report.comparisons import COLUMNS
 
 if TYPE_CHECKING:
-    from hpml.report.groups import Comparison
+    from hpml.report.comparisons import Comparison
     from hpml.report.studies import Table
     from hpml.report.table import Row
 
@@ -30,6 +30,7 @@ class Tabled(Protocol):
     columns: list[str]
     rows: list[Row]
     tables: list[Table]
+    lead: list[Table]
     comparisons: list[Comparison]
 
 
@@ -80,7 +81,7 @@ def write(folder: Path, report: Tabled) -> list[Path]:
             runs,
         )
     ]
-    for table in report.tables:
+    for table in [*report.lead, *report.tables]:
         columns, rows = table.data or (table.headings, table.rows)
         written.append(write_csv(out / f"{table.name or slug(table.title)}.csv", columns, rows))
     written.append(

@@ -20,7 +20,8 @@ from hpml.analysis.stats import ratio_ci, verdict
 from hpml.fused.members import ARRAY_SIZE_TAG, ARRAY_TAG, FUSED_TAG, MEMBER_TAG
 from hpml.names import label
 from hpml.report.canvas import Canvas, Figure
-from hpml.report.groups import Comparison, noisy, params_but
+from hpml.report.comparisons import Comparison, noisy
+from hpml.report.groups import params_but
 from hpml.report.studies import Table
 from hpml.report.table import BOOKKEEPING, differing_keys, number, short_name, value
 

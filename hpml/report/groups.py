@@ -3,26 +3,22 @@
 A *group* is the runs whose params differ only in ``replicate`` (and ``seed``/``data.seed``,
 unless ``by_seed``), per-job bookkeeping left out: ``paths.*``, Hydra's and the logger's keys,
 any ``*dirpath*`` or ``*_dir`` param, and values naming the run's own job or sweep folder (each
-job's checkpoints and trainer root). Per group and metric: the median, its order-statistic 95%
-interval and n (:func:`hpml.analysis.stats.median_ci`).
+job's checkpoints and trainer root); and that ran in one environment (device, CPU, threads,
+torch, CUDA, commit: :mod:`hpml.report.environment`; the host and store do not split). Per
+group and metric: the median, its order-statistic 95% interval and n
+(:func:`hpml.analysis.stats.median_ci`).
 
-Comparisons (:class:`Comparison`, one row each of ``tables/comparisons.csv``):
-
-- *in-run*: a run's before/after of a step (prune, quant, compile, any other) at batch N, as its
-  callback timed them side by side: ``S/speedup_b<N>_x`` with ``..._ci_low_x``,
-  ``..._ci_high_x``, ``..._rounds_count`` and the tag ``hpml.verdict.S.speedup_b<N>``. A run
-  that logged no interval (older runs: only the speed-up, or only the two latencies) is
-  ``within noise`` with n=1: its ratio stands alone, never as a finding.
-- *against the baseline*: every other group's throughput, step time and latency against the
-  baseline group's, by :func:`~hpml.analysis.stats.ratio_ci` of their replicates' values. The
-  baseline is the first group (in run order) that prunes, quantises and compiles nothing; where
-  every group does one of them, the first group (finished runs only). Drawn only where the
-  baseline was repeated.
+Comparisons (:class:`~hpml.report.comparisons.Comparison`, one row each of
+``tables/comparisons.csv``): a run's own before/after (:mod:`hpml.report.comparisons`), and
+*against the baseline*: every other group's throughput, step time and latency against the
+baseline group's, by :func:`~hpml.analysis.stats.ratio_ci` of their replicates' values. The
+baseline is the first group (in run order) that prunes, quantises and compiles nothing; where
+every group does one of them, the first group (finished runs only). Drawn only where the
+baseline was repeated. :func:`versus` compares any two groups the same way (``--by``,
+``--baseline``: :mod:`hpml.report.pairs`).
 
 A comparison *across runs* whose either side ran noisy (tag ``hpml.noisy`` = ``true`` on any
-run) is ``within noise`` whatever its interval says: its sides were timed at other moments. An
-in-run before/after keeps its interval's verdict on a noisy run: each round timed both sides
-back to back, so the load hit both and widened the interval instead (a cell says "a run noisy").
+run) is ``within noise`` whatever its interval says: its sides were timed at other moments.
 """
 
 from __future__ import annotations
@@ -37,13 +33,14 @@ from typing import TYPE_CHECKING
 from hpml.analysis.stats import (
     FASTER,
     SLOWER,
-    VERDICTS,
     WITHIN_NOISE,
     Interval,
     median_ci,
     ratio_ci,
     verdict,
 )
+from hpml.report.comparisons import Comparison, in_run, noisy
+from hpml.report.environment import SHOWN, entries
 from hpml.report.table import BOOKKEEPING, CHOICE_TAG, differing_keys, short_name, value
 
 if TYPE_CHECKING:
@@ -53,21 +50,16 @@ REPEAT_KEYS = ("replicate",)
 SEED_KEYS = ("seed", "data.seed")
 STEPS = ("prune", "quant", "compile")  # steps whose callbacks time before and after
 FINISHED = "FINISHED"
-NOISY_TAG = "hpml.noisy"
-VERDICT_TAG = "hpml.verdict."
 # speed measures a group is compared on against the baseline: higher is faster for throughput,
 # lower for latency (a side's median over rounds) and the median step time
 HIGHER_IS_FASTER = re.compile(r"^[^/]+/throughput(_per_device)?_samples_per_s$")
 LOWER_IS_FASTER = re.compile(r"^[^/]+/(latency_b\d+|step_time_p50)_ms$")
-_IN_RUN = re.compile(
-    r"^(?P<step>\w+?)(?:_before|_after)?/(?:latency|speedup)_b(?P<n>\d+)_(?:ms|x)$"
-)
 
 
 def ignored(key: str, by_seed: bool = False) -> bool:
     """Whether param ``key`` is left out of a run's identity: a repeat's number, its seeds
-    (unless ``by_seed``), or per-job bookkeeping."""
-    if key in REPEAT_KEYS or (not by_seed and key in SEED_KEYS):
+    (unless ``by_seed``), per-job bookkeeping, or the host and store it ran on and came from."""
+    if key in REPEAT_KEYS or key in SHOWN or (not by_seed and key in SEED_KEYS):
         return True
     return key.startswith(BOOKKEEPING) or "dirpath" in key or key.endswith("_dir")
 
@@ -91,14 +83,10 @@ def params_but(run: Run, skip: Callable[[str], bool]) -> frozenset[tuple[str, st
 
 
 def identity(run: Run, by_seed: bool = False) -> frozenset[tuple[str, str]]:
-    """What a run's repeats share: its config groups' options and its params but the
-    :func:`ignored`."""
+    """What a run's repeats share: its config groups' options, its params but the
+    :func:`ignored`, and where it ran (:func:`hpml.report.environment.entries`)."""
     choices = {(k, v) for k, v in run.data.tags.items() if k.startswith(CHOICE_TAG)}
-    return params_but(run, lambda key: ignored(key, by_seed)) | choices
-
-
-def noisy(run: Run) -> bool:
-    return run.data.tags.get(NOISY_TAG, "").lower() == "true"
+    return params_but(run, lambda key: ignored(key, by_seed)) | choices | entries(run)
 
 
 @dataclass(frozen=True)
@@ -206,113 +194,6 @@ def label_keys(runs: list[Run], by_seed: bool = False) -> list[str]:
     return [k for k in differing_keys(runs) if not ignored(k, by_seed)]
 
 
-COLUMNS = (
-    "run",
-    "comparison",
-    "measure",
-    "before",
-    "after",
-    "ratio",
-    "ci_low",
-    "ci_high",
-    "n",
-    "verdict",
-)
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """One comparison: ``ratio`` is a speed-up (> 1: ``after`` is faster), its interval, n, and
-    the verdict; ``coverage`` the interval's own (< 0.95 for fewer than 6 repeats)."""
-
-    run: str  # a run id; a group's run ids, space-separated
-    comparison: str
-    measure: str  # the metric (its unit in the name): `latency_b1_ms`, `train/throughput_...`
-    before: float | None
-    after: float | None
-    ratio: float
-    ci_low: float | None
-    ci_high: float | None
-    n: int
-    verdict: str
-    coverage: float = 0.95
-    noisy: bool = False  # a run of either side was tagged hpml.noisy
-
-    @property
-    def timed_side_by_side(self) -> bool:
-        """Whether its sides were timed in alternating rounds with an interval (in-run)."""
-        return self.ci_low is not None and self.ci_high is not None and self.n >= 2
-
-    @property
-    def step(self) -> str:
-        return self.comparison.split(":", 1)[0]
-
-    @property
-    def batch(self) -> int:
-        return int(self.measure.rsplit("_b", 1)[1].split("_", 1)[0])
-
-    def row(self) -> list[object]:
-        """Its values in the order of :data:`COLUMNS`."""
-        return [getattr(self, column) for column in COLUMNS]
-
-    def cell(self) -> str:
-        """``2.91x [2.70, 3.10] faster (n=7)``; ``1.5x [no interval] — within noise (n=1)``."""
-        if not self.timed_side_by_side:
-            return f"{self.ratio:.3g}x [no interval] — {self.verdict} (n={self.n})"
-        cover = "" if self.coverage >= 0.95 - 1e-9 else f", {self.coverage:.0%} interval"
-        loud = ", a run noisy" if self.noisy else ""
-        return (
-            f"{self.ratio:.3g}x [{self.ci_low:.3g}, {self.ci_high:.3g}] {self.verdict} "
-            f"(n={self.n}{cover}{loud})"
-        )
-
-
-def in_run(run: Run) -> list[Comparison]:
-    """The before/after comparisons ``run``'s callbacks logged, per step and batch size."""
-    m, tags = run.data.metrics, run.data.tags
-    found = []
-    pairs = sorted(
-        {(g["step"], int(g["n"])) for name in m if (g := _IN_RUN.match(name)) is not None}
-    )
-    for step, batch in pairs:
-        before = m.get(f"{step}_before/latency_b{batch}_ms")
-        after = m.get(f"{step}_after/latency_b{batch}_ms")
-        ratio = m.get(f"{step}/speedup_b{batch}_x")
-        if ratio is None:
-            if before is None or not after:
-                continue
-            ratio = before / after
-        low = m.get(f"{step}/speedup_b{batch}_ci_low_x")
-        high = m.get(f"{step}/speedup_b{batch}_ci_high_x")
-        count = m.get(f"{step}/speedup_b{batch}_rounds_count")
-        n = int(count) if count is not None and low is not None and high is not None else 1
-        tag = tags.get(f"{VERDICT_TAG}{step}.speedup_b{batch}")
-        if n < 2:
-            said = WITHIN_NOISE
-        elif tag in VERDICTS:
-            said = tag
-        else:
-            said = verdict(Interval(ratio, low, high, n, 0.95))  # type: ignore[arg-type]
-        if n < 2:
-            low = high = None
-        found.append(
-            Comparison(
-                run.info.run_id,
-                f"{step}: before vs after",
-                f"latency_b{batch}_ms",
-                before,
-                after,
-                ratio,
-                low,
-                high,
-                n,
-                said,
-                noisy=noisy(run),
-            )
-        )
-    return found
-
-
 def direction(name: str) -> int:
     """1 where a higher value of metric ``name`` is faster, -1 where lower is, 0: no speed."""
     if HIGHER_IS_FASTER.match(name):
@@ -344,42 +225,51 @@ def _unoptimised(run: Run) -> bool:
 
 
 def against_baseline(groups: list[Group], base: Group | None) -> list[Comparison]:
-    """Every other finished group against ``base`` on each speed measure both carry; none
-    where the baseline ran once (separate runs are not timed side by side: without repeats no
-    config can be told apart from it, and the report draws no such comparison)."""
+    """Every other finished group against ``base`` (:func:`versus`); none where the baseline
+    ran once (separate runs are not timed side by side: without repeats no config can be told
+    apart from it, and the report draws no such comparison)."""
     if base is None or len(base.runs) < 2:
         return []
+    return [
+        c
+        for other in groups
+        if other is not base and other.finished
+        for c in versus(other, base, f"{other.label} vs baseline {base.label}")
+    ]
+
+
+def versus(other: Group, base: Group, comparison: str) -> list[Comparison]:
+    """``other`` against ``base`` on each speed measure both carry: the ratio of their medians
+    (> 1: ``other`` faster) with :func:`~hpml.analysis.stats.ratio_ci`'s interval over their
+    runs; ``within noise`` when it holds 1, a side ran once, or a run of either is noisy."""
     found = []
-    for other in groups:
-        if other is base or not other.finished:
+    names = sorted(
+        {n for r in other.runs for n in r.data.metrics if direction(n)}
+        & {n for r in base.runs for n in r.data.metrics}
+    )
+    for name in names:
+        mine, theirs = other.values(name), base.values(name)
+        if not mine or not theirs:
             continue
-        names = sorted(
-            {n for r in other.runs for n in r.data.metrics if direction(n)}
-            & {n for r in base.runs for n in r.data.metrics}
-        )
-        for name in names:
-            mine, theirs = other.values(name), base.values(name)
-            if not mine or not theirs:
-                continue
-            faster = direction(name) > 0
-            interval = ratio_ci(mine, theirs) if faster else ratio_ci(theirs, mine)
-            real = interval.n >= 2
-            found.append(
-                Comparison(
-                    other.ids,
-                    f"{other.label} vs baseline {base.label}",
-                    name,
-                    median_ci(theirs).median,
-                    median_ci(mine).median,
-                    interval.median,
-                    interval.low if real else None,
-                    interval.high if real else None,
-                    interval.n,
-                    verdict(interval, noisy=other.noisy or base.noisy),
-                    interval.coverage,
-                    other.noisy or base.noisy,
-                )
+        faster = direction(name) > 0
+        interval = ratio_ci(mine, theirs) if faster else ratio_ci(theirs, mine)
+        real = interval.n >= 2
+        found.append(
+            Comparison(
+                other.ids,
+                comparison,
+                name,
+                median_ci(theirs).median,
+                median_ci(mine).median,
+                interval.median,
+                interval.low if real else None,
+                interval.high if real else None,
+                interval.n,
+                verdict(interval, noisy=other.noisy or base.noisy),
+                interval.coverage,
+                other.noisy or base.noisy,
             )
+        )
     return found
 
 

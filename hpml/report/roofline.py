@@ -35,6 +35,7 @@ from hpml.names import (
 from hpml.report.runs import project_root
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from mlflow.entities import Run
 
     from hpml.analysis.roofline import RooflinePoint
@@ -173,7 +174,8 @@ def run_precision(run: Run) -> str:
 
 def figure(runs: list[Run], keys: list[str]) -> Figure | None:
     """The report's roofline: every run with roofline metrics, one point each, under the roof
-    of the GPU it ran on (the device table) or the peak its callback measured (study 5)."""
+    of the GPU it ran on (the device table) or the peak its callback measured (study 5); runs
+    on other devices add their device's roof, dashed."""
     from hpml.analysis.roofline_plot import describe_peak, roofline_figure
     from hpml.report.canvas import Canvas, Figure, run_label
 
@@ -186,6 +188,8 @@ def figure(runs: list[Run], keys: list[str]) -> Figure | None:
     precision = run_precision(measured[0])
     rows = [run_point(run, label) for run, label in zip(measured, labels(measured), strict=True)]
     fig, artists = roofline_figure([point for point, _ in rows], peak, precision, peak.name)
+    others = {p.name: p for r in measured if (p := run_peak(r)) and p.name != peak.name}
+    _roofs(fig.axes[0], list(others.values()), precision)
     canvas = Canvas(figure=fig)
     for index, artist in artists.items():
         point, basis = rows[index]
@@ -201,9 +205,23 @@ def figure(runs: list[Run], keys: list[str]) -> Figure | None:
         "Roofline",
         f"Each run's training step (fwd+bwd FLOPs per sample x samples/s; FLOPs = 2 x MAC) "
         f"against its arithmetic intensity (FLOP/byte), under the roof of "
-        f"{describe_peak(peak, precision)} ({peak.source}).",
+        f"{describe_peak(peak, precision)} ({peak.source})"
+        + "".join(f"; dashed, {describe_peak(p, precision)}" for p in others.values())
+        + ".",
         canvas.svg(),
     )
+
+
+def _roofs(ax: Axes, peaks: list[DevicePeak], precision: str) -> None:
+    """Each of ``peaks``' roofs, dashed, over the plot's intensities, named in its legend."""
+    from hpml.analysis.roofline import attainable_flops_per_s
+
+    low, high = ax.get_xlim()
+    xs = [low * (high / low) ** (i / 63) for i in range(64)]
+    for index, peak in enumerate(peaks):
+        ys = [attainable_flops_per_s(x, peak, precision) for x in xs]
+        ax.plot(xs, ys, linestyle="--", color=f"C{index + 2}", label=f"roof of {peak.name}")
+    ax.legend(loc="lower right", fontsize=8)  # as roofline_figure's, with the roofs added
 
 
 def table(rows: list[tuple[str, str, RooflinePoint, str]], peak: DevicePeak, precision: str) -> str:

@@ -74,16 +74,6 @@ def run_by_id(client: MlflowClient, run_id: str) -> Run:
         raise HpmlError(f"unknown run id '{run_id}' in {client.tracking_uri}") from None
 
 
-def runs_or_jobs(client: MlflowClient, run_ids: list[str]) -> list[Run]:
-    """The runs ``run_ids`` name, a sweep's parent run standing for the sweep's jobs."""
-    found = []
-    for run_id in run_ids:
-        run = run_by_id(client, run_id)
-        sweep = run.data.tags.get("hpml.sweep_parent") == "true"
-        found += sweep_children(client, run) if sweep else [run]
-    return found
-
-
 def select_runs(
     client: MlflowClient,
     sweep: str | None,

@@ -5,8 +5,7 @@ between them reads ``median [low, high]``, its order-statistic 95% interval (few
 repeats: [min, max], its own coverage said), and the row says its n. Every speed-up says its
 interval and verdict. Study 3's table (pruner x sparsity: layer widths, FLOPs, size, losses,
 latency, ``print(model)`` before and after) and study 1's (size, latency and quality before and
-after quantisation, compilation and pruning); every caption states the convention of each
-number.
+after quantisation, compilation and pruning); every caption states each number's convention.
 """
 
 from __future__ import annotations
@@ -19,7 +18,8 @@ from typing import TYPE_CHECKING
 
 from hpml.analysis.stats import median_ci
 from hpml.names import label
-from hpml.report.groups import COLUMNS, Comparison, Group, plain
+from hpml.report.comparisons import COLUMNS, Comparison
+from hpml.report.groups import Group, plain
 from hpml.report.table import number
 
 if TYPE_CHECKING:

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hpml.names import label
+from hpml.report.environment import differing as differing_env
+from hpml.report.environment import env_value, is_env
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -46,13 +48,17 @@ CHOICE_TAG = "hpml.choice."  # a run's option of each config group (hpml.trackin
 
 
 def value(run: Run, key: str) -> str:
-    """A run's value of config key ``key``, or its option of config group ``key``."""
+    """A run's value of config key ``key``, its option of config group ``key``, or of
+    environment key ``key`` (``env.device``, ...: :mod:`hpml.report.environment`)."""
+    if is_env(key):
+        return env_value(run, key)
     return run.data.params.get(key, run.data.tags.get(f"{CHOICE_TAG}{key}", ""))
 
 
 def differing_keys(runs: list[Run]) -> list[str]:
     """What differs between the runs, sorted: the config groups whose option differs (e.g.
-    ``quant``), then the config keys whose values differ other than through those options."""
+    ``quant``), the config keys whose values differ other than through those options, then
+    where the runs ran (``env.cpu_threads``, the store: :mod:`hpml.report.environment`)."""
     tags = {key for run in runs for key in run.data.tags if key.startswith(CHOICE_TAG)}
     groups = sorted(
         tag.removeprefix(CHOICE_TAG)
@@ -72,7 +78,7 @@ def differing_keys(runs: list[Run]) -> list[str]:
         if group is not None and not _varies_within(runs, group, key):
             continue  # it changes with the group's option, which has its own column
         differing.append(key)
-    return groups + differing
+    return groups + differing + differing_env(runs)
 
 
 def _varies_within(runs: list[Run], group: str, key: str) -> bool:

@@ -83,8 +83,9 @@ def test_precision_picks_the_matching_peak():
     assert v100.peak_for_precision("bf16-mixed") == 15.7e12  # no bf16 units: fp32 roof
     assert k80.peak_for_precision("16-mixed") == k80.fp32_flops_per_s
     assert v100.ridge_for_precision("16-mixed") == pytest.approx(125e12 / 900e9)
-    with pytest.raises(ValueError, match="64-true"):
-        v100.peak_for_precision("64-true")
+    assert a100.peak_for_precision("64-true", tf32=True) == 19.5e12  # fp64: the fp32 bound
+    with pytest.raises(ValueError, match="transformer-engine"):
+        v100.peak_for_precision("transformer-engine")
 
 
 def test_fp32_follows_torchs_tf32_settings_for_matmuls_and_convolutions():

@@ -15,8 +15,9 @@ from omegaconf import OmegaConf
 
 from hpml.analysis.stats import FASTER, SLOWER, WITHIN_NOISE, median_ci, ratio_ci
 from hpml.report.__main__ import main
+from hpml.report.comparisons import COLUMNS, in_run
 from hpml.report.figures import pareto
-from hpml.report.groups import COLUMNS, against_baseline, baseline, group, in_run
+from hpml.report.groups import against_baseline, baseline, group
 from hpml.report.runs import sweep_children
 from hpml.report.studies import runs_cell, spread
 

@@ -1,0 +1,139 @@
+"""One comparison the report draws, with its verdict (:class:`Comparison`, a row of
+``tables/comparisons.csv``), and the before/after comparisons a run's callbacks logged.
+
+*In-run*: a run's before/after of a step (prune, quant, compile, any other) at batch N, as its
+callback timed them side by side: ``S/speedup_b<N>_x`` with ``..._ci_low_x``,
+``..._ci_high_x``, ``..._rounds_count`` and the tag ``hpml.verdict.S.speedup_b<N>``. A run that
+logged no interval (older runs: only the speed-up, or only the two latencies) is ``within
+noise`` with n=1: its ratio stands alone, never as a finding. It keeps its interval's verdict on
+a noisy run (tag ``hpml.noisy``): each round timed both sides back to back, so the load hit both
+and widened the interval instead (a cell says "a run noisy").
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from hpml.analysis.stats import VERDICTS, WITHIN_NOISE, Interval, verdict
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
+
+NOISY_TAG = "hpml.noisy"
+VERDICT_TAG = "hpml.verdict."
+_IN_RUN = re.compile(
+    r"^(?P<step>\w+?)(?:_before|_after)?/(?:latency|speedup)_b(?P<n>\d+)_(?:ms|x)$"
+)
+
+
+def noisy(run: Run) -> bool:
+    return run.data.tags.get(NOISY_TAG, "").lower() == "true"
+
+
+COLUMNS = (
+    "run",
+    "comparison",
+    "measure",
+    "before",
+    "after",
+    "ratio",
+    "ci_low",
+    "ci_high",
+    "n",
+    "verdict",
+)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One comparison: ``ratio`` is a speed-up (> 1: ``after`` is faster), its interval, n, and
+    the verdict; ``coverage`` the interval's own (< 0.95 for fewer than 6 repeats)."""
+
+    run: str  # a run id; a group's run ids, space-separated
+    comparison: str
+    measure: str  # the metric (its unit in the name): `latency_b1_ms`, `train/throughput_...`
+    before: float | None
+    after: float | None
+    ratio: float
+    ci_low: float | None
+    ci_high: float | None
+    n: int
+    verdict: str
+    coverage: float = 0.95
+    noisy: bool = False  # a run of either side was tagged hpml.noisy
+
+    @property
+    def timed_side_by_side(self) -> bool:
+        """Whether its sides were timed in alternating rounds with an interval (in-run)."""
+        return self.ci_low is not None and self.ci_high is not None and self.n >= 2
+
+    @property
+    def step(self) -> str:
+        return self.comparison.split(":", 1)[0]
+
+    @property
+    def batch(self) -> int:
+        return int(self.measure.rsplit("_b", 1)[1].split("_", 1)[0])
+
+    def row(self) -> list[object]:
+        """Its values in the order of :data:`COLUMNS`."""
+        return [getattr(self, column) for column in COLUMNS]
+
+    def cell(self) -> str:
+        """``2.91x [2.70, 3.10] faster (n=7)``; ``1.5x [no interval] — within noise (n=1)``."""
+        if not self.timed_side_by_side:
+            return f"{self.ratio:.3g}x [no interval] — {self.verdict} (n={self.n})"
+        cover = "" if self.coverage >= 0.95 - 1e-9 else f", {self.coverage:.0%} interval"
+        loud = ", a run noisy" if self.noisy else ""
+        return (
+            f"{self.ratio:.3g}x [{self.ci_low:.3g}, {self.ci_high:.3g}] {self.verdict} "
+            f"(n={self.n}{cover}{loud})"
+        )
+
+
+def in_run(run: Run) -> list[Comparison]:
+    """The before/after comparisons ``run``'s callbacks logged, per step and batch size."""
+    m, tags = run.data.metrics, run.data.tags
+    found = []
+    pairs = sorted(
+        {(g["step"], int(g["n"])) for name in m if (g := _IN_RUN.match(name)) is not None}
+    )
+    for step, batch in pairs:
+        before = m.get(f"{step}_before/latency_b{batch}_ms")
+        after = m.get(f"{step}_after/latency_b{batch}_ms")
+        ratio = m.get(f"{step}/speedup_b{batch}_x")
+        if ratio is None:
+            if before is None or not after:
+                continue
+            ratio = before / after
+        low = m.get(f"{step}/speedup_b{batch}_ci_low_x")
+        high = m.get(f"{step}/speedup_b{batch}_ci_high_x")
+        count = m.get(f"{step}/speedup_b{batch}_rounds_count")
+        n = int(count) if count is not None and low is not None and high is not None else 1
+        tag = tags.get(f"{VERDICT_TAG}{step}.speedup_b{batch}")
+        if n < 2:
+            said = WITHIN_NOISE
+        elif tag in VERDICTS:
+            said = tag
+        else:
+            said = verdict(Interval(ratio, low, high, n, 0.95))  # type: ignore[arg-type]
+        if n < 2:
+            low = high = None
+        found.append(
+            Comparison(
+                run.info.run_id,
+                f"{step}: before vs after",
+                f"latency_b{batch}_ms",
+                before,
+                after,
+                ratio,
+                low,
+                high,
+                n,
+                said,
+                noisy=noisy(run),
+            )
+        )
+    return found

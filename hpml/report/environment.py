@@ -1,0 +1,66 @@
+"""Where a run ran, as the report reads it: the environment keys (``env.device``, ...) and the
+store a run was read from.
+
+A run's environment is part of what it is: runs on another device, CPU, thread count, torch or
+CUDA version, or hpml commit are never repeats of one another (:data:`SPLITS`). The host is
+shown but does not split (a SLURM sweep over identical nodes keeps its repeats), nor does the
+MLflow store a run was read from (two files brought from two machines): :data:`SHOWN`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
+
+# the report's name of each environment key -> the tag a run carries (hpml.tracking.tags)
+TAGS = {
+    "env.device": "hpml.device",
+    "env.cpu": "hpml.cpu_model",
+    "env.host": "hpml.host",
+    "env.cpu_threads": "hpml.cpu_threads",
+    "env.torch": "hpml.torch_version",
+    "env.cuda": "hpml.cuda_version",
+    "env.commit": "hpml.git_commit",
+}
+COMMIT_CHARS = 12  # a commit as the report names it, as `git log --abbrev=12` would
+STORE = "store"  # the report's key of the store a run was read from
+STORE_TAG = "hpml.report.store"  # set on each run as it is read, never logged
+SPLITS = tuple(k for k in TAGS if k != "env.host")  # keys that tell repeats apart
+SHOWN = ("env.host", STORE)  # shown where they differ, splitting nothing unless compared by
+
+
+def is_env(key: str) -> bool:
+    """Whether ``key`` names where a run ran rather than its config."""
+    return key in TAGS or key == STORE
+
+
+def env_value(run: Run, key: str) -> str:
+    """A run's value of environment key ``key`` (``""`` where it did not record it), a commit
+    shortened to :data:`COMMIT_CHARS`."""
+    text = run.data.tags.get(STORE_TAG if key == STORE else TAGS[key], "")
+    return text[:COMMIT_CHARS] if key == "env.commit" else text
+
+
+def entries(run: Run) -> set[tuple[str, str]]:
+    """``(key, value)`` of each environment key that splits repeats, as the run recorded it."""
+    return {(key, text) for key in SPLITS if (text := env_value(run, key))}
+
+
+def differing(runs: Sequence[Run]) -> list[str]:
+    """The environment keys (and the store) whose values differ between ``runs``."""
+    keys = [*TAGS, STORE]
+    return [k for k in keys if len({env_value(run, k) for run in runs}) > 1]
+
+
+def summary(runs: Sequence[Run]) -> str:
+    """``env.cpu_threads = 1, 2; env.commit = 9b9275f0a1c2, 2c1a0d3e4f56``: each differing
+    environment key with its values (the store left to its own line); empty where the runs
+    share one environment."""
+    parts = []
+    for key in [k for k in differing(runs) if k != STORE]:
+        values = dict.fromkeys(env_value(run, key) or "(none)" for run in runs)
+        parts.append(f"{key} = {', '.join(values)}")
+    return "; ".join(parts)

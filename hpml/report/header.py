@@ -1,0 +1,142 @@
+"""A report's header, read back from its runs' tags (:mod:`hpml.tracking.tags`): what ran, from
+which command and commit, on which machine and store, under what load, when. A field the runs
+share is said once; one that differs lists each value, and the environment keys that differ
+(:mod:`hpml.report.environment`) are named together."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from hpml.report.environment import STORE, env_value, is_env, summary
+from hpml.report.table import value
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
+
+
+def _one(values: Sequence[str], what: str = "runs") -> str:
+    """Values the runs share as one; differing ones listed, said to differ."""
+    found = list(dict.fromkeys(v for v in values if v))
+    if len(found) <= 1:
+        return found[0] if found else ""
+    return f"{'; '.join(found)} (differs between {what})"
+
+
+def _tag(runs: Sequence[Run], tag: str) -> list[str]:
+    return [run.data.tags.get(tag, "") for run in runs]
+
+
+def _when(runs: Sequence[Run]) -> str:
+    starts = [r.info.start_time for r in runs if r.info.start_time]
+    ends = [r.info.end_time or r.info.start_time for r in runs if r.info.start_time]
+    if not starts:
+        return ""
+    first = datetime.fromtimestamp(min(starts) / 1000, UTC)
+    last = datetime.fromtimestamp(max(ends) / 1000, UTC)
+    minutes = (last - first).total_seconds() / 60
+    to = last.strftime("%H:%M" if last.date() == first.date() else "%Y-%m-%d %H:%M")
+    return f"{first:%Y-%m-%d %H:%M} to {to} UTC ({minutes:.0f} min)"
+
+
+def _load(runs: Sequence[Run]) -> str:
+    """The load average each run found at its start, other processes' CPU share during timed
+    work and the runs tagged noisy, as far as the runs recorded them."""
+    parts = []
+    ones = []
+    for text in _tag(runs, "hpml.load_avg_1m_5m_15m"):
+        try:
+            ones.append(float(text.split()[0]))
+        except (IndexError, ValueError):
+            continue
+    cores = _one(_tag(runs, "hpml.cpu_count"))
+    if ones:
+        per = f" on {cores} logical CPUs" if cores else ""
+        parts.append(
+            f"1-min load average at run start {min(ones):.2f} to {max(ones):.2f} "
+            f"(median {statistics.median(ones):.2f}, {len(ones)} runs){per}"
+        )
+    other = [v for r in runs if (v := r.data.metrics.get("noise/other_cpu_pct")) is not None]
+    if other:
+        parts.append(
+            f"other processes' CPU during timed work: median {statistics.median(other):.0f} %, "
+            f"at most {max(other):.0f} %"
+        )
+    noisy = [r for r in runs if r.data.tags.get("hpml.noisy", "").lower() == "true"]
+    if any("hpml.noisy" in r.data.tags for r in runs):
+        reasons = [r for r in _tag(noisy, "hpml.noisy.reason") if r]
+        example = (
+            f", e.g. {reasons[0]}; each run's reason in its hpml.noisy.reason tag"
+            if reasons
+            else ""
+        )
+        parts.append(f"{len(noisy)} of {len(runs)} runs tagged noisy{example}")
+    return "; ".join(parts)
+
+
+def header(
+    runs: Sequence[Run], parent: Run | None, experiment: str, keys: Sequence[str]
+) -> list[tuple[str, str]]:
+    """The page's header, ``(field, text)`` pairs read back from the runs' tags
+    (:mod:`hpml.tracking.tags`): experiment and swept keys with their values, the environment
+    keys that differ, the command, git commit, host, CPU and GPU, torch version, the store of
+    every run where they came from several, load during the sweep and its dates. A field the
+    runs did not record is left out; one that differs between runs lists each value."""
+    swept = "; ".join(
+        f"{k} = {', '.join(dict.fromkeys(value(r, k) for r in runs))}"
+        for k in keys
+        if not is_env(k)
+    )
+    sweep_command = parent.data.tags.get("hpml.sweep_command") if parent is not None else None
+    command = (
+        sweep_command or _one(_tag(runs, "hpml.sweep_command")) or _one(_tag(runs, "hpml.command"))
+    )
+    commits = [
+        f"{c} (uncommitted changes)" if d == "True" else c
+        for c, d in zip(_tag(runs, "hpml.git_commit"), _tag(runs, "hpml.git_dirty"), strict=True)
+    ]
+    devices = _tag(runs, "hpml.device")
+    gpus = [d.removeprefix("cuda: ") for d in devices if d.startswith("cuda")]
+    cpus = (
+        _tag(runs, "hpml.cpu_model")
+        if any(_tag(runs, "hpml.cpu_model"))
+        else [d.removeprefix("cpu: ") for d in devices if d.startswith("cpu")]
+    )
+    threads = _one(_tag(runs, "hpml.cpu_threads"))
+    cpu = _one(cpus)
+    if cpu and _one(_tag(runs, "hpml.cpu_count")):
+        cpu += f", {_one(_tag(runs, 'hpml.cpu_count'))} logical CPUs"
+    if cpu and threads:
+        cpu += f", torch threads: {threads}"
+    torch_version = _one(_tag(runs, "hpml.torch_version"))
+    cuda = _one([c for c in _tag(runs, "hpml.cuda_version") if c != "None"])
+    if torch_version and cuda:
+        torch_version += f" (CUDA {cuda})"
+    fields = [
+        ("experiment", experiment),
+        ("swept", swept or "nothing (runs chosen one by one)" if parent is None else swept),
+        ("environment differs", summary(runs)),
+        ("command", command),
+        ("git commit", _one(commits)),
+        ("host", _one(_tag(runs, "hpml.host"))),
+        ("OS", _one(_tag(runs, "hpml.os"))),
+        ("CPU", cpu),
+        ("GPU", _one(gpus)),
+        ("torch", torch_version),
+        ("store", _stores(runs)),
+        ("load", _load(runs)),
+        ("date", _when(runs)),
+    ]
+    return [(name, text) for name, text in fields if text]
+
+
+def _stores(runs: Sequence[Run]) -> str:
+    """``sqlite:///a.db (6 runs); sqlite:///b.db (6 runs)``: the store of each run, where the
+    report read them from several."""
+    stores = [env_value(run, STORE) for run in runs]
+    counts = {store: stores.count(store) for store in dict.fromkeys(stores) if store}
+    if len(counts) < 2:
+        return ""
+    return "; ".join(f"{store} ({n} runs)" for store, n in counts.items())

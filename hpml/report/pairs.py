@@ -1,0 +1,202 @@
+"""Runs compared by one key: ``--by KEY`` (a param, a config group, or where a run ran:
+``env.cpu_threads``, ``env.device``, ``env.commit``), and a sweep against an earlier sweep of
+the same configs (``--baseline``).
+
+Runs equal but for KEY are *paired*: per config, one group of repeats per value of KEY, the
+first value (in numeric order where every value is a number, else as first met; the baseline
+sweep for ``--baseline``) the reference. Every other value's group is compared with the
+reference's on each speed measure both carry, as any two groups are
+(:func:`hpml.report.groups.versus`: the ratio of their medians, > 1 faster, its 95% bootstrap
+interval over their repeats, and ``faster``, ``slower`` or ``within noise``, a noisy run
+included). The table that leads the report, benchstat's shape, is :func:`table`, written as
+``tables/by_<KEY>.csv``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from hpml.errors import HpmlError
+from hpml.names import label
+from hpml.report.comparisons import COLUMNS, Comparison
+from hpml.report.environment import STORE, TAGS, is_env
+from hpml.report.groups import FINISHED, Group, identity, label_keys, versus
+from hpml.report.studies import Table
+from hpml.report.table import CHOICE_TAG, number, value
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
+
+SWEEP = "sweep"  # the key --baseline compares by: which of the two sweeps a run belongs to
+BASELINE, NEW = "baseline", "new"
+Side = Callable[["Run"], str]  # a run's value of the key it is compared by
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One config's groups, one per value of the key (the reference first), and the
+    comparison of each other value with the reference."""
+
+    config: str
+    sides: dict[str, Group]
+    against: dict[str, list[Comparison]]  # each other value's comparisons with the reference
+
+    @property
+    def reference(self) -> str:
+        return next(iter(self.sides))
+
+    @property
+    def comparisons(self) -> list[Comparison]:
+        return [c for found in self.against.values() for c in found]
+
+
+@dataclass(frozen=True)
+class Compared:
+    """What the report compares by: the key, its pairs, the configs with one value only, and
+    the title of its table."""
+
+    key: str
+    pairs: list[Pair]
+    alone: list[str]
+    title: str
+
+    @property
+    def comparisons(self) -> list[Comparison]:
+        return [c for pair in self.pairs for c in pair.comparisons]
+
+    def table(self) -> Table | None:
+        return table(self.pairs, self.key, self.alone, self.title)
+
+
+def by_key(runs: list[Run], key: str, by_seed: bool = False) -> Compared:
+    """``runs`` compared by ``key`` (``--by``): a param, a config group or an environment key."""
+    if not any(value(run, key) for run in runs):
+        raise HpmlError(
+            f"--by {key}: no run has it (a param such as data.batch_size, a config group, or "
+            f"one of {', '.join(TAGS)}, {STORE})"
+        )
+    pairs, alone = paired(runs, key, by_seed=by_seed)
+    return Compared(key, pairs, alone, f"Compared by {key}")
+
+
+def by_sweep(runs: list[Run], new: Run, old: Run, by_seed: bool = False) -> Compared:
+    """The jobs of sweep ``new`` against those of the earlier sweep ``old`` among ``runs``
+    (``--sweep NEW --baseline OLD``): paired by config whatever their environment."""
+    parent = old.info.run_id
+
+    def side(run: Run) -> str:
+        return BASELINE if run.data.tags.get("mlflow.parentRunId") == parent else NEW
+
+    pairs, alone = paired(runs, SWEEP, side, by_seed, any_env=True, reference=BASELINE)
+    title = f"Sweep {new.info.run_id} against baseline sweep {parent}"
+    return Compared(SWEEP, pairs, alone, title)
+
+
+def _names_key(name: str, key: str) -> bool:
+    """Whether identity entry ``name`` is ``key``: the param, its config group's option and
+    the params under the group, or the environment key."""
+    return name in (key, f"{CHOICE_TAG}{key}") or name.startswith(f"{key}.")
+
+
+def rest(run: Run, key: str, by_seed: bool = False, any_env: bool = False) -> frozenset:
+    """A run's identity (:func:`~hpml.report.groups.identity`) but ``key``, and but every
+    environment key where ``any_env`` (two sweeps of one config on another commit or
+    machine)."""
+    return frozenset(
+        (name, text)
+        for name, text in identity(run, by_seed)
+        if not _names_key(name, key) and not (any_env and is_env(name))
+    )
+
+
+def _order(values: list[str]) -> list[str]:
+    try:
+        return sorted(values, key=float)
+    except ValueError:
+        return values
+
+
+def paired(
+    runs: list[Run],
+    key: str,
+    side: Side | None = None,
+    by_seed: bool = False,
+    any_env: bool = False,
+    reference: str | None = None,
+) -> tuple[list[Pair], list[str]]:
+    """The finished ``runs`` paired by ``key`` (each run's value of it: ``side``, default its
+    value of ``key``; the first value, or ``reference``, the one the others are compared
+    with), and the configs found with one value of it only."""
+    side = side or (lambda run: value(run, key))
+    keys = [
+        k
+        for k in label_keys(runs, by_seed)
+        if not _names_key(k, key) and not (any_env and is_env(k))
+    ]
+    configs: dict[frozenset, dict[str, list[Run]]] = {}
+    for run in runs:
+        if run.info.status == FINISHED:
+            config = configs.setdefault(rest(run, key, by_seed, any_env), {})
+            config.setdefault(side(run), []).append(run)
+    values = _order(list(dict.fromkeys(side(r) for r in runs if r.info.status == FINISHED)))
+    values.sort(key=lambda v: v != reference)  # stable: the reference first, if any
+    pairs, alone = [], []
+    for found in configs.values():
+        first = next(iter(found.values()))[0]
+        config = ", ".join(f"{k}={value(first, k)}" for k in keys) or "all runs"
+        if len(found) < 2:
+            alone.append(config)
+            continue
+        sides = {v: Group(f"{config}, {key}={v}", tuple(found[v])) for v in values if v in found}
+        reference, *others = sides
+        against = {
+            other: versus(
+                sides[other], sides[reference], f"{config}: {key}={other} vs {key}={reference}"
+            )
+            for other in others
+        }
+        pairs.append(Pair(config, sides, against))
+    pairs.sort(key=lambda pair: min(r.info.start_time or 0 for r in _runs(pair)))  # ran first
+    return pairs, alone
+
+
+def _runs(pair: Pair) -> list[Run]:
+    return [run for side in pair.sides.values() for run in side.runs]
+
+
+def table(pairs: list[Pair], key: str, alone: list[str], title: str | None = None) -> Table | None:
+    """The comparison table, benchstat's shape: a row per config, measure and value compared
+    with the reference; the values' medians, the ratio with its interval, n and the verdict."""
+    if not pairs:
+        return None
+    values = list(dict.fromkeys(v for pair in pairs for v in pair.sides))
+    rows, data = [], []
+    for pair in pairs:
+        for other, found in pair.against.items():
+            for c in found:
+                medians = {pair.reference: c.before, other: c.after}
+                cells = [medians.get(v) for v in values]
+                shown = ("" if m is None else number(m) for m in cells)
+                rows.append([pair.config, label(c.measure), *shown, c.cell()])
+                data.append(
+                    [pair.config, c.measure, *cells, c.ratio, c.ci_low, c.ci_high, c.n, c.verdict]
+                )
+    unpaired = (
+        f" Configs with one value of {key} only, not compared: {'; '.join(alone)}." if alone else ""
+    )
+    return Table(
+        title or f"Compared by {key}",
+        f"Runs equal but for {key}, paired per config; each value of {key} against "
+        f"{key}={values[0]} (a column per value: the median of its repeats). Ratio: the "
+        f"throughput of one over the reference's, or the reference's step time or latency over "
+        "its (> 1: faster than the reference), the ratio of the two groups' medians [95% "
+        "bootstrap interval over their repeats] verdict (n: the smaller group's runs). Faster or "
+        "slower when the interval lies above or below 1; within noise when it contains 1, a "
+        "side has one run, or a run was tagged hpml.noisy." + unpaired,
+        ["config", "measure", *(f"{key}={v} (median)" for v in values), "ratio [95% interval]"],
+        rows,
+        name=f"by_{key}",
+        data=(["config", "measure", *values, *COLUMNS[5:]], data),
+    )

@@ -1,0 +1,141 @@
+"""The MLflow stores a report reads (``--tracking-uri``, once or more), as one: runs found in
+whichever store holds them, each marked with the store it came from.
+
+Two SQLite files brought from two machines, or a server and a file: ``--filter`` searches each
+store, a sweep or run named by id is found in whichever store holds it, ``--last`` is the latest
+sweep of all. A run's store is set on it as a tag of the report's own
+(:data:`~hpml.report.environment.STORE_TAG`, never logged): the report shows it, and reads the
+run's history and artifacts back from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from hpml.errors import HpmlError
+from hpml.report.environment import STORE_TAG
+from hpml.report.runs import experiment_ids, run_by_id, sweep_children, sweep_parent
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+    from mlflow.entities import Run
+
+SWEEP_PARENT = "tags.`hpml.sweep_parent` = 'true'"
+
+
+class Stores:
+    """One or more MLflow stores; :meth:`of` is the client of the store a run came from."""
+
+    def __init__(self, clients: Sequence[MlflowClient]) -> None:
+        if not clients:
+            raise ValueError("Stores needs at least one client")
+        self.clients = list(clients)
+
+    @classmethod
+    def open(cls, uris: Sequence[str]) -> Stores:
+        from mlflow import MlflowClient
+
+        return cls([MlflowClient(uri) for uri in dict.fromkeys(uris)])
+
+    @property
+    def uris(self) -> list[str]:
+        return [str(c.tracking_uri) for c in self.clients]
+
+    @property
+    def where(self) -> str:
+        """``sqlite:///a.db`` or ``sqlite:///a.db and sqlite:///b.db``: for messages."""
+        return " and ".join(self.uris)
+
+    def of(self, run: Run) -> MlflowClient:
+        """The client of the store ``run`` was read from (the first store, unmarked)."""
+        uri = run.data.tags.get(STORE_TAG)
+        return next((c for c in self.clients if c.tracking_uri == uri), self.clients[0])
+
+    @staticmethod
+    def mark(client: MlflowClient, runs: list[Run]) -> list[Run]:
+        for run in runs:
+            run.data.tags[STORE_TAG] = str(client.tracking_uri)
+        return runs
+
+    def _experiments(self, client: MlflowClient, experiment: str | None) -> list[str]:
+        """The store's experiment ids (``experiment`` alone where named): none where a store
+        lacks it, an error only where every store does."""
+        try:
+            return experiment_ids(client, experiment)
+        except HpmlError:
+            if any(c.get_experiment_by_name(experiment) for c in self.clients if experiment):
+                return []
+            raise
+
+    def search(self, filter_string: str, experiment: str | None = None) -> list[Run]:
+        """Runs ``filter_string`` selects in every store, store by store."""
+        found = []
+        for client in self.clients:
+            ids = self._experiments(client, experiment)
+            found += self.mark(client, client.search_runs(ids, filter_string) if ids else [])
+        return found
+
+    def run(self, run_id: str) -> Run:
+        """Run ``run_id`` from whichever store holds it."""
+        for client in self.clients:
+            try:
+                return self.mark(client, [run_by_id(client, run_id)])[0]
+            except HpmlError:
+                continue
+        raise HpmlError(f"unknown run id '{run_id}' in {self.where}")
+
+    def sweep(self, sweep: str, experiment: str | None = None) -> Run:
+        """A sweep's parent run: ``"last"``, the newest in any store, or by its run id."""
+        if sweep != "last":
+            parent = self.run(sweep)
+            return self.mark(self.of(parent), [sweep_parent(self.of(parent), sweep)])[0]
+        newest = []
+        for client in self.clients:
+            ids = self._experiments(client, experiment)
+            latest = client.search_runs(
+                ids, SWEEP_PARENT, order_by=["attributes.start_time DESC"], max_results=1
+            )
+            newest += self.mark(client, latest) if ids else []
+        if not newest:
+            where = f" in experiment '{experiment}'" if experiment else ""
+            raise HpmlError(
+                f"no sweep in {self.where}{where}: run one with `python -m hpml.train -m ...` first"
+            )
+        return max(newest, key=lambda run: run.info.start_time or 0)
+
+    def jobs(self, parent: Run) -> list[Run]:
+        """The jobs of sweep ``parent``, in job order, from its store."""
+        client = self.of(parent)
+        return self.mark(client, sweep_children(client, parent))
+
+    def runs_or_jobs(self, run_ids: Sequence[str]) -> list[Run]:
+        """The runs ``run_ids`` name, a sweep's parent run standing for the sweep's jobs."""
+        found = []
+        for run_id in run_ids:
+            run = self.run(run_id)
+            sweep = run.data.tags.get("hpml.sweep_parent") == "true"
+            found += self.jobs(run) if sweep else [run]
+        return found
+
+    def texts(self, run: Run, paths: Sequence[str]) -> dict[str, str | None]:
+        """The text of each artifact ``paths`` names of ``run``, None where it has none (each
+        folder listed once)."""
+        import tempfile
+        from pathlib import Path
+
+        client = self.of(run)
+        listed: dict[str, set[str]] = {}
+        found: dict[str, str | None] = {}
+        for path in paths:
+            folder, _, name = path.rpartition("/")
+            if folder not in listed:
+                items = client.list_artifacts(run.info.run_id, folder)
+                listed[folder] = {Path(a.path).name for a in items}
+            if name not in listed[folder]:
+                found[path] = None
+                continue
+            with tempfile.TemporaryDirectory() as tmp:
+                local = client.download_artifacts(run.info.run_id, path, tmp)
+                found[path] = Path(local).read_text()
+        return found
