@@ -27,13 +27,27 @@ def sweep_runs(client: MlflowClient) -> tuple[object, list]:
     return parents[0], children
 
 
-def test_joblib_sweep_runs_children_of_one_parent_and_leaks_no_threads(root):
+@pytest.fixture
+def make_server(tmp_path: Path, store_template: Path) -> Iterator[MakeServer]:
+    folder = tmp_path / "server"
+    folder.mkdir()
+    server = MakeServer(folder, store_template)
+    try:
+        server.start(timeout_s=120)
+        yield server
+    finally:
+        server.stop()
+
+
+def test_joblib_sweep_into_a_make_server_runs_one_parent_and_leaks_no_threads(make_server, root):
     # jobs 0 and 1 (threads=N) start the two workers; jobs 2 and 3 (threads=null) reuse them
     explicit = (os.cpu_count() or 1) + 1  # more than any default: an inherited value shows
-    result = run_cli([*JOBLIB, f"threads={explicit},null", "seed=1,2"], root)
+    sweep = [*JOBLIB, f"threads={explicit},null", "seed=1,2"]
+    result = run_cli(sweep, root, env={"MLFLOW_TRACKING_URI": make_server.uri})
     assert result.returncode == 0, result.stderr[-3000:]
     assert "sweep" in result.stderr and "4 runs, 0 failed" in result.stderr
-    parent, children = sweep_runs(MlflowClient(f"sqlite:///{root}/mlflow.db"))
+    client = MlflowClient(make_server.uri)
+    parent, children = sweep_runs(client)
     assert len(children) == 4
     assert {r.info.status for r in children} == {"FINISHED"}
     assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parent.info.run_id}
@@ -47,33 +61,11 @@ def test_joblib_sweep_runs_children_of_one_parent_and_leaks_no_threads(root):
             assert threads <= (os.cpu_count() or 1), "a reused worker kept the last job's threads"
         else:
             assert threads == explicit
-
-
-@pytest.fixture
-def make_server(tmp_path: Path, store_template: Path) -> Iterator[MakeServer]:
-    folder = tmp_path / "server"
-    folder.mkdir()
-    server = MakeServer(folder, store_template)
-    try:
-        server.start(timeout_s=120)
-        yield server
-    finally:
-        server.stop()
-
-
-def test_joblib_sweep_reaches_a_server_started_with_make_server(make_server, root):
-    result = run_cli([*JOBLIB, "seed=1,2"], root, env={"MLFLOW_TRACKING_URI": make_server.uri})
-    assert result.returncode == 0, result.stderr[-3000:]
-    client = MlflowClient(make_server.uri)
-    parent, children = sweep_runs(client)
-    assert sorted(r.data.params["seed"] for r in children) == ["1", "2"]
-    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parent.info.run_id}
-    assert {r.info.status for r in children} == {"FINISHED"}
-    for run in children:  # artifacts go through the server into its own folder
+        # artifacts go through the server into its own folder
         assert [a.path for a in client.list_artifacts(run.info.run_id, "model")] == [
             "model/architecture.txt"
         ]
-    assert len(list((make_server.folder / "artifacts").rglob("architecture.txt"))) == 2
+    assert len(list((make_server.folder / "artifacts").rglob("architecture.txt"))) == 4
     assert MlflowClient(f"sqlite:///{root}/mlflow.db").get_experiment_by_name("hpml") is None
 
 

@@ -322,6 +322,29 @@ def test_preflight_passes_against_a_live_server(mlflow_server):
     preflight(mlflow_server.uri)
 
 
+@pytest.mark.slow
+def test_run_goes_to_the_server_with_metrics_and_artifacts(mlflow_server, root):
+    uri = mlflow_server.uri
+    args = ["model=vae", *QUICK, f"logger.tracking_uri={uri}", "logger.experiment_name=served"]
+    result = run_cli(args, root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"hpml: compare runs at {uri}/#/experiments/" in result.stdout  # the server's own UI
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("served").experiment_id])
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    run_id = runs[0].info.run_id
+    assert "train/throughput_samples_per_s" in runs[0].data.metrics
+    assert runs[0].data.params["logger.tracking_uri"] == uri
+    assert [a.path for a in client.list_artifacts(run_id, "model")] == ["model/architecture.txt"]
+    stored = (mlflow_server.folder / "artifacts").rglob("architecture.txt")
+    assert any(run_id in path.parts for path in stored)  # stored by the server
+    local = MlflowClient(f"sqlite:///{root}/mlflow.db")
+    assert local.get_experiment_by_name("served") is None  # nothing went to the local store
+    assert not list((root / "multirun").rglob(".hydra"))  # no job folder either
+
+
 def wait_for(path: Path, proc: subprocess.Popen, timeout_s: float = 240) -> None:
     deadline = time.monotonic() + timeout_s
     while not path.exists():
