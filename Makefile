@@ -50,7 +50,7 @@ server: $(STAMP)  ## a tracking server for a team (foreground): DB=postgresql://
 		--serve-artifacts --host $(HOST) --port $(PORT)
 
 test: $(STAMP)
-	$(BIN)/pytest -q -n 2 --dist worksteal --durations=20
+	$(BIN)/pytest -q -n 3 --dist worksteal --durations=20
 
 lint: $(STAMP)  ## ruff, then the layers of pyproject.toml's [tool.importlinter]: imports point down
 	$(BIN)/ruff check .
