@@ -1,0 +1,87 @@
+"""One turn of a side-by-side timing: a block of calls, timed on two clocks at once.
+
+Wall time (``time.perf_counter``, the devices synchronised first) is what a caller waits for; on
+a shared machine it also holds every stretch in which the calling thread was preempted, and a
+7 ms block beside a CPU burner is preempted at random (VGG11's pruning speed-up read
+[0.96, 10.09] over 9 rounds: docs/metrics.md#before-and-after).
+Thread CPU time (``time.thread_time``) counts only the time the calling thread ran, so preemption
+inside a block adds nothing. It is the work's own time where all of the work runs on that thread:
+a CPU forward pass with one torch intra-op thread. Elsewhere it misses work: the other intra-op
+threads' share (several torch threads) and an accelerator's kernels. Process CPU time would
+count the other threads, but also their spin-waits at each barrier behind a preempted thread,
+which grow with the very load it should leave out. So the thread clock is used only for CPU
+calls on one torch thread; everything else keeps the synchronised wall clock.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable
+
+import torch
+
+AUTO, WALL, THREAD_CPU = "auto", "wall", "thread_cpu"
+CLOCKS = (AUTO, WALL)  # what a caller may ask for; auto picks THREAD_CPU where it is exact
+CALIBRATION_SHARE = 0.1  # a calibration block this share of min_run_time times one call well
+
+
+def clock_for(asked: str, devices: Iterable[str]) -> str:
+    """The clock a timing on ``devices`` uses: thread CPU time for ``auto`` where every call
+    runs on the CPU with one torch thread, else wall time."""
+    if asked not in CLOCKS:
+        raise ValueError(f"clock={asked!r} is invalid: expected one of {', '.join(CLOCKS)}")
+    on_cpu = all(torch.device(device).type == "cpu" for device in devices)
+    return THREAD_CPU if asked == AUTO and on_cpu and torch.get_num_threads() == 1 else WALL
+
+
+def synchronizer(devices: Iterable[str]) -> Callable[[], None]:
+    """Waits for the accelerators among ``devices``, and for CUDA wherever it is initialised
+    (as ``torch.utils.benchmark.Timer`` does), so a block's wall time holds its kernels."""
+    accelerators = sorted({str(d) for d in devices if torch.device(d).type != "cpu"})
+
+    def sync() -> None:
+        for device in accelerators:
+            torch.accelerator.synchronize(torch.device(device))
+        if torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+
+    return sync
+
+
+def warmup_calls(number: int) -> int:
+    """Untimed calls before a block of ``number``: the caches the other side filled are this
+    side's again (1%, at least one); none where one call fills the block: its first touch is
+    small beside it, and a turn then costs one call, not two."""
+    return 0 if number == 1 else max(1, number // 100)
+
+
+def time_block(
+    fn: Callable[[], object], number: int, sync: Callable[[], None]
+) -> tuple[float, float]:
+    """Seconds per call of ``number`` calls of ``fn`` after its warm-up: (wall, thread CPU)."""
+    for _ in range(warmup_calls(number)):
+        fn()
+    sync()
+    wall, cpu = time.perf_counter(), time.thread_time()
+    for _ in range(number):
+        fn()
+    sync()
+    cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
+    return wall / number, cpu / number
+
+
+def calls_per_block(
+    fn: Callable[[], object], min_run_time: float, clock: str, sync: Callable[[], None]
+) -> int:
+    """Calls that take about ``min_run_time`` on ``clock``: one untimed call (a first call
+    builds what it caches), then blocks of 1, 10, 100... calls until one lasts
+    ``CALIBRATION_SHARE`` of it, scaled up."""
+    fn()
+    number = 1
+    while True:
+        wall, cpu = time_block(fn, number, sync)
+        seconds = (cpu if clock == THREAD_CPU else wall) * number
+        if seconds >= CALIBRATION_SHARE * min_run_time or number >= 10**7:
+            return max(1, math.ceil(number * min_run_time / max(seconds, 1e-9)))
+        number *= 10
