@@ -9,30 +9,48 @@ inside a block adds nothing. It is the work's own time where all of the work run
 a CPU forward pass with one torch intra-op thread. Elsewhere it misses work: the other intra-op
 threads' share (several torch threads) and an accelerator's kernels. Process CPU time would
 count the other threads, but also their spin-waits at each barrier behind a preempted thread,
-which grow with the very load it should leave out. So the thread clock is used only for CPU
-calls on one torch thread; everything else keeps the synchronised wall clock.
+which grow with the very load it should leave out. So ``auto`` uses the thread clock only for
+CPU calls on one torch thread and keeps the synchronised wall clock for everything else;
+``thread_cpu`` times CPU calls on one torch thread (the caller's count put back after), on its
+clock, whatever the caller's count: a one-thread latency, immune to load.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 
 import torch
 
 AUTO, WALL, THREAD_CPU = "auto", "wall", "thread_cpu"
-CLOCKS = (AUTO, WALL)  # what a caller may ask for; auto picks THREAD_CPU where it is exact
+CLOCKS = (AUTO, WALL, THREAD_CPU)
 CALIBRATION_SHARE = 0.1  # a calibration block this share of min_run_time times one call well
 
 
 def clock_for(asked: str, devices: Iterable[str]) -> str:
-    """The clock a timing on ``devices`` uses: thread CPU time for ``auto`` where every call
-    runs on the CPU with one torch thread, else wall time."""
+    """The clock a timing on ``devices`` uses: wall time where a call runs on an accelerator or
+    ``wall`` is asked for; else thread CPU time for ``thread_cpu``, and for ``auto`` where torch
+    runs one thread."""
     if asked not in CLOCKS:
         raise ValueError(f"clock={asked!r} is invalid: expected one of {', '.join(CLOCKS)}")
-    on_cpu = all(torch.device(device).type == "cpu" for device in devices)
-    return THREAD_CPU if asked == AUTO and on_cpu and torch.get_num_threads() == 1 else WALL
+    if asked == WALL or any(torch.device(device).type != "cpu" for device in devices):
+        return WALL
+    return THREAD_CPU if asked == THREAD_CPU or torch.get_num_threads() == 1 else WALL
+
+
+@contextmanager
+def threads_for(clock: str) -> Iterator[None]:
+    """One torch thread inside the block where ``clock`` is the thread's (its count after)."""
+    threads = torch.get_num_threads()
+    if clock == THREAD_CPU and threads != 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
 
 
 def synchronizer(devices: Iterable[str]) -> Callable[[], None]:

@@ -10,11 +10,12 @@ median (:func:`hpml.analysis.stats.median_ci`) and n = rounds.
 
 Each variant's turn is one block of calls (:mod:`hpml.analysis.blocks`), timed on the wall
 clock and the thread's CPU clock at once; the ratios use thread CPU time where every side runs on
-the CPU with one torch thread (preemption inside a block then adds nothing), else the wall clock
-after an accelerator sync. Not ``torch.utils.benchmark``'s ``blocked_autorange``: it re-estimates
-its block size on every call, growing blocks until the timer's overhead is below 0.01%, so on a
-2-core CPU a 0.2 ms VAE ran 1,000-call blocks and 0.4-0.55 s per turn at ``min_run_time=0.05``
-(13 s for one before/after at two batch sizes; this VM, 2026-11-25, commit 70b0a75).
+the CPU with one torch thread (preemption inside a block then adds nothing; ``thread_cpu`` sets
+one thread for the timing), else the wall clock after an accelerator sync.
+Not ``torch.utils.benchmark``'s ``blocked_autorange``: it re-estimates its block size on every
+call, growing blocks until the timer's overhead is below 0.01%, so on a 2-core CPU a 0.2 ms VAE
+ran 1,000-call blocks and 0.4-0.55 s per turn at ``min_run_time=0.05`` (13 s for one
+before/after at two batch sizes; this VM, 2026-11-25, commit 70b0a75).
 Here the block size is set once per variant, in its first turn (which warms it up too), so that
 a block lasts about ``min_run_time`` on the clock used.
 
@@ -46,6 +47,7 @@ from hpml.analysis.blocks import (
     calls_per_block,
     clock_for,
     synchronizer,
+    threads_for,
     time_block,
 )
 from hpml.analysis.rounds import round_order
@@ -70,7 +72,8 @@ class Plan:
     """How long to time (module docstring): at least ``rounds`` rounds of one block of about
     ``min_run_time_s`` per variant, then rounds until every speed-up's interval is at most
     ``ci_width`` of its median wide or ``budget_s`` seconds have gone by (0: no more rounds);
-    ``clock``: ``auto`` (thread CPU time where exact, :mod:`hpml.analysis.blocks`) or ``wall``."""
+    ``clock``: ``auto`` (thread CPU time where exact), ``wall`` or ``thread_cpu`` (one torch
+    thread, on its clock): :mod:`hpml.analysis.blocks`."""
 
     rounds: int = ROUNDS
     min_run_time_s: float = MIN_RUN_TIME_S
@@ -208,15 +211,16 @@ def time_side_by_side(
     walls: dict[str, list[float]] = {name: [] for name in calls}
     stopped = None
     index = 0
-    while stopped is None:
-        for name in round_order(list(calls), index):
-            if name not in numbers:
-                numbers[name] = calls_per_block(calls[name], plan.min_run_time_s, clock, sync)
-            wall, cpu = time_block(calls[name], numbers[name], sync)
-            times[name].append((wall if clock == WALL else cpu) * 1e3)
-            walls[name].append(wall * 1e3)
-        index += 1
-        stopped = _stopped(plan, times, time.perf_counter() - start)
+    with threads_for(clock):
+        while stopped is None:
+            for name in round_order(list(calls), index):
+                if name not in numbers:
+                    numbers[name] = calls_per_block(calls[name], plan.min_run_time_s, clock, sync)
+                wall, cpu = time_block(calls[name], numbers[name], sync)
+                times[name].append((wall if clock == WALL else cpu) * 1e3)
+                walls[name].append(wall * 1e3)
+            index += 1
+            stopped = _stopped(plan, times, time.perf_counter() - start)
     return {
         name: Timing(
             tuple(times[name]),

@@ -35,7 +35,7 @@ from hpml.optimize.quant.base import OnDevice
 from hpml.tensors import batch_size
 
 log = logging.getLogger(__name__)
-CLOCK_WORDS = {THREAD_CPU: "thread CPU time (CPU sides, one torch thread)", WALL: "wall time"}
+CLOCK_WORDS = {THREAD_CPU: "thread CPU time (one torch thread)", WALL: "wall time"}
 STOP_WORDS = {NARROW: "narrow", BUDGET: "budget spent", FIXED: "rounds fixed"}
 
 

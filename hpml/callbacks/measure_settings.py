@@ -21,7 +21,7 @@ LATENCY_CLOCK = AUTO
 RunTime = Annotated[float, Range(gt=0, note="seconds of calls per side and round")]
 Budget = Annotated[float, Range(ge=0, note="seconds per batch size; 0: latency_rounds exactly")]
 Width = Annotated[float, Range(gt=0, note="the speed-up interval's width over its median")]
-Clock = Literal["auto", "wall"]
+Clock = Literal["auto", "wall", "thread_cpu"]
 
 
 @dataclass(frozen=True)

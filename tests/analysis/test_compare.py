@@ -125,7 +125,7 @@ def test_the_95_percent_interval_covers_the_true_ratio_at_least_90_percent_of_th
         ({"budget_s": -1.0}, "budget_s=-1.0"),
         ({"budget_s": float("inf")}, "budget_s=inf"),
         ({"ci_width": 0}, "ci_width=0"),
-        ({"clock": "thread_cpu"}, "clock='thread_cpu'"),
+        ({"clock": "cpu"}, "clock='cpu'"),
     ],
 )
 def test_bad_knobs_are_refused_in_one_line(knobs, match) -> None:
@@ -167,11 +167,19 @@ def test_thread_cpu_time_leaves_out_a_sleep_that_wall_time_holds(one_thread) -> 
 
 
 def test_the_clock_is_the_threads_only_for_cpu_calls_on_one_thread(one_thread) -> None:
-    assert clock_for("auto", ["cpu"]) == THREAD_CPU
+    assert clock_for("auto", ["cpu"]) == clock_for("thread_cpu", ["cpu"]) == THREAD_CPU
     assert clock_for("wall", ["cpu"]) == WALL
     assert clock_for("auto", ["cpu", "cuda:0"]) == WALL  # it would miss the GPU's kernels
+    assert clock_for("thread_cpu", ["cuda:0"]) == WALL
     torch.set_num_threads(2)
     assert clock_for("auto", ["cpu"]) == WALL  # it would miss the other thread's work
+    assert clock_for("thread_cpu", ["cpu"]) == THREAD_CPU  # it times on one thread instead
+    seen: list[int] = []
+    plan = Plan(rounds=2, min_run_time_s=1e-4, budget_s=0, clock="thread_cpu")
+    (timing,) = time_side_by_side(
+        {"a": lambda: seen.append(torch.get_num_threads())}, plan
+    ).values()
+    assert timing.clock == THREAD_CPU and set(seen) == {1} and torch.get_num_threads() == 2
 
 
 def test_rounds_stop_at_the_least_once_the_interval_is_narrow(one_thread) -> None:
