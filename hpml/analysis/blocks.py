@@ -27,6 +27,10 @@ import torch
 AUTO, WALL, THREAD_CPU = "auto", "wall", "thread_cpu"
 CLOCKS = (AUTO, WALL, THREAD_CPU)
 CALIBRATION_SHARE = 0.1  # a calibration block this share of min_run_time times one call well
+# the thread clock missed work where the process's CPU time over the rounds exceeds the thread's
+# by more than this share: other threads ran part of the calls (a compiled graph's own OpenMP
+# team, inter-op threads); a background thread's sampling stays far below it
+MISSED_SHARE = 0.1
 
 
 def clock_for(asked: str, devices: Iterable[str]) -> str:
@@ -76,17 +80,19 @@ def warmup_calls(number: int) -> int:
 
 def time_block(
     fn: Callable[[], object], number: int, sync: Callable[[], None]
-) -> tuple[float, float]:
-    """Seconds per call of ``number`` calls of ``fn`` after its warm-up: (wall, thread CPU)."""
+) -> tuple[float, float, float]:
+    """Seconds per call of ``number`` calls of ``fn`` after its warm-up: (wall, thread CPU,
+    process CPU), the last to tell whether other threads did some of the work."""
     for _ in range(warmup_calls(number)):
         fn()
     sync()
-    wall, cpu = time.perf_counter(), time.thread_time()
+    wall, cpu, process = time.perf_counter(), time.thread_time(), time.process_time()
     for _ in range(number):
         fn()
     sync()
-    cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
-    return wall / number, cpu / number
+    process, cpu = time.process_time() - process, time.thread_time() - cpu
+    wall = time.perf_counter() - wall
+    return wall / number, cpu / number, process / number
 
 
 def calls_per_block(
@@ -94,12 +100,14 @@ def calls_per_block(
 ) -> int:
     """Calls that take about ``min_run_time`` on ``clock``: one untimed call (a first call
     builds what it caches), then blocks of 1, 10, 100... calls until one lasts
-    ``CALIBRATION_SHARE`` of it, scaled up."""
+    ``CALIBRATION_SHARE`` of it, scaled up. For the thread clock, blocks are sized on the
+    process's CPU time: the same where the thread does all of the work, and no huge block where
+    other threads do much of it (the clock is then given up, :data:`MISSED_SHARE`)."""
     fn()
     number = 1
     while True:
-        wall, cpu = time_block(fn, number, sync)
-        seconds = (cpu if clock == THREAD_CPU else wall) * number
+        wall, _, process = time_block(fn, number, sync)
+        seconds = (process if clock == THREAD_CPU else wall) * number
         if seconds >= CALIBRATION_SHARE * min_run_time or number >= 10**7:
             return max(1, math.ceil(number * min_run_time / max(seconds, 1e-9)))
         number *= 10

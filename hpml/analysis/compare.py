@@ -30,6 +30,7 @@ the verdict.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import statistics
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -43,6 +44,8 @@ from torch import nn
 from hpml.analysis.blocks import (
     AUTO,
     CLOCKS,
+    MISSED_SHARE,
+    THREAD_CPU,
     WALL,
     calls_per_block,
     clock_for,
@@ -53,6 +56,8 @@ from hpml.analysis.blocks import (
 from hpml.analysis.rounds import round_order
 from hpml.analysis.stats import CONFIDENCE, Interval, iqr, median_ci, verdict
 from hpml.tensors import first_tensor
+
+log = logging.getLogger(__name__)
 
 # 9: the smallest n whose 95% order-statistic interval of the median leaves out the extreme
 # rounds (n = 7 spans min to max: one preempted round beside a CPU burner widened VGG11's
@@ -209,6 +214,8 @@ def time_side_by_side(
     numbers: dict[str, int] = {}
     times: dict[str, list[float]] = {name: [] for name in calls}
     walls: dict[str, list[float]] = {name: [] for name in calls}
+    # CPU seconds per variant, (thread, process): whether other threads ran part of its calls
+    spent = {name: [0.0, 0.0] for name in calls}
     stopped = None
     index = 0
     with threads_for(clock):
@@ -216,11 +223,20 @@ def time_side_by_side(
             for name in round_order(list(calls), index):
                 if name not in numbers:
                     numbers[name] = calls_per_block(calls[name], plan.min_run_time_s, clock, sync)
-                wall, cpu = time_block(calls[name], numbers[name], sync)
+                wall, cpu, process = time_block(calls[name], numbers[name], sync)
                 times[name].append((wall if clock == WALL else cpu) * 1e3)
                 walls[name].append(wall * 1e3)
+                spent[name][0] += cpu * numbers[name]
+                spent[name][1] += process * numbers[name]
             index += 1
             stopped = _stopped(plan, times, time.perf_counter() - start)
+    missed = max(process / max(thread, 1e-9) - 1 for thread, process in spent.values())
+    if clock == THREAD_CPU and missed > MISSED_SHARE:
+        log.warning(
+            f"side by side: the process used {missed:.0%} more CPU time than the timing thread "
+            "(other threads ran part of the calls): timed on wall time instead"
+        )
+        clock, times = WALL, walls
     return {
         name: Timing(
             tuple(times[name]),

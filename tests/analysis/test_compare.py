@@ -4,6 +4,7 @@ thread's CPU clock beside the wall clock, and rounds that stop when the interval
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -180,6 +181,17 @@ def test_the_clock_is_the_threads_only_for_cpu_calls_on_one_thread(one_thread) -
         {"a": lambda: seen.append(torch.get_num_threads())}, plan
     ).values()
     assert timing.clock == THREAD_CPU and set(seen) == {1} and torch.get_num_threads() == 2
+
+
+def test_work_on_another_thread_falls_back_to_the_wall_clock(one_thread, caplog) -> None:
+    """A call whose work another thread of the process does (as a compiled graph's own OpenMP
+    team would): the thread clock would read nothing, so the wall clock is used, and said."""
+    with ThreadPoolExecutor(1) as pool:
+        plan = Plan(rounds=3, min_run_time_s=0.004, budget_s=0)
+        timings = time_side_by_side({"elsewhere": lambda: pool.submit(spin, 0.002).result()}, plan)
+    (timing,) = timings.values()
+    assert timing.clock == WALL and timing.median_ms >= 2.0
+    assert "timed on wall time instead" in caplog.text
 
 
 def test_rounds_stop_at_the_least_once_the_interval_is_narrow(one_thread) -> None:
