@@ -2,8 +2,7 @@
 
 Wall time (``time.perf_counter``, the devices synchronised first) is what a caller waits for; on
 a shared machine it also holds every stretch in which the calling thread was preempted, and a
-7 ms block beside a CPU burner is preempted at random (VGG11's pruning speed-up read
-[0.96, 10.09] over 9 rounds: docs/metrics.md#before-and-after).
+7 ms block beside a CPU burner is preempted at random (docs/metrics.md#before-and-after).
 Thread CPU time (``time.thread_time``) counts only the time the calling thread ran, so preemption
 inside a block adds nothing. It is the work's own time where all of the work runs on that thread:
 a CPU forward pass with one torch intra-op thread. Elsewhere it misses work: the other intra-op
@@ -75,8 +74,8 @@ def synchronizer(devices: Iterable[str]) -> Callable[[], None]:
 def warmup_calls(number: int) -> int:
     """Untimed calls before a block of ``number``: the caches the other side filled are this
     side's again (1%, at least one); none where one call lasts a tenth of the block or more:
-    refilling the caches is small beside such a call (2.5 MB of VAE weights take about 0.1 ms
-    at this VM's 34 GB/s beside a 2 ms call), and a warm-up call would cost up to a block."""
+    refilling the caches is small beside such a call, and a warm-up call would cost up to a
+    block."""
     return 0 if number <= WARM_CALLS else max(1, number // 100)
 
 
