@@ -99,6 +99,7 @@ WHERE_PRESENT: dict[str, Any] = {
         for key, value in (
             ("latency_rounds", 2),
             ("latency_min_run_time_s", 0.001),
+            ("latency_budget_s", 0),
             ("eval_batches", 1),
         )
     },

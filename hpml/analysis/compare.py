@@ -8,33 +8,56 @@ Here every round runs each variant once, in rotating order (A B, B A, ...:
 is the median of the per-round ratios before / after, with the order-statistic interval of that
 median (:func:`hpml.analysis.stats.median_ci`) and n = rounds.
 
-Each variant's turn is one block of calls timed by ``torch.utils.benchmark.Timer`` (the run's
-thread count: Timer's default is 1; accelerator sync; an untimed warm-up of its own before each
-block). Not ``blocked_autorange``: it re-estimates its block size on every call, growing blocks
-until the timer's overhead is below 0.01%, so on a 2-core CPU a 0.2 ms VAE ran 1,000-call blocks
-and 0.4-0.55 s per turn at ``min_run_time=0.05`` (13 s for one before/after at two batch sizes;
-this VM, 2026-11-25, commit 70b0a75).
+Each variant's turn is one block of calls (:mod:`hpml.analysis.blocks`), timed on the wall
+clock and the thread's CPU clock at once; the ratios use thread CPU time where every side runs on
+the CPU with one torch thread (preemption inside a block then adds nothing; ``thread_cpu`` sets
+one thread for the timing), else the wall clock after an accelerator sync.
+Not ``torch.utils.benchmark``'s ``blocked_autorange``: it re-estimates its block size on every
+call, growing blocks until the timer's overhead is below 0.01%, so on a 2-core CPU a 0.2 ms VAE
+ran 1,000-call blocks and 0.4-0.55 s per turn at ``min_run_time=0.05`` (13 s for one
+before/after at two batch sizes; this VM, 2026-11-25, commit 70b0a75).
 Here the block size is set once per variant, in its first turn (which warms it up too), so that
-a block lasts about ``min_run_time``: a turn costs that, plus Timer's warm-up (2 calls, or 1% of
-the block), and at least one call of a model slower than ``min_run_time``.
+a block lasts about ``min_run_time`` on the clock used.
+
+Rounds (:class:`Plan`): at least ``rounds``, then more until every variant's speed-up against
+the first has a 95% interval at most ``ci_width`` of its median wide, or ``budget_s`` seconds
+have gone by (as pyperf calibrates its runs): a quiet machine stops at ``rounds``, a busy one
+buys the rounds its noise needs. ``budget_s`` 0: exactly ``rounds``. The interval is still the
+order statistics of all rounds; stopping on its width, never on where it lies, does not steer
+the verdict.
 """
 
 from __future__ import annotations
 
-import math
+import dataclasses
+import logging
 import statistics
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.benchmark import Timer
 
+from hpml.analysis.blocks import (
+    AUTO,
+    CLOCKS,
+    MISSED_SHARE,
+    THREAD_CPU,
+    WALL,
+    calls_per_block,
+    clock_for,
+    synchronizer,
+    threads_for,
+    time_block,
+)
 from hpml.analysis.rounds import round_order
-from hpml.analysis.stats import Interval, iqr, median_ci, verdict
+from hpml.analysis.stats import CONFIDENCE, Interval, iqr, median_ci, verdict
 from hpml.tensors import first_tensor
+
+log = logging.getLogger(__name__)
 
 # 9: the smallest n whose 95% order-statistic interval of the median leaves out the extreme
 # rounds (n = 7 spans min to max: one preempted round beside a CPU burner widened VGG11's
@@ -43,16 +66,57 @@ ROUNDS = 9
 # `make bench ARGS="--case side_by_side"` (2026-11-25, commit 23ef620), a VAE pruning job's cost:
 # 1.24x at 7 x 0.02 s, 1.17x at 9 x 0.01 s, 1.13x at 9 x 0.007 s
 MIN_RUN_TIME_S = 0.007
-CALIBRATION_SHARE = 0.1  # a calibration block this share of min_run_time times one call well
+BUDGET_S = 10.0  # seconds per timing (each batch size) after which no further round starts
+CI_WIDTH = 0.2  # an interval this share of its median wide is narrow: 3.0x [2.7, 3.3]
+# why a timing stopped: its interval was narrow, its budget spent, or its rounds fixed (budget 0)
+NARROW, BUDGET, FIXED = "narrow", "budget", "rounds"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How long to time (module docstring): at least ``rounds`` rounds of one block of about
+    ``min_run_time_s`` per variant, then rounds until every speed-up's interval is at most
+    ``ci_width`` of its median wide or ``budget_s`` seconds have gone by (0: no more rounds);
+    ``clock``: ``auto`` (thread CPU time where exact), ``wall`` or ``thread_cpu`` (one torch
+    thread, on its clock): :mod:`hpml.analysis.blocks`."""
+
+    rounds: int = ROUNDS
+    min_run_time_s: float = MIN_RUN_TIME_S
+    budget_s: float = BUDGET_S
+    ci_width: float = CI_WIDTH
+    clock: str = AUTO
+
+    def __post_init__(self) -> None:
+        def number(value: object) -> bool:
+            return not isinstance(value, bool) and isinstance(value, int | float)
+
+        if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 1:
+            raise ValueError(f"rounds={self.rounds!r} is invalid: expected a positive integer")
+        if not (number(self.min_run_time_s) and self.min_run_time_s > 0):
+            raise ValueError(f"min_run_time_s={self.min_run_time_s!r} is invalid: expected > 0")
+        if not (number(self.budget_s) and 0 <= self.budget_s < float("inf")):
+            raise ValueError(f"budget_s={self.budget_s!r} is invalid: expected seconds >= 0")
+        if not (number(self.ci_width) and 0 < self.ci_width < float("inf")):
+            raise ValueError(f"ci_width={self.ci_width!r} is invalid: expected a share > 0")
+        if self.clock not in CLOCKS:
+            raise ValueError(f"clock={self.clock!r} is invalid: one of {', '.join(CLOCKS)}")
+
+
+PLAN = Plan()  # the defaults, as conf/base/measure.yaml sets them
 
 
 @dataclass(frozen=True)
 class Timing:
-    """One variant: milliseconds per call, one value per round (the round's block mean)."""
+    """One variant: milliseconds per call, one value per round (the round's block mean) on
+    ``clock``; ``wall_ms`` the same blocks on the wall clock (empty: ``rounds_ms`` is wall);
+    ``stopped``: why the rounds ended (``narrow``, ``budget`` or ``rounds``)."""
 
     rounds_ms: tuple[float, ...]
     calls_per_round: int
     device: str = "cpu"
+    clock: str = WALL
+    wall_ms: tuple[float, ...] = ()
+    stopped: str = FIXED
 
     @property
     def median_ms(self) -> float:
@@ -61,6 +125,14 @@ class Timing:
     @property
     def iqr_ms(self) -> float:
         return iqr(self.rounds_ms)
+
+    @property
+    def wall_median_ms(self) -> float:
+        return statistics.median(self.wall_ms or self.rounds_ms)
+
+    @property
+    def wall_iqr_ms(self) -> float:
+        return iqr(self.wall_ms or self.rounds_ms)
 
     @property
     def n(self) -> int:
@@ -77,6 +149,12 @@ class Speedup:
     @property
     def verdict(self) -> str:
         return verdict(self.interval)
+
+    @property
+    def narrow_share(self) -> float:
+        """The interval's width over its median: at most ``ci_width`` is narrow."""
+        i = self.interval
+        return (i.high - i.low) / abs(i.median) if i.median else float("inf")
 
     def describe(self) -> str:
         """``2.91x [2.70, 3.10] (n=7, faster)``."""
@@ -95,50 +173,80 @@ def speedup(before_ms: Sequence[float], after_ms: Sequence[float]) -> Speedup:
     return Speedup(ratios, median_ci(ratios))
 
 
-def _check(rounds: int, min_run_time: float) -> None:
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-        raise ValueError(f"rounds={rounds!r} is invalid: expected a positive integer")
-    if not min_run_time > 0:
-        raise ValueError(f"min_run_time={min_run_time!r} is invalid: expected seconds > 0")
+def narrow(times: Mapping[str, Sequence[float]], ci_width: float) -> bool:
+    """Whether every variant's speed-up against the first has its 95% interval (not a
+    wider [min, max] of too few rounds) at most ``ci_width`` of its median wide."""
+    first, *others = times.values()
+    for other in others:
+        found = speedup(first, other)
+        if found.interval.coverage < CONFIDENCE or found.narrow_share > ci_width:
+            return False
+    return True
 
 
-def _calls_per_block(timer: Timer, min_run_time: float) -> int:
-    """Calls that take about ``min_run_time``: blocks of 1, 10, 100... calls until one lasts
-    ``CALIBRATION_SHARE`` of it (each ``timeit`` warms up first), then scaled up."""
-    number = 1
-    while True:
-        seconds = timer.timeit(number).mean * number
-        if seconds >= CALIBRATION_SHARE * min_run_time or number >= 10**7:
-            return max(1, math.ceil(number * min_run_time / max(seconds, 1e-9)))
-        number *= 10
+def _stopped(plan: Plan, times: Mapping[str, Sequence[float]], seconds: float) -> str | None:
+    """Why to start no further round after ``seconds`` of timing, or None to go on."""
+    if len(next(iter(times.values()))) < plan.rounds:
+        return None
+    if plan.budget_s == 0 or len(times) < 2:
+        return FIXED
+    if narrow(times, plan.ci_width):
+        return NARROW
+    return BUDGET if seconds >= plan.budget_s else None
 
 
 def time_side_by_side(
     calls: Mapping[str, Callable[[], object]],
-    rounds: int = ROUNDS,
-    min_run_time: float = MIN_RUN_TIME_S,
+    plan: Plan = PLAN,
+    devices: Collection[str] = ("cpu",),
 ) -> dict[str, Timing]:
-    """Time each of ``calls`` once per round, in rotating order, for ``rounds`` rounds.
+    """Time each of ``calls`` once per round, in rotating order, for the rounds ``plan`` asks.
 
-    Each turn is one block of about ``min_run_time`` seconds (the block size is set in the
-    variant's first turn); the value kept per round is the block's mean seconds per call, in ms.
+    Each turn is one block of about ``plan.min_run_time_s`` seconds on the clock used (the block
+    size is set in the variant's first turn); the value kept per round is the block's mean per
+    call, in ms. ``devices``: where the calls run (the clock, and what a block waits for).
     """
-    _check(rounds, min_run_time)
     if not calls:
         raise ValueError("time_side_by_side needs at least one variant")
-    threads = torch.get_num_threads()
-    timers = {
-        name: Timer(stmt="fn()", globals={"fn": fn}, num_threads=threads)
-        for name, fn in calls.items()
-    }
+    clock = clock_for(plan.clock, devices)
+    sync = synchronizer(devices)
+    start = time.perf_counter()
     numbers: dict[str, int] = {}
     times: dict[str, list[float]] = {name: [] for name in calls}
-    for index in range(rounds):
-        for name in round_order(list(calls), index):
-            if name not in numbers:
-                numbers[name] = _calls_per_block(timers[name], min_run_time)
-            times[name].append(timers[name].timeit(numbers[name]).mean * 1e3)
-    return {name: Timing(tuple(times[name]), numbers[name]) for name in calls}
+    walls: dict[str, list[float]] = {name: [] for name in calls}
+    # CPU seconds per variant, (thread, process): whether other threads ran part of its calls
+    spent = {name: [0.0, 0.0] for name in calls}
+    stopped = None
+    index = 0
+    with threads_for(clock):
+        while stopped is None:
+            for name in round_order(list(calls), index):
+                if name not in numbers:
+                    numbers[name] = calls_per_block(calls[name], plan.min_run_time_s, clock, sync)
+                wall, cpu, process = time_block(calls[name], numbers[name], sync)
+                times[name].append((wall if clock == WALL else cpu) * 1e3)
+                walls[name].append(wall * 1e3)
+                spent[name][0] += cpu * numbers[name]
+                spent[name][1] += process * numbers[name]
+            index += 1
+            stopped = _stopped(plan, times, time.perf_counter() - start)
+    missed = max(process / max(thread, 1e-9) - 1 for thread, process in spent.values())
+    if clock == THREAD_CPU and missed > MISSED_SHARE:
+        log.warning(
+            f"side by side: the process used {missed:.0%} more CPU time than the timing thread "
+            "(other threads ran part of the calls): timed on wall time instead"
+        )
+        clock, times = WALL, walls
+    return {
+        name: Timing(
+            tuple(times[name]),
+            numbers[name],
+            clock=clock,
+            wall_ms=() if clock == WALL else tuple(walls[name]),
+            stopped=stopped,
+        )
+        for name in calls
+    }
 
 
 @contextmanager
@@ -166,17 +274,13 @@ def _device(example: Any) -> str:
 
 
 def compare_forward(
-    variants: Mapping[str, tuple[nn.Module, Any]],
-    rounds: int = ROUNDS,
-    min_run_time: float = MIN_RUN_TIME_S,
+    variants: Mapping[str, tuple[nn.Module, Any]], plan: Plan = PLAN
 ) -> dict[str, Timing]:
-    """Forward latency of each ``name: (model, example)``, side by side: eval mode, under
-    ``torch.inference_mode``, each on its example's device; ``example`` is a tensor or a tuple
-    of inputs. Train/eval modes are restored after."""
+    """Forward latency of each ``name: (model, example)``, side by side as ``plan`` asks: eval
+    mode, under ``torch.inference_mode``, each on its example's device; ``example`` is a tensor
+    or a tuple of inputs. Train/eval modes are restored after."""
     calls = {name: _forward(model, x) for name, (model, x) in variants.items()}
+    devices = {name: _device(x) for name, (_, x) in variants.items()}
     with evaluating([model for model, _ in variants.values()]), torch.inference_mode():
-        timings = time_side_by_side(calls, rounds, min_run_time)
-    return {
-        name: Timing(t.rounds_ms, t.calls_per_round, _device(variants[name][1]))
-        for name, t in timings.items()
-    }
+        timings = time_side_by_side(calls, plan, set(devices.values()))
+    return {name: dataclasses.replace(t, device=devices[name]) for name, t in timings.items()}

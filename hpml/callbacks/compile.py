@@ -65,17 +65,28 @@ from hpml.analysis.stats import FASTER, SLOWER
 from hpml.callbacks.in_array import InArray
 from hpml.callbacks.logging import log_file, log_metrics, set_tags
 from hpml.callbacks.measure import (
-    LATENCY_MIN_RUN_TIME_S,
-    LATENCY_ROUNDS,
-    Settings,
     Side,
     compare,
+    latency_metrics,
     on_trainer_device,
 )
+from hpml.callbacks.measure_settings import (
+    LATENCY_BUDGET_S,
+    LATENCY_CI_WIDTH,
+    LATENCY_CLOCK,
+    LATENCY_MIN_RUN_TIME_S,
+    LATENCY_ROUNDS,
+    Budget,
+    Clock,
+    RunTime,
+    Settings,
+    Width,
+)
 from hpml.errors import ConfigError, IncompatibleError
-from hpml.names import COUNT, MS, S, X, metric
+from hpml.names import COUNT, S, X, metric
 from hpml.optimize.compile import METHODS, MODES, Compiled, compile_model, fast_path
 from hpml.optimize.compile.training import compile_for_training, training_speedup
+from hpml.ranges import Count
 
 BEFORE, AFTER = "compile_before", "compile_after"
 AUTO, EAGER = "auto", "eager"
@@ -98,8 +109,11 @@ class Compile(L.Callback):
         fullgraph: bool = False,
         tolerance: float = 1e-3,
         latency_batch_size: int = 64,
-        latency_rounds: int = LATENCY_ROUNDS,
-        latency_min_run_time_s: float = LATENCY_MIN_RUN_TIME_S,
+        latency_rounds: Count = LATENCY_ROUNDS,
+        latency_min_run_time_s: RunTime = LATENCY_MIN_RUN_TIME_S,
+        latency_budget_s: Budget = LATENCY_BUDGET_S,
+        latency_ci_width: Width = LATENCY_CI_WIDTH,
+        latency_clock: Clock = LATENCY_CLOCK,
         eval_batches: int | None = 4,
         train: bool = False,
         freezing: bool = False,
@@ -119,7 +133,13 @@ class Compile(L.Callback):
         self.method, self.mode, self.dynamic, self.fullgraph = method, mode, dynamic, fullgraph
         self.tolerance = tolerance
         self.settings = Settings.checked(
-            latency_batch_size, latency_rounds, latency_min_run_time_s, eval_batches
+            latency_batch_size,
+            latency_rounds,
+            latency_min_run_time_s,
+            eval_batches,
+            latency_budget_s,
+            latency_ci_width,
+            latency_clock,
         )
         self.done = False
         self.compile_train = train
@@ -150,8 +170,7 @@ class Compile(L.Callback):
             self.train_net,
             examples[0],
             trainer.precision_plugin.train_step_context,
-            self.settings.rounds,
-            self.settings.min_run_time_s,
+            self.settings.plan,
         )
         i = ratio.interval
         log_metrics(
@@ -253,7 +272,7 @@ class Compile(L.Callback):
     ) -> Compiled:
         """``compile=auto``: every candidate that compiles and matches eager within
         ``tolerance`` (a failing one is left out in one line), timed side by side at batch N;
-        the fastest median is returned, each candidate's latency logged
+        the fastest median on the rounds' clock is returned, each candidate's latency logged
         (``compile_auto/<candidate>_latency_bN_ms``, ``_iqr_ms``; tags
         ``hpml.compile.auto.choice``, ``hpml.compile.auto.candidates``) and the choice said in
         one line."""
@@ -273,15 +292,12 @@ class Compile(L.Callback):
         batch = self.settings.batch_size
         example = pl_module.example_input(batch).to(pl_module.device)
         timings = compare_forward(
-            {name: (c.module, example) for name, c in built.items()},
-            self.settings.rounds,
-            self.settings.min_run_time_s,
+            {name: (c.module, example) for name, c in built.items()}, self.settings.plan
         )
         choice = min(timings, key=lambda name: timings[name].median_ms)
         metrics: dict[str, float] = {}
         for name, timing in timings.items():
-            metrics[metric("compile_auto", f"{name}_latency_b{batch}", MS)] = timing.median_ms
-            metrics[metric("compile_auto", f"{name}_latency_b{batch}_iqr", MS)] = timing.iqr_ms
+            metrics |= latency_metrics("compile_auto", f"{name}_latency_b{batch}", timing)
         log_metrics(trainer, metrics)
         set_tags(
             trainer,

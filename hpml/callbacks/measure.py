@@ -1,7 +1,8 @@
 """Before/after figures of one variant of a model, shared by every optimisation callback.
 
 Pruning, quantisation and compilation measure through :func:`compare` so their figures compare:
-one set of latency settings (``Settings``, also ``conf/base/measure.yaml``), one judge of quality
+one set of latency settings (:class:`~hpml.callbacks.measure_settings.Settings`, also
+``conf/base/measure.yaml``), one judge of quality
 (the model's own ``validation_step`` with the variant in place of ``pl_module.net``), and the
 two sides timed side by side in rounds of A B, B A, ... (:mod:`hpml.analysis.compare`), never
 "before" at one moment and "after" at another. The metrics (``S_before/``, ``S_after/``, ``S/``
@@ -23,17 +24,19 @@ from lightning.fabric.utilities.apply_func import move_data_to_device
 from torch import nn
 from torchmetrics import Metric
 
-from hpml.analysis.compare import MIN_RUN_TIME_S, ROUNDS, Timing, compare_forward, speedup
+from hpml.analysis.blocks import THREAD_CPU, WALL
+from hpml.analysis.compare import BUDGET, FIXED, NARROW, Timing, compare_forward, speedup
 from hpml.analysis.model_stats import state_dict_bytes
 from hpml.callbacks.logging import log_metrics, set_tags
-from hpml.errors import ConfigError, non_negative_int, positive_int
+from hpml.callbacks.measure_settings import Settings
+from hpml.errors import ConfigError
 from hpml.names import BYTES, COUNT, MS, NATS, PCT, X, metric
 from hpml.optimize.quant.base import OnDevice
 from hpml.tensors import batch_size
 
 log = logging.getLogger(__name__)
-LATENCY_ROUNDS = ROUNDS
-LATENCY_MIN_RUN_TIME_S = MIN_RUN_TIME_S
+CLOCK_WORDS = {THREAD_CPU: "thread CPU time (one torch thread)", WALL: "wall time"}
+STOP_WORDS = {NARROW: "narrow", BUDGET: "budget spent", FIXED: "rounds fixed"}
 
 
 def on_trainer_device(trainer: L.Trainer, pl_module: L.LightningModule) -> torch.device:
@@ -46,43 +49,6 @@ def on_trainer_device(trainer: L.Trainer, pl_module: L.LightningModule) -> torch
     if pl_module.device != device:
         pl_module.to(device)
     return device
-
-
-@dataclass(frozen=True)
-class Settings:
-    """How a variant is measured: latency at batch 1 and ``batch_size`` over ``rounds`` rounds
-    of about ``min_run_time_s`` seconds per variant, quality on ``eval_batches`` validation
-    batches (``None``: all of them)."""
-
-    batch_size: int
-    rounds: int = LATENCY_ROUNDS
-    min_run_time_s: float = LATENCY_MIN_RUN_TIME_S
-    eval_batches: int | None = None
-
-    @classmethod
-    def checked(
-        cls,
-        latency_batch_size: int,
-        latency_rounds: int,
-        latency_min_run_time_s: float,
-        eval_batches: int | None,
-    ) -> Settings:
-        """Settings from a callback's config values, each refused in one line when invalid."""
-        run_time = latency_min_run_time_s
-        if isinstance(run_time, bool) or not isinstance(run_time, int | float) or not run_time > 0:
-            raise ConfigError(
-                "latency_min_run_time_s", run_time, "seconds > 0 per variant and round"
-            )
-        return cls(
-            positive_int("latency_batch_size", latency_batch_size),
-            positive_int("latency_rounds", latency_rounds),
-            float(run_time),
-            None if eval_batches is None else non_negative_int("eval_batches", eval_batches),
-        )
-
-    @property
-    def batch_sizes(self) -> tuple[int, ...]:
-        return tuple(dict.fromkeys((1, self.batch_size)))
 
 
 @dataclass(frozen=True)
@@ -194,8 +160,7 @@ def latencies(
                 side.stage: (side.net, pl_module.example_input(batch).to(side.device))
                 for side in sides
             },
-            settings.rounds,
-            settings.min_run_time_s,
+            settings.plan,
         )
         for batch in settings.batch_sizes
     }
@@ -215,6 +180,19 @@ def figures(
     judged = side.net if side.device == pl_module.device else OnDevice(side.net, side.device)
     with net_in_place(pl_module, judged):
         found |= quality(trainer, pl_module, side.stage, settings.eval_batches)
+    return found
+
+
+def latency_metrics(stage: str, quantity: str, timing: Timing) -> dict[str, float]:
+    """``<stage>/<quantity>_ms`` (``latency_b<N>``) and ``_iqr_ms`` on the wall clock, and where
+    the rounds ran on the thread's CPU clock, ``<quantity>_thread_cpu_ms`` and its ``_iqr_ms``."""
+    found = {
+        metric(stage, quantity, MS): timing.wall_median_ms,
+        metric(stage, f"{quantity}_iqr", MS): timing.wall_iqr_ms,
+    }
+    if timing.clock == THREAD_CPU:
+        found[metric(stage, f"{quantity}_thread_cpu", MS)] = timing.median_ms
+        found[metric(stage, f"{quantity}_thread_cpu_iqr", MS)] = timing.iqr_ms
     return found
 
 
@@ -249,11 +227,11 @@ def compare(
     metrics |= figures(trainer, pl_module, settings, after)
     for batch, timing in timings.items():
         for side in (before, after):
-            metrics[metric(side.stage, f"latency_b{batch}", MS)] = timing[side.stage].median_ms
-            metrics[metric(side.stage, f"latency_b{batch}_iqr", MS)] = timing[side.stage].iqr_ms
+            metrics |= latency_metrics(side.stage, f"latency_b{batch}", timing[side.stage])
     devices = f"{before.device} vs {after.device}"
-    tags = {f"hpml.compare.{name}.devices": devices}
-    lines = []
+    clock = next(iter(timings.values()))[before.stage].clock
+    tags = {f"hpml.compare.{name}.devices": devices, f"hpml.compare.{name}.clock": clock}
+    lines, rounds = [], []
     for batch, timing in timings.items():
         ratio = speedup(timing[before.stage].rounds_ms, timing[after.stage].rounds_ms)
         quantity, i = f"speedup_b{batch}", ratio.interval
@@ -263,7 +241,11 @@ def compare(
             metric(name, f"{quantity}_ci_high", X): i.high,
             metric(name, f"{quantity}_rounds", COUNT): float(i.n),
         }
+        stopped = timing[before.stage].stopped
         tags[f"hpml.verdict.{name}.{quantity}"] = ratio.verdict
+        tags[f"hpml.compare.{name}.{quantity}_stopped"] = stopped
         across = "" if before.device == after.device else f"; across devices: {devices}"
         lines.append(f"{name}: speed-up at batch {batch}: {ratio.describe()}{across}")
+        rounds.append(f"batch {batch}: {i.n} rounds, {STOP_WORDS[stopped]}")
+    lines.append(f"{name}: timed on {CLOCK_WORDS[clock]}; {'; '.join(rounds)}")
     return Comparison(metrics, tags, tuple(lines))

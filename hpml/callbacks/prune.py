@@ -25,15 +25,24 @@ from hpml.analysis.model_stats import nonzero_param_count, param_count
 from hpml.callbacks.in_array import InArray
 from hpml.callbacks.logging import log_file, log_metrics, log_text
 from hpml.callbacks.measure import (
-    LATENCY_MIN_RUN_TIME_S,
-    LATENCY_ROUNDS,
-    Settings,
     Side,
     compare,
     figures,
     quality_name,
     val_loader,
     validation_quality,
+)
+from hpml.callbacks.measure_settings import (
+    LATENCY_BUDGET_S,
+    LATENCY_CI_WIDTH,
+    LATENCY_CLOCK,
+    LATENCY_MIN_RUN_TIME_S,
+    LATENCY_ROUNDS,
+    Budget,
+    Clock,
+    RunTime,
+    Settings,
+    Width,
 )
 from hpml.errors import ConfigError, non_negative_int
 from hpml.names import COUNT, FLOPS_PER_SAMPLE, PCT, metric
@@ -45,6 +54,7 @@ from hpml.optimize.prune.methods import Method
 from hpml.optimize.prune.pruner import Pruner, PruneReport
 from hpml.optimize.prune.sensitivity import scan
 from hpml.optimize.prune.targets import DEFAULT_EXCLUDE, DEFAULT_TARGETS
+from hpml.ranges import Count
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +87,11 @@ class Prune(L.Callback):
         min_channels: int = 1,
         embedding: bool = False,
         latency_batch_size: int = 32,
-        latency_rounds: int = LATENCY_ROUNDS,
-        latency_min_run_time_s: float = LATENCY_MIN_RUN_TIME_S,
+        latency_rounds: Count = LATENCY_ROUNDS,
+        latency_min_run_time_s: RunTime = LATENCY_MIN_RUN_TIME_S,
+        latency_budget_s: Budget = LATENCY_BUDGET_S,
+        latency_ci_width: Width = LATENCY_CI_WIDTH,
+        latency_clock: Clock = LATENCY_CLOCK,
         eval_batches: int | None = None,
         sensitivity: Sequence[float] = (),
         save_model: bool = False,
@@ -87,7 +100,13 @@ class Prune(L.Callback):
         self.schedule = schedules.check_schedule(schedule)
         self.finetune_epochs = non_negative_int("finetune_epochs", finetune_epochs)
         self.settings = Settings.checked(
-            latency_batch_size, latency_rounds, latency_min_run_time_s, eval_batches
+            latency_batch_size,
+            latency_rounds,
+            latency_min_run_time_s,
+            eval_batches,
+            latency_budget_s,
+            latency_ci_width,
+            latency_clock,
         )
         self.sensitivity = [check_amount(a, "sensitivity") for a in (sensitivity or [])]
         self.save_model = bool(save_model)

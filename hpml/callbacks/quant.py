@@ -24,16 +24,26 @@ from torch import nn
 from hpml.callbacks.in_array import InArray
 from hpml.callbacks.logging import log_text, set_tags
 from hpml.callbacks.measure import (
-    LATENCY_MIN_RUN_TIME_S,
-    LATENCY_ROUNDS,
-    Settings,
     Side,
     compare,
     on_trainer_device,
 )
+from hpml.callbacks.measure_settings import (
+    LATENCY_BUDGET_S,
+    LATENCY_CI_WIDTH,
+    LATENCY_CLOCK,
+    LATENCY_MIN_RUN_TIME_S,
+    LATENCY_ROUNDS,
+    Budget,
+    Clock,
+    RunTime,
+    Settings,
+    Width,
+)
 from hpml.errors import ConfigError, IncompatibleError, non_negative_int, positive_int
 from hpml.names import S, metric
 from hpml.optimize.quant import OnDevice, Quantizer, make_quantizer
+from hpml.ranges import Count
 from hpml.tensors import first_tensor
 
 BEFORE, AFTER = "quant_before", "quant_after"
@@ -99,8 +109,11 @@ class Quantize(L.Callback):
         calibration_batches: int = 8,
         qat_epochs: int = 1,
         latency_batch_size: int = 64,
-        latency_rounds: int = LATENCY_ROUNDS,
-        latency_min_run_time_s: float = LATENCY_MIN_RUN_TIME_S,
+        latency_rounds: Count = LATENCY_ROUNDS,
+        latency_min_run_time_s: RunTime = LATENCY_MIN_RUN_TIME_S,
+        latency_budget_s: Budget = LATENCY_BUDGET_S,
+        latency_ci_width: Width = LATENCY_CI_WIDTH,
+        latency_clock: Clock = LATENCY_CLOCK,
         eval_batches: int | None = 4,
         **options: Any,
     ) -> None:
@@ -117,7 +130,13 @@ class Quantize(L.Callback):
             )
         self.qat_epochs = positive_int("qat_epochs", qat_epochs)
         self.settings = Settings.checked(
-            latency_batch_size, latency_rounds, latency_min_run_time_s, eval_batches
+            latency_batch_size,
+            latency_rounds,
+            latency_min_run_time_s,
+            eval_batches,
+            latency_budget_s,
+            latency_ci_width,
+            latency_clock,
         )
         self.float_net: nn.Module | None = None  # kept until timed beside the quantised one
         self.before_device: torch.device | None = None

@@ -1,15 +1,27 @@
-"""Side-by-side timing: a known injected delay recovered, and intervals that cover the truth."""
+"""Side-by-side timing: a known injected delay recovered, intervals that cover the truth, the
+thread's CPU clock beside the wall clock, and rounds that stop when the interval is narrow."""
 
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from hpml.analysis.compare import Timing, compare_forward, speedup, time_side_by_side
+from hpml.analysis.blocks import THREAD_CPU, WALL, clock_for
+from hpml.analysis.compare import (
+    BUDGET,
+    FIXED,
+    NARROW,
+    Plan,
+    Timing,
+    compare_forward,
+    speedup,
+    time_side_by_side,
+)
 from hpml.analysis.stats import FASTER, SLOWER, WITHIN_NOISE
 
 
@@ -38,7 +50,8 @@ class Spinner(nn.Module):
 def test_an_injected_delay_twice_as_long_is_recovered_within_ten_percent() -> None:
     slow, fast = Spinner(0.004), Spinner(0.002)
     x = torch.zeros(1, 3)
-    timings = compare_forward({"slow": (slow, x), "fast": (fast, x)}, rounds=15, min_run_time=0.02)
+    plan = Plan(rounds=15, min_run_time_s=0.02, budget_s=0)
+    timings = compare_forward({"slow": (slow, x), "fast": (fast, x)}, plan)
     ratio = speedup(timings["slow"].rounds_ms, timings["fast"].rounds_ms)
     assert ratio.interval.median == pytest.approx(2.0, rel=0.10)
     assert ratio.interval.n == 15 and len(ratio.ratios) == 15
@@ -51,7 +64,7 @@ def test_forward_passes_run_in_eval_mode_without_autograd_and_modes_come_back() 
     net = Spinner(0.0)
     net.train()
     net.norm.eval()  # a frozen batch norm inside a training net stays frozen
-    compare_forward({"net": (net, torch.zeros(2, 3))}, rounds=2, min_run_time=0.001)
+    compare_forward({"net": (net, torch.zeros(2, 3))}, Plan(rounds=2, min_run_time_s=0.001))
     assert net.modes and not any(net.modes) and not any(net.grad_enabled)
     assert net.training and not net.norm.training
 
@@ -62,8 +75,10 @@ def test_every_variant_gets_one_value_per_round() -> None:
     def call(name: str):
         return lambda: calls.__setitem__(name, calls[name] + 1)
 
-    timings = time_side_by_side({n: call(n) for n in calls}, rounds=4, min_run_time=1e-4)
+    plan = Plan(rounds=4, min_run_time_s=1e-4, budget_s=0)
+    timings = time_side_by_side({n: call(n) for n in calls}, plan)
     assert [t.n for t in timings.values()] == [4, 4]
+    assert {t.stopped for t in timings.values()} == {FIXED}  # no budget: exactly the rounds
     assert all(calls[name] >= 4 * t.calls_per_round for name, t in timings.items())
 
 
@@ -103,9 +118,102 @@ def test_the_95_percent_interval_covers_the_true_ratio_at_least_90_percent_of_th
 
 
 @pytest.mark.parametrize(
-    "rounds,run_time,match",
-    [(0, 0.01, "rounds=0"), (True, 0.01, "rounds=True"), (3, 0.0, "min_run_time=0.0")],
+    "knobs,match",
+    [
+        ({"rounds": 0}, "rounds=0"),
+        ({"rounds": True}, "rounds=True"),
+        ({"min_run_time_s": 0.0}, "min_run_time_s=0.0"),
+        ({"budget_s": -1.0}, "budget_s=-1.0"),
+        ({"budget_s": float("inf")}, "budget_s=inf"),
+        ({"ci_width": 0}, "ci_width=0"),
+        ({"clock": "cpu"}, "clock='cpu'"),
+    ],
 )
-def test_bad_knobs_are_refused_in_one_line(rounds, run_time, match) -> None:
+def test_bad_knobs_are_refused_in_one_line(knobs, match) -> None:
     with pytest.raises(ValueError, match=match):
-        time_side_by_side({"a": lambda: None}, rounds=rounds, min_run_time=run_time)
+        Plan(**knobs)
+    with pytest.raises(ValueError, match="at least one variant"):
+        time_side_by_side({})
+
+
+@pytest.fixture
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def spin(seconds: float) -> None:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def test_thread_cpu_time_leaves_out_a_sleep_that_wall_time_holds(one_thread) -> None:
+    """A call that works 1 ms and sleeps 3 ms: the thread clock reads its work, the wall clock
+    its work and its sleep, as it would a stretch in which a neighbour held the core."""
+
+    def works_and_sleeps() -> None:
+        spin(0.001)
+        time.sleep(0.003)
+
+    plan = Plan(rounds=3, min_run_time_s=0.004, budget_s=0)
+    (timing,) = time_side_by_side({"call": works_and_sleeps}, plan).values()
+    assert timing.clock == THREAD_CPU and timing.n == 3 and len(timing.wall_ms) == 3
+    assert 1.0 <= timing.median_ms < 2.5  # ms of work per call: the sleep left out
+    assert timing.wall_median_ms >= 4.0  # work and sleep
+    walled = time_side_by_side({"call": works_and_sleeps}, Plan(3, 0.004, 0, clock=WALL))["call"]
+    assert walled.clock == WALL and walled.median_ms >= 4.0 and walled.wall_ms == ()
+
+
+def test_the_clock_is_the_threads_only_for_cpu_calls_on_one_thread(one_thread) -> None:
+    assert clock_for("auto", ["cpu"]) == clock_for("thread_cpu", ["cpu"]) == THREAD_CPU
+    assert clock_for("wall", ["cpu"]) == WALL
+    assert clock_for("auto", ["cpu", "cuda:0"]) == WALL  # it would miss the GPU's kernels
+    assert clock_for("thread_cpu", ["cuda:0"]) == WALL
+    torch.set_num_threads(2)
+    assert clock_for("auto", ["cpu"]) == WALL  # it would miss the other thread's work
+    assert clock_for("thread_cpu", ["cpu"]) == THREAD_CPU  # it times on one thread instead
+    seen: list[int] = []
+    plan = Plan(rounds=2, min_run_time_s=1e-4, budget_s=0, clock="thread_cpu")
+    (timing,) = time_side_by_side(
+        {"a": lambda: seen.append(torch.get_num_threads())}, plan
+    ).values()
+    assert timing.clock == THREAD_CPU and set(seen) == {1} and torch.get_num_threads() == 2
+
+
+def test_work_on_another_thread_falls_back_to_the_wall_clock(one_thread, caplog) -> None:
+    """A call whose work another thread of the process does (as a compiled graph's own OpenMP
+    team would): the thread clock would read nothing, so the wall clock is used, and said."""
+    with ThreadPoolExecutor(1) as pool:
+        plan = Plan(rounds=3, min_run_time_s=0.004, budget_s=0)
+        timings = time_side_by_side({"elsewhere": lambda: pool.submit(spin, 0.002).result()}, plan)
+    (timing,) = timings.values()
+    assert timing.clock == WALL and timing.median_ms >= 2.0
+    assert "timed on wall time instead" in caplog.text
+
+
+def test_rounds_stop_at_the_least_once_the_interval_is_narrow(one_thread) -> None:
+    """Two sides of known work, 2 ms against 1 ms of thread CPU time: a narrow interval from
+    the first 6 rounds on, so no round past them and far less than the budget."""
+    start = time.perf_counter()
+    plan = Plan(rounds=6, min_run_time_s=0.002, budget_s=20.0, ci_width=0.2)
+    timings = time_side_by_side({"slow": lambda: spin(0.002), "fast": lambda: spin(0.001)}, plan)
+    assert time.perf_counter() - start < 5.0
+    assert {t.stopped for t in timings.values()} == {NARROW}
+    ratio = speedup(timings["slow"].rounds_ms, timings["fast"].rounds_ms)
+    assert ratio.narrow_share <= 0.2 and ratio.interval.median == pytest.approx(2.0, rel=0.1)
+    assert ratio.interval.n == 6
+
+
+def test_rounds_go_on_until_the_budget_while_the_interval_is_wide(one_thread) -> None:
+    """The same known work with a width no timing reaches: rounds past the least, until the
+    budget is spent, and not much longer."""
+    start = time.perf_counter()
+    plan = Plan(rounds=6, min_run_time_s=0.002, budget_s=0.3, ci_width=1e-9)
+    timings = time_side_by_side({"slow": lambda: spin(0.002), "fast": lambda: spin(0.001)}, plan)
+    seconds = time.perf_counter() - start
+    assert {t.stopped for t in timings.values()} == {BUDGET}
+    assert 0.3 <= seconds < 1.5  # the round under way when it ran out, then no more
+    assert timings["slow"].n == timings["fast"].n > 6

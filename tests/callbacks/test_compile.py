@@ -26,6 +26,7 @@ def test_compile_run_logs_eager_and_compiled_variants(composed, client):
     method = "export"  # torchscript and torch.compile: tests/optimize/compile, and the CLI
 
     fast = ["compile.latency_rounds=3", "compile.latency_min_run_time_s=0.002"]
+    fast += ["compile.latency_budget_s=0"]  # exactly 3 rounds
     cfg = composed(["model=lstm", f"compile={method}", *QUICK, *fast])
     metrics = train(cfg)
     assert "test/acc" in metrics
@@ -79,6 +80,7 @@ def test_compiled_training_follows_eager_and_logs_compile_time_apart(
     compile_train = ["compile=torch_compile", "compile.method=torchscript", "compile.train=true"]
     # force: this test checks the compiled step's curve, whatever it measured against eager
     compile_train += ["compile.force=true", f"compile.cache_dir={inductor_cache}"]
+    compile_train += ["compile.latency_budget_s=0"]  # the 9 rounds, no more
     train(composed([*small, *compile_train]))
     compiled = latest_run(client)
     assert compiled.info.run_id != eager.info.run_id
@@ -101,18 +103,21 @@ def test_compiled_training_follows_eager_and_logs_compile_time_apart(
 
 
 class Sleepy(nn.Module):
-    """``net`` that sleeps 19 times as long as each call took: about 20x slower than itself, a
-    margin no neighbour's burst on a shared 2-core machine closes (one round's eager time here
-    swung 23-127 ms at load 8)."""
+    """``net`` that then spins 19 times as long as each call took, in its thread's CPU time:
+    about 20x slower than itself on the thread's clock and the wall's, a margin no neighbour's
+    burst on a shared 2-core machine closes (one round's eager time here swung 23-127 ms at
+    load 8). A sleep would not do: one torch thread's rounds run on the thread's clock."""
 
     def __init__(self, net: nn.Module, factor: float = 19.0) -> None:
         super().__init__()
         self.net, self.factor = net, factor
 
     def forward(self, *args: Any) -> Any:
-        start = time.perf_counter()
+        start = time.thread_time()
         output = self.net(*args)
-        time.sleep(self.factor * (time.perf_counter() - start))
+        end = time.thread_time() + self.factor * (time.thread_time() - start)
+        while time.thread_time() < end:
+            pass
         return output
 
 
@@ -134,7 +139,7 @@ class SlowCompile(Compile):
 SLOW = f"compile._target_={SlowCompile.__module__}.SlowCompile"
 # 5 rounds at batch 4: the slow side costs 20x its calls
 FAST = ["compile.latency_rounds=5", "compile.latency_min_run_time_s=0.002"]
-FAST += ["compile.latency_batch_size=4"]
+FAST += ["compile.latency_batch_size=4", "compile.latency_budget_s=0"]
 
 
 @pytest.mark.parametrize("force", [False, True])

@@ -98,6 +98,10 @@ def test_eval_batches_bounds_the_batches_judged(validated):
         ((8, 7, 0, 4), "latency_min_run_time_s"),
         ((8, 7, "fast", 4), "latency_min_run_time_s"),
         ((8, 7, 0.05, -2), "eval_batches"),
+        ((8, 7, 0.05, 4, -1.0), "latency_budget_s"),
+        ((8, 7, 0.05, 4, float("nan")), "latency_budget_s"),
+        ((8, 7, 0.05, 4, 10.0, 0), "latency_ci_width"),
+        ((8, 7, 0.05, 4, 10.0, 0.1, "cpu"), "latency_clock"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_key(values, key):
@@ -107,15 +111,17 @@ def test_bad_settings_are_refused_naming_the_key(values, key):
 
 
 class Slower(torch.nn.Module):
-    """``net`` and a 20 ms sleep per call: a variant known to be slower, by wall time that the
-    neighbours of a shared machine do not stretch."""
+    """``net`` and 20 ms of its thread's CPU time per call: a variant known to be slower, on
+    the thread's clock (which the neighbours of a shared machine do not stretch) and the wall's."""
 
     def __init__(self, net: torch.nn.Module) -> None:
         super().__init__()
         self.net = net
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        time.sleep(0.020)
+        end = time.thread_time() + 0.020
+        while time.thread_time() < end:
+            pass
         return self.net(x)
 
 
@@ -131,7 +137,7 @@ def one_thread():
 
 def test_compare_times_both_sides_side_by_side_with_interval_and_verdict(validated, one_thread):
     trainer, module, _ = validated
-    settings = Settings(batch_size=4, rounds=9, min_run_time_s=0.005, eval_batches=1)
+    settings = Settings(batch_size=4, rounds=9, min_run_time_s=0.005, eval_batches=1, budget_s=0)
     device = module.device
     found = compare(
         trainer,
@@ -150,14 +156,23 @@ def test_compare_times_both_sides_side_by_side_with_interval_and_verdict(validat
         assert found.tags[f"hpml.verdict.opt.speedup_b{batch}"] == verdict(
             Interval(mid, low, high, int(n), 0.0)
         )
+        assert found.tags[f"hpml.compare.opt.speedup_b{batch}_stopped"] == "rounds"
         for side in ("opt_before", "opt_after"):
             assert (
                 m[f"{side}/latency_b{batch}_ms"] > 0 and m[f"{side}/latency_b{batch}_iqr_ms"] >= 0
             )
-    # 20 ms of sleep against a millisecond LSTM forward at batch 1
+            # one torch thread on the CPU: the rounds ran on the thread's clock, wall beside it
+            assert m[f"{side}/latency_b{batch}_thread_cpu_ms"] > 0
+            assert m[f"{side}/latency_b{batch}_thread_cpu_iqr_ms"] >= 0
+    # 20 ms of spinning against a millisecond LSTM forward at batch 1
     assert m["opt/speedup_b1_x"] < 0.7 and found.tags["hpml.verdict.opt.speedup_b1"] == SLOWER
     assert m["opt_before/val_loss_nats"] == pytest.approx(m["opt_after/val_loss_nats"])
     assert found.tags["hpml.compare.opt.devices"] == "cpu vs cpu"
+    assert found.tags["hpml.compare.opt.clock"] == "thread_cpu"
+    assert found.lines[-1].startswith("opt: timed on thread CPU time")
+    assert found.lines[-1].endswith(
+        "batch 1: 9 rounds, rounds fixed; batch 4: 9 rounds, rounds fixed"
+    )
     assert found.lines[0].startswith("opt: speed-up at batch 1: ")
     assert found.lines[0].endswith("(n=9, slower)")
     assert not any("p90" in name for name in m)

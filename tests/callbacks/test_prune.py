@@ -9,6 +9,7 @@ from tests.callbacks.comparisons import assert_side_by_side
 from tests.conftest import QUICK, run_cli, stderr_lines
 
 FAST = [*QUICK, "prune.latency_rounds=2", "prune.latency_min_run_time_s=0.002"]
+FAST += ["prune.latency_budget_s=0"]  # exactly 2 rounds
 
 
 def only_run(client):

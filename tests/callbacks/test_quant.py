@@ -47,6 +47,7 @@ def test_quant_run_on_a_cuda_trainer_without_cuda_falls_back_and_tags(
         quant_callback, "requested_device", lambda trainer, module: torch.device("cuda:0")
     )
     fast = ["quant.latency_rounds=3", "quant.latency_min_run_time_s=0.002"]
+    fast += ["quant.latency_budget_s=0"]  # exactly 3 rounds
     cfg = composed(["model=lstm", "quant=dynamic_int8", *QUICK, *fast])
     metrics = train(cfg)
     assert "test/acc" in metrics
@@ -125,6 +126,7 @@ def test_static_int8_resnet18_goes_through_pt2e_with_before_and_after(composed, 
         "data.image_size=16",
         "quant.latency_rounds=2",
         "quant.latency_min_run_time_s=0.002",
+        "quant.latency_budget_s=0",
         "quant.calibration_batches=2",
     ]
     cfg = composed(["model=resnet18", "quant=static_int8", *QUICK, *small])

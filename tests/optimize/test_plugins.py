@@ -97,8 +97,10 @@ FAST = [
     *QUICK,
     "prune.latency_rounds=2",
     "prune.latency_min_run_time_s=0.002",
+    "prune.latency_budget_s=0",
     "quant.latency_rounds=2",
     "quant.latency_min_run_time_s=0.002",
+    "quant.latency_budget_s=0",
 ]
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from hpml.analysis.compare import MIN_RUN_TIME_S, ROUNDS, Speedup, speedup, time_side_by_side
+from hpml.analysis.compare import PLAN, Plan, Speedup, speedup, time_side_by_side
 from hpml.optimize.compile import MODES, _args, _sync, _untraceable, use_cache_dir
 
 Context = Callable[[], AbstractContextManager]
@@ -107,13 +107,12 @@ def training_speedup(
     compiled: nn.Module,
     example: torch.Tensor,
     context: Context = nullcontext,
-    rounds: int = ROUNDS,
-    min_run_time_s: float = MIN_RUN_TIME_S,
+    plan: Plan = PLAN,
 ) -> Speedup:
     """Eager / compiled time of one training step's forward and backward on ``example``
-    (the optimiser's update is the same code on both sides), timed side by side
-    (:func:`hpml.analysis.compare.time_side_by_side`); ``net`` is left as it was."""
+    (the optimiser's update is the same code on both sides), timed side by side as ``plan``
+    asks (:func:`hpml.analysis.compare.time_side_by_side`); ``net`` is left as it was."""
     calls = {"eager": _step(eager, example, context), "compiled": _step(compiled, example, context)}
     with untouched(eager, [example]):
-        timings = time_side_by_side(calls, rounds, min_run_time_s)
+        timings = time_side_by_side(calls, plan, [str(example.device)])
     return speedup(timings["eager"].rounds_ms, timings["compiled"].rounds_ms)

@@ -1,0 +1,114 @@
+"""One turn of a side-by-side timing: a block of calls, timed on two clocks at once.
+
+Wall time (``time.perf_counter``, the devices synchronised first) is what a caller waits for; on
+a shared machine it also holds every stretch in which the calling thread was preempted, and a
+7 ms block beside a CPU burner is preempted at random (docs/metrics.md#before-and-after).
+Thread CPU time (``time.thread_time``) counts only the time the calling thread ran, so preemption
+inside a block adds nothing. It is the work's own time where all of the work runs on that thread:
+a CPU forward pass with one torch intra-op thread. Elsewhere it misses work: the other intra-op
+threads' share (several torch threads) and an accelerator's kernels. Process CPU time would
+count the other threads, but also their spin-waits at each barrier behind a preempted thread,
+which grow with the very load it should leave out. So ``auto`` uses the thread clock only for
+CPU calls on one torch thread and keeps the synchronised wall clock for everything else;
+``thread_cpu`` times CPU calls on one torch thread (the caller's count put back after), on its
+clock, whatever the caller's count: a one-thread latency, immune to load.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+
+import torch
+
+AUTO, WALL, THREAD_CPU = "auto", "wall", "thread_cpu"
+CLOCKS = (AUTO, WALL, THREAD_CPU)
+CALIBRATION_SHARE = 0.1  # a calibration block this share of min_run_time times one call well
+WARM_CALLS = 10  # blocks of this many calls or fewer need no warm-up call (warmup_calls)
+# the thread clock missed work where the process's CPU time over the rounds exceeds the thread's
+# by more than this share: other threads ran part of the calls (a compiled graph's own OpenMP
+# team, inter-op threads); a background thread's sampling stays far below it
+MISSED_SHARE = 0.1
+
+
+def clock_for(asked: str, devices: Iterable[str]) -> str:
+    """The clock a timing on ``devices`` uses: wall time where a call runs on an accelerator or
+    ``wall`` is asked for; else thread CPU time for ``thread_cpu``, and for ``auto`` where torch
+    runs one thread."""
+    if asked not in CLOCKS:
+        raise ValueError(f"clock={asked!r} is invalid: expected one of {', '.join(CLOCKS)}")
+    if asked == WALL or any(torch.device(device).type != "cpu" for device in devices):
+        return WALL
+    return THREAD_CPU if asked == THREAD_CPU or torch.get_num_threads() == 1 else WALL
+
+
+@contextmanager
+def threads_for(clock: str) -> Iterator[None]:
+    """One torch thread inside the block where ``clock`` is the thread's (its count after)."""
+    threads = torch.get_num_threads()
+    if clock == THREAD_CPU and threads != 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+
+
+def synchronizer(devices: Iterable[str]) -> Callable[[], None]:
+    """Waits for the accelerators among ``devices``, and for CUDA wherever it is initialised
+    (as ``torch.utils.benchmark.Timer`` does), so a block's wall time holds its kernels."""
+    accelerators = sorted({str(d) for d in devices if torch.device(d).type != "cpu"})
+
+    def sync() -> None:
+        for device in accelerators:
+            torch.accelerator.synchronize(torch.device(device))
+        if torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+
+    return sync
+
+
+def warmup_calls(number: int) -> int:
+    """Untimed calls before a block of ``number``: the caches the other side filled are this
+    side's again (1%, at least one); none where one call lasts a tenth of the block or more:
+    refilling the caches is small beside such a call, and a warm-up call would cost up to a
+    block."""
+    return 0 if number <= WARM_CALLS else max(1, number // 100)
+
+
+def time_block(
+    fn: Callable[[], object], number: int, sync: Callable[[], None]
+) -> tuple[float, float, float]:
+    """Seconds per call of ``number`` calls of ``fn`` after its warm-up: (wall, thread CPU,
+    process CPU), the last to tell whether other threads did some of the work."""
+    for _ in range(warmup_calls(number)):
+        fn()
+    sync()
+    wall, cpu, process = time.perf_counter(), time.thread_time(), time.process_time()
+    for _ in range(number):
+        fn()
+    sync()
+    process, cpu = time.process_time() - process, time.thread_time() - cpu
+    wall = time.perf_counter() - wall
+    return wall / number, cpu / number, process / number
+
+
+def calls_per_block(
+    fn: Callable[[], object], min_run_time: float, clock: str, sync: Callable[[], None]
+) -> int:
+    """Calls that take about ``min_run_time`` on ``clock``: one untimed call (a first call
+    builds what it caches), then blocks of 1, 10, 100... calls until one lasts
+    ``CALIBRATION_SHARE`` of it, scaled up. For the thread clock, blocks are sized on the
+    process's CPU time: the same where the thread does all of the work, and no huge block where
+    other threads do much of it (the clock is then given up, :data:`MISSED_SHARE`)."""
+    fn()
+    number = 1
+    while True:
+        wall, _, process = time_block(fn, number, sync)
+        seconds = (process if clock == THREAD_CPU else wall) * number
+        if seconds >= CALIBRATION_SHARE * min_run_time or number >= 10**7:
+            return max(1, math.ceil(number * min_run_time / max(seconds, 1e-9)))
+        number *= 10
