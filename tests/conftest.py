@@ -42,6 +42,11 @@ def pytest_configure(config: pytest.Config) -> None:
     here, before any test module imports torch."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ.setdefault("OMP_NUM_THREADS", "1")
+    elif getattr(config.option, "numprocesses", None):
+        # xdist's controller imports the module of each warning a worker reports, to show it;
+        # torch imported that way mid-run, beside the workers' traffic, once failed half-way
+        # ("partially initialized module 'torch'") and took the session down: import it first
+        import lightning.pytorch  # noqa: F401
 
 
 NO_CUDA = "needs a CUDA device: torch.cuda.is_available() is False"
