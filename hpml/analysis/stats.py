@@ -129,10 +129,20 @@ def ratio_ci(
     return Interval(point, float(low), float(high), n, confidence)
 
 
-def verdict(interval: Interval, noisy: bool = False) -> str:
+def verdict(interval: Interval, noisy: bool = False, margin: float = 0.0) -> str:
     """``faster`` when the whole interval of a speed-up (before / after, higher is faster) lies
-    above 1, ``slower`` when below, ``within noise`` when it contains 1, rests on fewer than two
-    values, or a side was measured under noise (``noisy``)."""
-    if noisy or interval.n < 2 or interval.contains(1.0):
+    above ``1 + margin``, ``slower`` when below ``1 - margin``, ``within noise`` otherwise, or
+    when it rests on fewer than two values, or a side was measured under noise (``noisy``).
+
+    Args:
+        margin: the smallest difference called one: 0 inside a run, where both sides share every
+            round; between groups run at different times, repeats share their own time's state
+            and the interval misses that spread (asv's ``factor`` does the same).
+    """
+    if noisy or interval.n < 2:
         return WITHIN_NOISE
-    return FASTER if interval.low > 1.0 else SLOWER
+    if interval.low > 1.0 + margin:
+        return FASTER
+    if interval.high < 1.0 - margin:
+        return SLOWER
+    return WITHIN_NOISE

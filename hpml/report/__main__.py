@@ -85,7 +85,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--threshold",
         type=float,
         default=0.05,
-        help="--fail-on's margin, a fraction of the reference's speed (default: 0.05)",
+        help="the smallest difference --by and --baseline call faster or slower, and --fail-on's "
+        "margin: a fraction of the reference's speed (default: 0.05)",
     )
     parser.add_argument("--experiment", help="only this MLflow experiment (default: all)")
     parser.add_argument(
@@ -139,8 +140,9 @@ def compared(
     from hpml.report import pairs
 
     if args.baseline and parent is not None:
-        return pairs.by_sweep(runs, parent, stores.sweep(args.baseline), args.by_seed)
-    return pairs.by_key(runs, args.by, args.by_seed) if args.by else None
+        baseline = stores.sweep(args.baseline)
+        return pairs.by_sweep(runs, parent, baseline, args.by_seed, args.threshold)
+    return pairs.by_key(runs, args.by, args.by_seed, args.threshold) if args.by else None
 
 
 def build(

@@ -238,10 +238,11 @@ def against_baseline(groups: list[Group], base: Group | None) -> list[Comparison
     ]
 
 
-def versus(other: Group, base: Group, comparison: str) -> list[Comparison]:
+def versus(other: Group, base: Group, comparison: str, margin: float = 0.0) -> list[Comparison]:
     """``other`` against ``base`` on each speed measure both carry: the ratio of their medians
     (> 1: ``other`` faster) with :func:`~hpml.analysis.stats.ratio_ci`'s interval over their
-    runs; ``within noise`` when it holds 1, a side ran once, or a run of either is noisy."""
+    runs; ``within noise`` when it reaches into ``1 +- margin``, a side ran once, or a run of
+    either is noisy."""
     found = []
     names = sorted(
         {n for r in other.runs for n in r.data.metrics if direction(n)}
@@ -265,7 +266,7 @@ def versus(other: Group, base: Group, comparison: str) -> list[Comparison]:
                 interval.low if real else None,
                 interval.high if real else None,
                 interval.n,
-                verdict(interval, noisy=other.noisy or base.noisy),
+                verdict(interval, noisy=other.noisy or base.noisy, margin=margin),
                 interval.coverage,
                 other.noisy or base.noisy,
             )

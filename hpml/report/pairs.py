@@ -70,18 +70,21 @@ class Compared:
         return table(self.pairs, self.key, self.alone, self.title)
 
 
-def by_key(runs: list[Run], key: str, by_seed: bool = False) -> Compared:
-    """``runs`` compared by ``key`` (``--by``): a param, a config group or an environment key."""
+def by_key(runs: list[Run], key: str, by_seed: bool = False, margin: float = 0.0) -> Compared:
+    """``runs`` compared by ``key`` (``--by``): a param, a config group or an environment key;
+    ``margin``: the smallest difference a verdict calls faster or slower (``--threshold``)."""
     if not any(value(run, key) for run in runs):
         raise HpmlError(
             f"--by {key}: no run has it (a param such as data.batch_size, a config group, or "
             f"one of {', '.join(TAGS)}, {STORE})"
         )
-    pairs, alone = paired(runs, key, by_seed=by_seed)
+    pairs, alone = paired(runs, key, by_seed=by_seed, margin=margin)
     return Compared(key, pairs, alone, f"Compared by {key}")
 
 
-def by_sweep(runs: list[Run], new: Run, old: Run, by_seed: bool = False) -> Compared:
+def by_sweep(
+    runs: list[Run], new: Run, old: Run, by_seed: bool = False, margin: float = 0.0
+) -> Compared:
     """The jobs of sweep ``new`` against those of the earlier sweep ``old`` among ``runs``
     (``--sweep NEW --baseline OLD``): paired by config whatever their environment."""
     parent = old.info.run_id
@@ -89,7 +92,7 @@ def by_sweep(runs: list[Run], new: Run, old: Run, by_seed: bool = False) -> Comp
     def side(run: Run) -> str:
         return BASELINE if run.data.tags.get("mlflow.parentRunId") == parent else NEW
 
-    pairs, alone = paired(runs, SWEEP, side, by_seed, any_env=True, reference=BASELINE)
+    pairs, alone = paired(runs, SWEEP, side, by_seed, True, BASELINE, margin)
     title = f"Sweep {new.info.run_id} against baseline sweep {parent}"
     return Compared(SWEEP, pairs, alone, title)
 
@@ -125,6 +128,7 @@ def paired(
     by_seed: bool = False,
     any_env: bool = False,
     reference: str | None = None,
+    margin: float = 0.0,
 ) -> tuple[list[Pair], list[str]]:
     """The finished ``runs`` paired by ``key`` (each run's value of it: ``side``, default its
     value of ``key``; the first value, or ``reference``, the one the others are compared
@@ -153,7 +157,10 @@ def paired(
         reference, *others = sides
         against = {
             other: versus(
-                sides[other], sides[reference], f"{config}: {key}={other} vs {key}={reference}"
+                sides[other],
+                sides[reference],
+                f"{config}: {key}={other} vs {key}={reference}",
+                margin,
             )
             for other in others
         }

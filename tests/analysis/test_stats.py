@@ -66,6 +66,19 @@ def test_verdicts() -> None:
     assert verdict(Interval(2.0, 1.5, 2.5, 7, 0.98), noisy=True) == WITHIN_NOISE
 
 
+def test_a_margin_calls_small_differences_within_noise() -> None:
+    # an A/A of two VAE sweeps on this project's VM read 1.05x [1.04, 1.09] between them
+    small_gain, small_loss = (
+        Interval(1.05, 1.04, 1.09, 3, 0.75),
+        Interval(0.97, 0.96, 0.99, 3, 0.75),
+    )
+    assert verdict(small_gain) == FASTER and verdict(small_loss) == SLOWER
+    assert verdict(small_gain, margin=0.05) == WITHIN_NOISE
+    assert verdict(small_loss, margin=0.05) == WITHIN_NOISE
+    assert verdict(Interval(1.3, 1.06, 1.5, 3, 0.75), margin=0.05) == FASTER
+    assert verdict(Interval(0.8, 0.7, 0.94, 3, 0.75), margin=0.05) == SLOWER
+
+
 def test_spread() -> None:
     assert iqr([1.0, 2.0, 3.0, 4.0, 5.0]) == pytest.approx(2.0)
     assert iqr([4.0]) == 0.0
