@@ -6,6 +6,7 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 HOST ?= 127.0.0.1
 PORT ?= 5000
+WORKERS ?= 4
 DB ?= sqlite:///$(CURDIR)/mlflow-server.db
 ARTIFACTS ?= $(CURDIR)/mlartifacts-server
 
@@ -45,9 +46,9 @@ ui: $(STAMP)  ## MLflow UI on the local store (foreground; Ctrl-C stops it)
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db \
 		--default-artifact-root $(CURDIR)/mlartifacts --host $(HOST) --port $(PORT)
 
-server: $(STAMP)  ## a tracking server for a team (foreground): DB=postgresql://... HOST=0.0.0.0 PORT=5000
+server: $(STAMP)  ## a tracking server for a team (foreground): DB=postgresql://... HOST=0.0.0.0 PORT=5000 WORKERS=4
 	$(BIN)/mlflow server --backend-store-uri '$(DB)' --artifacts-destination '$(ARTIFACTS)' \
-		--serve-artifacts --host $(HOST) --port $(PORT)
+		--serve-artifacts --host $(HOST) --port $(PORT) --workers $(WORKERS)
 
 test: $(STAMP)
 	$(BIN)/pytest -q -n 3 --dist worksteal --durations=20

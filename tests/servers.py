@@ -110,6 +110,7 @@ class MakeServer(MlflowServer):
             f"BIN={Path(sys.executable).parent}",
             "HOST=127.0.0.1",
             f"PORT={self.port}",
+            "WORKERS=1",  # MLflow's 4 would each import its server on the test's 2 cores
             f"DB=sqlite:///{self.folder / 'server.db'}",
             f"ARTIFACTS={self.folder / 'artifacts'}",
         ]
