@@ -42,9 +42,6 @@ def pytest_configure(config: pytest.Config) -> None:
     here, before any test module imports torch."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ.setdefault("OMP_NUM_THREADS", "1")
-        # inductor compiles in the process: a pool of compile workers, each importing torch,
-        # would cost more than it saves on cores the other test workers already fill
-        os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     elif getattr(config.option, "numprocesses", None):
         # xdist's controller imports the module of each warning a worker reports, to show it;
         # torch imported that way mid-run, beside the workers' traffic, once failed half-way
