@@ -12,7 +12,7 @@ from tests.conftest import QUICK, run_cli
 pytestmark = pytest.mark.slow
 
 SWEEPS = 3
-SEEDS = "1,2"  # jobs per sweep: the race is in creating the store, before any job
+SEEDS = "1"  # jobs per sweep: the race is in creating the store, before any job
 
 
 def test_sweeps_racing_to_create_a_fresh_store_lose_no_run(tmp_path: Path):
@@ -36,7 +36,7 @@ def test_sweeps_racing_to_create_a_fresh_store_lose_no_run(tmp_path: Path):
     client = MlflowClient(f"sqlite:///{store}")
     runs = client.search_runs([client.get_experiment_by_name("hpml").experiment_id])
     jobs = len(SEEDS.split(","))
-    assert len(runs) == SWEEPS * (1 + jobs)  # 9 for 3 sweeps of 2 jobs
+    assert len(runs) == SWEEPS * (1 + jobs)  # 6 for 3 sweeps of 1 job
     parents = {r.info.run_id: r for r in runs if r.data.tags.get("hpml.sweep_parent") == "true"}
     assert len(parents) == SWEEPS
     children = [r for r in runs if r.info.run_id not in parents]
