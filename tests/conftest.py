@@ -52,31 +52,10 @@ def pytest_configure(config: pytest.Config) -> None:
 NO_CUDA = "needs a CUDA device: torch.cuda.is_available() is False"
 
 
-def slow_first_in_each_share(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
-    """``items`` reordered so that each worker's first share (xdist's worksteal hands worker k
-    the k-th contiguous share: ``pending // workers_left`` items each) starts with its part of
-    the ``slow`` tests, dealt round-robin: the long end-to-end runs start early on every worker,
-    and the suite ends on short tests instead of one worker finishing a queue of long ones."""
-    slow = [item for item in items if item.get_closest_marker("slow") is not None]
-    fast = [item for item in items if item.get_closest_marker("slow") is None]
-    ordered, left = [], len(items)
-    for worker in range(workers):
-        size = left // (workers - worker)
-        mine = slow[worker::workers][:size]
-        take = size - len(mine)
-        ordered += mine + fast[:take]
-        fast, left = fast[take:], left - size
-    return ordered + fast + [item for item in slow if item not in ordered]
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under xdist, the slow tests lead every worker's share (:func:`slow_first_in_each_share`).
-    Tests marked ``gpu`` are skipped, saying why, where torch sees no CUDA device: the one
+    """Tests marked ``gpu`` are skipped, saying why, where torch sees no CUDA device: the one
     place that decides it, so a GPU test needs only ``@pytest.mark.gpu``. ``pytest -m gpu``
     runs them on a GPU host; ``make test`` collects them and skips them on a CPU one."""
-    workers = getattr(config, "workerinput", {}).get("workercount", 1)
-    if workers > 1:
-        items[:] = slow_first_in_each_share(items, workers)
     gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu:
         return
