@@ -1,8 +1,8 @@
 """Side-by-side latency: variants of a model timed in the same window, and their speed-up.
 
 A "before" timed at one moment and an "after" timed at another compare two loads, not two
-models (a study once reported a 441x speed-up whose "before" ran under a neighbour's burst:
-2026-11-25, commit 70b0a75).
+models (docs/metrics.md#figures-behind-the-timing-defaults: a 441x speed-up whose "before"
+ran under a neighbour's burst).
 Here every round runs each variant once, in rotating order (A B, B A, ...:
 :func:`hpml.analysis.rounds.round_order`), so both sides share each stretch of load; a speed-up
 is the median of the per-round ratios before / after, with the order-statistic interval of that
@@ -13,9 +13,8 @@ clock and the thread's CPU clock at once; the ratios use thread CPU time where e
 the CPU with one torch thread (preemption inside a block then adds nothing; ``thread_cpu`` sets
 one thread for the timing), else the wall clock after an accelerator sync.
 Not ``torch.utils.benchmark``'s ``blocked_autorange``: it re-estimates its block size on every
-call, growing blocks until the timer's overhead is below 0.01%, so on a 2-core CPU a 0.2 ms VAE
-ran 1,000-call blocks and 0.4-0.55 s per turn at ``min_run_time=0.05`` (13 s for one
-before/after at two batch sizes; this VM, 2026-11-25, commit 70b0a75).
+call, growing blocks until the timer's overhead is below 0.01%: a sub-millisecond call gets
+blocks of a thousand calls, seconds for one before/after (the figures in docs/metrics.md).
 Here the block size is set once per variant, in its first turn (which warms it up too), so that
 a block lasts about ``min_run_time`` on the clock used.
 
@@ -60,11 +59,9 @@ from hpml.tensors import first_tensor
 log = logging.getLogger(__name__)
 
 # 9: the smallest n whose 95% order-statistic interval of the median leaves out the extreme
-# rounds (n = 7 spans min to max: one preempted round beside a CPU burner widened VGG11's
-# pruning speed-up to [1.92, 4.43] from a median of 2.69x; this VM, 2026-11-25, commit 23ef620)
+# rounds (n = 7 spans min to max: one preempted round decides it)
 ROUNDS = 9
-# `make bench ARGS="--case side_by_side"` (2026-11-25, commit 23ef620), a VAE pruning job's cost:
-# 1.24x at 7 x 0.02 s, 1.17x at 9 x 0.01 s, 1.13x at 9 x 0.007 s
+# short blocks keep side by side cheap for a job (`make bench ARGS="--case side_by_side"`)
 MIN_RUN_TIME_S = 0.007
 BUDGET_S = 10.0  # seconds per timing (each batch size) after which no further round starts
 CI_WIDTH = 0.2  # an interval this share of its median wide is narrow: 3.0x [2.7, 3.3]

@@ -26,12 +26,10 @@ ratio's row names its batch and timed steps.
 
 The ratio is fused / serial samples per second for each (model, N). Goal: the VAE at N = 8
 reaches at least 2.4x on a GPU, the lower bound HFTA reports. On CPU there is no goal: the field
-notes measured 0.54-0.85x for eight VAEs on this 2-core CPU: one member's matmuls already run
+notes measured eight VAEs slower fused than serial on 2 cores: one member's matmuls already run
 near the core's peak, and the array adds stacking every member's weights each forward and
-batched matmuls or grouped convolutions no faster per FLOP. Measured here in two runs of 3
-rounds (one thread, load average 5-8 on the 2 cores: 151-219 s for the rounds), medians of
-fused / serial at N = 2, 4, 8, 16: VAE 0.81-0.94, 0.90-0.96, 0.89-0.91, 0.76-0.86; VGG11-CIFAR
-(batch 4) 0.86-1.02, 0.76-0.85, 0.57-0.73, 0.42-0.73.
+batched matmuls or grouped convolutions no faster per FLOP (docs/fused-arrays.md has the
+figures).
 """
 
 from __future__ import annotations
@@ -283,8 +281,8 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
         "member after member; its step time is the sum of the members' median steps",
         "goal": f"VAE N=8 fused/serial >= {GOAL_VAE_N8:g} on a GPU (HFTA's lower bound)"
         if on_gpu
-        else "not applicable on CPU: the field notes measured 0.54-0.85x for eight VAEs on "
-        f"this 2-core CPU; {GOAL_VAE_N8:g}x is HFTA's lower bound on GPUs",
+        else "not applicable on CPU: the field notes measured 0.54-0.85x for eight VAEs on a "
+        f"2-core CPU; {GOAL_VAE_N8:g}x is HFTA's lower bound on GPUs",
     }
     # each (model, N)'s fused and serial variants run back to back in every round
     return run_case("fuse", variants, ratios, settings, report, notes, group=2)

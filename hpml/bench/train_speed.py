@@ -26,8 +26,8 @@ AVX2 CPU neither pays for training, unlike inference (``quant``: 1.23x with free
 training graph cannot use, its weights change every step).
 
 A CPU without bf16 instructions (no AVX512-BF16 or AMX: the ``cpu_bf16_native`` note) runs bf16
-convolutions through oneDNN's reference paths: on the 2-core AMD EPYC (AVX2) here one step took
-8.1 s against 0.34 s in fp32 (about 24x slower, load average 1.1). There the bf16 variant is not
+convolutions through oneDNN's reference paths, many times slower than fp32 (docs/metrics.md
+has the figure). There the bf16 variant is not
 put in the rounds (it would take the case from a minute to a quarter of an hour); one step of it
 is timed once, after a warm-up step, and reported in the notes beside an eager step timed alike.
 On a GPU bf16 is always in the rounds.

@@ -76,8 +76,8 @@ def pixel_centres(size: int) -> Tensor:
     """Homogeneous coordinates ``(x, y, 1)`` of a ``size x size`` image's pixel centres in
     [-1, 1] (``size x size x 1 x 3``), as ``grid_sample`` reads them.
 
-    Each sample warps them by an elementwise product and a sum: ``F.affine_grid`` cost 0.3 ms a
-    call on this 2-core VM (2026-11-25, commit e63661e), several times a 28x28 sample's budget.
+    Each sample warps them by an elementwise product and a sum: a call of ``F.affine_grid`` per
+    sample costs several times a small sample's budget (docs/metrics.md).
     """
     axis = (torch.arange(size, dtype=torch.float32) + 0.5) * (2 / size) - 1
     y, x = torch.meshgrid(axis, axis, indexing="ij")

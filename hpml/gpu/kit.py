@@ -103,7 +103,7 @@ HOST_BASE: tuple[str, ...] = (
     "nvidia-ml-py",
     "python-dateutil==2.9.0.post0",  # 4.0 pulls tzdata, which the machine lacks
 )
-# Every package on the GPU machine (its image, as read 2026-11-17): the check's environment may
+# Every package on the GPU machine (its image, as docs/gpu.md says): the check's environment may
 # hold nothing else, or it would prove the kit complete for a machine that does not exist.
 _HOST_PACKAGES = """
 absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs

@@ -56,7 +56,7 @@ def differing(runs: Sequence[Run]) -> list[str]:
 
 
 def summary(runs: Sequence[Run]) -> str:
-    """``env.cpu_threads = 1, 2; env.commit = 9b9275f0a1c2, 2c1a0d3e4f56``: each differing
+    """``env.cpu_threads = 1, 2; env.commit = <first>, <second>``: each differing
     environment key with its values (the store left to its own line); empty where the runs
     share one environment."""
     parts = []

@@ -4,7 +4,7 @@ One member's training footprint is hpml's memory breakdown (:mod:`hpml.analysis.
 weights, gradients, optimiser state, activations saved for backward) of a probe training step
 of the member *as an array runs it*: its net vmapped by :class:`FusedNets`, whose forward saves
 a stacked copy of the weights and, for convolutions, regrouped inputs (per member, an array of
-VGG11-CIFARs saves 2.0x what the plain net does at batch 64: CPU, 2026-11-24, commit 7e0bb26).
+VGG11-CIFARs saves about twice what the plain net does: docs/fused-arrays.md).
 An array of N members holds about N footprints, so ``fraction`` of the free memory over one
 footprint is the array's size; a larger sweep is split into several arrays. Allocator slack,
 workspaces and temporaries are not in the footprint: ``fraction`` leaves room for them.
@@ -24,8 +24,8 @@ from hpml.analysis.memory import SavedActivations, optimizer_state_tensors, tens
 from hpml.optimize.fuse.array import FusedNets, member_output
 
 # Saved activations are affine in the batch size (each op saves per-sample tensors and fixed
-# ones), so steps at these two batch sizes give the job's batch exactly (within 0.1% at 32 and
-# 64 samples, measured with the figures below on CPU, 2026-11-24, commit 7e0bb26), for the
+# ones), so steps at these two batch sizes give the job's batch exactly (docs/fused-arrays.md
+# has the check), for the
 # compute of 4 samples, not of a full batch: VGG16 at 224x224 and batch 64 would take gigabytes
 # and seconds of CPU before any job starts.
 PROBE_BATCHES = (2, 4)
