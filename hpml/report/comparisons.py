@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hpml.analysis.stats import VERDICTS, WITHIN_NOISE, Interval, verdict
+from hpml.names import AFTER, BEFORE, COUNT, latency, side, speedup
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -101,16 +102,16 @@ def in_run(run: Run) -> list[Comparison]:
         {(g["step"], int(g["n"])) for name in m if (g := _IN_RUN.match(name)) is not None}
     )
     for step, batch in pairs:
-        before = m.get(f"{step}_before/latency_b{batch}_ms")
-        after = m.get(f"{step}_after/latency_b{batch}_ms")
-        ratio = m.get(f"{step}/speedup_b{batch}_x")
+        before = m.get(latency(side(step, BEFORE), batch))
+        after = m.get(latency(side(step, AFTER), batch))
+        ratio = m.get(speedup(step, batch))
         if ratio is None:
             if before is None or not after:
                 continue
             ratio = before / after
-        low = m.get(f"{step}/speedup_b{batch}_ci_low_x")
-        high = m.get(f"{step}/speedup_b{batch}_ci_high_x")
-        count = m.get(f"{step}/speedup_b{batch}_rounds_count")
+        low = m.get(speedup(step, batch, "_ci_low"))
+        high = m.get(speedup(step, batch, "_ci_high"))
+        count = m.get(speedup(step, batch, "_rounds", COUNT))
         n = int(count) if count is not None and low is not None and high is not None else 1
         tag = tags.get(f"{VERDICT_TAG}{step}.speedup_b{batch}")
         if n < 2:

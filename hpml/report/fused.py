@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from hpml.analysis.stats import ratio_ci, verdict
 from hpml.fused.members import ARRAY_SIZE_TAG, ARRAY_TAG, FUSED_TAG, MEMBER_TAG
-from hpml.names import label
+from hpml.names import THROUGHPUT, label
 from hpml.report.canvas import Canvas, Figure
 from hpml.report.comparisons import Comparison, noisy
 from hpml.report.groups import params_but
@@ -28,7 +28,6 @@ from hpml.report.table import BOOKKEEPING, differing_keys, number, short_name, v
 if TYPE_CHECKING:
     from mlflow.entities import Run
 
-SPEED = "train/throughput_samples_per_s"  # a member's: every member reads every batch
 LOSS = "val/loss"
 NOT_CONFIG = (*BOOKKEEPING, "fuse.")
 
@@ -82,7 +81,7 @@ def _speedup(run: Run, twin: Run, total: float | None, twin_speed: float | None)
     return Comparison(
         f"{run.info.run_id} {twin.info.run_id}",
         "fused array vs serial twin",
-        SPEED,
+        THROUGHPUT,
         twin_speed,
         total,
         interval.median,
@@ -105,7 +104,7 @@ def table(runs: Sequence[Run], candidates: Sequence[Run] = ()) -> Table | None:
     rows = []
     for run in fused:
         m, tags = run.data.metrics, run.data.tags
-        speed = m.get(SPEED)
+        speed = m.get(THROUGHPUT)
         total = None if speed is None else _size(run) * speed
         twin = found.get(run.info.run_id)
         cells = [
@@ -123,7 +122,7 @@ def table(runs: Sequence[Run], candidates: Sequence[Run] = ()) -> Table | None:
             cells += [""] * 5
         else:
             t = twin.data.metrics
-            twin_speed = t.get(SPEED)
+            twin_speed = t.get(THROUGHPUT)
             cells += [
                 f"{short_name(twin)} ({twin.info.run_id[:8]})",
                 _cell(t.get(LOSS)),
@@ -168,7 +167,7 @@ def table(runs: Sequence[Run], candidates: Sequence[Run] = ()) -> Table | None:
 def speeds(runs: Sequence[Run], candidates: Sequence[Run] = ()) -> Figure | None:
     """Bars of samples/s per array size: the arrays' totals against their members' twins
     trained one by one; drawn where some member has a twin."""
-    fused = [r for r in members(runs) if SPEED in r.data.metrics]
+    fused = [r for r in members(runs) if THROUGHPUT in r.data.metrics]
     found = twins(fused, [*runs, *candidates])
     arrays: dict[str, list[Run]] = defaultdict(list)
     for run in fused:
@@ -177,11 +176,11 @@ def speeds(runs: Sequence[Run], candidates: Sequence[Run] = ()) -> Figure | None
     for group in arrays.values():
         size = _size(group[0])
         totals, serial = by_size[size]
-        totals.append(size * fmean(r.data.metrics[SPEED] for r in group))
+        totals.append(size * fmean(r.data.metrics[THROUGHPUT] for r in group))
         for run in group:
             twin = found.get(run.info.run_id)
-            if twin is not None and twin.data.metrics.get(SPEED):
-                serial.append(twin.data.metrics[SPEED])
+            if twin is not None and twin.data.metrics.get(THROUGHPUT):
+                serial.append(twin.data.metrics[THROUGHPUT])
     by_size = {n: (t, s) for n, (t, s) in by_size.items() if s}
     if not by_size:
         return None
@@ -203,7 +202,7 @@ def speeds(runs: Sequence[Run], candidates: Sequence[Run] = ()) -> Figure | None
     ax.set_xticks(range(len(by_size)), [f"{n} members" for n in sorted(by_size)])
     ax.set_xlim(-0.8, len(by_size) - 0.2)  # one array size: bars of the same width as for more
     ax.set_xlabel("array size")
-    ax.set_ylabel(label(SPEED))
+    ax.set_ylabel(label(THROUGHPUT))
     ax.grid(alpha=0.3, axis="y")
     return Figure(
         "Fused arrays vs serial twins: samples/s",

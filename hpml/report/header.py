@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from hpml.names import OTHER_CPU
 from hpml.report.environment import STORE, env_value, is_env, summary
 from hpml.report.table import value
 
@@ -58,7 +59,7 @@ def _load(runs: Sequence[Run]) -> str:
             f"1-min load average at run start {min(ones):.2f} to {max(ones):.2f} "
             f"(median {statistics.median(ones):.2f}, {len(ones)} runs){per}"
         )
-    other = [v for r in runs if (v := r.data.metrics.get("noise/other_cpu_pct")) is not None]
+    other = [v for r in runs if (v := r.data.metrics.get(OTHER_CPU)) is not None]
     if other:
         parts.append(
             f"other processes' CPU during timed work: median {statistics.median(other):.0f} %, "

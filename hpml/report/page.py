@@ -15,17 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from hpml.report.canvas import UNITS, scaled
+from hpml.names import STEP_TIME, THROUGHPUT
+from hpml.report.canvas import UNITS, Figure, scaled
 from hpml.report.comparisons import Comparison
 from hpml.report.csv_tables import write as write_csv
-from hpml.report.figures import Figure
 from hpml.report.studies import Table
 from hpml.report.table import Row, number
-
-if TYPE_CHECKING:
-    pass
 
 # metrics the runs table shows beside the swept keys, when the runs carry them: quality and
 # speed; every other column is folded below it
@@ -33,8 +29,8 @@ KEY_METRICS = (
     "val/loss",
     "val/acc",
     "test/acc",
-    "train/throughput_samples_per_s",
-    "train/step_time_p50_ms",
+    THROUGHPUT,
+    STEP_TIME,
 )
 SHOWN = 7  # metric columns beside the swept keys: the table fits 1400 px with a few keys
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-STEP = {"wall": "train/step_time_p50_ms", "cpu": "train/step_cpu_time_p50_ms"}
-CUDA_PEAK = "train/peak_memory_bytes"
-TRAINING_TOTAL = "memory/training_total_bytes"
+from hpml.names import MEMORY_TOTAL, PEAK_MEMORY, STEP_CPU_TIME, STEP_TIME
+
+STEP = {"wall": STEP_TIME, "cpu": STEP_CPU_TIME}
 
 
 def observations(
@@ -26,7 +26,7 @@ def observations(
     on_cuda = all(
         r.data.tags.get("hpml.peak_memory_source", "").startswith("torch.cuda") for r in runs
     )
-    memory_metric = CUDA_PEAK if on_cuda else TRAINING_TOTAL
+    memory_metric = PEAK_MEMORY if on_cuda else MEMORY_TOTAL
     batches, steps, memory = [], [], []
     for run in runs:
         missing = [m for m in (STEP[clock], memory_metric) if m not in run.data.metrics]

@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from hpml.names import label
+from hpml.names import (
+    EPOCH_TIME,
+    MFU_MEASURED,
+    MODEL_FWD_FLOPS,
+    PEAK_MEMORY,
+    STEP_TIME,
+    THROUGHPUT,
+    label,
+)
 from hpml.report.environment import differing as differing_env
 from hpml.report.environment import env_value, is_env
 
@@ -19,12 +27,12 @@ HEADLINE = (
     "val/acc",
     "test/loss",
     "test/acc",
-    "train/throughput_samples_per_s",
-    "train/step_time_p50_ms",
-    "train/epoch_time_s",
-    "train/peak_memory_bytes",
-    "model/fwd_flops_per_sample",
-    "train/mfu_measured_pct",
+    THROUGHPUT,
+    STEP_TIME,
+    EPOCH_TIME,
+    PEAK_MEMORY,
+    MODEL_FWD_FLOPS,
+    MFU_MEASURED,
 )
 MEASURED = ("size_bytes", "latency_b1_ms")
 # params that differ between any two runs of a sweep and say nothing of its configs (an
