@@ -75,30 +75,13 @@ def parse_args(argv: Sequence[str], cases: Mapping[str, Case] = CASES) -> argpar
         metavar="NAME",
         help=f"case to run, repeatable (default: all of {', '.join(cases)})",
     )
-    parser.add_argument(
-        "--rounds",
-        type=positive,
-        default=defaults.rounds,
-        help="rounds; each runs every variant once (default %(default)s)",
-    )
-    parser.add_argument(
-        "--steps",
-        type=positive,
-        default=defaults.steps,
-        help="timed steps per variant and round (default %(default)s)",
-    )
-    parser.add_argument(
-        "--warmup",
-        type=non_negative,
-        default=defaults.warmup,
-        help="untimed steps before them (default %(default)s)",
-    )
-    parser.add_argument(
-        "--threads",
-        type=positive,
-        default=defaults.threads,
-        help="torch intra-op threads for every variant (default %(default)s)",
-    )
+    for flag, kind, default, text in (
+        ("--rounds", positive, defaults.rounds, "rounds; each runs every variant once"),
+        ("--steps", positive, defaults.steps, "timed steps per variant and round"),
+        ("--warmup", non_negative, defaults.warmup, "untimed steps before them"),
+        ("--threads", positive, defaults.threads, "torch intra-op threads for every variant"),
+    ):
+        parser.add_argument(flag, type=kind, default=default, help=f"{text} (default %(default)s)")
     return parser.parse_args(argv)
 
 

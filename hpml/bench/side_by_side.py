@@ -17,21 +17,15 @@ speed-up at batch 1 is noted per variant, to show both measured something.
 
 from __future__ import annotations
 
-import contextlib
-import io
-import logging
-import os
 import time
-import warnings
 from collections.abc import Sequence
-from datetime import datetime
 from pathlib import Path
 
 import torch
 from omegaconf import DictConfig
 
 from hpml.bench.harness import CaseResult, Measurement, Ratio, Report, Settings, run_case
-from hpml.bench.overhead import check_threads
+from hpml.bench.overhead import compose_in, quiet_lightning, train_quietly
 from hpml.names import X, metric
 
 SIDE_BY_SIDE, ONE_ROUND = "side by side", "one round"
@@ -68,11 +62,7 @@ def overrides(root: Path) -> list[str]:
 
 def compose(root: Path, extra: Sequence[str]) -> DictConfig:
     """The job's config, a fresh output directory under ``root``."""
-    from hpml.train import compose_job
-
-    os.environ["HPML_ROOT"] = str(root)
-    out_dir = root / "outputs" / datetime.now().strftime("%Y-%m-%d/%H-%M-%S_%f")
-    return compose_job([*overrides(root), *extra], out_dir)
+    return compose_in(root, [*overrides(root), *extra])
 
 
 def run_job(root: Path, extra: Sequence[str], settings: Settings) -> Measurement:
@@ -80,16 +70,10 @@ def run_job(root: Path, extra: Sequence[str], settings: Settings) -> Measurement
     its run logged it."""
     import mlflow
 
-    from hpml.train import train
-
     cfg = compose(root, extra)
-    torch.set_num_threads(settings.threads)
     start = time.perf_counter()
-    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        train(cfg)
+    train_quietly(cfg, settings)
     seconds = time.perf_counter() - start
-    check_threads(settings)
     run = mlflow.last_active_run()
     logged = run.data.metrics if run is not None else {}
     return {SECONDS: seconds, SPEEDUP: logged.get(SPEEDUP, float("nan"))}
@@ -98,8 +82,7 @@ def run_job(root: Path, extra: Sequence[str], settings: Settings) -> Measurement
 def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> CaseResult:
     """Interleave the two variants for ``settings.rounds`` rounds in this process."""
     root = (bench_dir / "hpml").resolve()
-    for name in ("lightning.pytorch", "lightning.fabric"):  # "GPU available: ..." on every job
-        logging.getLogger(name).setLevel(logging.WARNING)
+    quiet_lightning()
     variants = {
         name: (lambda extra=extra: run_job(root, extra, settings))
         for name, extra in VARIANTS.items()
