@@ -1,18 +1,14 @@
 """Case ``side_by_side``: what timing before and after side by side costs a study's job.
 
-Both variants run one job of study 3 (``experiment=vae_pruning``: the VAE on synthetic MNIST,
-physical L1 pruning to 0.5 after 2 epochs, one fine-tuning epoch) in this process, through
-``hpml.train.train`` with its MLflow run, as a sweep's job runs:
+Both variants run one job of study 3 (``experiment=vae_pruning``: physical L1 pruning to 0.5)
+in this process through ``hpml.train.train``, as a sweep's job runs: ``side by side`` at the
+measurement defaults (``conf/base/measure.yaml``: rounds of the unpruned and pruned nets
+alternating, more while the speed-up's interval is wide and the budget lasts), and ``one
+round``, the least a before/after can time (``prune.latency_rounds=1``, no budget).
 
-- ``side by side``: the measurement defaults (``conf/base/measure.yaml``: at least 9 rounds of
-  about 0.007 s per side and batch size, the unpruned copy and the pruned net alternating, more
-  while the speed-up's interval is wide and the budget lasts; one torch thread: thread CPU time);
-- ``one round``: the same job with ``prune.latency_rounds=1 prune.latency_budget_s=0``, the
-  least a before/after can time: what a one-shot "before, then after" costs.
-
-The ratio is the job's wall time, side by side / one round, paired per round, after one untimed
-job (the first in a process pays for imports and lazy set-up); goal: at most 1.15. The job's own
-speed-up at batch 1 is noted per variant, to show both measured something.
+The ratio is the job's wall time, side by side / one round, after one untimed job (the first in
+a process pays for imports); goal: at most 1.15. Each job's own speed-up at batch 1 is noted, to
+show both measured something.
 """
 
 from __future__ import annotations

@@ -29,8 +29,6 @@ if TYPE_CHECKING:
     from hpml.report.stores import Stores
 
 ARTIFACTS = "report"
-# artifacts the studies' tables read (hpml.report.studies), when a run has them
-TEXTS = ("prune/layers.json", "prune/architecture_before.txt", "prune/architecture_after.txt")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -184,7 +182,7 @@ def build(
     for run in tqdm(runs, desc="hpml: reading runs", unit="run", disable=not sys.stderr.isatty()):
         points = stores.of(run).get_metric_history(run.info.run_id, "val/loss")
         histories[(run.info.run_id, "val/loss")] = sorted((m.step, m.value) for m in points)
-        for path, text in stores.texts(run, TEXTS).items():
+        for path, text in stores.texts(run, studies.TEXTS).items():
             texts[(run.info.run_id, path)] = text
     tables = [studies.repeats(found, columns), studies.against_baseline(versus, base)]
     tables += [make(found, lambda r, p: texts.get((r.info.run_id, p))) for make in studies.TABLES]

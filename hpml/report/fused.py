@@ -22,7 +22,7 @@ from hpml.names import THROUGHPUT, label
 from hpml.report.canvas import Canvas, Figure
 from hpml.report.comparisons import Comparison, noisy
 from hpml.report.groups import params_but
-from hpml.report.studies import Table
+from hpml.report.studies import Table, columns
 from hpml.report.table import BOOKKEEPING, differing_keys, number, short_name, value
 
 if TYPE_CHECKING:
@@ -72,10 +72,10 @@ def _quality(fused: Sequence[Run]) -> list[str]:
     return [n for n in dict.fromkeys(names) if any(n in r.data.metrics for r in fused)]
 
 
-def _speedup(run: Run, twin: Run, total: float | None, twin_speed: float | None) -> str:
+def _speedup(run: Run, twin: Run | None, total: float | None, twin_speed: float | None) -> str:
     """The array's total over its twin's samples/s with its verdict: one run a side gives no
     interval, so it is ``within noise`` (n=1) until the sweeps are repeated (``replicate``)."""
-    if total is None or not twin_speed:
+    if total is None or not twin_speed or twin is None:
         return ""
     interval = ratio_ci([total], [twin_speed])
     return Comparison(
@@ -107,30 +107,32 @@ def table(runs: Sequence[Run], candidates: Sequence[Run] = ()) -> Table | None:
         speed = m.get(THROUGHPUT)
         total = None if speed is None else _size(run) * speed
         twin = found.get(run.info.run_id)
-        cells = [
-            short_name(run),
-            run.info.status,
-            Path(tags.get(ARRAY_TAG, "")).name,
-            tags.get(MEMBER_TAG, ""),
-            *(value(run, k) for k in keys),
-            *(_cell(m.get(name)) for name in quality),
-            _cell(speed),
-            str(_size(run)),
-            _cell(total),
-        ]
-        if twin is None:
-            cells += [""] * 5
-        else:
-            t = twin.data.metrics
-            twin_speed = t.get(THROUGHPUT)
-            cells += [
-                f"{short_name(twin)} ({twin.info.run_id[:8]})",
-                _cell(t.get(LOSS)),
-                _cell(m[LOSS] - t[LOSS] if LOSS in m and LOSS in t else None),
-                _cell(twin_speed),
-                _speedup(run, twin, total, twin_speed),
+        t = {} if twin is None else twin.data.metrics
+        twin_speed = t.get(THROUGHPUT)
+        rows.append(
+            [
+                ("run", short_name(run)),
+                ("status", run.info.status),
+                ("array (leader's job folder)", Path(tags.get(ARRAY_TAG, "")).name),
+                ("member", tags.get(MEMBER_TAG, "")),
+                *((k, value(run, k)) for k in keys),
+                *((name, _cell(m.get(name))) for name in quality),
+                ("samples/s per member", _cell(speed)),
+                ("array size (members)", str(_size(run))),
+                ("array total (samples/s)", _cell(total)),
+                (
+                    "serial twin",
+                    "" if twin is None else f"{short_name(twin)} ({twin.info.run_id[:8]})",
+                ),
+                (f"twin {LOSS}", _cell(t.get(LOSS))),
+                (
+                    f"{LOSS} difference (fused - twin)",
+                    _cell(m[LOSS] - t[LOSS] if LOSS in m and LOSS in t else None),
+                ),
+                ("twin (samples/s)", _cell(twin_speed)),
+                ("speed-up (x, array total / twin)", _speedup(run, twin, total, twin_speed)),
             ]
-        rows.append(cells)
+        )
     return Table(
         "Fused arrays vs their serial twins (HFTA)",
         "A row per member of a fused array. samples/s: training samples per second of wall "
@@ -144,23 +146,7 @@ def table(runs: Sequence[Run], candidates: Sequence[Run] = ()) -> Table | None:
         "jobs one by one at the twin's speed takes than the array (> 1: the array is faster), "
         "with its verdict: one run a side has no interval, so it reads within noise until "
         "both sweeps are repeated (replicate=0,1,2).",
-        [
-            "run",
-            "status",
-            "array (leader's job folder)",
-            "member",
-            *keys,
-            *quality,
-            "samples/s per member",
-            "array size (members)",
-            "array total (samples/s)",
-            "serial twin",
-            f"twin {LOSS}",
-            f"{LOSS} difference (fused - twin)",
-            "twin (samples/s)",
-            "speed-up (x, array total / twin)",
-        ],
-        rows,
+        *columns(rows),
     )
 
 

@@ -4,10 +4,20 @@ and verdict."""
 
 from hpml.report.studies.baseline import against_baseline
 from hpml.report.studies.before_after import before_after
-from hpml.report.studies.cells import Table, runs_cell, spread
-from hpml.report.studies.pruning import pruning
+from hpml.report.studies.cells import Table, columns, runs_cell, spread
+from hpml.report.studies.pruning import TEXTS, pruning
 from hpml.report.studies.repeats import repeats
 
 TABLES = (pruning, before_after)  # the studies' tables, each made from the groups and artifacts
 
-__all__ = ["TABLES", "Table", "against_baseline", "before_after", "repeats", "runs_cell", "spread"]
+__all__ = [
+    "TABLES",
+    "TEXTS",
+    "Table",
+    "against_baseline",
+    "before_after",
+    "columns",
+    "repeats",
+    "runs_cell",
+    "spread",
+]

@@ -31,6 +31,7 @@ STEP = "prune"
 PRUNED, UNPRUNED, FINAL = side(STEP, AFTER), side(STEP, BEFORE), side(STEP, "final")
 LAYERS = "prune/layers.json"
 ARCHITECTURE = {when: f"prune/architecture_{when}.txt" for when in SIDES}
+TEXTS = (LAYERS, *ARCHITECTURE.values())  # the artifacts this table reads, when a run has them
 # what the CSV shows before and after pruning: (column, metric)
 MEASURED = [
     (f"{column}_{when}_{unit}", name(side(STEP, when)))
