@@ -83,8 +83,15 @@ def trainer_step(
     context: Context = nullcontext,
     scaler: torch.amp.GradScaler | None = None,
 ) -> Callable[[], None]:
-    """One optimiser step of ``net`` on the batch, forward and loss inside ``context``; with a
-    ``scaler``, the step Lightning's ``16-mixed`` plugin takes."""
+    """One optimiser step of ``net`` on the batch (SGD with momentum, cross-entropy).
+
+    Args:
+        net: the network trained.
+        images: the batch's inputs.
+        labels: the batch's classes.
+        context: made afresh around forward and loss each step (autocast).
+        scaler: where given, the gradient scaling Lightning's ``16-mixed`` plugin does.
+    """
     optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 

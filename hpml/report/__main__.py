@@ -151,11 +151,18 @@ def build(
     by_seed: bool = False,
     by: Compared | None = None,
 ) -> Report:
-    """The report of ``runs`` (read from ``client``'s store, or from several): table, plots,
-    learning curves (their histories fetched with a progress bar on a terminal); fused members
-    compared with their twins among ``runs`` and ``serial``; repeats of a config
-    (``replicate``, and seeds unless ``by_seed``) summarised as one, every comparison with its
-    verdict; what ``by`` compares (``--by``, ``--baseline``) in the table that leads it."""
+    """The report of ``runs``: table, plots, learning curves (their histories fetched with a
+    progress bar on a terminal), fused members against their twins, repeats of a config
+    summarised as one, every comparison with its verdict.
+
+    Args:
+        client: the store the runs are read from, or several.
+        runs: the report's runs.
+        parent: their sweep's parent run, None for runs chosen one by one.
+        serial: more runs to find the fused members' serial twins among (``--twin``).
+        by_seed: keep runs of different seeds apart (default: repeats of one config).
+        by: what ``--by`` or ``--baseline`` compares, in the table that leads the report.
+    """
     from tqdm import tqdm
 
     from hpml.report import figures, fused, groups, roofline, search, studies, table

@@ -84,7 +84,14 @@ def header(
     (:mod:`hpml.tracking.tags`): experiment and swept keys with their values, the environment
     keys that differ, the command, git commit, host, CPU and GPU, torch version, the store of
     every run where they came from several, load during the sweep and its dates. A field the
-    runs did not record is left out; one that differs between runs lists each value."""
+    runs did not record is left out; one that differs between runs lists each value.
+
+    Args:
+        runs: the report's runs.
+        parent: their sweep's parent run, None for runs chosen one by one.
+        experiment: the MLflow experiment(s) they belong to, by name.
+        keys: the keys that differ between them (swept config keys and environment keys).
+    """
     swept = "; ".join(
         f"{k} = {', '.join(dict.fromkeys(value(r, k) for r in runs))}"
         for k in keys

@@ -80,7 +80,14 @@ def select_runs(
     run_ids: list[str] | None,
     experiment: str | None = None,
 ) -> tuple[list[Run], Run | None]:
-    """Runs named by ``--runs`` ids, or the jobs of ``--sweep``, with the sweep's parent."""
+    """Runs named by ``--runs`` ids, or the jobs of ``--sweep``, with the sweep's parent.
+
+    Args:
+        client: the store.
+        sweep: ``"last"`` or a sweep's parent run id (None: the last).
+        run_ids: runs to read instead of a sweep.
+        experiment: where to look for the last sweep (None: every experiment).
+    """
     if run_ids:
         return [run_by_id(client, run_id) for run_id in run_ids], None
     parent = sweep_parent(client, sweep or "last", experiment)
