@@ -22,11 +22,11 @@ from omegaconf import DictConfig
 
 from hpml.bench.harness import CaseResult, Measurement, Ratio, Report, Settings, run_case
 from hpml.bench.overhead import compose_in, quiet_lightning, train_quietly
-from hpml.names import X, metric
+from hpml.names import speedup
 
 SIDE_BY_SIDE, ONE_ROUND = "side by side", "one round"
 SECONDS = "job_wall_s"
-SPEEDUP = metric("prune", "speedup_b1", X)
+SPEEDUP = speedup("prune", 1)
 RATIOS = (
     Ratio(
         "study job wall time (goal <= 1.15)",

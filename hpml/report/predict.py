@@ -12,6 +12,7 @@ import argparse
 import sys
 
 from hpml.names import MEMORY_TOTAL, PEAK_MEMORY, STEP_CPU_TIME, STEP_TIME
+from hpml.report.runs import add_run_choice
 
 STEP = {"wall": STEP_TIME, "cpu": STEP_CPU_TIME}
 
@@ -53,9 +54,7 @@ def capacity_bytes(runs: list) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hpml.report.predict", description=__doc__)
-    parser.add_argument("--sweep", default=None, help="'last' (default) or a parent run id")
-    parser.add_argument("--runs", nargs="+", help="run ids instead of a sweep")
-    parser.add_argument("--experiment", default=None, help="where to look for the last sweep")
+    add_run_choice(parser)
     parser.add_argument(
         "--batch", nargs="+", type=int, default=[1, 8, 32, 128, 512], help="batch sizes to predict"
     )
@@ -66,7 +65,6 @@ def main(argv: list[str] | None = None) -> int:
         help="step time to fit: wall (default) or process CPU time, which a "
         "busy shared machine disturbs less (one-thread runs)",
     )
-    parser.add_argument("--tracking-uri", default=None)
     args = parser.parse_args(argv)
 
     from mlflow import MlflowClient
