@@ -13,7 +13,7 @@ and widened the interval instead (a cell says "a run noisy").
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 from hpml.analysis.stats import VERDICTS, WITHIN_NOISE, Interval, verdict
@@ -31,20 +31,6 @@ _IN_RUN = re.compile(
 
 def noisy(run: Run) -> bool:
     return run.data.tags.get(NOISY_TAG, "").lower() == "true"
-
-
-COLUMNS = (
-    "run",
-    "comparison",
-    "measure",
-    "before",
-    "after",
-    "ratio",
-    "ci_low",
-    "ci_high",
-    "n",
-    "verdict",
-)
 
 
 @dataclass(frozen=True)
@@ -92,6 +78,10 @@ class Comparison:
             f"{self.ratio:.3g}x [{self.ci_low:.3g}, {self.ci_high:.3g}] {self.verdict} "
             f"(n={self.n}{cover}{loud})"
         )
+
+
+# ``tables/comparisons.csv``'s columns: a comparison's fields but how it is shown
+COLUMNS = tuple(f.name for f in fields(Comparison) if f.name not in ("coverage", "noisy"))
 
 
 def in_run(run: Run) -> list[Comparison]:

@@ -195,9 +195,7 @@ def table(pairs: list[Pair], key: str, alone: list[str], title: str | None = Non
                 cells = [medians.get(v) for v in values]
                 shown = ("" if m is None else number(m) for m in cells)
                 rows.append([pair.config, label(c.measure), *shown, c.cell()])
-                data.append(
-                    [pair.config, c.measure, *cells, c.ratio, c.ci_low, c.ci_high, c.n, c.verdict]
-                )
+                data.append([pair.config, c.measure, *cells, *c.row()[5:]])
     unpaired = (
         f" Configs with one value of {key} only, not compared: {'; '.join(alone)}." if alone else ""
     )
