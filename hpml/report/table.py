@@ -12,7 +12,6 @@ from hpml.names import (
     PEAK_MEMORY,
     STEP_TIME,
     THROUGHPUT,
-    label,
 )
 from hpml.report.environment import differing as differing_env
 from hpml.report.environment import env_value, is_env
@@ -143,8 +142,3 @@ def number(value: float) -> str:
     if abs(value) >= 1e4 and float(value).is_integer():
         return f"{value:,.0f}"
     return f"{value:.4g}"
-
-
-def headings(keys: list[str], columns: list[str]) -> list[str]:
-    """Column headings: run, status, the differing keys, then metrics with their units."""
-    return ["run", "status", *keys, *(label(c) for c in columns)]
