@@ -63,6 +63,8 @@ def label(name: str) -> str:
     return f"{name[: -len(unit) - 1]} ({UNIT_LABELS[unit]})"
 
 
+# What hpml's models log themselves, outside the convention: a model's own loss and accuracy.
+VAL_LOSS, VAL_ACC, TEST_LOSS, TEST_ACC = "val/loss", "val/acc", "test/loss", "test/acc"
 # Names read back by the report and the bench, built as their callbacks build them.
 THROUGHPUT = metric("train", "throughput", SAMPLES_PER_S)
 STEP_TIME = metric("train", "step_time_p50", MS)

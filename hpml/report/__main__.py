@@ -165,6 +165,7 @@ def build(
     """
     from tqdm import tqdm
 
+    from hpml.names import VAL_LOSS
     from hpml.report import figures, fused, groups, roofline, search, studies, table
     from hpml.report.comparisons import in_run
     from hpml.report.environment import is_env
@@ -187,8 +188,8 @@ def build(
     histories: dict[tuple[str, str], list[tuple[int, float]]] = {}
     texts: dict[tuple[str, str], str | None] = {}
     for run in tqdm(runs, desc="hpml: reading runs", unit="run", disable=not sys.stderr.isatty()):
-        points = stores.of(run).get_metric_history(run.info.run_id, "val/loss")
-        histories[(run.info.run_id, "val/loss")] = sorted((m.step, m.value) for m in points)
+        points = stores.of(run).get_metric_history(run.info.run_id, VAL_LOSS)
+        histories[(run.info.run_id, VAL_LOSS)] = sorted((m.step, m.value) for m in points)
         for path, text in stores.texts(run, studies.TEXTS).items():
             texts[(run.info.run_id, path)] = text
     tables = [studies.repeats(found, columns), studies.against_baseline(versus, base)]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from hpml.analysis.stats import ratio_ci, verdict
 from hpml.fused.members import ARRAY_SIZE_TAG, ARRAY_TAG, FUSED_TAG, MEMBER_TAG
-from hpml.names import THROUGHPUT, label
+from hpml.names import THROUGHPUT, VAL_ACC, VAL_LOSS, label
 from hpml.report.canvas import Canvas, Figure
 from hpml.report.comparisons import Comparison, noisy
 from hpml.report.groups import params_but
@@ -28,7 +28,6 @@ from hpml.report.table import BOOKKEEPING, differing_keys, number, short_name, v
 if TYPE_CHECKING:
     from mlflow.entities import Run
 
-LOSS = "val/loss"
 NOT_CONFIG = (*BOOKKEEPING, "fuse.")
 
 
@@ -68,7 +67,7 @@ def _cell(x: float | None) -> str:
 
 def _quality(fused: Sequence[Run]) -> list[str]:
     """val/loss, the metric the sweep optimised, val/acc: those the members logged."""
-    names = [LOSS, *(r.data.params.get("optimized_metric", LOSS) for r in fused), "val/acc"]
+    names = [VAL_LOSS, *(r.data.params.get("optimized_metric", VAL_LOSS) for r in fused), VAL_ACC]
     return [n for n in dict.fromkeys(names) if any(n in r.data.metrics for r in fused)]
 
 
@@ -124,10 +123,10 @@ def table(runs: Sequence[Run], candidates: Sequence[Run] = ()) -> Table | None:
                     "serial twin",
                     "" if twin is None else f"{short_name(twin)} ({twin.info.run_id[:8]})",
                 ),
-                (f"twin {LOSS}", _cell(t.get(LOSS))),
+                (f"twin {VAL_LOSS}", _cell(t.get(VAL_LOSS))),
                 (
-                    f"{LOSS} difference (fused - twin)",
-                    _cell(m[LOSS] - t[LOSS] if LOSS in m and LOSS in t else None),
+                    f"{VAL_LOSS} difference (fused - twin)",
+                    _cell(m[VAL_LOSS] - t[VAL_LOSS] if VAL_LOSS in m and VAL_LOSS in t else None),
                 ),
                 ("twin (samples/s)", _cell(twin_speed)),
                 ("speed-up (x, array total / twin)", _speedup(run, twin, total, twin_speed)),

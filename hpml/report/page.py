@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 
-from hpml.names import STEP_TIME, THROUGHPUT
+from hpml.names import STEP_TIME, TEST_ACC, THROUGHPUT, VAL_ACC, VAL_LOSS
 from hpml.report.canvas import UNITS, Figure, scaled
 from hpml.report.comparisons import Comparison
 from hpml.report.csv_tables import write as write_csv
@@ -26,9 +26,9 @@ from hpml.report.table import Row, number
 # metrics the runs table shows beside the swept keys, when the runs carry them: quality and
 # speed; every other column is folded below it
 KEY_METRICS = (
-    "val/loss",
-    "val/acc",
-    "test/acc",
+    VAL_LOSS,
+    VAL_ACC,
+    TEST_ACC,
     THROUGHPUT,
     STEP_TIME,
 )

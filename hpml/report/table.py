@@ -11,7 +11,11 @@ from hpml.names import (
     MODEL_FWD_FLOPS,
     PEAK_MEMORY,
     STEP_TIME,
+    TEST_ACC,
+    TEST_LOSS,
     THROUGHPUT,
+    VAL_ACC,
+    VAL_LOSS,
 )
 from hpml.report.environment import differing as differing_env
 from hpml.report.environment import env_value, is_env
@@ -22,10 +26,10 @@ if TYPE_CHECKING:
 # the columns a runs table shows when the runs carry them, in this order; then any
 # before/after measurement (prune, quant, compile) of size and latency
 HEADLINE = (
-    "val/loss",
-    "val/acc",
-    "test/loss",
-    "test/acc",
+    VAL_LOSS,
+    VAL_ACC,
+    TEST_LOSS,
+    TEST_ACC,
     THROUGHPUT,
     STEP_TIME,
     EPOCH_TIME,

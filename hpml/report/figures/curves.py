@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from hpml.names import VAL_LOSS
 from hpml.report.canvas import Canvas, Figure, distinct_labels, log_if_wide, run_label
 from hpml.report.series import LINESTYLES, MARKERS
 
@@ -16,7 +17,7 @@ def learning_curves(
     runs: list[Run], keys: list[str], history: Callable[[Run, str], list[tuple[int, float]]]
 ) -> Figure | None:
     """``val/loss`` per epoch of every run, overlaid; ``history(run, name)`` gives its points."""
-    curves = [(run, history(run, "val/loss")) for run in runs]
+    curves = [(run, history(run, VAL_LOSS)) for run in runs]
     curves = [(run, points) for run, points in curves if points]
     if not curves:
         return None
@@ -35,7 +36,7 @@ def learning_curves(
             ax,
             xs[-1],
             ys[-1],
-            f"{run_label(run, keys)}\nval/loss {ys[-1]:.4g} after {xs[-1]} epochs",
+            f"{run_label(run, keys)}\n{VAL_LOSS} {ys[-1]:.4g} after {xs[-1]} epochs",
             color=style["color"],
             marker=marker,
             markersize=size,
@@ -47,7 +48,7 @@ def learning_curves(
     ax.set_xlim(0.5, epochs + 0.5)
     log_if_wide(ax, "y", [y for _, points in curves for _, y in points])
     ax.set_xlabel("epoch")
-    ax.set_ylabel("val/loss (the model's loss)")
+    ax.set_ylabel(f"{VAL_LOSS} (the model's loss)")
     ax.grid(alpha=0.3)
     ax.legend(
         fontsize=7,
