@@ -10,16 +10,13 @@ from hpml.report.studies.cells import (
     VERDICTS,
     ReadText,
     Table,
-    b1_data,
     batches,
     columns,
-    latency_cells,
     median,
     pair,
     param,
     runs_cell,
-    speedup_cells,
-    speedups,
+    timing,
 )
 
 
@@ -44,14 +41,13 @@ def before_after(groups: list[Group], _: ReadText) -> Table | None:
             quality, words = (
                 (val_acc, "val acc (%)") if val_acc(a) in metrics else (val_loss, "val loss (nats)")
             )
-            found = speedups(group, step)
+            shown, plain = timing(group, step, timed)
             rows.append(
                 [
                     ("runs (n, interval coverage)", runs_cell(group)),
                     ("step", f"{step}: {param(group, f'{step}.method')}"),
                     ("size (bytes)", pair(group, size(b), size(a))),
-                    *latency_cells(group, step),
-                    *speedup_cells(found, timed),
+                    *shown,
                     ("quality", pair(group, quality(b), quality(a))),
                     ("quality is", words),
                 ]
@@ -64,7 +60,7 @@ def before_after(groups: list[Group], _: ReadText) -> Table | None:
                     ("n", len(group.runs)),
                     ("size_before_bytes", median(group, size(b))),
                     ("size_after_bytes", median(group, size(a))),
-                    *b1_data(group, step, found),
+                    *plain,
                     ("quality_measure", quality(b)),
                     ("quality_before", median(group, quality(b))),
                     ("quality_after", median(group, quality(a))),

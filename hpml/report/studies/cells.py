@@ -137,3 +137,14 @@ def b1_data(group: Group, step: str, found: list[Comparison]) -> list[tuple[str,
     said = (None,) * 5 if b1 is None else (b1.ratio, b1.ci_low, b1.ci_high, b1.n, b1.verdict)
     latencies = [(f"latency_b1_{w}_ms", median(group, latency(side(step, w)))) for w in SIDES]
     return latencies + list(zip(B1_SPEEDUP, said, strict=True))
+
+
+def timing(
+    group: Group, step: str, batches: list[int]
+) -> tuple[list[tuple[str, str]], list[tuple[str, object]]]:
+    """``step``'s timing as shown (latency at batch 1 before and after, a speed-up per batch
+    of ``batches``) and as the CSV holds it (:func:`b1_data`)."""
+    found = speedups(group, step)
+    return [*latency_cells(group, step), *speedup_cells(found, batches)], b1_data(
+        group, step, found
+    )

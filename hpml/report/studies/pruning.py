@@ -13,17 +13,14 @@ from hpml.report.studies.cells import (
     VERDICTS,
     ReadText,
     Table,
-    b1_data,
     batches,
     columns,
-    latency_cells,
     median,
     pair,
     param,
     runs_cell,
-    speedup_cells,
-    speedups,
     spread,
+    timing,
 )
 from hpml.report.table import number
 
@@ -73,7 +70,7 @@ def pruning(groups: list[Group], text: ReadText) -> Table | None:
     timed = batches(pruned, [STEP])
     rows, data, texts = [], [], []
     for group in pruned:
-        found = speedups(group, STEP)
+        shown, plain = timing(group, STEP, timed)
         rows.append(
             [
                 ("prune.method", param(group, "prune.method")),
@@ -85,8 +82,7 @@ def pruning(groups: list[Group], text: ReadText) -> Table | None:
                 ("size (bytes)", pair(group, size(UNPRUNED), size(PRUNED))),
                 ("val loss (nats)", pair(group, val_loss(UNPRUNED), val_loss(PRUNED))),
                 ("val loss after fine-tune (nats)", spread(group.values(val_loss(FINAL)))),
-                *latency_cells(group, STEP),
-                *speedup_cells(found, timed),
+                *shown,
             ]
         )
         data.append(
@@ -97,7 +93,7 @@ def pruning(groups: list[Group], text: ReadText) -> Table | None:
                 ("n", len(group.runs)),
                 *((column, median(group, name)) for column, name in MEASURED),
                 ("val_loss_final_nats", median(group, val_loss(FINAL))),
-                *b1_data(group, STEP, found),
+                *plain,
             ]
         )
         after = text(group.runs[0], ARCHITECTURE[AFTER])
