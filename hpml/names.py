@@ -63,6 +63,61 @@ def label(name: str) -> str:
     return f"{name[: -len(unit) - 1]} ({UNIT_LABELS[unit]})"
 
 
+# What hpml's models log themselves, outside the convention: a model's own loss and accuracy.
+VAL_LOSS, VAL_ACC, TEST_LOSS, TEST_ACC = "val/loss", "val/acc", "test/loss", "test/acc"
+# Names read back by the report and the bench, built as their callbacks build them.
+THROUGHPUT = metric("train", "throughput", SAMPLES_PER_S)
+STEP_TIME = metric("train", "step_time_p50", MS)
+STEP_CPU_TIME = metric("train", "step_cpu_time_p50", MS)
+EPOCH_TIME = metric("train", "epoch_time", S)
+PEAK_MEMORY = metric("train", "peak_memory", BYTES)
+MFU_MEASURED = metric("train", "mfu_measured", PCT)
+MODEL_FWD_FLOPS = metric("model", "fwd", FLOPS_PER_SAMPLE)
+OTHER_CPU = metric("noise", "other_cpu", PCT)
+MEMORY_PEAK = metric("memory", "peak", BYTES)
+MEMORY_TOTAL = metric("memory", "training_total", BYTES)
+FLOPS_REDUCTION = metric("prune", "flops_reduction", X)
+# the measured sides of an optimisation step (hpml.callbacks.measure): ``prune_before``, ...
+SIDES = BEFORE, AFTER = "before", "after"
+
+
+def side(step: str, when: str) -> str:
+    """The stage a step's side logs under: ``side("prune", AFTER)`` -> ``"prune_after"``."""
+    return f"{step}_{when}"
+
+
+def size(stage: str) -> str:
+    """Bytes of the saved state dict a side measured: ``prune_after/size_bytes``."""
+    return metric(stage, "size", BYTES)
+
+
+def latency(stage: str, batch: int = 1, part: str = "") -> str:
+    """Median forward time at ``batch``, or ``part`` of it (``_iqr``):
+    ``prune_after/latency_b1_ms``."""
+    return metric(stage, f"latency_b{batch}{part}", MS)
+
+
+def fwd_flops(stage: str) -> str:
+    """Forward FLOPs per sample: ``prune_after/fwd_flops_per_sample``."""
+    return metric(stage, "fwd", FLOPS_PER_SAMPLE)
+
+
+def val_loss(stage: str) -> str:
+    """A side's validation loss: ``prune_after/val_loss_nats``."""
+    return metric(stage, "val_loss", NATS)
+
+
+def val_acc(stage: str) -> str:
+    """A side's validation accuracy: ``quant_after/val_acc_pct``."""
+    return metric(stage, "val_acc", PCT)
+
+
+def speedup(step: str, batch: int, part: str = "", unit: str = X) -> str:
+    """A step's before / after speed-up at ``batch``, or ``part`` of it (``_ci_low``,
+    ``_rounds`` with :data:`COUNT`): ``prune/speedup_b1_ci_low_x``."""
+    return metric(step, f"speedup_b{batch}{part}", unit)
+
+
 # What the roofline callback logs and `python -m hpml.report.roofline` reads back.
 STAGE = "roofline"
 INTENSITY = metric(STAGE, "intensity", FLOP_PER_BYTE)

@@ -14,6 +14,8 @@ from pathlib import Path
 from hpml.bench.harness import (
     CaseResult,
     Measurement,
+    Ratio,
+    RatioSummary,
     Report,
     Settings,
     fmt,
@@ -75,30 +77,13 @@ def parse_args(argv: Sequence[str], cases: Mapping[str, Case] = CASES) -> argpar
         metavar="NAME",
         help=f"case to run, repeatable (default: all of {', '.join(cases)})",
     )
-    parser.add_argument(
-        "--rounds",
-        type=positive,
-        default=defaults.rounds,
-        help="rounds; each runs every variant once (default %(default)s)",
-    )
-    parser.add_argument(
-        "--steps",
-        type=positive,
-        default=defaults.steps,
-        help="timed steps per variant and round (default %(default)s)",
-    )
-    parser.add_argument(
-        "--warmup",
-        type=non_negative,
-        default=defaults.warmup,
-        help="untimed steps before them (default %(default)s)",
-    )
-    parser.add_argument(
-        "--threads",
-        type=positive,
-        default=defaults.threads,
-        help="torch intra-op threads for every variant (default %(default)s)",
-    )
+    for flag, kind, default, text in (
+        ("--rounds", positive, defaults.rounds, "rounds; each runs every variant once"),
+        ("--steps", positive, defaults.steps, "timed steps per variant and round"),
+        ("--warmup", non_negative, defaults.warmup, "untimed steps before them"),
+        ("--threads", positive, defaults.threads, "torch intra-op threads for every variant"),
+    ):
+        parser.add_argument(flag, type=kind, default=default, help=f"{text} (default %(default)s)")
     return parser.parse_args(argv)
 
 
@@ -116,49 +101,37 @@ def select_cases(names: Sequence[str] | None, cases: Mapping[str, Case]) -> list
     return list(dict.fromkeys(names))
 
 
+def _goal(r: Ratio) -> str:
+    return "-" if r.goal is None else f"{'<=' if r.at_most else '>='} {r.goal:g}"
+
+
+# the table's columns: (heading, a ratio's cell from its case's result and its summary)
+COLUMNS: tuple[tuple[str, Callable[[CaseResult, RatioSummary], str]], ...] = (
+    ("case", lambda result, s: result.case),
+    ("metric", lambda result, s: s.ratio.metric),
+    ("ratio", lambda result, s: f"{s.ratio.numerator} / {s.ratio.denominator}"),
+    ("min", lambda result, s: fmt(s.min)),
+    ("median", lambda result, s: fmt(s.median)),
+    ("max", lambda result, s: fmt(s.max)),
+    ("median [interval] verdict", lambda result, s: s.describe()),
+    ("goal", lambda result, s: _goal(s.ratio)),
+    ("meets", lambda result, s: {None: "-", True: "yes", False: "NO"}[s.meets_goal]),
+    ("numerator median", lambda result, s: f"{fmt(s.numerator_median)} {s.ratio.unit}"),
+    ("denominator median", lambda result, s: f"{fmt(s.denominator_median)} {s.ratio.unit}"),
+    ("rounds", lambda result, s: str(result.settings.rounds)),
+    ("threads", lambda result, s: str(result.settings.threads)),
+)
+
+
 def table(results: Sequence[CaseResult]) -> str:
     """One row per ratio: its spread over rounds, the median's interval and verdict, the goal,
     and what each side measured; a case's closing line says when its rounds were too few for
     95% intervals."""
-    header = (
-        "case",
-        "metric",
-        "ratio",
-        "min",
-        "median",
-        "max",
-        "median [interval] verdict",
-        "goal",
-        "meets",
-        "numerator median",
-        "denominator median",
-        "rounds",
-        "threads",
-    )
-    rows = [header]
-    for result in results:
-        for s in result.summaries:
-            r = s.ratio
-            goal = "-" if r.goal is None else f"{'<=' if r.at_most else '>='} {r.goal:g}"
-            meets = {None: "-", True: "yes", False: "NO"}[s.meets_goal]
-            rows.append(
-                (
-                    result.case,
-                    r.metric,
-                    f"{r.numerator} / {r.denominator}",
-                    fmt(s.min),
-                    fmt(s.median),
-                    fmt(s.max),
-                    s.describe(),
-                    goal,
-                    meets,
-                    f"{fmt(s.numerator_median)} {r.unit}",
-                    f"{fmt(s.denominator_median)} {r.unit}",
-                    str(result.settings.rounds),
-                    str(result.settings.threads),
-                )
-            )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    rows = [[heading for heading, _ in COLUMNS]]
+    rows += [
+        [cell(result, s) for _, cell in COLUMNS] for result in results for s in result.summaries
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
     lines = [
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
         for row in rows

@@ -1,19 +1,13 @@
 """Case ``activations``: what keeping fewer activation bytes costs a training step (study 4).
 
-Variants, VGG11-CIFAR at batch ``BATCH`` (SGD with momentum, cross-entropy, random images), each
-its own copy of the same initial weights:
-
-- ``keep``: autograd keeps what it saves, float32;
-- ``checkpoint``: every stage (each block up to its pooling layer) recomputed in backward
-  (``hpml.optimize.activations.checkpointed``, ``torch.utils.checkpoint``, non-reentrant);
-- ``bf16``: saved float32 tensors stored as bfloat16 (``Bf16SavedTensors``).
-
-Each variant, each round: the median milliseconds of ``steps`` training steps (forward, backward,
-optimiser step) after ``warmup`` untimed ones, and the bytes autograd saved for backward in one
-step (``hpml.analysis.memory.SavedActivations``, each storage once, parameters excluded: the
-``memory/activations_bytes`` of a run). Ratios: step time variant / keep (the cost, >= 1 expected)
-and saved bytes keep / variant (the reduction, larger is better). No goals: the trade is the
-result.
+Variants, each a copy of one VGG11-CIFAR trained at batch ``BATCH``: ``keep`` (autograd keeps
+what it saves, float32), ``checkpoint`` (every stage recomputed in backward:
+:func:`hpml.optimize.activations.checkpointed`) and ``bf16`` (saved float32 tensors stored as
+bfloat16: ``Bf16SavedTensors``). Each round: the median milliseconds of ``steps`` training
+steps after ``warmup`` untimed ones, and the bytes autograd saved in one step
+(:class:`hpml.analysis.memory.SavedActivations`, a run's ``memory/activations_bytes``).
+Ratios: step time variant / keep (the cost) and saved bytes keep / variant (the reduction). No
+goals: the trade is the result.
 """
 
 from __future__ import annotations

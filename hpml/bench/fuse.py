@@ -1,35 +1,17 @@
 """Case ``fuse``: what a fused training array (``fuse=array``, HFTA) buys over serial training.
 
-For N = 2, 4, 8, 16 members of one model, two variants, each training fresh copies of the same
-N members (member i built after seeding ``SEED + i``, as its job would be) on one shared batch,
-as the members of an lr sweep read the same data:
+For N = 2, 4, 8, 16 members of one model (member i built after seeding ``SEED + i``, as its job
+would be), two variants train fresh copies on one shared batch, as an lr sweep's members read
+the same data: ``fused``, :class:`hpml.fused.array.FusedArray`'s own ``training_step`` under a
+barebones ``Trainer`` (so ``manual_backward`` and ``optimizers()`` work as under ``fit``), and
+``serial``, each member's ``training_step``, backward and optimiser step, one after another.
+Models: the study-3 VAE and VGG11-CIFAR with batch norm (:func:`vae_member`, :func:`vgg_member`).
 
-- ``fused``: :class:`hpml.fused.array.FusedArray`'s own ``training_step`` (one vmapped forward
-  through ``FusedNets``, each member's ``measure`` on its slice, the sum of the losses, one
-  backward, each member's own optimiser step), a barebones Lightning ``Trainer`` attached only
-  so ``manual_backward`` and ``optimizers()`` work as under ``fit`` (``self.log`` is a no-op);
-- ``serial``: the same N members trained one after another, each member's ``training_step``,
-  Lightning's backward and its optimiser's step, as its own job runs them.
-
-Models: the study-3 VAE (``hpml.models.nets.vae.VAE``, batch 128, Adam, member i at lr 1e-4 x
-1.25^i) and VGG11-CIFAR with batch norm (SGD, momentum 0.9, weight decay 5e-4, lr 0.01 x 1.15^i;
-batch 32 on a GPU, ``CPU_CNN_BATCH`` on CPU).
-
-Each variant, each round: every member's first step (seeded alike in both variants, the serial
-members taking it in turn so they draw the VAE's noise as the array does; its summed loss is
-``first_step_loss``, equal in both), the rest of ``warmup`` untimed steps, then ``steps`` timed
-ones, member by member in the serial variant. A step time is the median timed step (serially,
-the sum of the members' medians), throughput N x batch / step time; on CUDA the clocks are read
-after a synchronise. On CPU the VGG's warm-up is its first step alone and it times
-``max(1, steps // N)`` steps: all its sizes at full steps would take minutes a round. Each
-ratio's row names its batch and timed steps.
-
-The ratio is fused / serial samples per second for each (model, N). Goal: the VAE at N = 8
-reaches at least 2.4x on a GPU, the lower bound HFTA reports. On CPU there is no goal: the field
-notes measured eight VAEs slower fused than serial on 2 cores: one member's matmuls already run
-near the core's peak, and the array adds stacking every member's weights each forward and
-batched matmuls or grouped convolutions no faster per FLOP (docs/fused-arrays.md has the
-figures).
+A step time is the median timed step (serially, the sum of the members' medians); both
+variants seed every member's first step alike, so its summed loss (``first_step_loss``) agrees.
+On CPU the VGG warms up one step and times ``max(1, steps // N)``: full steps at every size
+would take minutes a round. The ratio is fused / serial samples/s per (model, N); goal: the VAE
+at N = 8 reaches HFTA's lower bound on a GPU. CPU figures are in docs/fused-arrays.md.
 """
 
 from __future__ import annotations
@@ -176,10 +158,23 @@ def measure(
     steps: int,
     warmup: int,
     device: torch.device,
+    threads: int | None = None,
 ) -> Measurement:
     """One variant (``fused`` or ``serial``) training copies of ``members``: its throughput, its
     median step and the summed loss of the first step, which counts as the first warm-up step
-    and draws its noise (the VAE's sampling) from the same seed in both variants."""
+    and draws its noise (the VAE's sampling) from the same seed in both variants.
+
+    Args:
+        family: the model and its batch.
+        members: the pristine members, copied before training.
+        mode: :data:`FUSED` or :data:`SERIAL`.
+        steps: timed steps.
+        warmup: untimed steps before them, the first step among them.
+        device: where the members train.
+        threads: torch's intra-op threads where given (another case may have changed them).
+    """
+    if threads is not None:
+        torch.set_num_threads(threads)
     size = len(members)
     torch.manual_seed(SEED + 1000)
     batch = tuple(t.to(device) for t in family.batch(family.batch_size))
@@ -226,22 +221,6 @@ def schedule(
     return max(1, settings.steps // size), 1
 
 
-def variant(
-    family: Family,
-    members: Sequence[HpmlModule],
-    mode: str,
-    steps: int,
-    warmup: int,
-    settings: Settings,
-    device: torch.device,
-) -> Callable[[], Measurement]:
-    def run_variant() -> Measurement:
-        torch.set_num_threads(settings.threads)  # another case may have changed them
-        return measure(family, members, mode, steps, warmup, device)
-
-    return run_variant
-
-
 def ratio(family: Family, size: int, steps: int, on_gpu: bool) -> Ratio:
     """Fused / serial samples/s of ``size`` members; the goal only for the VAE at N = 8 on a
     GPU (on CPU its row says the goal is the GPU's, and judges nothing)."""
@@ -267,8 +246,8 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
             steps, warmup = schedule(family, size, settings, device)
             timed[f"{family.name} N={size}"] = {"timed_steps": steps, "warmup_steps": warmup}
             for mode in (FUSED, SERIAL):
-                variants[variant_name(family, size, mode)] = variant(
-                    family, built[:size], mode, steps, warmup, settings, device
+                variants[variant_name(family, size, mode)] = partial(
+                    measure, family, built[:size], mode, steps, warmup, device, settings.threads
                 )
             ratios.append(ratio(family, size, steps, on_gpu))
     notes = {
@@ -280,9 +259,7 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
         "serial": "each member's training_step, Lightning's backward and its optimiser step, "
         "member after member; its step time is the sum of the members' median steps",
         "goal": f"VAE N=8 fused/serial >= {GOAL_VAE_N8:g} on a GPU (HFTA's lower bound)"
-        if on_gpu
-        else "not applicable on CPU: the field notes measured 0.54-0.85x for eight VAEs on a "
-        f"2-core CPU; {GOAL_VAE_N8:g}x is HFTA's lower bound on GPUs",
+        + ("" if on_gpu else "; not applicable on CPU (docs/fused-arrays.md)"),
     }
     # each (model, N)'s fused and serial variants run back to back in every round
     return run_case("fuse", variants, ratios, settings, report, notes, group=2)

@@ -1,7 +1,7 @@
 """Side-by-side rounds: the variants of a case interleaved in one process, ratios paired per round.
 
-On a shared machine the load swings wall-clock by 2-4x within minutes, so numbers taken in separate
-runs cannot be compared. Here every round runs each variant once, the order rotates each round
+On a shared machine the load swings wall-clock within minutes, so numbers taken in separate runs
+cannot be compared. Here every round runs each variant once, the order rotates each round
 (A B, B A, ...: :func:`hpml.analysis.rounds.round_order`, shared with the in-run comparisons) so
 neither always meets the cache and load the other left, and a ratio is taken within a round
 before the rounds are summarised (min / median / max, and the median's 95% order-statistic
@@ -237,8 +237,17 @@ def run_case(
     notes: Mapping[str, Any] | None = None,
     group: int = 1,
 ) -> CaseResult:
-    """Interleave ``variants`` for ``settings.rounds`` rounds (``group``: :func:`round_order`)
-    and summarise ``ratios``."""
+    """Interleave ``variants`` for ``settings.rounds`` rounds and summarise ``ratios``.
+
+    Args:
+        case: the case's name.
+        variants: name -> a call that measures the variant once.
+        ratios: the ratios of the variants' measurements to summarise.
+        settings: rounds, steps and threads.
+        report: told each measurement as it is taken (progress), if given.
+        notes: what else the JSON records (device, versions, sizes).
+        group: variants run back to back as a group (:func:`round_order`).
+    """
     load_before, start = load_average(), time.perf_counter()
     rounds = interleave(variants, settings.rounds, report, group)
     seconds, load_after = time.perf_counter() - start, load_average()

@@ -3,7 +3,7 @@
 Each variant is a whole ``python -m hpml.train -m ...`` command as a user types it, timed from
 start to exit: the basic launcher runs the jobs one after another in one process; joblib runs
 ``n_jobs=2`` at once in reused worker processes (torch threads per job sized to cores / 2). The
-sweep ratio basic / joblib on wall time is the speed-up a user sees (goal 1.6 on 2 cores). The
+sweep ratio basic / joblib on wall time is the speed-up a user sees (goal 1.6). The
 start-up variants run the same 4 jobs with nothing to fit or test, so their time per job is what
 a launcher and a job's start (imports, store, run, config) cost before any training.
 """

@@ -1,22 +1,15 @@
 """Case ``prune``: inference latency of pruned models against the unpruned ones, side by side.
 
-Variants (eval mode, ``torch.inference_mode``, one forward pass timed ``settings.steps`` times
-after ``settings.warmup`` untimed ones; the median per round):
+Variants, timed in eval mode under ``torch.inference_mode`` (:func:`measure_latency`), on the
+GPU where torch sees one (:mod:`hpml.bench.device`, batch ``CUDA_BATCH_SIZE``), else the CPU;
+the nets are pruned on the CPU, then moved:
 
-- VGG11-CIFAR at batch 32: unpruned, 50% of every conv's filters removed physically (L1 filter
-  norms, torch-pruning; the classifier keeps its 10 outputs), and 50% L1 masks on the same layers
-  (folded into the weights: what a user would ship). Goals: physical >= 3x faster, masks ~1.0x
-  (no goal: they change no shape, so dense kernels do the same work).
-- Study 1's LSTM (embedding 400, hidden 256, 2 layers, sequences of 200 tokens) at batch 32:
-  unpruned, and half its hidden units removed by hpml's LSTM pruner. Goal: >= 2x faster.
+- VGG11-CIFAR unpruned, 50% of every conv's filters removed physically (L1 filter norms; the
+  classifier keeps its 10 outputs), and 50% L1 masks folded into the weights (what a user would
+  ship: no shape changes, so dense kernels do the same work and no goal);
+- study 1's LSTM unpruned, and half its hidden units removed by hpml's LSTM pruner.
 
-On the GPU where torch sees one (:mod:`hpml.bench.device`), else the CPU: the nets are pruned
-on the CPU, then moved; on a GPU the batch is ``CUDA_BATCH_SIZE`` (at 32 a forward pass is a few
-dozen kernel launches, which pruning does not shorten), each call synchronised before its clock
-stops (:func:`hpml.analysis.latency.measure_latency`).
-
-Ratios are unpruned / pruned latency, paired within each round (harness.py), min/median/max and
-the median's interval with its verdict.
+Ratios are unpruned / pruned latency, paired within each round (:mod:`hpml.bench.harness`).
 """
 
 from __future__ import annotations

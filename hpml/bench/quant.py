@@ -2,33 +2,21 @@
 
 Variants, each built (and quantised or compiled) once before the rounds, so no round pays for it:
 
-- VGG11-CIFAR fp32, static int8 (``hpml.optimize.quant``, fused, per-channel, calibrated on 8
-  batches of random images), ``torch.compile`` as ``compile=torch_compile`` runs it on CPU
-  (default mode, ``freezing`` and ``channels_last``; inductor cache under ``.bench/inductor``,
-  compile time recorded in the notes, never in a ratio) and TorchScript trace + freeze +
-  ``optimize_for_inference`` (the baseline study 1 measured, 1.30x once here). Earlier runs of
-  this case measured torch.compile at 0.94x, 1.15x and 1.38x: the profiler showed the compiled
-  graph calling eager's ``aten::mkldnn_convolution`` in some and the pre-packed
-  ``mkldnn::_convolution_pointwise`` in others. The cause was a recompile: the graph compiled
-  under ``inference_mode`` with freezing patched in, and a call under ``no_grad`` (this case's
-  profiler tables) recompiled it without freezing. ``hpml.optimize.compile`` now calls the
-  compiled module the one way (``Inference``), so every graph is frozen; the case prints the
-  convolution operators each compiled variant calls (``conv kernels:`` lines, and the notes)
-  beside both models' profiler tables (:func:`profile_tables`);
-- VGG11-CIFAR physically pruned to 50% of each conv's output channels (``hpml.optimize.prune``,
-  L1 structured; about 25% of the conv weights remain), then static int8;
-- torchvision's ResNet18 at 32x32 fp32 and static int8 through PT2E (``backend=pt2e``: its
-  residual add has no eager int8 kernel; exported, calibrated on 8 batches, converted, compiled
-  with freezing; compile time in the notes); its size is the converted graph's state dict;
-- the LSTM classifier at study 1's scale (vocabulary 83,828, embedding 400, hidden 256, two
-  layers; sequences of 200 tokens) fp32 and dynamic int8 (LSTM, Linear, embedding).
+- VGG11-CIFAR fp32, static int8 (``hpml.optimize.quant``, per-channel, calibrated on 8 batches
+  of random images), ``torch.compile`` as ``compile=torch_compile`` runs it on CPU (freezing,
+  ``channels_last``; compile time in the notes, never in a ratio) and TorchScript trace +
+  freeze, the baseline study 1 measured; the convolution operators each compiled variant calls
+  are printed (``conv kernels:``) beside both models' profiler tables (:func:`profile_tables`),
+  why docs/quantisation-compilation.md;
+- VGG11-CIFAR physically pruned to 50% of each conv's output channels, then static int8;
+- torchvision's ResNet18 fp32 and static int8 through PT2E (its residual add has no eager int8
+  kernel); its size is the converted graph's state dict;
+- the LSTM classifier at study 1's scale fp32 and dynamic int8 (LSTM, Linear, embedding).
 
-Each variant, each round: median milliseconds of ``steps`` forward calls at batch ``BATCH`` after
-``warmup`` untimed calls (``hpml.analysis.latency``), and the bytes of its saved state dict; with
-one thread also the median CPU milliseconds of the calling thread per call (:func:`cpu_ms`),
-what the compile ratios are also given in (a shared machine's load stretches wall time, not it).
-Ratios are fp32 / variant, so larger is better: the speed-up, and the size reduction whose goal is
-the inverse of the issue's size goal (size <= 0.26x fp32 is a reduction >= 3.85x).
+Each variant, each round: median milliseconds of ``steps`` forward calls at batch ``BATCH``
+(``hpml.analysis.latency``) and the bytes of its saved state dict; with one thread also the
+calling thread's median CPU milliseconds per call (:func:`cpu_ms`). Ratios are fp32 / variant,
+larger is better: the speed-up, and the size reduction (the inverse of a size goal).
 """
 
 from __future__ import annotations
@@ -58,69 +46,39 @@ VGG_PRUNED_INT8 = "vgg11 pruned 50% + static int8"
 LSTM, LSTM_INT8 = "lstm fp32", "lstm dynamic int8"
 RESNET, RESNET_INT8 = "resnet18 fp32", "resnet18 static int8 (pt2e)"
 LATENCY, SIZE, CPU = "latency_ms", "size_bytes", "cpu_ms"
+
+
+def _speedup(label: str, base: str, variant: str, goal: float | None = None, key: str = LATENCY):
+    """``base`` / ``variant`` latency, or CPU time where ``key`` is :data:`CPU`."""
+    label += " speed-up" + (", CPU time" if key == CPU else "")
+    return Ratio(label, key, "ms", base, variant, goal=goal, speedup=True)
+
+
+def _reduction(label: str, base: str, variant: str, size: float) -> Ratio:
+    """``base`` / ``variant`` bytes; goal: the variant at most ``size`` times the base."""
+    label += f" size reduction (size <= {size:g}x)"
+    return Ratio(label, SIZE, "bytes", base, variant, goal=1 / size)
+
+
 RATIOS = (
-    Ratio("VGG11 static int8 speed-up", LATENCY, "ms", VGG, VGG_INT8, goal=4.0, speedup=True),
-    Ratio(
-        "VGG11 static int8 size reduction (size <= 0.26x)",
-        SIZE,
-        "bytes",
-        VGG,
-        VGG_INT8,
-        goal=1 / 0.26,
-    ),
-    Ratio("LSTM dynamic int8 speed-up", LATENCY, "ms", LSTM, LSTM_INT8, goal=1.5, speedup=True),
-    Ratio(
-        "LSTM dynamic int8 size reduction (size <= 0.27x)",
-        SIZE,
-        "bytes",
-        LSTM,
-        LSTM_INT8,
-        goal=1 / 0.27,
-    ),
-    Ratio("VGG11 torch.compile speed-up", LATENCY, "ms", VGG, VGG_COMPILED, goal=1.2, speedup=True),
-    Ratio("ResNet18 static int8 (pt2e) speed-up", LATENCY, "ms", RESNET, RESNET_INT8, speedup=True),
-    Ratio(
-        "ResNet18 static int8 (pt2e) size reduction (size <= 0.27x)",
-        SIZE,
-        "bytes",
-        RESNET,
-        RESNET_INT8,
-        goal=1 / 0.27,
-    ),
-    Ratio("VGG11 TorchScript (freeze) speed-up", LATENCY, "ms", VGG, VGG_TORCHSCRIPT, speedup=True),
-    Ratio(
-        "VGG11 torch.compile speed-up, CPU time",
-        CPU,
-        "ms",
-        VGG,
-        VGG_COMPILED,
-        goal=1.2,
-        speedup=True,
-    ),
-    Ratio(
-        "VGG11 TorchScript (freeze) speed-up, CPU time",
-        CPU,
-        "ms",
-        VGG,
-        VGG_TORCHSCRIPT,
-        speedup=True,
-    ),
-    Ratio(
-        "VGG11 pruned 50% + static int8 speed-up",
-        LATENCY,
-        "ms",
-        VGG,
-        VGG_PRUNED_INT8,
-        goal=15.0,
-        speedup=True,
-    ),
+    _speedup("VGG11 static int8", VGG, VGG_INT8, 4.0),
+    _reduction("VGG11 static int8", VGG, VGG_INT8, 0.26),
+    _speedup("LSTM dynamic int8", LSTM, LSTM_INT8, 1.5),
+    _reduction("LSTM dynamic int8", LSTM, LSTM_INT8, 0.27),
+    _speedup("VGG11 torch.compile", VGG, VGG_COMPILED, 1.2),
+    _speedup("ResNet18 static int8 (pt2e)", RESNET, RESNET_INT8),
+    _reduction("ResNet18 static int8 (pt2e)", RESNET, RESNET_INT8, 0.27),
+    _speedup("VGG11 TorchScript (freeze)", VGG, VGG_TORCHSCRIPT),
+    _speedup("VGG11 torch.compile", VGG, VGG_COMPILED, 1.2, CPU),
+    _speedup("VGG11 TorchScript (freeze)", VGG, VGG_TORCHSCRIPT, key=CPU),
+    _speedup("VGG11 pruned 50% + static int8", VGG, VGG_PRUNED_INT8, 15.0),
 )
 
 
 def cpu_ms(model: nn.Module, example: Any, steps: int) -> float:
     """Median CPU milliseconds of this thread per ``model(example)`` call (inference mode): with
     one torch thread every kernel runs on it, so this is the model's cost without the time a
-    neighbour's load kept it waiting for a core (wall latencies at load 8 on 2 cores swung 2x)."""
+    neighbour's load kept it waiting for a core."""
     times = []
     with torch.inference_mode():
         for _ in range(steps):

@@ -1,42 +1,32 @@
 """Case ``side_by_side``: what timing before and after side by side costs a study's job.
 
-Both variants run one job of study 3 (``experiment=vae_pruning``: the VAE on synthetic MNIST,
-physical L1 pruning to 0.5 after 2 epochs, one fine-tuning epoch) in this process, through
-``hpml.train.train`` with its MLflow run, as a sweep's job runs:
+Both variants run one job of study 3 (``experiment=vae_pruning``: physical L1 pruning to 0.5)
+in this process through ``hpml.train.train``, as a sweep's job runs: ``side by side`` at the
+measurement defaults (``conf/base/measure.yaml``: rounds of the unpruned and pruned nets
+alternating, more while the speed-up's interval is wide and the budget lasts), and ``one
+round``, the least a before/after can time (``prune.latency_rounds=1``, no budget).
 
-- ``side by side``: the measurement defaults (``conf/base/measure.yaml``: at least 9 rounds of
-  about 0.007 s per side and batch size, the unpruned copy and the pruned net alternating, more
-  while the speed-up's interval is wide and the budget lasts; one torch thread: thread CPU time);
-- ``one round``: the same job with ``prune.latency_rounds=1 prune.latency_budget_s=0``, the
-  least a before/after can time: what a one-shot "before, then after" costs.
-
-The ratio is the job's wall time, side by side / one round, paired per round, after one untimed
-job (the first in a process pays for imports and lazy set-up); goal: at most 1.15. The job's own
-speed-up at batch 1 is noted per variant, to show both measured something.
+The ratio is the job's wall time, side by side / one round, after one untimed job (the first in
+a process pays for imports); goal: at most 1.15. Each job's own speed-up at batch 1 is noted, to
+show both measured something.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
-import logging
-import os
 import time
-import warnings
 from collections.abc import Sequence
-from datetime import datetime
 from pathlib import Path
 
 import torch
 from omegaconf import DictConfig
 
 from hpml.bench.harness import CaseResult, Measurement, Ratio, Report, Settings, run_case
-from hpml.bench.overhead import check_threads
-from hpml.names import X, metric
+from hpml.bench.overhead import compose_in, quiet_lightning, train_quietly
+from hpml.names import speedup
 
 SIDE_BY_SIDE, ONE_ROUND = "side by side", "one round"
 SECONDS = "job_wall_s"
-SPEEDUP = metric("prune", "speedup_b1", X)
+SPEEDUP = speedup("prune", 1)
 RATIOS = (
     Ratio(
         "study job wall time (goal <= 1.15)",
@@ -68,11 +58,7 @@ def overrides(root: Path) -> list[str]:
 
 def compose(root: Path, extra: Sequence[str]) -> DictConfig:
     """The job's config, a fresh output directory under ``root``."""
-    from hpml.train import compose_job
-
-    os.environ["HPML_ROOT"] = str(root)
-    out_dir = root / "outputs" / datetime.now().strftime("%Y-%m-%d/%H-%M-%S_%f")
-    return compose_job([*overrides(root), *extra], out_dir)
+    return compose_in(root, [*overrides(root), *extra])
 
 
 def run_job(root: Path, extra: Sequence[str], settings: Settings) -> Measurement:
@@ -80,16 +66,10 @@ def run_job(root: Path, extra: Sequence[str], settings: Settings) -> Measurement
     its run logged it."""
     import mlflow
 
-    from hpml.train import train
-
     cfg = compose(root, extra)
-    torch.set_num_threads(settings.threads)
     start = time.perf_counter()
-    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        train(cfg)
+    train_quietly(cfg, settings)
     seconds = time.perf_counter() - start
-    check_threads(settings)
     run = mlflow.last_active_run()
     logged = run.data.metrics if run is not None else {}
     return {SECONDS: seconds, SPEEDUP: logged.get(SPEEDUP, float("nan"))}
@@ -98,8 +78,7 @@ def run_job(root: Path, extra: Sequence[str], settings: Settings) -> Measurement
 def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> CaseResult:
     """Interleave the two variants for ``settings.rounds`` rounds in this process."""
     root = (bench_dir / "hpml").resolve()
-    for name in ("lightning.pytorch", "lightning.fabric"):  # "GPU available: ..." on every job
-        logging.getLogger(name).setLevel(logging.WARNING)
+    quiet_lightning()
     variants = {
         name: (lambda extra=extra: run_job(root, extra, settings))
         for name, extra in VARIANTS.items()

@@ -20,17 +20,12 @@ Each variant, each round: ``warmup`` untimed steps, then the median time of ``st
 (forward, cross-entropy, backward, SGD update), and the samples per second it gives. On the CPU
 each step is timed by the host clock; on a GPU by CUDA events recorded between steps, the device
 synchronised only before and after the block, so the host queues step after step as in training.
-Ratios are eager / variant step time, so larger is better. Measured here (batch 16, one thread,
-load average 1.1, 3 rounds): compiled 0.87x (0.84-0.88), channels_last 0.94x (0.89-0.96): on this
-AVX2 CPU neither pays for training, unlike inference (``quant``: 1.23x with freezing, which a
-training graph cannot use, its weights change every step).
+Ratios are eager / variant step time, so larger is better (CPU figures: docs/metrics.md).
 
 A CPU without bf16 instructions (no AVX512-BF16 or AMX: the ``cpu_bf16_native`` note) runs bf16
-convolutions through oneDNN's reference paths, many times slower than fp32 (docs/metrics.md
-has the figure). There the bf16 variant is not
-put in the rounds (it would take the case from a minute to a quarter of an hour); one step of it
-is timed once, after a warm-up step, and reported in the notes beside an eager step timed alike.
-On a GPU bf16 is always in the rounds.
+convolutions through oneDNN's reference paths, many times slower than fp32, so there the bf16
+variant is not in the rounds: one step of it is timed once, after a warm-up step, and reported
+in the notes beside an eager step timed alike. On a GPU bf16 is always in the rounds.
 """
 
 from __future__ import annotations
@@ -88,8 +83,15 @@ def trainer_step(
     context: Context = nullcontext,
     scaler: torch.amp.GradScaler | None = None,
 ) -> Callable[[], None]:
-    """One optimiser step of ``net`` on the batch, forward and loss inside ``context``; with a
-    ``scaler``, the step Lightning's ``16-mixed`` plugin takes."""
+    """One optimiser step of ``net`` on the batch (SGD with momentum, cross-entropy).
+
+    Args:
+        net: the network trained.
+        images: the batch's inputs.
+        labels: the batch's classes.
+        context: made afresh around forward and loss each step (autocast).
+        scaler: where given, the gradient scaling Lightning's ``16-mixed`` plugin does.
+    """
     optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 

@@ -29,8 +29,6 @@ if TYPE_CHECKING:
     from hpml.report.stores import Stores
 
 ARTIFACTS = "report"
-# artifacts the studies' tables read (hpml.report.studies), when a run has them
-TEXTS = ("prune/layers.json", "prune/architecture_before.txt", "prune/architecture_after.txt")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -153,13 +151,21 @@ def build(
     by_seed: bool = False,
     by: Compared | None = None,
 ) -> Report:
-    """The report of ``runs`` (read from ``client``'s store, or from several): table, plots,
-    learning curves (their histories fetched with a progress bar on a terminal); fused members
-    compared with their twins among ``runs`` and ``serial``; repeats of a config
-    (``replicate``, and seeds unless ``by_seed``) summarised as one, every comparison with its
-    verdict; what ``by`` compares (``--by``, ``--baseline``) in the table that leads it."""
+    """The report of ``runs``: table, plots, learning curves (their histories fetched with a
+    progress bar on a terminal), fused members against their twins, repeats of a config
+    summarised as one, every comparison with its verdict.
+
+    Args:
+        client: the store the runs are read from, or several.
+        runs: the report's runs.
+        parent: their sweep's parent run, None for runs chosen one by one.
+        serial: more runs to find the fused members' serial twins among (``--twin``).
+        by_seed: keep runs of different seeds apart (default: repeats of one config).
+        by: what ``--by`` or ``--baseline`` compares, in the table that leads the report.
+    """
     from tqdm import tqdm
 
+    from hpml.names import VAL_LOSS
     from hpml.report import figures, fused, groups, roofline, search, studies, table
     from hpml.report.comparisons import in_run
     from hpml.report.environment import is_env
@@ -182,9 +188,9 @@ def build(
     histories: dict[tuple[str, str], list[tuple[int, float]]] = {}
     texts: dict[tuple[str, str], str | None] = {}
     for run in tqdm(runs, desc="hpml: reading runs", unit="run", disable=not sys.stderr.isatty()):
-        points = stores.of(run).get_metric_history(run.info.run_id, "val/loss")
-        histories[(run.info.run_id, "val/loss")] = sorted((m.step, m.value) for m in points)
-        for path, text in stores.texts(run, TEXTS).items():
+        points = stores.of(run).get_metric_history(run.info.run_id, VAL_LOSS)
+        histories[(run.info.run_id, VAL_LOSS)] = sorted((m.step, m.value) for m in points)
+        for path, text in stores.texts(run, studies.TEXTS).items():
             texts[(run.info.run_id, path)] = text
     tables = [studies.repeats(found, columns), studies.against_baseline(versus, base)]
     tables += [make(found, lambda r, p: texts.get((r.info.run_id, p))) for make in studies.TABLES]

@@ -13,10 +13,11 @@ and widened the interval instead (a cell says "a run noisy").
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 from hpml.analysis.stats import VERDICTS, WITHIN_NOISE, Interval, verdict
+from hpml.names import AFTER, BEFORE, COUNT, latency, side, speedup
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -30,20 +31,6 @@ _IN_RUN = re.compile(
 
 def noisy(run: Run) -> bool:
     return run.data.tags.get(NOISY_TAG, "").lower() == "true"
-
-
-COLUMNS = (
-    "run",
-    "comparison",
-    "measure",
-    "before",
-    "after",
-    "ratio",
-    "ci_low",
-    "ci_high",
-    "n",
-    "verdict",
-)
 
 
 @dataclass(frozen=True)
@@ -93,6 +80,10 @@ class Comparison:
         )
 
 
+# ``tables/comparisons.csv``'s columns: a comparison's fields but how it is shown
+COLUMNS = tuple(f.name for f in fields(Comparison) if f.name not in ("coverage", "noisy"))
+
+
 def in_run(run: Run) -> list[Comparison]:
     """The before/after comparisons ``run``'s callbacks logged, per step and batch size."""
     m, tags = run.data.metrics, run.data.tags
@@ -101,16 +92,16 @@ def in_run(run: Run) -> list[Comparison]:
         {(g["step"], int(g["n"])) for name in m if (g := _IN_RUN.match(name)) is not None}
     )
     for step, batch in pairs:
-        before = m.get(f"{step}_before/latency_b{batch}_ms")
-        after = m.get(f"{step}_after/latency_b{batch}_ms")
-        ratio = m.get(f"{step}/speedup_b{batch}_x")
+        before = m.get(latency(side(step, BEFORE), batch))
+        after = m.get(latency(side(step, AFTER), batch))
+        ratio = m.get(speedup(step, batch))
         if ratio is None:
             if before is None or not after:
                 continue
             ratio = before / after
-        low = m.get(f"{step}/speedup_b{batch}_ci_low_x")
-        high = m.get(f"{step}/speedup_b{batch}_ci_high_x")
-        count = m.get(f"{step}/speedup_b{batch}_rounds_count")
+        low = m.get(speedup(step, batch, "_ci_low"))
+        high = m.get(speedup(step, batch, "_ci_high"))
+        count = m.get(speedup(step, batch, "_rounds", COUNT))
         n = int(count) if count is not None and low is not None and high is not None else 1
         tag = tags.get(f"{VERDICT_TAG}{step}.speedup_b{batch}")
         if n < 2:

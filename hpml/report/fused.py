@@ -18,18 +18,16 @@ from typing import TYPE_CHECKING
 
 from hpml.analysis.stats import ratio_ci, verdict
 from hpml.fused.members import ARRAY_SIZE_TAG, ARRAY_TAG, FUSED_TAG, MEMBER_TAG
-from hpml.names import label
+from hpml.names import THROUGHPUT, VAL_ACC, VAL_LOSS, label
 from hpml.report.canvas import Canvas, Figure
 from hpml.report.comparisons import Comparison, noisy
 from hpml.report.groups import params_but
-from hpml.report.studies import Table
+from hpml.report.studies import Table, columns
 from hpml.report.table import BOOKKEEPING, differing_keys, number, short_name, value
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
 
-SPEED = "train/throughput_samples_per_s"  # a member's: every member reads every batch
-LOSS = "val/loss"
 NOT_CONFIG = (*BOOKKEEPING, "fuse.")
 
 
@@ -69,20 +67,20 @@ def _cell(x: float | None) -> str:
 
 def _quality(fused: Sequence[Run]) -> list[str]:
     """val/loss, the metric the sweep optimised, val/acc: those the members logged."""
-    names = [LOSS, *(r.data.params.get("optimized_metric", LOSS) for r in fused), "val/acc"]
+    names = [VAL_LOSS, *(r.data.params.get("optimized_metric", VAL_LOSS) for r in fused), VAL_ACC]
     return [n for n in dict.fromkeys(names) if any(n in r.data.metrics for r in fused)]
 
 
-def _speedup(run: Run, twin: Run, total: float | None, twin_speed: float | None) -> str:
+def _speedup(run: Run, twin: Run | None, total: float | None, twin_speed: float | None) -> str:
     """The array's total over its twin's samples/s with its verdict: one run a side gives no
     interval, so it is ``within noise`` (n=1) until the sweeps are repeated (``replicate``)."""
-    if total is None or not twin_speed:
+    if total is None or not twin_speed or twin is None:
         return ""
     interval = ratio_ci([total], [twin_speed])
     return Comparison(
         f"{run.info.run_id} {twin.info.run_id}",
         "fused array vs serial twin",
-        SPEED,
+        THROUGHPUT,
         twin_speed,
         total,
         interval.median,
@@ -105,33 +103,35 @@ def table(runs: Sequence[Run], candidates: Sequence[Run] = ()) -> Table | None:
     rows = []
     for run in fused:
         m, tags = run.data.metrics, run.data.tags
-        speed = m.get(SPEED)
+        speed = m.get(THROUGHPUT)
         total = None if speed is None else _size(run) * speed
         twin = found.get(run.info.run_id)
-        cells = [
-            short_name(run),
-            run.info.status,
-            Path(tags.get(ARRAY_TAG, "")).name,
-            tags.get(MEMBER_TAG, ""),
-            *(value(run, k) for k in keys),
-            *(_cell(m.get(name)) for name in quality),
-            _cell(speed),
-            str(_size(run)),
-            _cell(total),
-        ]
-        if twin is None:
-            cells += [""] * 5
-        else:
-            t = twin.data.metrics
-            twin_speed = t.get(SPEED)
-            cells += [
-                f"{short_name(twin)} ({twin.info.run_id[:8]})",
-                _cell(t.get(LOSS)),
-                _cell(m[LOSS] - t[LOSS] if LOSS in m and LOSS in t else None),
-                _cell(twin_speed),
-                _speedup(run, twin, total, twin_speed),
+        t = {} if twin is None else twin.data.metrics
+        twin_speed = t.get(THROUGHPUT)
+        rows.append(
+            [
+                ("run", short_name(run)),
+                ("status", run.info.status),
+                ("array (leader's job folder)", Path(tags.get(ARRAY_TAG, "")).name),
+                ("member", tags.get(MEMBER_TAG, "")),
+                *((k, value(run, k)) for k in keys),
+                *((name, _cell(m.get(name))) for name in quality),
+                ("samples/s per member", _cell(speed)),
+                ("array size (members)", str(_size(run))),
+                ("array total (samples/s)", _cell(total)),
+                (
+                    "serial twin",
+                    "" if twin is None else f"{short_name(twin)} ({twin.info.run_id[:8]})",
+                ),
+                (f"twin {VAL_LOSS}", _cell(t.get(VAL_LOSS))),
+                (
+                    f"{VAL_LOSS} difference (fused - twin)",
+                    _cell(m[VAL_LOSS] - t[VAL_LOSS] if VAL_LOSS in m and VAL_LOSS in t else None),
+                ),
+                ("twin (samples/s)", _cell(twin_speed)),
+                ("speed-up (x, array total / twin)", _speedup(run, twin, total, twin_speed)),
             ]
-        rows.append(cells)
+        )
     return Table(
         "Fused arrays vs their serial twins (HFTA)",
         "A row per member of a fused array. samples/s: training samples per second of wall "
@@ -145,30 +145,14 @@ def table(runs: Sequence[Run], candidates: Sequence[Run] = ()) -> Table | None:
         "jobs one by one at the twin's speed takes than the array (> 1: the array is faster), "
         "with its verdict: one run a side has no interval, so it reads within noise until "
         "both sweeps are repeated (replicate=0,1,2).",
-        [
-            "run",
-            "status",
-            "array (leader's job folder)",
-            "member",
-            *keys,
-            *quality,
-            "samples/s per member",
-            "array size (members)",
-            "array total (samples/s)",
-            "serial twin",
-            f"twin {LOSS}",
-            f"{LOSS} difference (fused - twin)",
-            "twin (samples/s)",
-            "speed-up (x, array total / twin)",
-        ],
-        rows,
+        *columns(rows),
     )
 
 
 def speeds(runs: Sequence[Run], candidates: Sequence[Run] = ()) -> Figure | None:
     """Bars of samples/s per array size: the arrays' totals against their members' twins
     trained one by one; drawn where some member has a twin."""
-    fused = [r for r in members(runs) if SPEED in r.data.metrics]
+    fused = [r for r in members(runs) if THROUGHPUT in r.data.metrics]
     found = twins(fused, [*runs, *candidates])
     arrays: dict[str, list[Run]] = defaultdict(list)
     for run in fused:
@@ -177,11 +161,11 @@ def speeds(runs: Sequence[Run], candidates: Sequence[Run] = ()) -> Figure | None
     for group in arrays.values():
         size = _size(group[0])
         totals, serial = by_size[size]
-        totals.append(size * fmean(r.data.metrics[SPEED] for r in group))
+        totals.append(size * fmean(r.data.metrics[THROUGHPUT] for r in group))
         for run in group:
             twin = found.get(run.info.run_id)
-            if twin is not None and twin.data.metrics.get(SPEED):
-                serial.append(twin.data.metrics[SPEED])
+            if twin is not None and twin.data.metrics.get(THROUGHPUT):
+                serial.append(twin.data.metrics[THROUGHPUT])
     by_size = {n: (t, s) for n, (t, s) in by_size.items() if s}
     if not by_size:
         return None
@@ -203,7 +187,7 @@ def speeds(runs: Sequence[Run], candidates: Sequence[Run] = ()) -> Figure | None
     ax.set_xticks(range(len(by_size)), [f"{n} members" for n in sorted(by_size)])
     ax.set_xlim(-0.8, len(by_size) - 0.2)  # one array size: bars of the same width as for more
     ax.set_xlabel("array size")
-    ax.set_ylabel(label(SPEED))
+    ax.set_ylabel(label(THROUGHPUT))
     ax.grid(alpha=0.3, axis="y")
     return Figure(
         "Fused arrays vs serial twins: samples/s",

@@ -242,7 +242,14 @@ def versus(other: Group, base: Group, comparison: str, margin: float = 0.0) -> l
     """``other`` against ``base`` on each speed measure both carry: the ratio of their medians
     (> 1: ``other`` faster) with :func:`~hpml.analysis.stats.ratio_ci`'s interval over their
     runs; ``within noise`` when it reaches into ``1 +- margin``, a side ran once, or a run of
-    either is noisy."""
+    either is noisy.
+
+    Args:
+        other: the group compared.
+        base: the group it is compared with.
+        comparison: what the comparisons are called (``tables/comparisons.csv``).
+        margin: the smallest difference, a fraction of 1, called faster or slower.
+    """
     found = []
     names = sorted(
         {n for r in other.runs for n in r.data.metrics if direction(n)}

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from hpml.names import OTHER_CPU
 from hpml.report.environment import STORE, env_value, is_env, summary
 from hpml.report.table import value
 
@@ -58,7 +59,7 @@ def _load(runs: Sequence[Run]) -> str:
             f"1-min load average at run start {min(ones):.2f} to {max(ones):.2f} "
             f"(median {statistics.median(ones):.2f}, {len(ones)} runs){per}"
         )
-    other = [v for r in runs if (v := r.data.metrics.get("noise/other_cpu_pct")) is not None]
+    other = [v for r in runs if (v := r.data.metrics.get(OTHER_CPU)) is not None]
     if other:
         parts.append(
             f"other processes' CPU during timed work: median {statistics.median(other):.0f} %, "
@@ -83,7 +84,14 @@ def header(
     (:mod:`hpml.tracking.tags`): experiment and swept keys with their values, the environment
     keys that differ, the command, git commit, host, CPU and GPU, torch version, the store of
     every run where they came from several, load during the sweep and its dates. A field the
-    runs did not record is left out; one that differs between runs lists each value."""
+    runs did not record is left out; one that differs between runs lists each value.
+
+    Args:
+        runs: the report's runs.
+        parent: their sweep's parent run, None for runs chosen one by one.
+        experiment: the MLflow experiment(s) they belong to, by name.
+        keys: the keys that differ between them (swept config keys and environment keys).
+    """
     swept = "; ".join(
         f"{k} = {', '.join(dict.fromkeys(value(r, k) for r in runs))}"
         for k in keys

@@ -15,26 +15,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from hpml.report.canvas import UNITS, scaled
+from hpml.names import STEP_TIME, TEST_ACC, THROUGHPUT, VAL_ACC, VAL_LOSS
+from hpml.report.canvas import UNITS, Figure, scaled
 from hpml.report.comparisons import Comparison
 from hpml.report.csv_tables import write as write_csv
-from hpml.report.figures import Figure
 from hpml.report.studies import Table
 from hpml.report.table import Row, number
-
-if TYPE_CHECKING:
-    pass
 
 # metrics the runs table shows beside the swept keys, when the runs carry them: quality and
 # speed; every other column is folded below it
 KEY_METRICS = (
-    "val/loss",
-    "val/acc",
-    "test/acc",
-    "train/throughput_samples_per_s",
-    "train/step_time_p50_ms",
+    VAL_LOSS,
+    VAL_ACC,
+    TEST_ACC,
+    THROUGHPUT,
+    STEP_TIME,
 )
 SHOWN = 7  # metric columns beside the swept keys: the table fits 1400 px with a few keys
 
@@ -153,7 +149,6 @@ class Report:
 
     def markdown(self, figure_dir: str) -> str:
         """Markdown whose figures are ``<figure_dir>/<n>.svg`` (:meth:`write` puts them there)."""
-        heads = self._headings(self.columns)
         lines = [f"# {self.title}", ""]
         lines += [
             f"- **{name}**: " + (f"`{t}`" if name == "command" else t) for name, t in self.header
@@ -162,11 +157,7 @@ class Report:
         for table in self.lead:
             lines += _table_md(table)
         lines += ["", "## Runs", "", UNITS, ""]
-        lines.append("| " + " | ".join(heads) + " |")
-        lines.append("|" + "|".join("---" for _ in heads) + "|")
-        for row in self.rows:
-            cells = [cell.replace("|", "\\|") for cell in self._cells(row)]
-            lines.append("| " + " | ".join(cells) + " |")
+        lines += _md_rows(self._headings(self.columns), [self._cells(r) for r in self.rows])
         for table in self.tables:
             lines += _table_md(table)
         for index, figure in enumerate(self.figures):
@@ -195,11 +186,15 @@ def _number(value: float) -> str:
     return number(value)
 
 
+def _md_rows(headings: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """A Markdown table's lines, ``|`` in cells escaped."""
+    lines = ["| " + " | ".join(headings) + " |", "|" + "|".join("---" for _ in headings) + "|"]
+    return lines + ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+
+
 def _table_md(table: Table) -> list[str]:
     lines = ["", f"## {table.title}", "", table.caption, ""]
-    lines.append("| " + " | ".join(table.headings) + " |")
-    lines.append("|" + "|".join("---" for _ in table.headings) + "|")
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in table.rows]
+    lines += _md_rows(table.headings, table.rows)
     for heading, text in table.texts:
         lines += ["", f"{heading}:", "", "```", text.rstrip(), "```"]
     return lines

@@ -130,9 +130,17 @@ def paired(
     reference: str | None = None,
     margin: float = 0.0,
 ) -> tuple[list[Pair], list[str]]:
-    """The finished ``runs`` paired by ``key`` (each run's value of it: ``side``, default its
-    value of ``key``; the first value, or ``reference``, the one the others are compared
-    with), and the configs found with one value of it only."""
+    """The finished ``runs`` paired by ``key``, and the configs found with one value of it only.
+
+    Args:
+        runs: the runs to pair.
+        key: what the pairs differ in.
+        side: a run's value of ``key`` (default: :func:`~hpml.report.table.value`).
+        by_seed: keep runs of different seeds apart rather than as repeats.
+        any_env: pair runs whatever their environment (two sweeps on other commits).
+        reference: the value the others are compared with (default: the first).
+        margin: the smallest difference a verdict calls faster or slower.
+    """
     side = side or (lambda run: value(run, key))
     keys = [
         k
@@ -187,9 +195,7 @@ def table(pairs: list[Pair], key: str, alone: list[str], title: str | None = Non
                 cells = [medians.get(v) for v in values]
                 shown = ("" if m is None else number(m) for m in cells)
                 rows.append([pair.config, label(c.measure), *shown, c.cell()])
-                data.append(
-                    [pair.config, c.measure, *cells, c.ratio, c.ci_low, c.ci_high, c.n, c.verdict]
-                )
+                data.append([pair.config, c.measure, *cells, *c.row()[5:]])
     unpaired = (
         f" Configs with one value of {key} only, not compared: {'; '.join(alone)}." if alone else ""
     )

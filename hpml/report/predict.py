@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-STEP = {"wall": "train/step_time_p50_ms", "cpu": "train/step_cpu_time_p50_ms"}
-CUDA_PEAK = "train/peak_memory_bytes"
-TRAINING_TOTAL = "memory/training_total_bytes"
+from hpml.names import MEMORY_TOTAL, PEAK_MEMORY, STEP_CPU_TIME, STEP_TIME
+from hpml.report.runs import add_run_choice
+
+STEP = {"wall": STEP_TIME, "cpu": STEP_CPU_TIME}
 
 
 def observations(
@@ -26,7 +27,7 @@ def observations(
     on_cuda = all(
         r.data.tags.get("hpml.peak_memory_source", "").startswith("torch.cuda") for r in runs
     )
-    memory_metric = CUDA_PEAK if on_cuda else TRAINING_TOTAL
+    memory_metric = PEAK_MEMORY if on_cuda else MEMORY_TOTAL
     batches, steps, memory = [], [], []
     for run in runs:
         missing = [m for m in (STEP[clock], memory_metric) if m not in run.data.metrics]
@@ -53,9 +54,7 @@ def capacity_bytes(runs: list) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hpml.report.predict", description=__doc__)
-    parser.add_argument("--sweep", default=None, help="'last' (default) or a parent run id")
-    parser.add_argument("--runs", nargs="+", help="run ids instead of a sweep")
-    parser.add_argument("--experiment", default=None, help="where to look for the last sweep")
+    add_run_choice(parser)
     parser.add_argument(
         "--batch", nargs="+", type=int, default=[1, 8, 32, 128, 512], help="batch sizes to predict"
     )
@@ -66,7 +65,6 @@ def main(argv: list[str] | None = None) -> int:
         help="step time to fit: wall (default) or process CPU time, which a "
         "busy shared machine disturbs less (one-thread runs)",
     )
-    parser.add_argument("--tracking-uri", default=None)
     args = parser.parse_args(argv)
 
     from mlflow import MlflowClient

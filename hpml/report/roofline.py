@@ -28,11 +28,10 @@ from hpml.names import (
     PEAK_FP32,
     PEAK_SOURCE_TAG,
     PEAK_TAG,
-    SAMPLES_PER_S,
     STAGE,
-    metric,
+    THROUGHPUT,
 )
-from hpml.report.runs import project_root
+from hpml.report.runs import add_run_choice, project_root
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -40,8 +39,6 @@ if TYPE_CHECKING:
 
     from hpml.analysis.roofline import RooflinePoint
     from hpml.report.canvas import Figure
-
-TRAIN_THROUGHPUT = metric("train", "throughput", SAMPLES_PER_S)
 
 
 class RooflineError(HpmlError):
@@ -55,17 +52,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "(FLOP/byte) against achieved FLOP/s, each point memory- or compute-bound. "
         "Runs need the roofline callback (callbacks/roofline.yaml).",
     )
-    pick = parser.add_mutually_exclusive_group()
-    pick.add_argument(
-        "--sweep",
-        metavar="last|RUN_ID",
-        help="a sweep's parent run (its children are drawn); 'last' = the most "
-        "recent sweep (default)",
-    )
-    pick.add_argument("--runs", nargs="+", metavar="RUN_ID", help="these runs")
-    parser.add_argument(
-        "--experiment", metavar="NAME", help="look for the last sweep in this experiment only"
-    )
+    add_run_choice(parser)
     parser.add_argument(
         "--device",
         choices=[*KNOWN_DEVICES, "measured"],
@@ -80,16 +67,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="where roofline.png/.svg go (default: "
         "<HPML_ROOT or cwd>/outputs/roofline/<sweep or first run id>)",
     )
-    parser.add_argument(
-        "--tracking-uri",
-        default=None,
-        help="MLflow store (default: MLFLOW_TRACKING_URI, else "
-        "sqlite:///<HPML_ROOT or cwd>/mlflow.db)",
-    )
-    args = parser.parse_args(argv)
-    if args.runs is None and args.sweep is None:
-        args.sweep = "last"
-    return args
+    return parser.parse_args(argv)
 
 
 def labels(runs: list[Run]) -> list[str]:
@@ -106,9 +84,9 @@ def run_point(run: Run, label: str) -> tuple[RooflinePoint, str]:
 
     m = run.data.metrics
     intensity = m[INTENSITY]
-    if FWD_BWD_FLOPS_PER_SAMPLE in m and m.get(TRAIN_THROUGHPUT):
+    if FWD_BWD_FLOPS_PER_SAMPLE in m and m.get(THROUGHPUT):
         flops, basis = m[FWD_BWD_FLOPS_PER_SAMPLE], "train fwd+bwd"
-        seconds = 1 / m[TRAIN_THROUGHPUT]
+        seconds = 1 / m[THROUGHPUT]
     elif m.get(FORWARD_ACHIEVED):
         flops, basis = m[FWD_FLOPS_PER_SAMPLE], "forward"
         seconds = flops / m[FORWARD_ACHIEVED]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -80,8 +81,36 @@ def select_runs(
     run_ids: list[str] | None,
     experiment: str | None = None,
 ) -> tuple[list[Run], Run | None]:
-    """Runs named by ``--runs`` ids, or the jobs of ``--sweep``, with the sweep's parent."""
+    """Runs named by ``--runs`` ids, or the jobs of ``--sweep``, with the sweep's parent.
+
+    Args:
+        client: the store.
+        sweep: ``"last"`` or a sweep's parent run id (None: the last).
+        run_ids: runs to read instead of a sweep.
+        experiment: where to look for the last sweep (None: every experiment).
+    """
     if run_ids:
         return [run_by_id(client, run_id) for run_id in run_ids], None
     parent = sweep_parent(client, sweep or "last", experiment)
     return sweep_children(client, parent), parent
+
+
+def add_run_choice(parser: argparse.ArgumentParser) -> None:
+    """``--sweep`` or ``--runs``, ``--experiment`` and ``--tracking-uri``: the runs a command
+    reads, as :func:`select_runs` takes them."""
+    pick = parser.add_mutually_exclusive_group()
+    pick.add_argument(
+        "--sweep",
+        metavar="last|RUN_ID",
+        help="a sweep's parent run (its children are read); 'last' = the most recent sweep "
+        "(default)",
+    )
+    pick.add_argument("--runs", nargs="+", metavar="RUN_ID", help="these runs")
+    parser.add_argument(
+        "--experiment", metavar="NAME", help="look for the last sweep in this experiment only"
+    )
+    parser.add_argument(
+        "--tracking-uri",
+        help="MLflow store (default: MLFLOW_TRACKING_URI, else sqlite:///<HPML_ROOT or "
+        "cwd>/mlflow.db)",
+    )

@@ -76,7 +76,16 @@ def series_panels(
     its own, so lines drawn over each other still show), points with tips; each panel in a
     human unit, log where its values span more than 10x. ``before`` maps a name to the
     metric of the model before the step the x axis varies: drawn at x = 0 (the median of
-    every run's, a dashed line across) as the baseline the series start from."""
+    every run's, a dashed line across) as the baseline the series start from.
+
+    Args:
+        runs: the runs drawn.
+        keys: the swept keys, for each point's tip.
+        x: a run's position on the x axis.
+        series: the name of a run's line; runs of one name are one line.
+        names: the metric of each panel.
+        before: a panel's metric -> the metric of the model before the step, drawn at x = 0.
+    """
     canvas = Canvas(panels=2)
     groups: dict[str, list[Run]] = defaultdict(list)
     for run in runs:

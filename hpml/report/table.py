@@ -5,7 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from hpml.names import label
+from hpml.names import (
+    EPOCH_TIME,
+    MFU_MEASURED,
+    MODEL_FWD_FLOPS,
+    PEAK_MEMORY,
+    STEP_TIME,
+    TEST_ACC,
+    TEST_LOSS,
+    THROUGHPUT,
+    VAL_ACC,
+    VAL_LOSS,
+)
 from hpml.report.environment import differing as differing_env
 from hpml.report.environment import env_value, is_env
 
@@ -15,16 +26,16 @@ if TYPE_CHECKING:
 # the columns a runs table shows when the runs carry them, in this order; then any
 # before/after measurement (prune, quant, compile) of size and latency
 HEADLINE = (
-    "val/loss",
-    "val/acc",
-    "test/loss",
-    "test/acc",
-    "train/throughput_samples_per_s",
-    "train/step_time_p50_ms",
-    "train/epoch_time_s",
-    "train/peak_memory_bytes",
-    "model/fwd_flops_per_sample",
-    "train/mfu_measured_pct",
+    VAL_LOSS,
+    VAL_ACC,
+    TEST_LOSS,
+    TEST_ACC,
+    THROUGHPUT,
+    STEP_TIME,
+    EPOCH_TIME,
+    PEAK_MEMORY,
+    MODEL_FWD_FLOPS,
+    MFU_MEASURED,
 )
 MEASURED = ("size_bytes", "latency_b1_ms")
 # params that differ between any two runs of a sweep and say nothing of its configs (an
@@ -135,8 +146,3 @@ def number(value: float) -> str:
     if abs(value) >= 1e4 and float(value).is_integer():
         return f"{value:,.0f}"
     return f"{value:.4g}"
-
-
-def headings(keys: list[str], columns: list[str]) -> list[str]:
-    """Column headings: run, status, the differing keys, then metrics with their units."""
-    return ["run", "status", *keys, *(label(c) for c in columns)]
