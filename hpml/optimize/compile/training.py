@@ -22,7 +22,8 @@ import torch
 from torch import nn
 
 from hpml.analysis.compare import PLAN, Plan, Speedup, speedup, time_side_by_side
-from hpml.optimize.compile import MODES, _args, _sync, _untraceable, use_cache_dir
+from hpml.optimize.compile.base import as_args, sync, untraceable, use_cache_dir
+from hpml.optimize.compile.torch_compile import check_mode
 
 Context = Callable[[], AbstractContextManager]
 
@@ -53,10 +54,7 @@ def compile_for_training(
     statistics) restored and the random streams forked, so a seeded run draws what the eager
     run draws (dropout inside the compiled graph still draws from inductor's own generator).
     """
-    if mode not in MODES:
-        from hpml.errors import ConfigError
-
-        raise ConfigError("mode", mode, f"one of {', '.join(MODES)}")
+    check_mode(mode)
     use_cache_dir(cache_dir or workdir / "inductor_cache")
     torch._dynamo.reset()
     start = time.perf_counter()
@@ -65,9 +63,9 @@ def compile_for_training(
         with untouched(net, examples):
             for example in examples:
                 _step(compiled, example, context)()
-                _sync(example)
+                sync(example)
     except Exception as exc:
-        raise _untraceable(net, "torch_compile", exc) from exc
+        raise untraceable(net, "torch_compile", exc) from exc
     return compiled, time.perf_counter() - start
 
 
@@ -96,7 +94,7 @@ def _step(net: nn.Module, example: torch.Tensor, context: Context) -> Callable[[
 
     def step() -> None:
         with context():
-            output = net(*_args(example))
+            output = net(*as_args(example))
         _scalar(output).backward()
 
     return step
