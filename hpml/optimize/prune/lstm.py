@@ -1,18 +1,11 @@
 """Physical pruning of ``nn.LSTM`` hidden units (and optionally embedding dimensions).
 
-torch-pruning cannot trace multi-layer LSTMs nor an LSTM fed by an embedding (open upstream
-issues), so hpml slices them itself. Hidden unit ``j`` of a layer owns rows ``j``, ``H + j``,
-``2H + j`` and ``3H + j`` (the input, forget, cell and output gates) of ``weight_ih``,
-``weight_hh`` and both biases, column ``j`` of ``weight_hh`` and the matching input column of the
-next layer (or of the Linear that reads the LSTM). A unit's importance is its method's score
-(:mod:`hpml.optimize.prune.methods`) of its rows across the four gate blocks. Every
-layer and direction keeps the same number of units (``nn.LSTM`` has one ``hidden_size``), each
-chosen by its own ranking. A new ``nn.LSTM`` of the smaller size takes the kept weights, so the
-pruned model computes exactly what a freshly built model of that size with those weights does.
-
-The Linear reading the LSTM and the Embedding feeding it are found by running the model once with
-forward hooks: the first parameterised module called after the LSTM whose input width is the LSTM's
-output width, and the module called just before it whose output width is the LSTM's input.
+torch-pruning cannot trace multi-layer LSTMs nor an LSTM fed by an embedding, so hpml slices them
+itself: hidden unit ``j`` owns rows ``j``, ``H + j``, ``2H + j``, ``3H + j`` (the four gates) of
+``weight_ih``, ``weight_hh`` and both biases, column ``j`` of ``weight_hh`` and the matching input
+column of the next layer (or of the Linear reading the LSTM, found with forward hooks, as is the
+Embedding feeding it). A unit's score is its method's score of its rows; every layer and direction
+keeps the same number of units (``nn.LSTM`` has one ``hidden_size``).
 """
 
 from __future__ import annotations
