@@ -1,14 +1,9 @@
 """Compile a module for training, with the compile paid before any timed step. Plain PyTorch.
 
 ``compile_for_training(net, examples, workdir)`` returns ``torch.compile(net, ...)`` (sharing the
-net's parameters, so one optimiser updates both) after one forward and backward per example batch
-size: dynamo traces and inductor builds the forward and, on the first backward, AOTAutograd's
-backward graph, for each shape training will meet, so no step pays for compilation. The warm-up
-leaves the net as it found it (gradients cleared, buffers such as BatchNorm's running statistics
-restored), so a compiled run follows the eager run's loss curve.
-
-The eager ``net`` stays what a caller keeps: its ``state_dict`` keys have no ``_orig_mod.``
-prefix, and measuring it (FLOPs on one sample, evaluation) compiles nothing more.
+net's parameters) after one forward and backward per batch size training will meet, so no step
+pays for compilation; the warm-up leaves the net as it found it. The eager ``net`` stays what a
+caller keeps (no ``_orig_mod.`` keys; measuring it compiles nothing more).
 """
 
 from __future__ import annotations

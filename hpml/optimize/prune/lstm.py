@@ -148,11 +148,9 @@ class LSTMPlan:
 class LSTMPruner:
     """Remove hidden units of each named ``nn.LSTM`` of ``model`` (in place: modules are swapped).
 
-    Build it on the unpruned model; ``prune(model, amount)`` keeps ``round``-ed
-    ``hidden * (1 - amount)`` units of the original width (never fewer than ``min_channels``), also
-    when called repeatedly; ``plans`` says what the last call kept. ``scores`` ranks rows (the
-    lowest go first). With ``embedding=True`` the Embedding feeding the LSTM loses the same share
-    of its dimensions (ranked by ``scores`` of their columns of ``weight_ih_l0``).
+    Build it on the unpruned model: ``amount`` is of its widths (never fewer than
+    ``min_channels`` units); ``scores`` ranks rows, the lowest go first. With ``embedding=True``
+    the Embedding feeding the LSTM loses the same share of its dimensions.
     """
 
     def __init__(

@@ -32,10 +32,9 @@ def default_coupling(model: nn.Module) -> tuple[tuple[str, ...], ...]:
 class ChannelPruner:
     """Remove output channels of the targeted Conv/Linear layers of ``model``, in place.
 
-    ``layers`` are module names to prune; every other Conv/Linear layer keeps its outputs (its
-    inputs shrink when the layer before it is pruned). Build it on the unpruned model: the widths
-    it sees first are the ones ``amount`` is measured against. ``importance`` builds the
-    torch-pruning importance that ranks the groups.
+    ``layers`` are the module names to prune (other layers keep their outputs). Build it on the
+    unpruned model: ``amount`` is of its widths. ``importance`` builds the torch-pruning
+    importance that ranks the groups.
     """
 
     def __init__(

@@ -50,13 +50,9 @@ def batch_example(batch: Any) -> tuple[Any, ...]:
 class Int8Graph(nn.Module):
     """The converted int8 graph as an inference-only module, compiled with freezing by default.
 
-    Inductor freezing folds the int8 weights into prepacked oneDNN kernels. It is read when a
-    graph is compiled, and a new input shape compiles again on some later call, so it is set
-    around every call rather than process-wide (where it would change how every other
-    ``torch.compile`` in the process treats parameters). ``train()``/``eval()`` only set the flag:
-    the graph was exported in eval mode (batch norm folded, dropout off) and Lightning calls them
-    around every stage. The state dict is the graph's alone (int8 weights, float biases, scales
-    and zero points): the compiled forward is a function, not a second copy of the module.
+    Inductor reads ``freezing`` whenever it compiles (a new shape compiles again), so it is set
+    around every call, not process-wide. ``train()``/``eval()`` only set the flag: the graph was
+    exported in eval mode. The state dict is the graph's alone.
     """
 
     def __init__(self, graph: torch.fx.GraphModule, compile: bool = True) -> None:
