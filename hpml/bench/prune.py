@@ -24,8 +24,8 @@ from hpml.bench.device import bench_device, device_name
 from hpml.bench.harness import CaseResult, Measurement, Ratio, Report, Settings, run_case
 from hpml.models.nets.lstm import LSTMClassifier
 from hpml.models.nets.vgg import vgg
-from hpml.optimize.prune import Pruner
-from hpml.optimize.prune.mask import folded_copy
+from hpml.optimize.prune import Method, apply_prune
+from hpml.optimize.prune.methods import L1Structured, L2Structured
 
 BATCH_SIZE = 32  # on the CPU
 CUDA_BATCH_SIZE = 128
@@ -40,12 +40,8 @@ RATIOS = (
 )
 
 
-def pruned(build, example: torch.Tensor, method: str, mode: str) -> nn.Module:
-    model = build().eval()
-    pruner = Pruner(method, mode)
-    pruner.attach(model, example[:2])
-    pruner.prune(model, AMOUNT)
-    return folded_copy(model).eval() if mode == "mask" else model
+def pruned(build, example: torch.Tensor, method: Method, mode: str) -> nn.Module:
+    return apply_prune(build().eval(), method, AMOUNT, example[:2], mode)[0].eval()
 
 
 def timer(model: nn.Module, example: torch.Tensor, settings: Settings):
@@ -73,10 +69,10 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
 
     models = {
         VGG: (build_vgg().eval(), images),
-        VGG_PHYSICAL: (pruned(build_vgg, images, "l1_structured", "physical"), images),
-        VGG_MASK: (pruned(build_vgg, images, "l1_structured", "mask"), images),
+        VGG_PHYSICAL: (pruned(build_vgg, images, L1Structured(), "physical"), images),
+        VGG_MASK: (pruned(build_vgg, images, L1Structured(), "mask"), images),
         LSTM: (build_lstm().eval(), tokens),
-        LSTM_HALF: (pruned(build_lstm, tokens, "l2_structured", "physical"), tokens),
+        LSTM_HALF: (pruned(build_lstm, tokens, L2Structured(), "physical"), tokens),
     }
     variants = {
         name: timer(model.to(device), example.to(device), settings)

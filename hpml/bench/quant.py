@@ -35,8 +35,9 @@ from hpml.analysis.model_stats import state_dict_bytes
 from hpml.bench.harness import CaseResult, Measurement, Ratio, Report, Settings, run_case
 from hpml.models.nets.lstm import LSTMClassifier
 from hpml.models.nets.vgg import CifarVGG
-from hpml.optimize.compile import compile_model, conv_kernels, fast_path
-from hpml.optimize.quant import make_quantizer
+from hpml.optimize.compile import apply_compile, conv_kernels, fast_path
+from hpml.optimize.compile.torch_compile import TorchCompile
+from hpml.optimize.quant.methods import dynamic_int8, static_int8
 
 BATCH = 32
 VOCAB, SEQ_LEN = 83828, 200
@@ -102,14 +103,13 @@ def variant(model: nn.Module, example: Any, settings: Settings, size: int):
 
 def pruned_int8(vgg: nn.Module, calibration: list[torch.Tensor]) -> nn.Module:
     """A copy of ``vgg`` with half the channels of every conv removed, then static int8."""
-    from hpml.optimize.prune import Pruner
+    from hpml.optimize.prune import apply_prune
+    from hpml.optimize.prune.methods import L1Structured
 
     pruned = CifarVGG(11).eval()
     pruned.load_state_dict(vgg.state_dict())
-    pruner = Pruner("l1_structured", mode="physical")
-    pruner.attach(pruned, calibration[0][:1])
-    pruner.prune(pruned, 0.5)
-    return make_quantizer("static_int8", backend="torch_ao").quantize(pruned.eval(), calibration)
+    apply_prune(pruned, L1Structured(), 0.5, calibration[0][:1], "physical")
+    return static_int8(backend="torch_ao").quantize(pruned.eval(), calibration)
 
 
 def profile_tables(models: dict[str, nn.Module], images: torch.Tensor, calls: int = 3) -> str:
@@ -140,32 +140,26 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
     vgg_int8 = CifarVGG(11).eval()
     vgg_int8.load_state_dict(vgg.state_dict())
     calibration = [torch.randn(BATCH, 3, 32, 32) for _ in range(8)]
-    vgg_int8 = make_quantizer("static_int8", backend="torch_ao").quantize(vgg_int8, calibration)
+    vgg_int8 = static_int8(backend="torch_ao").quantize(vgg_int8, calibration)
     vgg_pruned_int8 = pruned_int8(vgg, calibration)
     vgg_copy = CifarVGG(11).eval()  # channels_last converts the compiled net's weights in place
     vgg_copy.load_state_dict(vgg.state_dict())
     start = time.perf_counter()
-    compiled = compile_model(
-        vgg_copy,
-        "torch_compile",
-        [images],
-        bench_dir / "inductor",
-        freezing=True,
-        channels_last=True,
-    )
+    frozen = TorchCompile(freezing=True, channels_last=True)
+    compiled = apply_compile(vgg_copy, frozen, [images], bench_dir / "inductor")
     compile_s = time.perf_counter() - start
-    scripted = compile_model(vgg, "torchscript", [images], bench_dir / "torchscript")
+    scripted = apply_compile(vgg, "torchscript", [images], bench_dir / "torchscript")
 
     resnet = torchvision.models.resnet18(num_classes=10).eval()
     resnet_copy = torchvision.models.resnet18(num_classes=10).eval()
     resnet_copy.load_state_dict(resnet.state_dict())
-    pt2e = make_quantizer("static_int8", backend="pt2e")
+    pt2e = static_int8(backend="pt2e")
     resnet_int8 = pt2e.quantize(resnet_copy, calibration)
 
     lstm = LSTMClassifier(VOCAB, 2, embedding_dim=400, hidden_size=256, num_layers=2).eval()
     lstm_int8 = LSTMClassifier(VOCAB, 2, embedding_dim=400, hidden_size=256).eval()
     lstm_int8.load_state_dict(lstm.state_dict())
-    lstm_int8 = make_quantizer("dynamic_int8").quantize(lstm_int8)
+    lstm_int8 = dynamic_int8().quantize(lstm_int8)
 
     vgg_bytes = state_dict_bytes(vgg)
     variants = {

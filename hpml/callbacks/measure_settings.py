@@ -1,6 +1,6 @@
-"""The measurement settings every optimisation callback takes: its ``latency_*`` and
-``eval_batches`` knobs (``conf/base/measure.yaml``), their defaults and ranges, checked in one
-place for callers from plain Python too."""
+"""The measurement knobs every optimisation callback takes (``conf/base/measure.yaml``: its
+``latency_*`` and ``eval_batches``), declared once: their ranges, :class:`Settings`, and the
+base class :class:`OptimizationStep` that takes them."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from typing import Annotated, Literal
 
 from hpml.analysis.blocks import AUTO, CLOCKS
 from hpml.analysis.compare import BUDGET_S, CI_WIDTH, MIN_RUN_TIME_S, ROUNDS, Plan
+from hpml.callbacks.base import HpmlCallback
 from hpml.errors import ConfigError, non_negative_int, positive_int
-from hpml.ranges import Range
+from hpml.ranges import Count, Range
 
 LATENCY_ROUNDS = ROUNDS
 LATENCY_MIN_RUN_TIME_S = MIN_RUN_TIME_S
@@ -43,15 +44,16 @@ class Settings:
     @classmethod
     def checked(
         cls,
-        latency_batch_size: int,
-        latency_rounds: int,
-        latency_min_run_time_s: float,
-        eval_batches: int | None,
+        latency_batch_size: int = 64,
+        latency_rounds: int = LATENCY_ROUNDS,
+        latency_min_run_time_s: float = LATENCY_MIN_RUN_TIME_S,
+        eval_batches: int | None = 4,
         latency_budget_s: float = LATENCY_BUDGET_S,
         latency_ci_width: float = LATENCY_CI_WIDTH,
         latency_clock: Clock = LATENCY_CLOCK,
     ) -> Settings:
-        """Settings from a callback's config values, each refused in one line when invalid."""
+        """Settings from a callback's config values (``conf/base/measure.yaml``'s keys), each
+        refused in one line when invalid."""
         for key, value, hint in (
             ("latency_min_run_time_s", latency_min_run_time_s, RunTime),
             ("latency_budget_s", latency_budget_s, Budget),
@@ -80,3 +82,37 @@ class Settings:
     @property
     def batch_sizes(self) -> tuple[int, ...]:
         return tuple(dict.fromkeys((1, self.batch_size)))
+
+
+class OptimizationStep(HpmlCallback):
+    """A callback that measures a model before and after it changes it.
+
+    Args:
+        latency_batch_size: batch N of ``<stage>/latency_bN_ms`` (batch 1 is always timed).
+        latency_rounds: rounds of side-by-side timing at least.
+        latency_min_run_time_s: seconds of calls per side, round and batch size.
+        latency_budget_s: seconds per batch size after which no round starts.
+        latency_ci_width: the speed-up interval's width over its median that ends the rounds.
+        latency_clock: ``auto``, ``wall`` or ``thread_cpu``.
+        eval_batches: validation batches judged before and after (``None``: all of them).
+    """
+
+    def __init__(
+        self,
+        latency_batch_size: int = 64,
+        latency_rounds: Count = LATENCY_ROUNDS,
+        latency_min_run_time_s: RunTime = LATENCY_MIN_RUN_TIME_S,
+        latency_budget_s: Budget = LATENCY_BUDGET_S,
+        latency_ci_width: Width = LATENCY_CI_WIDTH,
+        latency_clock: Clock = LATENCY_CLOCK,
+        eval_batches: int | None = 4,
+    ) -> None:
+        self.settings = Settings.checked(
+            latency_batch_size,
+            latency_rounds,
+            latency_min_run_time_s,
+            eval_batches,
+            latency_budget_s,
+            latency_ci_width,
+            latency_clock,
+        )

@@ -1,10 +1,9 @@
 """When to prune, and what it did: the ``prune`` config group's callback.
 
-How to prune is :mod:`hpml.optimize.prune` (plain PyTorch: methods, engines, the amount at each
-step, the sensitivity scan); this callback only decides when (``before_fit``, ``after_fit``,
-``gradual``), rebuilds the optimisers after physical pruning, folds masks in before test and
-anything saved, and measures the net before and after side by side (an unpruned deep copy, held
-until the last step). Its metrics and artifacts: docs/pruning.md.
+How to prune is :mod:`hpml.optimize.prune` (plain PyTorch); this callback only decides when
+(``before_fit``, ``after_fit``, ``gradual``), rebuilds the optimisers after physical pruning,
+folds masks in before test and anything saved, and measures the net before and after side by
+side (an unpruned deep copy, held until the last step). Metrics and artifacts: docs/pruning.md.
 """
 
 from __future__ import annotations
@@ -15,15 +14,14 @@ import logging
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import Any
 
 import lightning as L
 from torch import nn
 
 from hpml.analysis.flops import count_flops
 from hpml.analysis.model_stats import nonzero_param_count, param_count
-from hpml.callbacks.in_array import InArray
-from hpml.callbacks.logging import log_file, log_metrics, log_text
+from hpml.callbacks.logging import log_file, log_metrics, log_text, mlflow_loggers
 from hpml.callbacks.measure import (
     Side,
     compare,
@@ -32,18 +30,7 @@ from hpml.callbacks.measure import (
     val_loader,
     validation_quality,
 )
-from hpml.callbacks.measure_settings import (
-    LATENCY_BUDGET_S,
-    LATENCY_CI_WIDTH,
-    LATENCY_CLOCK,
-    LATENCY_MIN_RUN_TIME_S,
-    LATENCY_ROUNDS,
-    Budget,
-    Clock,
-    RunTime,
-    Settings,
-    Width,
-)
+from hpml.callbacks.measure_settings import OptimizationStep
 from hpml.errors import ConfigError, non_negative_int
 from hpml.names import COUNT, FLOPS_PER_SAMPLE, PCT, metric
 from hpml.optimize.prune import io as prune_io
@@ -54,30 +41,32 @@ from hpml.optimize.prune.methods import Method
 from hpml.optimize.prune.pruner import Pruner, PruneReport
 from hpml.optimize.prune.sensitivity import scan
 from hpml.optimize.prune.targets import DEFAULT_EXCLUDE, DEFAULT_TARGETS
-from hpml.ranges import Count
 
 log = logging.getLogger(__name__)
 
 
-class Prune(L.Callback):
-    """Prune ``pl_module.net`` by ``importance`` to ``amount`` on ``schedule``; log before and
-    after.
+class Prune(OptimizationStep):
+    """Prune ``pl_module.net`` by ``method`` to ``amount`` on ``schedule``; log before and after.
 
-    ``method`` is the method's name in runs (the param ``prune.method``, ``prune/layers.json``);
-    ``importance`` the method itself, or what builds it (its config option's ``_partial_``
-    ``_target_`` node, so a refused knob is named ``prune.importance.<knob>``; by default the
-    method called ``method``). See the module docstring for the schedules and the metrics.
-    ``targets``/``exclude``: see :mod:`hpml.optimize.prune.targets` (``exclude: [output_layer]``
-    keeps the output size).
+    Args:
+        method: the method, or what builds it (its option's ``_partial_`` ``method`` node, so
+            a refused knob is named ``prune.method.<knob>``); runs record its name as the param
+            ``prune.method``.
+        amount: the share of the targeted weights (rows, when structured) removed, in [0, 1).
+        mode: ``physical`` or ``mask``; None: the method's default.
+        targets, exclude: what is pruned (:mod:`hpml.optimize.prune.targets`).
+        schedule: ``before_fit``, ``after_fit`` or ``gradual`` (:mod:`...prune.schedule`).
+        finetune_epochs: epochs added after pruning (``after_fit``, ``gradual``).
+        min_channels: no layer keeps fewer channels or hidden units (physical).
+        embedding: also remove embedding dimensions (physical LSTM).
+        sensitivity: amounts at which each weight is pruned alone and the model judged.
+        save_model: log the pruned model with its architecture (``prune/model.pt``).
+        **measure: the knobs of :class:`~hpml.callbacks.measure_settings.OptimizationStep`.
     """
-
-    # in a fused array: it prunes the one net it is given: an array trains plain nets
-    in_array: ClassVar[InArray] = InArray.SERIAL
 
     def __init__(
         self,
-        method: str = "l1_structured",
-        importance: Method | Callable[[], Method] | None = None,
+        method: Method | Callable[[], Method],
         amount: float = 0.5,
         mode: str | None = None,
         targets: Sequence[str] | None = DEFAULT_TARGETS,
@@ -86,61 +75,38 @@ class Prune(L.Callback):
         finetune_epochs: int = 1,
         min_channels: int = 1,
         embedding: bool = False,
-        latency_batch_size: int = 32,
-        latency_rounds: Count = LATENCY_ROUNDS,
-        latency_min_run_time_s: RunTime = LATENCY_MIN_RUN_TIME_S,
-        latency_budget_s: Budget = LATENCY_BUDGET_S,
-        latency_ci_width: Width = LATENCY_CI_WIDTH,
-        latency_clock: Clock = LATENCY_CLOCK,
-        eval_batches: int | None = None,
         sensitivity: Sequence[float] = (),
         save_model: bool = False,
+        **measure: Any,
     ) -> None:
+        super().__init__(**measure)
         self.amount = check_amount(amount)
         self.schedule = schedules.check_schedule(schedule)
         self.finetune_epochs = non_negative_int("finetune_epochs", finetune_epochs)
-        self.settings = Settings.checked(
-            latency_batch_size,
-            latency_rounds,
-            latency_min_run_time_s,
-            eval_batches,
-            latency_budget_s,
-            latency_ci_width,
-            latency_clock,
-        )
         self.sensitivity = [check_amount(a, "sensitivity") for a in (sensitivity or [])]
         self.save_model = bool(save_model)
-        if importance is not None and not isinstance(importance, Method):
+        if not isinstance(method, Method):
             try:
-                importance = importance()
+                method = method()
             except ConfigError as exc:
-                raise exc.under("importance") from exc
-        if importance is not None and importance.name and importance.name != method:
-            raise ConfigError(
-                "method",
-                method,
-                f"{importance.name}, the method prune.importance builds (another method is "
-                "another option: prune=<its name>)",
-            )
-        self.method = method
+                raise exc.under("method") from exc
         self.pruner = Pruner(
-            method if importance is None else importance,
+            method,
             mode,
             list(targets or DEFAULT_TARGETS),
             None if exclude is None else list(exclude),
             min_channels,
             embedding,
         )
-        self.train_epochs = 0
         self.steps: dict[int, float] = {}  # epoch -> absolute amount
         self.before: dict[str, float] = {}  # counts, FLOPs and sparsity before the first step
-        self.after: dict[str, float] = {}  # the same after the last
         self.kept: nn.Module | None = None  # the unpruned net, until it is timed beside the pruned
-        self.report: PruneReport | None = None
         self.pruned = False
 
     # -- when -----------------------------------------------------------------------------
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        for logger in mlflow_loggers(trainer):
+            logger.log_hyperparams({"prune.method": self.pruner.method.name})
         if stage != "fit":
             return
         epochs = trainer.fit_loop.max_epochs
@@ -150,7 +116,6 @@ class Prune(L.Callback):
                 epochs,
                 "a positive number of epochs when pruning (it sets the schedule)",
             )
-        self.train_epochs = epochs
         self.steps = schedules.steps(self.schedule, self.amount, epochs)
         if self.schedule != "before_fit":
             trainer.fit_loop.max_epochs = epochs + self.finetune_epochs
@@ -162,8 +127,7 @@ class Prune(L.Callback):
         input_shape: Sequence[int],
         name: str,
     ) -> None:
-        """Before training, on the meta-built module: every ``targets`` and ``exclude`` entry
-        names something in the net (hpml.validate asks each step it builds)."""
+        """Every ``targets`` and ``exclude`` entry names something in the net."""
         try:
             self.pruner.check(pl_module.net)
         except ConfigError as exc:
@@ -194,7 +158,8 @@ class Prune(L.Callback):
             log_metrics(trainer, self.counts(pl_module, "prune_final") | found)
         self.pruner.finalize(pl_module.net)
         if self.save_model:
-            self._save(trainer, pl_module.net)
+            with tempfile.TemporaryDirectory() as tmp:
+                log_file(trainer, prune_io.save(pl_module.net, Path(tmp) / "model.pt"), "prune")
 
     # -- what -----------------------------------------------------------------------------
     def _prune(
@@ -211,20 +176,24 @@ class Prune(L.Callback):
             self.kept = copy.deepcopy(pl_module.net)  # timed beside the pruned net, then dropped
             if self.sensitivity:
                 self._sensitivity(trainer, pl_module)
-        self.report = self.pruner.prune(pl_module.net, amount)
+        report = self.pruner.prune(pl_module.net, amount)
         self.pruned = True
         log.info(
             "pruned %s to %.3f: sparsity %.4f, rows %.4f",
             type(pl_module.net).__name__,
             amount,
-            self.report.sparsity,
-            self.report.row_sparsity,
+            report.sparsity,
+            report.row_sparsity,
         )
         if self.pruner.mode == "physical" and trainer.optimizers:
             trainer.strategy.setup_optimizers(trainer)  # the old ones hold removed parameters
-        if not last:
-            return
-        self.after = self.counts(pl_module, "prune_after")
+        if last:
+            self._log_last(trainer, pl_module, report)
+
+    def _log_last(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, report: PruneReport
+    ) -> None:
+        after = self.counts(pl_module, "prune_after")
         kept, self.kept = self.kept, None
         assert kept is not None  # set on the first step, which precedes or is the last
         device = pl_module.device
@@ -237,37 +206,27 @@ class Prune(L.Callback):
             Side("prune_after", self._shipped(pl_module.net), device),
         )
         # FLOPs and size, before / after (the speed-ups come with the side-by-side timing)
-        metrics = self.after | schedules.reductions(self.before | self.after | comparison.metrics)
-        for name, stats in self.report.layers.items():
+        metrics = after | schedules.reductions(self.before | after | comparison.metrics)
+        for name, stats in report.layers.items():
             metrics[metric("prune_layer", f"{name}_sparsity", PCT)] = 100 * stats.sparsity
             metrics[metric("prune_layer", f"{name}_row_sparsity", PCT)] = 100 * stats.row_sparsity
         comparison.log(trainer, metrics)
         log_text(trainer, str(pl_module.net), "prune/architecture_after.txt")
-        table = {
-            "method": self.method,
-            "mode": self.pruner.mode,
-            "amount": amount,
-            "sparsity": self.report.sparsity,
-            "row_sparsity": self.report.row_sparsity,
-            "widths": {k: list(v) for k, v in self.report.widths.items()},
-            "layers": {k: v.to_dict() for k, v in self.report.layers.items()},
-        }
+        table = report.table(self.pruner.method.name, self.pruner.mode)
         log_text(trainer, json.dumps(table, indent=2), "prune/layers.json")
 
     def counts(self, pl_module: L.LightningModule, stage: str) -> dict[str, float]:
         """Parameters, FLOPs and sparsity of the net as it is now."""
         shipped = self._shipped(pl_module.net)
-        found = {
+        flops = count_flops(shipped, pl_module.example_input(1)).per_sample
+        report = self.pruner.report(pl_module.net, self.amount)
+        return {
             metric(stage, "params", COUNT): param_count(shipped),
             metric(stage, "nonzero_params", COUNT): nonzero_param_count(shipped),
-            metric(stage, "fwd", FLOPS_PER_SAMPLE): count_flops(
-                shipped, pl_module.example_input(1)
-            ).per_sample,
+            metric(stage, "fwd", FLOPS_PER_SAMPLE): flops,
+            metric(stage, "sparsity", PCT): 100 * report.sparsity,
+            metric(stage, "row_sparsity", PCT): 100 * report.row_sparsity,
         }
-        report = self.pruner.report(pl_module.net, self.amount)
-        found[metric(stage, "sparsity", PCT)] = 100 * report.sparsity
-        found[metric(stage, "row_sparsity", PCT)] = 100 * report.row_sparsity
-        return found
 
     def _shipped(self, net: nn.Module) -> nn.Module:
         """The net as deployed: masks folded in (a copy) in mask mode, itself otherwise."""
@@ -291,18 +250,9 @@ class Prune(L.Callback):
         )
         for weight, by_amount in results.items():
             for pct, named in by_amount.items():
-                values = {
-                    metric(
-                        "prune_sensitivity",
-                        f"{weight}_{q.rsplit('_', 1)[0]}",
-                        q.rsplit("_", 1)[1],
-                    ): v
-                    for q, v in named.items()
-                }
+                values = {}
+                for q, v in named.items():
+                    quantity, unit = q.rsplit("_", 1)
+                    values[metric("prune_sensitivity", f"{weight}_{quantity}", unit)] = v
                 log_metrics(trainer, values, step=pct)
         log_text(trainer, json.dumps(results, indent=2), "prune/sensitivity.json")
-
-    def _save(self, trainer: L.Trainer, net: nn.Module) -> None:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = prune_io.save(net, Path(tmp) / "model.pt")
-            log_file(trainer, path, "prune")

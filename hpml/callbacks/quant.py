@@ -1,11 +1,11 @@
 """When to quantise: after fit for post-training methods, around a final fine-tune for QAT.
 
-How is the quantiser's (``hpml.optimize.quant``): the option's ``quantizer`` node, a partial
-called with the option's other keys. Quantisers change the net they are given, so this callback
-keeps a float copy (for QAT, taken when fake quantisation starts) and measures both side by side
-on the same batches (:mod:`hpml.callbacks.measure`); int8 kernels exist for CPU only, so a GPU
-run evaluates the quantised net on CPU and tags why. Metrics, tags and artifacts:
-docs/quantisation-compilation.md.
+How is :func:`hpml.optimize.quant.apply_quant`'s, with the quantiser the option's ``quantizer``
+node builds (a partial called with the option's other keys). Quantisers change the net they are
+given, so this callback keeps a float copy (for QAT, taken when fake quantisation starts) and
+measures both side by side on the same batches (:mod:`hpml.callbacks.measure`); int8 kernels
+exist for CPU only, so a GPU run evaluates the quantised net on CPU and tags why. Metrics, tags
+and artifacts: docs/quantisation-compilation.md.
 """
 
 from __future__ import annotations
@@ -15,38 +15,24 @@ import functools
 import inspect
 from collections.abc import Callable, Sequence
 from itertools import islice
-from typing import Any, ClassVar
+from typing import Any
 
 import lightning as L
 import torch
 from torch import nn
 
-from hpml.callbacks.in_array import InArray
+from hpml.callbacks.base import HpmlCallback
 from hpml.callbacks.logging import log_text, set_tags
-from hpml.callbacks.measure import (
-    Side,
-    compare,
-    on_trainer_device,
-)
-from hpml.callbacks.measure_settings import (
-    LATENCY_BUDGET_S,
-    LATENCY_CI_WIDTH,
-    LATENCY_CLOCK,
-    LATENCY_MIN_RUN_TIME_S,
-    LATENCY_ROUNDS,
-    Budget,
-    Clock,
-    RunTime,
-    Settings,
-    Width,
-)
+from hpml.callbacks.measure import Side, compare, on_trainer_device
+from hpml.callbacks.measure_settings import Settings
 from hpml.errors import ConfigError, IncompatibleError, non_negative_int, positive_int
 from hpml.names import S, metric
-from hpml.optimize.quant import OnDevice, Quantizer, make_quantizer
-from hpml.ranges import Count
+from hpml.optimize.quant import OnDevice, Quantizer, apply_quant
+from hpml.optimize.quant.base import no_calibration
 from hpml.tensors import first_tensor
 
 BEFORE, AFTER = "quant_before", "quant_after"
+MEASURE_KNOBS = tuple(inspect.signature(Settings.checked).parameters)
 
 
 def requested_device(trainer: L.Trainer, pl_module: L.LightningModule) -> torch.device:
@@ -92,52 +78,32 @@ def built(quantizer: Callable[..., Quantizer], options: dict[str, Any]) -> Quant
     return quantizer(**options)
 
 
-class Quantize(L.Callback):
+class Quantize(HpmlCallback):
     """Quantise the LightningModule's ``net`` with ``quantizer(**options)`` (see the module).
 
-    ``quantizer``: a class or function returning a :class:`~hpml.optimize.quant.Quantizer`
-    (the option's ``_partial_`` node); without one, hpml's method called ``options["method"]``
-    (:func:`~hpml.optimize.quant.make_quantizer`). ``options``: its knobs, ``method`` among them.
+    Args:
+        quantizer: a class or function returning a :class:`~hpml.optimize.quant.Quantizer`
+            (the option's ``_partial_`` node).
+        calibration_batches: training batches a calibrated method observes.
+        qat_epochs: the last epochs of fit that QAT fine-tunes with fake quantisation.
+        **options: the quantiser's knobs (``method`` among them), and the measurement knobs of
+            :meth:`~hpml.callbacks.measure_settings.Settings.checked`.
     """
-
-    # in a fused array: it quantises the one net it is given: an array trains plain nets
-    in_array: ClassVar[InArray] = InArray.SERIAL
 
     def __init__(
         self,
-        quantizer: Callable[..., Quantizer] | None = None,
+        quantizer: Callable[..., Quantizer],
         calibration_batches: int = 8,
         qat_epochs: int = 1,
-        latency_batch_size: int = 64,
-        latency_rounds: Count = LATENCY_ROUNDS,
-        latency_min_run_time_s: RunTime = LATENCY_MIN_RUN_TIME_S,
-        latency_budget_s: Budget = LATENCY_BUDGET_S,
-        latency_ci_width: Width = LATENCY_CI_WIDTH,
-        latency_clock: Clock = LATENCY_CLOCK,
-        eval_batches: int | None = 4,
         **options: Any,
     ) -> None:
-        self.quantizer = (
-            make_quantizer(**options) if quantizer is None else built(quantizer, options)
-        )
+        measure = {key: options.pop(key) for key in MEASURE_KNOBS if key in options}
+        self.quantizer = built(quantizer, options)
         self.calibration_batches = non_negative_int("calibration_batches", calibration_batches)
         if self.quantizer.needs_calibration and calibration_batches == 0:
-            raise ConfigError(
-                "calibration_batches",
-                0,
-                "a positive integer: static int8 "
-                "calibrates activation ranges on that many training batches",
-            )
+            raise no_calibration()
         self.qat_epochs = positive_int("qat_epochs", qat_epochs)
-        self.settings = Settings.checked(
-            latency_batch_size,
-            latency_rounds,
-            latency_min_run_time_s,
-            eval_batches,
-            latency_budget_s,
-            latency_ci_width,
-            latency_clock,
-        )
+        self.settings = Settings.checked(**measure)
         self.float_net: nn.Module | None = None  # kept until timed beside the quantised one
         self.before_device: torch.device | None = None
         self.done = False
@@ -149,9 +115,8 @@ class Quantize(L.Callback):
         input_shape: Sequence[int],
         name: str,
     ) -> None:
-        """Before training, on the meta-built module (``build_net()``: a real CPU net, built
-        once if asked for): the quantiser has layers to quantise, inputs it can quantise and
-        kernels for the net (hpml.validate asks each step it builds)."""
+        """The quantiser has layers to quantise, inputs it can quantise and kernels for the net
+        (``build_net()``: a real CPU net, built once if asked for)."""
         q = self.quantizer
         try:
             q.check(pl_module.net)
@@ -222,10 +187,9 @@ class Quantize(L.Callback):
         float_net, self.float_net = self.float_net, None
         assert float_net is not None and self.before_device is not None  # kept just above
         device, reason = choose_device(requested_device(trainer, pl_module), q)
-        if q.trains:
-            qnet = q.convert(pl_module.net)  # torch.ao QAT converts to CPU kernels
-        else:
-            qnet = q.quantize(pl_module.net.to(device), self._calibration(trainer))
+        if not q.trains:  # torch.ao QAT converts to CPU kernels where the net is
+            pl_module.net.to(device)
+        qnet, compile_time_s = apply_quant(pl_module.net, q, self._calibration(trainer))
         comparison = compare(
             trainer,
             pl_module,
@@ -235,8 +199,8 @@ class Quantize(L.Callback):
             Side(AFTER, qnet, device),
         )
         extra = {}
-        if q.compile_time_s is not None:
-            extra[metric("quant", "compile_time", S)] = q.compile_time_s
+        if compile_time_s is not None:
+            extra[metric("quant", "compile_time", S)] = compile_time_s
         pl_module.net = qnet if device == pl_module.device else OnDevice(qnet, device)
         self.done = True
         comparison.log(trainer, extra)

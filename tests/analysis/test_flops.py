@@ -113,11 +113,11 @@ def test_backward_of_a_qat_prepared_model_counts_as_its_float_model():
     """QAT layers hand their weight (a leaf) to ``weight_fake_quant``: FlopCounterMode's module
     hooks then broke ``autograd.grad`` with "A leaf node was passed to _will_engine_execute_node"
     (vgg_quant's qat job, when the perf monitor recounted after the swap)."""
-    from hpml.optimize.quant import make_quantizer
+    from hpml.optimize.quant.methods import qat
 
     example = torch.randn(1, 3, 32, 32)
     float_count = count_flops(vgg(11), example, with_backward=True).total
-    qat = make_quantizer("qat").prepare_qat(vgg(11), example).train()
+    qat = qat().prepare_qat(vgg(11), example).train()
     observers = {k: v.clone() for k, v in qat.state_dict().items()}
     assert count_flops(qat, example, with_backward=True).total == float_count
     # observers update even in eval mode: counting must not move the quantisation ranges
@@ -152,10 +152,10 @@ def test_backward_over_int8_ops_is_counted_without_warnings():
     """A dynamically quantised VGG keeps float convs: the int8 Linears have no backward."""
     import warnings
 
-    from hpml.optimize.quant import make_quantizer
+    from hpml.optimize.quant.methods import dynamic_int8
 
     example = torch.randn(1, 3, 32, 32)
-    quantised = make_quantizer("dynamic_int8").quantize(vgg(11), [])
+    quantised = dynamic_int8().quantize(vgg(11), [])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         count = count_flops(quantised, example, with_backward=True)

@@ -8,7 +8,7 @@ import torch
 import hpml.callbacks.quant as quant_callback
 from hpml.callbacks.quant import choose_device
 from hpml.errors import ConfigError
-from hpml.optimize.quant import make_quantizer
+from hpml.optimize.quant.methods import static_int8, weight_only_int8
 from tests.callbacks.comparisons import assert_side_by_side
 from tests.conftest import QUICK, run_cli, stderr_lines
 
@@ -18,11 +18,11 @@ SIZE_LATENCY = ("size_bytes", "latency_b1_ms", "latency_b32_ms", "val_acc_pct", 
 def test_cpu_only_kernels_fall_back_to_cpu_when_cuda_is_requested():
     cuda = torch.device("cuda:0")
     for backend in ("torch_ao", "pt2e"):
-        quantizer = make_quantizer("static_int8", backend=backend)
+        quantizer = static_int8(backend=backend)
         device, reason = choose_device(cuda, quantizer, lambda: True)
         assert device == torch.device("cpu")
         assert f"static_int8 ({backend}) kernels run on CPU only" in reason
-    assert choose_device(torch.device("cpu"), make_quantizer("static_int8")) == (
+    assert choose_device(torch.device("cpu"), static_int8()) == (
         torch.device("cpu"),
         None,
     )
@@ -30,7 +30,7 @@ def test_cpu_only_kernels_fall_back_to_cpu_when_cuda_is_requested():
 
 def test_cuda_capable_backend_runs_on_cuda_when_there_is_one():
     pytest.importorskip("torchao")
-    quantizer = make_quantizer("weight_only_int8", backend="torchao")
+    quantizer = weight_only_int8(backend="torchao")
     cuda = torch.device("cuda:0")
     assert choose_device(cuda, quantizer, lambda: True) == (cuda, None)
     device, reason = choose_device(cuda, quantizer, lambda: False)

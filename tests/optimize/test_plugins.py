@@ -30,8 +30,6 @@ from hpml.optimize.quant import Quantizer
 class Largest(Structured):
     """Whole rows whose largest |weight| (to a power) is smallest go first."""
 
-    name = "largest"
-
     def __init__(self, power: float = 1.0) -> None:
         if not power > 0:
             raise ConfigError("power", power, "a number > 0")
@@ -74,10 +72,8 @@ defaults:
   - /base/prune@_here_
   - _self_
 
-method: largest
-importance:
+method:
   _target_: {MODULE}.Largest
-  _partial_: true
   power: 1.0
 """
 QUANT_YAML = f"""
@@ -151,16 +147,12 @@ def test_listed_by_help(plugins: Path, root: Path) -> None:
     "override,line",
     [
         (
-            "prune.importance.power=-1",
-            "prune.importance.power=-1 is invalid: expected a number > 0",
+            "prune.method.power=-1",
+            "prune.method.power=-1 is invalid: expected a number > 0",
         ),
         (
-            "prune.importance.power=abc",
-            "prune.importance.power='abc' is invalid: expected a number",
-        ),
-        (
-            "prune.method=fpgm",
-            "prune.method='fpgm' is invalid: expected largest, the method prune.importance",
+            "prune.method.power=abc",
+            "prune.method.power='abc' is invalid: expected a number",
         ),
         (
             "quant.min_features=0",

@@ -1,14 +1,9 @@
 """Compile a module for training, with the compile paid before any timed step. Plain PyTorch.
 
 ``compile_for_training(net, examples, workdir)`` returns ``torch.compile(net, ...)`` (sharing the
-net's parameters, so one optimiser updates both) after one forward and backward per example batch
-size: dynamo traces and inductor builds the forward and, on the first backward, AOTAutograd's
-backward graph, for each shape training will meet, so no step pays for compilation. The warm-up
-leaves the net as it found it (gradients cleared, buffers such as BatchNorm's running statistics
-restored), so a compiled run follows the eager run's loss curve.
-
-The eager ``net`` stays what a caller keeps: its ``state_dict`` keys have no ``_orig_mod.``
-prefix, and measuring it (FLOPs on one sample, evaluation) compiles nothing more.
+net's parameters) after one forward and backward per batch size training will meet, so no step
+pays for compilation; the warm-up leaves the net as it found it. The eager ``net`` stays what a
+caller keeps (no ``_orig_mod.`` keys; measuring it compiles nothing more).
 """
 
 from __future__ import annotations
@@ -22,7 +17,8 @@ import torch
 from torch import nn
 
 from hpml.analysis.compare import PLAN, Plan, Speedup, speedup, time_side_by_side
-from hpml.optimize.compile import MODES, _args, _sync, _untraceable, use_cache_dir
+from hpml.optimize.compile.base import as_args, sync, untraceable, use_cache_dir
+from hpml.optimize.compile.torch_compile import check_mode
 
 Context = Callable[[], AbstractContextManager]
 
@@ -53,10 +49,7 @@ def compile_for_training(
     statistics) restored and the random streams forked, so a seeded run draws what the eager
     run draws (dropout inside the compiled graph still draws from inductor's own generator).
     """
-    if mode not in MODES:
-        from hpml.errors import ConfigError
-
-        raise ConfigError("mode", mode, f"one of {', '.join(MODES)}")
+    check_mode(mode)
     use_cache_dir(cache_dir or workdir / "inductor_cache")
     torch._dynamo.reset()
     start = time.perf_counter()
@@ -65,9 +58,9 @@ def compile_for_training(
         with untouched(net, examples):
             for example in examples:
                 _step(compiled, example, context)()
-                _sync(example)
+                sync(example)
     except Exception as exc:
-        raise _untraceable(net, "torch_compile", exc) from exc
+        raise untraceable(net, "torch_compile", exc) from exc
     return compiled, time.perf_counter() - start
 
 
@@ -96,7 +89,7 @@ def _step(net: nn.Module, example: torch.Tensor, context: Context) -> Callable[[
 
     def step() -> None:
         with context():
-            output = net(*_args(example))
+            output = net(*as_args(example))
         _scalar(output).backward()
 
     return step

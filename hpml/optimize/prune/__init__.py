@@ -1,19 +1,16 @@
-"""Pruning engines in plain PyTorch (no Lightning, no Hydra): how to prune, not when.
-
-- :class:`Pruner` (``pruner.py``): every method and mode behind one object.
-- ``methods.py``: the methods, one class each (structured or not, mask, importance, LSTM unit
-  scores); a new one is a subclass anywhere plus its ``conf/prune/<name>.yaml``.
-- ``mask.py``: ``torch.nn.utils.prune`` masks, non-compounding.
-- ``structured.py``: physical Conv/Linear channel pruning on torch-pruning's dependency graph.
-- ``lstm.py``: physical ``nn.LSTM`` hidden-unit (and embedding) pruning.
-- ``schedule.py``: the amount at each step of a schedule, and the reductions pruning gave.
-- ``sensitivity.py``: each weight alone pruned to each amount, the model judged.
-- ``io.py``: save and reload pruned models with their architecture.
-
-When to prune during training is :class:`hpml.callbacks.prune.Prune`'s business.
+"""Pruning in plain PyTorch (no Lightning, no Hydra): ``apply_prune(model, method, amount,
+example)``; :class:`Pruner` for a schedule of steps. See README.md for the modules and how to add
+a method.
 """
 
-from hpml.optimize.prune.methods import MODES, Method, Structured, Unstructured, named
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from torch import nn
+
+from hpml.optimize.prune.methods import MODES, Method, Structured, Unstructured
 from hpml.optimize.prune.pruner import Pruner, PruneReport
 from hpml.optimize.prune.targets import DEFAULT_EXCLUDE, DEFAULT_TARGETS, OUTPUT_LAYER
 
@@ -27,5 +24,30 @@ __all__ = [
     "Pruner",
     "Structured",
     "Unstructured",
-    "named",
+    "apply_prune",
 ]
+
+
+def apply_prune(
+    model: nn.Module,
+    method: Method,
+    amount: float,
+    example: Any,
+    mode: str | None = None,
+    targets: Sequence[str] | None = DEFAULT_TARGETS,
+    exclude: Sequence[str] | None = DEFAULT_EXCLUDE,
+    **options: Any,
+) -> tuple[nn.Module, PruneReport]:
+    """``model`` pruned in place by ``method`` to ``amount`` of its targeted weights (masks
+    folded in), and where its targets stand.
+
+    Args:
+        method: ranks what goes first (:mod:`hpml.optimize.prune.methods`).
+        amount: the share of the targeted weights (rows, when structured) removed, in [0, 1).
+        example: an input batch (physical mode traces the model on it).
+        mode, targets, exclude, **options: :class:`Pruner`'s.
+    """
+    pruner = Pruner(method, mode, targets, exclude, **options)
+    pruner.attach(model, example)
+    report = pruner.prune(model, amount)
+    return pruner.finalize(model), report

@@ -1,7 +1,5 @@
-"""Pruning amounts as users read them: fractions in [0, 1), counts rounded to the nearest unit.
-
-``int(400 * (1 - 0.8))`` is 79 in floating point; hpml removes ``round(400 * 0.8) = 320`` units and
-keeps 80, as a user expects.
+"""Pruning amounts as users read them: fractions in [0, 1), counts rounded to the nearest unit
+(400 at 0.8 removes 320 and keeps 80, where ``int(400 * (1 - 0.8))`` is 79).
 """
 
 from __future__ import annotations

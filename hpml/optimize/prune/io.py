@@ -1,12 +1,8 @@
 """Save and reload pruned models with their (smaller) architecture.
 
-A physically pruned model no longer fits its class's constructor arguments, so a plain
-``state_dict`` does not load into a freshly built one. ``save`` pickles the whole module (its
-layers with their new sizes and its weights) with ``torch.save``; ``load`` gives it back. The
-model's class must be importable when loading, as for any pickled module. torch-pruning's
-``tp.state_dict`` does the same through module ``__dict__``s, but it cannot pickle an
-``nn.LSTM`` (weak references) nor restore one (``all_weights`` has no setter). Masks are folded
-into the weights first, so the file holds what a user ships; the model itself is left as it was.
+A physically pruned model no longer fits its class's constructor, so ``save`` pickles the whole
+module (masks folded into a copy) with ``torch.save``; its class must be importable to ``load``.
+torch-pruning's ``tp.state_dict`` cannot pickle nor restore an ``nn.LSTM``.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Physical pruning of ``nn.LSTM`` hidden units (and optionally embedding dimensions).
 
-torch-pruning cannot trace multi-layer LSTMs nor an LSTM fed by an embedding (open upstream
-issues), so hpml slices them itself. Hidden unit ``j`` of a layer owns rows ``j``, ``H + j``,
-``2H + j`` and ``3H + j`` (the input, forget, cell and output gates) of ``weight_ih``,
-``weight_hh`` and both biases, column ``j`` of ``weight_hh`` and the matching input column of the
-next layer (or of the Linear that reads the LSTM). A unit's importance is its method's score
-(:mod:`hpml.optimize.prune.methods`) of its rows across the four gate blocks. Every
-layer and direction keeps the same number of units (``nn.LSTM`` has one ``hidden_size``), each
-chosen by its own ranking. A new ``nn.LSTM`` of the smaller size takes the kept weights, so the
-pruned model computes exactly what a freshly built model of that size with those weights does.
-
-The Linear reading the LSTM and the Embedding feeding it are found by running the model once with
-forward hooks: the first parameterised module called after the LSTM whose input width is the LSTM's
-output width, and the module called just before it whose output width is the LSTM's input.
+torch-pruning cannot trace multi-layer LSTMs nor an LSTM fed by an embedding, so hpml slices them
+itself: hidden unit ``j`` owns rows ``j``, ``H + j``, ``2H + j``, ``3H + j`` (the four gates) of
+``weight_ih``, ``weight_hh`` and both biases, column ``j`` of ``weight_hh`` and the matching input
+column of the next layer (or of the Linear reading the LSTM, found with forward hooks, as is the
+Embedding feeding it). A unit's score is its method's score of its rows; every layer and direction
+keeps the same number of units (``nn.LSTM`` has one ``hidden_size``).
 """
 
 from __future__ import annotations
@@ -155,11 +148,9 @@ class LSTMPlan:
 class LSTMPruner:
     """Remove hidden units of each named ``nn.LSTM`` of ``model`` (in place: modules are swapped).
 
-    Build it on the unpruned model; ``prune(model, amount)`` keeps ``round``-ed
-    ``hidden * (1 - amount)`` units of the original width (never fewer than ``min_channels``), also
-    when called repeatedly; ``plans`` says what the last call kept. ``scores`` ranks rows (the
-    lowest go first). With ``embedding=True`` the Embedding feeding the LSTM loses the same share
-    of its dimensions (ranked by ``scores`` of their columns of ``weight_ih_l0``).
+    Build it on the unpruned model: ``amount`` is of its widths (never fewer than
+    ``min_channels`` units); ``scores`` ranks rows, the lowest go first. With ``embedding=True``
+    the Embedding feeding the LSTM loses the same share of its dimensions.
     """
 
     def __init__(

@@ -1,12 +1,8 @@
-"""Mask pruning through ``torch.nn.utils.prune``: zeros in place, same shapes, no speedup.
+"""Mask pruning through ``torch.nn.utils.prune``: zeros in place, same shapes, no speed-up.
 
-``MaskPruner.prune(model, amount)`` brings the targeted weights to ``amount`` sparsity *of the
-original weights*, however often it is called: a gradual schedule 0.3 -> 0.6 -> 0.9 ends at 0.9,
-not at 1 - 0.7 * 0.4 * 0.1 (Lightning's ``ModelPruning`` compounds ``amount`` each epoch). Each call
-removes only the units still missing, as an integer count, so ``torch.nn.utils.prune``'s
-containers pick them among the weights still alive. Weights are never reset (no lottery ticket)
-and biases are never touched. ``make_permanent`` folds the masks into the weights (the state dict
-is twice the size until then) and should precede saving.
+Each call brings the targets to ``amount`` of the *original* weights (0.3 -> 0.6 -> 0.9 ends at
+0.9, where Lightning's ``ModelPruning`` compounds), removing only the units still missing.
+``make_permanent`` folds the masks into the weights; do it before saving.
 """
 
 from __future__ import annotations

@@ -1,29 +1,14 @@
-"""Pruning methods as plug-ins: each one a class, each option of ``conf/prune/`` names one.
+"""Pruning methods, one class each: what a method ranks lowest goes first (README.md).
 
-A method ranks what it prunes; the engines (masks, Conv/Linear channels, LSTM hidden units) are
-shared, as torch-pruning's ``MetaPruner`` shares one engine among its importances. A method says
-whether it removes whole rows (output channels, LSTM gate rows) or single weights, how mask mode
-zeroes one weight (a ``torch.nn.utils.prune`` method), and, when structured, how physical mode
-ranks what it cuts: a torch-pruning group importance for Conv/Linear channels (``channels``) and
-a score per row for LSTM hidden units (``units``).
-
-There is no table of methods: a config option builds its method from its ``importance`` node
-(``_target_: hpml.optimize.prune.methods.FPGM``), so a new method is one class here or in any
-importable module, plus one ``conf/prune/<name>.yaml``::
-
-    class Largest(Structured):      # rows with the smallest largest |weight| go first
-        name = "largest"
-
-        def scores(self, rows):
-            return rows.abs().amax(1)
-
-A structured method needs only ``scores``: mask mode zeroes the rows it ranks lowest and physical
-mode ranks channels by the scores of the root layer's rows (:class:`RowScores`). A method asks
-itself whether a mode suits it (:meth:`Method.check_mode`), so no list of methods is kept.
+A method says whether it removes whole rows (output channels, LSTM gate rows) or single weights,
+how mask mode zeroes a weight (a ``torch.nn.utils.prune`` method) and, when structured, how
+physical mode ranks what it cuts; the engines are shared, as torch-pruning's ``MetaPruner``
+shares one among its importances.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -82,20 +67,6 @@ class ScoredRows(prune.BasePruningMethod):
         mask[tuple(index)] = 0
         return mask
 
-    @classmethod
-    def apply(
-        cls,
-        module: nn.Module,
-        name: str,
-        amount: int | float,  # type: ignore[override]
-        dim: int = 0,
-        scores: Callable[[Tensor], Tensor] = l1_scores,
-        importance_scores: Tensor | None = None,
-    ) -> ScoredRows:
-        return super().apply(
-            module, name, amount=amount, dim=dim, scores=scores, importance_scores=importance_scores
-        )
-
 
 class RowScores:
     """A torch-pruning group importance from a score per row of each group's root layer.
@@ -114,15 +85,17 @@ class RowScores:
 
 class Method:
     """One pruning method; what it ranks lowest goes first. Subclass :class:`Unstructured` or
-    :class:`Structured` (the docstring of this module shows a plug-in).
+    :class:`Structured` (the docstring of this module shows a plug-in)."""
 
-    ``name`` is how runs and ``prune/layers.json`` call it: the ``method`` of its config option.
-    """
-
-    name: ClassVar[str] = ""
     structured: ClassVar[bool] = False  # whole rows (channels, gate rows), else single weights
     global_scope: ClassVar[bool] = False  # mask mode ranks all targets' weights together
     mask: ClassVar[type[prune.BasePruningMethod]] = prune.L1Unstructured
+
+    @property
+    def name(self) -> str:
+        """How runs (the param ``prune.method``) and ``prune/layers.json`` call it: its class's
+        name in snake case (``GlobalL1Unstructured``: ``global_l1_unstructured``)."""
+        return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", type(self).__name__).lower()
 
     @property
     def mask_kwargs(self) -> Mapping[str, Any]:
@@ -148,7 +121,7 @@ class Method:
                 "mode",
                 mode,
                 (
-                    f"{' or '.join(self.modes)} for {self.name or type(self).__name__}: single "
+                    f"{' or '.join(self.modes)} for {self.name}: single "
                     "weights cannot be removed from a dense layer, only whole channels (a "
                     "structured method such as l1_structured)"
                 ),
@@ -204,28 +177,24 @@ class Structured(Method):
 class L1Unstructured(Unstructured):
     """Single weights with the smallest magnitude, per layer."""
 
-    name = "l1_unstructured"
     mask = prune.L1Unstructured
 
 
 class GlobalL1Unstructured(L1Unstructured):
     """Single weights with the smallest magnitude across all targets at once."""
 
-    name = "global_l1_unstructured"
     global_scope = True
 
 
 class RandomUnstructured(Unstructured):
     """Single weights chosen at random, per layer: the baseline."""
 
-    name = "random_unstructured"
     mask = prune.RandomUnstructured
 
 
 class L1Structured(Structured):
     """Rows with the smallest L1 norm; channels by torch-pruning's group L1 magnitude."""
 
-    name = "l1_structured"
     mask = prune.LnStructured
     norm = 1
 
@@ -243,7 +212,6 @@ class L1Structured(Structured):
 class L2Structured(L1Structured):
     """Rows with the smallest L2 norm; channels by torch-pruning's group L2 magnitude."""
 
-    name = "l2_structured"
     norm = 2
 
     def scores(self, rows: Tensor) -> Tensor:
@@ -253,7 +221,6 @@ class L2Structured(L1Structured):
 class RandomStructured(Structured):
     """Rows chosen at random: the baseline."""
 
-    name = "random_structured"
     mask = prune.RandomStructured
 
     @property
@@ -272,28 +239,8 @@ class FPGM(Structured):
     best stand in for them. torch-pruning's ``FPGMImportance`` ranks whole groups only, so mask
     mode ranks rows itself (:class:`ScoredRows`)."""
 
-    name = "fpgm"
-
     def scores(self, rows: Tensor) -> Tensor:
         return fpgm_scores(rows)
 
     def channels(self) -> Any:
         return tp.importance.FPGMImportance(p=2)
-
-
-def _subclasses(cls: type) -> list[type]:
-    found = []
-    for sub in cls.__subclasses__():
-        found += [sub, *_subclasses(sub)]
-    return found
-
-
-def named(name: str) -> Method:
-    """The method class called ``name`` among those imported, built with its defaults.
-
-    Plain-PyTorch shorthand (``Pruner("fpgm")``); configs build theirs from ``_target_``.
-    """
-    classes = {c.name: c for c in _subclasses(Method) if c.name}
-    if name not in classes:
-        raise ConfigError("method", name, f"one of {', '.join(classes)}")
-    return classes[name]()

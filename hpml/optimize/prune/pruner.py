@@ -1,16 +1,13 @@
-"""``Pruner``: one object for every method and mode, usable from plain PyTorch.
+"""``Pruner``: one object for every method and mode, for a schedule of steps.
 
-    pruner = Pruner(L2Structured(), mode="physical")   # or Pruner("l2_structured", ...)
+    pruner = Pruner(L2Structured(), mode="physical")
     pruner.attach(net, example)          # resolve targets, record the original widths
     report = pruner.prune(net, 0.5)      # to 50% of the original, in place; call again to go on
     pruner.finalize(net)                 # masks folded into the weights (mask mode)
 
-Methods: the classes of :mod:`hpml.optimize.prune.methods` or any plug-in subclass (unstructured
-ones mask only; structured ones mask or physical, physical by default; each says so itself).
-Physical mode removes output channels of Conv/Linear layers through torch-pruning and hidden
-units of ``nn.LSTM`` through :mod:`hpml.optimize.prune.lstm`; mask mode zeroes weights through
-``torch.nn.utils.prune``. Every engine has one ``prune(model, amount)``. The amount is always
-measured against the original model, so repeated calls (a gradual schedule) never compound.
+Physical mode removes Conv/Linear output channels (``structured.py``) or LSTM hidden units
+(``lstm.py``); mask mode zeroes weights (``mask.py``). The amount is always measured against the
+original model, so repeated calls never compound.
 """
 
 from __future__ import annotations
@@ -25,10 +22,16 @@ from hpml.errors import ConfigError, IncompatibleError
 from hpml.optimize.prune import mask as masks
 from hpml.optimize.prune.amount import check_amount
 from hpml.optimize.prune.lstm import LSTMPruner
-from hpml.optimize.prune.methods import MODES, Method, named
+from hpml.optimize.prune.methods import MODES, Method
 from hpml.optimize.prune.stats import LayerStats, layer_stats
 from hpml.optimize.prune.structured import ChannelPruner, check_runs, output_shapes
-from hpml.optimize.prune.targets import DEFAULT_EXCLUDE, DEFAULT_TARGETS, Target, resolve
+from hpml.optimize.prune.targets import (
+    DEFAULT_EXCLUDE,
+    DEFAULT_TARGETS,
+    LAYER_TYPES,
+    Target,
+    resolve,
+)
 
 __all__ = ["MODES", "Engine", "PruneReport", "Pruner"]
 
@@ -62,16 +65,34 @@ class PruneReport:
         alive = sum(s.rows_alive for s in self.layers.values())
         return 1 - alive / total if total else 0.0
 
+    def table(self, method: str, mode: str) -> dict[str, Any]:
+        """What ``prune/layers.json`` holds: the step, then each layer's widths and counts."""
+        return {
+            "method": method,
+            "mode": mode,
+            "amount": self.amount,
+            "sparsity": self.sparsity,
+            "row_sparsity": self.row_sparsity,
+            "widths": {k: list(v) for k, v in self.widths.items()},
+            "layers": {k: v.to_dict() for k, v in self.layers.items()},
+        }
+
 
 class Pruner:
     """Prune ``targets`` minus ``exclude`` of a model by ``method`` in ``mode``.
 
-    ``method``: a :class:`~hpml.optimize.prune.methods.Method`, or the ``name`` of one.
+    Args:
+        method: ranks what goes first (:mod:`hpml.optimize.prune.methods`).
+        mode: ``physical`` (channels removed) or ``mask`` (zeroed); None: the method's default.
+        targets, exclude: what is pruned (:mod:`hpml.optimize.prune.targets`).
+        min_channels: no layer keeps fewer channels or hidden units (physical).
+        embedding: also remove embedding dimensions (physical LSTM).
+        coupled: layer names pruned together (default: the model's ``prune_coupled``).
     """
 
     def __init__(
         self,
-        method: Method | str = "l1_structured",
+        method: Method,
         mode: str | None = None,
         targets: Sequence[str] | None = DEFAULT_TARGETS,
         exclude: Sequence[str] | None = DEFAULT_EXCLUDE,
@@ -79,18 +100,16 @@ class Pruner:
         embedding: bool = False,
         coupled: Sequence[Sequence[str]] | None = None,
     ) -> None:
-        spec = named(method) if isinstance(method, str) else method
-        mode = spec.check_mode(mode)
+        mode = method.check_mode(mode)
         if isinstance(min_channels, bool) or not isinstance(min_channels, int) or min_channels < 1:
             raise ConfigError("min_channels", min_channels, "a positive integer")
-        self.method = spec.name or type(spec).__name__
-        self.spec, self.mode = spec, mode
+        self.method, self.mode = method, mode
         self.targets_spec = list(targets) if targets else list(DEFAULT_TARGETS)
         self.exclude_spec = list(exclude) if exclude is not None else []
         self.min_channels, self.embedding, self.coupled = min_channels, embedding, coupled
         self.targets: list[Target] = []
         self.before: dict[str, LayerStats] = {}
-        self._engines: list[Engine] = []
+        self._engine: Engine | None = None
         self._shapes: list[Any] = []
         self._example: Any = None
 
@@ -105,31 +124,24 @@ class Pruner:
         self.before = layer_stats(model, self.targets)
         self._example = example
         if self.mode == "mask":
-            self._engines = [masks.MaskPruner(self.spec, self.targets)]
+            self._engine = masks.MaskPruner(self.method, self.targets)
             return self.targets
         self._shapes = output_shapes(model, example)
-        modules = list(dict.fromkeys(t.module_name for t in self.targets))
-        lstms = [n for n in modules if isinstance(model.get_submodule(n), nn.LSTM)]
-        rnns = [
-            n for n in modules if isinstance(model.get_submodule(n), nn.RNNBase) and n not in lstms
-        ]
-        others = [n for n in modules if n not in lstms and n not in rnns]
-        layers = [
-            n
-            for n in others
-            if isinstance(model.get_submodule(n), nn.Linear | nn.modules.conv._ConvNd)
-        ]
-        if rnns:
-            raise IncompatibleError(
-                f"physical pruning supports nn.LSTM, not "
-                f"{type(model.get_submodule(rnns[0])).__name__} ({rnns[0]}); "
-                f"use prune.mode=mask"
-            )
-        if set(others) - set(layers):
-            name = sorted(set(others) - set(layers))[0]
+        names = dict.fromkeys(t.module_name for t in self.targets)
+        modules = {name: model.get_submodule(name) for name in names}
+        lstms = [n for n, m in modules.items() if isinstance(m, nn.LSTM)]
+        layers = [n for n, m in modules.items() if isinstance(m, LAYER_TYPES)]
+        for name, module in modules.items():
+            if isinstance(module, nn.RNNBase) and name not in lstms:
+                raise IncompatibleError(
+                    f"physical pruning supports nn.LSTM, not {type(module).__name__} ({name}); "
+                    f"use prune.mode=mask"
+                )
+        others = sorted(set(modules) - set(lstms) - set(layers))
+        if others:
             raise IncompatibleError(
                 f"physical pruning removes channels of Conv, Linear and LSTM layers, not of "
-                f"{type(model.get_submodule(name)).__name__} ({name}); leave it out of "
+                f"{type(modules[others[0]]).__name__} ({others[0]}); leave it out of "
                 f"prune.targets or use prune.mode=mask"
             )
         if lstms and layers:
@@ -139,32 +151,23 @@ class Pruner:
                 f"or use prune.mode=mask"
             )
         if lstms:
-            self._engines = [
-                LSTMPruner(
-                    model,
-                    example,
-                    lstms,
-                    self.spec.units,
-                    self.min_channels,
-                    self.embedding,
-                )
-            ]
+            units = self.method.units
+            self._engine = LSTMPruner(
+                model, example, lstms, units, self.min_channels, self.embedding
+            )
         else:
-            self._engines = [
-                ChannelPruner(
-                    model, example, layers, self.spec.channels, self.min_channels, self.coupled
-                )
-            ]
+            channels, coupled = self.method.channels, self.coupled
+            self._engine = ChannelPruner(
+                model, example, layers, channels, self.min_channels, coupled
+            )
         return self.targets
 
     def prune(self, model: nn.Module, amount: float) -> PruneReport:
         """Bring the targets of ``model`` to ``amount`` of the original, in place."""
         amount = check_amount(amount)
-        if not self._engines:
+        if self._engine is None:
             raise RuntimeError("call attach(model, example) before prune")
-        widths: dict[str, tuple[int, int]] = {}
-        for engine in self._engines:
-            widths |= engine.prune(model, amount)
+        widths = self._engine.prune(model, amount)
         if self.mode == "physical":
             check_runs(model, self._example, self._shapes)
         return self.report(model, amount, widths)
@@ -176,7 +179,7 @@ class Pruner:
 
     def mask_alone(self, weight: Tensor, amount: float) -> Tensor:
         """The mask this pruner's method gives ``weight`` pruned alone (sensitivity scans)."""
-        return self.spec.mask_alone(weight, check_amount(amount))
+        return self.method.mask_alone(weight, check_amount(amount))
 
     def finalize(self, model: nn.Module) -> nn.Module:
         """Make masks permanent (mask mode); physical pruning is permanent already."""

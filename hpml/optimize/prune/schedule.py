@@ -1,12 +1,8 @@
-"""The numbers a pruning run is made of: the amount at each step, and the reductions it gave.
-
-Plain arithmetic, no Lightning: a schedule over ``epochs`` training epochs gives the absolute
-amount (a share of the *original* weights, never compounding) to prune at the start of each
-epoch it prunes in; :class:`hpml.callbacks.prune.Prune` decides when those epochs come.
+"""The amount at each step of a schedule, and the reductions pruning gave: plain arithmetic.
 
 - ``before_fit``: no epoch steps; the whole amount once, when fit starts;
 - ``after_fit``: the whole amount at epoch ``epochs`` (after training, before fine-tuning);
-- ``gradual``: ``amount * (epoch + 1) / epochs`` at the start of each of the ``epochs``.
+- ``gradual``: ``amount * (epoch + 1) / epochs`` of the original at the start of each epoch.
 """
 
 from __future__ import annotations

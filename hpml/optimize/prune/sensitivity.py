@@ -1,13 +1,7 @@
 """Sensitivity scan: each targeted weight alone pruned to each amount, the model judged, restored.
 
-Plain PyTorch: ``evaluate()`` judges the model as it is now (a validation pass, say) and returns
-``{quantity: value}``; the scan masks one weight at a time with its method's mask (no hooks,
-no shapes changed), calls it, and puts the weight back before the next::
-
-    found = scan(net, pruner.targets, pruner.mask_alone, [0.5, 0.9], lambda: evaluate(net))
-    found["fc1.weight"][50]            # {quantity: value} with fc1.weight alone pruned 50%
-
-Amounts are keyed by their percentage, rounded (0.5 -> 50).
+found = scan(net, pruner.targets, pruner.mask_alone, [0.5, 0.9], lambda: evaluate(net))
+found["fc1.weight"][50]            # {quantity: value} with fc1.weight alone pruned 50%
 """
 
 from __future__ import annotations

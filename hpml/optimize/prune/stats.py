@@ -48,23 +48,13 @@ def layer_stats(
         weight = target.tensor(model).detach()
         rows = weight.reshape(weight.shape[0], -1) if weight.dim() else weight.reshape(1, 1)
         shape = tuple(weight.shape)
-        now = LayerStats(
+        old = (before or {}).get(target.name)
+        found[target.name] = LayerStats(
+            shape if old is None else old.shape_before,
             shape,
-            shape,
-            weight.numel(),
+            weight.numel() if old is None else old.numel_before,
             int(torch.count_nonzero(weight)),
-            rows.shape[0],
+            rows.shape[0] if old is None else old.rows_before,
             int((rows != 0).any(1).sum()),
         )
-        if before is not None and target.name in before:
-            old = before[target.name]
-            now = LayerStats(
-                old.shape_before,
-                shape,
-                old.numel_before,
-                now.nonzero,
-                old.rows_before,
-                now.rows_alive,
-            )
-        found[target.name] = now
     return found

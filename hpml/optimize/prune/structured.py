@@ -1,17 +1,11 @@
 """Physical channel pruning of Conv and Linear layers through torch-pruning's dependency graph.
 
-torch-pruning traces the model once (autograd graph of one forward pass on an example input) and
-groups the layers whose channels must go together: a conv's filters with the next BatchNorm and
-the next conv's input channels, a Linear's outputs with every consumer. Each group is ranked by
-the method's torch-pruning group importance (``channels`` in :mod:`hpml.optimize.prune.methods`)
-and the lowest-ranked channels are cut out, so ``print(model)`` shows the
-smaller layers and inference really gets faster.
-
-hpml plans the cut itself rather than calling ``MetaPruner.step``: channel counts are rounded as a
-user expects (``400`` at 0.8 keeps 80, where MetaPruner keeps ``int(400 * 0.2) = 79``), no layer
-drops below ``min_channels``, and a gradual schedule reaches its target relative to the original
-width, without compounding. ``coupled`` names layers whose outputs are combined element-wise in a
-way the trace does not show (a VAE's ``mu`` and ``logvar`` heads): they lose the same channels.
+torch-pruning traces the model once and groups the layers whose channels go together (a conv's
+filters with the next BatchNorm and the next conv's inputs); each group is ranked by the method's
+group importance (``channels``) and the lowest channels are cut out. hpml plans the cut itself
+rather than calling ``MetaPruner.step``: counts are rounded as a user expects, no layer drops
+below ``min_channels``, a gradual schedule never compounds, and ``coupled`` layers (a VAE's
+``mu`` and ``logvar`` heads, combined where the trace does not show it) lose the same channels.
 """
 
 from __future__ import annotations
@@ -38,10 +32,9 @@ def default_coupling(model: nn.Module) -> tuple[tuple[str, ...], ...]:
 class ChannelPruner:
     """Remove output channels of the targeted Conv/Linear layers of ``model``, in place.
 
-    ``layers`` are module names to prune; every other Conv/Linear layer keeps its outputs (its
-    inputs shrink when the layer before it is pruned). Build it on the unpruned model: the widths
-    it sees first are the ones ``amount`` is measured against. ``importance`` builds the
-    torch-pruning importance that ranks the groups.
+    ``layers`` are the module names to prune (other layers keep their outputs). Build it on the
+    unpruned model: ``amount`` is of its widths. ``importance`` builds the torch-pruning
+    importance that ranks the groups.
     """
 
     def __init__(

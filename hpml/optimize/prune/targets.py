@@ -1,16 +1,10 @@
 """Which weights a pruner touches: ``targets`` minus ``exclude``, named as users name them.
 
-An entry of ``targets`` or ``exclude`` is one of
-
-- a module type name (``Linear``, ``Conv2d``, ``LSTM``, ``Embedding``): every module of that type;
-- a module name or glob (``fc1``, ``features.*``): that module's weights;
-- a parameter name or glob (``fc1.weight``, ``lstm.weight_hh_l*``): those weights only;
-- ``output_layer`` (``exclude`` only): the last Linear or Conv layer the model registers, i.e. its
-  classifier or output layer, so the output keeps its size.
-
-Only weights are pruned (never biases): ``weight`` of Linear, Conv and Embedding layers, and the
-``weight_ih_l<k>`` / ``weight_hh_l<k>`` matrices of RNNs. An entry that matches nothing, and an
-``exclude`` that leaves nothing, are :class:`~hpml.errors.ConfigError`.
+An entry is a module type name (``Linear``, ``LSTM``), a module name or glob (``fc1``,
+``features.*``), a parameter name or glob (``lstm.weight_hh_l*``), or ``output_layer``
+(``exclude`` only: the last Linear or Conv layer registered, so the output keeps its size). Only
+weights are pruned, never biases. An entry that matches nothing, and an ``exclude`` that leaves
+nothing, are :class:`~hpml.errors.ConfigError`.
 """
 
 from __future__ import annotations

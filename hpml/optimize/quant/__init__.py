@@ -1,30 +1,31 @@
-"""Quantisation engines behind one interface, :class:`Quantizer`; no Lightning, no Hydra.
-
-- ``base.py``: the interface (check, quantise or prepare/convert, where the kernels run) and
-  :class:`OnDevice`;
-- ``methods.py``: hpml's methods (``dynamic_int8``, ``static_int8``, ``qat``,
-  ``weight_only_int8``), one function each, the ``_target_`` of their ``conf/quant/`` options;
-- ``torch_ao.py``, ``pt2e.py``, ``torchao_backend.py``, ``auto.py``: the backends.
-
-A config option builds its quantiser from its ``quantizer`` node, so a new quantiser is one class
-(anywhere importable) plus one ``conf/quant/<name>.yaml``; :func:`make_quantizer` is plain-PyTorch
-shorthand for hpml's own methods.
+"""Quantisation in plain PyTorch (no Lightning, no Hydra): ``apply_quant(net, quantizer,
+calibration)`` with a :class:`Quantizer` that a method of :mod:`hpml.optimize.quant.methods`
+builds. See README.md for the modules and how to add a quantiser.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-from hpml.errors import ConfigError
+from torch import nn
+
 from hpml.optimize.quant.base import OnDevice, Quantizer, notice_once
 
-__all__ = ["OnDevice", "Quantizer", "make_quantizer", "notice_once"]
+__all__ = ["OnDevice", "Quantizer", "apply_quant", "notice_once"]
 
 
-def make_quantizer(method: str, backend: str = "auto", **knobs: Any) -> Quantizer:
-    """hpml's quantiser for ``method`` on ``backend``: ``methods.<method>(...)`` (see there)."""
-    from hpml.optimize.quant import methods
+def apply_quant(
+    net: nn.Module, quantizer: Quantizer, calibration: Iterable[Any] = ()
+) -> tuple[nn.Module, float | None]:
+    """``net`` quantised after training (it may be changed in place), and the seconds the
+    quantiser spent compiling its kernels (None where it compiles nothing).
 
-    if method not in methods.__all__:
-        raise ConfigError("method", method, f"one of {', '.join(methods.__all__)}")
-    return getattr(methods, method)(method=method, backend=backend, **knobs)
+    Args:
+        quantizer: how, e.g. ``methods.static_int8(backend="pt2e")``; a QAT quantiser converts
+            the ``net`` it prepared and fine-tuned.
+        calibration: input batches, for a quantiser that ``needs_calibration``.
+    """
+    if quantizer.trains:
+        return quantizer.convert(net), quantizer.compile_time_s
+    return quantizer.quantize(net, calibration), quantizer.compile_time_s

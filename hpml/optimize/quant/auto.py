@@ -1,10 +1,8 @@
 """``static_int8`` with ``backend=auto``: eager torch.ao where it runs the net, else PT2E.
 
-Eager mode is kept first where it works (VGG, AlexNet): it needs no compiler and its int8 model
-runs as it is. A net whose forward calls an op outside its modules (ResNet's residual add) has no
-eager int8 kernel for it; PT2E quantises the traced graph instead. Which one a net gets is known
-before training: :meth:`AutoStatic.for_net` probes eager int8 on one batch (cached per
-architecture, so the check before training and the callback share one probe).
+Eager int8 needs no compiler (VGG, AlexNet); a net whose forward calls an op outside its modules
+(ResNet's residual add) gets PT2E. The choice is a probe of eager int8 on one batch, cached per
+architecture, made before training.
 """
 
 from __future__ import annotations
@@ -17,21 +15,18 @@ from torch import nn
 
 from hpml.optimize.quant.base import Quantizer, as_args
 from hpml.optimize.quant.pt2e import PT2EStatic
-from hpml.optimize.quant.torch_ao import STATIC_LAYERS, Static, eager_static_problem, float_inputs
+from hpml.optimize.quant.torch_ao import STATIC_LAYERS, Static, eager_static_problem
 
 
 class AutoStatic(Quantizer):
     """Static int8 by the first engine that can run the net: eager ``torch_ao``, then ``pt2e``."""
 
     method, backend = "static_int8", "auto"
-    needs_calibration = True
+    needs_calibration = float_inputs = True
     supported = STATIC_LAYERS
 
     def __init__(self, eager: Static, pt2e: PT2EStatic) -> None:
         self.eager, self.pt2e = eager, pt2e
-
-    def check_inputs(self, net: nn.Module, example: Any) -> None:
-        float_inputs(self.method, net, example)
 
     def check_net(
         self, build_net: Callable[[], nn.Module], example: torch.Tensor, model: str = "the model"
@@ -49,4 +44,6 @@ class AutoStatic(Quantizer):
         batches = list(calibration)
         example = as_args(batches[0])[0] if batches else None
         engine = self.pt2e if example is None else self.for_net(net, example)
-        return engine.quantize(net, batches)
+        quantised = engine.quantize(net, batches)
+        self.compile_time_s = engine.compile_time_s
+        return quantised

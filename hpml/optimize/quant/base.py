@@ -1,10 +1,8 @@
 """The one interface every quantisation backend implements, and helpers they share.
 
-A ``Quantizer`` says HOW (which layers, which kernels, which device they run on); a Lightning
-callback decides WHEN (after fit for post-training methods, around a fine-tune for QAT). hpml's
-configs name a method's function (:mod:`hpml.optimize.quant.methods`) with a backend
-(``torch_ao``, ``pt2e`` or ``torchao``), not a backend's classes, so a backend can change
-underneath them; a plug-in's config may name its ``Quantizer`` subclass directly.
+A ``Quantizer`` says how (which layers, which kernels, which device they run on); a callback
+decides when. Configs name a method (:mod:`hpml.optimize.quant.methods`) with a backend, not a
+backend's classes, so a backend can change underneath them.
 """
 
 from __future__ import annotations
@@ -53,6 +51,7 @@ class Quantizer(ABC):
     method: str
     backend: str
     needs_calibration: bool = False
+    float_inputs: bool = False  # it quantises activations: inputs must be floats, not ids
     trains: bool = False
     cuda_capable: bool = False
     supported: tuple[type[nn.Module], ...] = ()
@@ -68,8 +67,15 @@ class Quantizer(ABC):
             )
 
     def check_inputs(self, net: nn.Module, example: Any) -> None:
-        """Raise ``IncompatibleError`` when inputs like ``example`` cannot be quantised."""
-        return None  # every input kind suits weight-only and dynamic methods
+        """Raise ``IncompatibleError`` when inputs like ``example`` cannot be quantised: ids
+        where the method quantises activations (``float_inputs``)."""
+        tensor = first_tensor(example)
+        if self.float_inputs and tensor is not None and not tensor.is_floating_point():
+            raise IncompatibleError(
+                f"quant={self.method} quantises the activations that {type(net).__name__} "
+                f"computes from its inputs, but they are {tensor.dtype} ids (an embedding "
+                "model): use quant=dynamic_int8"
+            )
 
     def check_net(
         self, build_net: Callable[[], nn.Module], example: torch.Tensor, model: str = "the model"
@@ -93,6 +99,16 @@ class Quantizer(ABC):
 
     def convert(self, net: nn.Module) -> nn.Module:
         raise NotImplementedError(f"{self.method} is not trained")
+
+
+def no_calibration() -> ConfigError:
+    """What a calibrated method says when it is given no batches."""
+    return ConfigError(
+        "calibration_batches",
+        0,
+        "a positive integer: static int8 calibrates activation ranges on that many training "
+        "batches",
+    )
 
 
 def as_args(inputs: Any) -> tuple[Any, ...]:

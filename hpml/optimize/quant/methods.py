@@ -1,35 +1,8 @@
 """hpml's quantisation methods, one function each: the ``_target_`` of a ``conf/quant/`` option.
 
 Each takes the option's knobs (``method`` among them, the name runs record) and returns the
-:class:`~hpml.optimize.quant.base.Quantizer` of the backend it picks: ``backend=auto`` takes the
-first that has the method, and for ``static_int8`` decides per net
-(:mod:`hpml.optimize.quant.auto`). A method knows its own backends; there is no table of methods.
-A new quantiser is one class (a ``Quantizer`` subclass, any importable module) or function like
-these, plus one ``conf/quant/<name>.yaml`` whose ``quantizer`` node names it::
-
-    quantizer:
-      _target_: my_package.MyInt4      # called with the option's other keys: method, bits, ...
-      _partial_: true
-    method: int4
-    bits: 4
-
-====================  =========================  =========================  ===================
-method                ``torch_ao`` (CPU, eager)  ``pt2e`` (x86 CPU, graph)  ``torchao`` (CUDA,
-                                                                            CPU)
-====================  =========================  =========================  ===================
-``dynamic_int8``      Linear, LSTM, GRU;         -                          Linear (int8
-                      Embedding weight-only                                 activations and
-                                                                            weights)
-``static_int8``       Conv, Linear in modules;   Conv, Linear and the ops   -
-                      fused, per-channel,        between them (residual
-                      calibrated                 add); calibrated, compiled
-``qat``               Conv, Linear; fake-quant   -                          -
-                      fine-tune, then convert
-``weight_only_int8``  -                          -                          Linear (int8
-                                                                            weights)
-====================  =========================  =========================  ===================
-
-Backends are imported when chosen: ``torchao`` only where it is asked for.
+:class:`~hpml.optimize.quant.base.Quantizer` of the backend it picks (``auto``: the first that
+has the method; for ``static_int8``, per net). Which layers each backend quantises: README.md.
 """
 
 from __future__ import annotations
@@ -37,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from hpml.errors import ConfigError
+from hpml.optimize.quant import torch_ao
 from hpml.optimize.quant.base import Quantizer, flag
-
-__all__ = ["dynamic_int8", "qat", "static_int8", "weight_only_int8"]
 
 Engines = dict[str, Callable[[], Quantizer]]
 
@@ -77,18 +49,11 @@ def dynamic_int8(
     weight-only unless ``embeddings=false``) or ``torchao`` (Linear)."""
     own_method(method, ("dynamic_int8",))
     flag("embeddings", embeddings)
-
-    def eager() -> Quantizer:
-        from hpml.optimize.quant.torch_ao import Dynamic
-
-        return Dynamic(engine, embeddings)
-
-    def torchao() -> Quantizer:
-        from hpml.optimize.quant.torchao_backend import TorchaoInt8
-
-        return TorchaoInt8(method)
-
-    return pick(method, backend, {"torch_ao": eager, "torchao": torchao})
+    engines = {
+        "torch_ao": lambda: torch_ao.Dynamic(engine, embeddings),
+        "torchao": _torchao(method),
+    }
+    return pick(method, backend, engines)
 
 
 def static_int8(
@@ -105,21 +70,13 @@ def static_int8(
     for key, value in (("per_channel", per_channel), ("fuse", fuse), ("compile", compile)):
         flag(key, value)
 
-    def eager() -> Quantizer:
-        from hpml.optimize.quant.torch_ao import Static
+    from hpml.optimize.quant.auto import AutoStatic
+    from hpml.optimize.quant.pt2e import PT2EStatic
 
-        return Static(engine, per_channel, fuse)
-
-    def pt2e() -> Quantizer:
-        from hpml.optimize.quant.pt2e import PT2EStatic
-
-        return PT2EStatic(compile)
-
+    eager = torch_ao.Static(engine, per_channel, fuse)
     if backend == "auto":
-        from hpml.optimize.quant.auto import AutoStatic
-
-        return AutoStatic(eager(), pt2e())  # type: ignore[arg-type]
-    return pick(method, backend, {"torch_ao": eager, "pt2e": pt2e})
+        return AutoStatic(eager, PT2EStatic(compile))
+    return pick(method, backend, {"torch_ao": lambda: eager, "pt2e": lambda: PT2EStatic(compile)})
 
 
 def qat(
@@ -134,22 +91,22 @@ def qat(
     for key, value in (("per_channel", per_channel), ("fuse", fuse)):
         flag(key, value)
 
-    def eager() -> Quantizer:
-        from hpml.optimize.quant.torch_ao import QAT
-
-        return QAT(engine, per_channel, fuse)
-
-    return pick(method, backend, {"torch_ao": eager})
+    return pick(method, backend, {"torch_ao": lambda: torch_ao.QAT(engine, per_channel, fuse)})
 
 
 def weight_only_int8(method: str = "weight_only_int8", backend: str = "auto") -> Quantizer:
     """torchao's int8 for Linear layers on CUDA or CPU: weight-only, or with int8 activations
     too where ``method=dynamic_int8`` (``quant=torchao_int8``)."""
     own_method(method, ("weight_only_int8", "dynamic_int8"))
+    return pick(method, backend, {"torchao": _torchao(method)})
 
-    def torchao() -> Quantizer:
+
+def _torchao(method: str) -> Callable[[], Quantizer]:
+    """Builds torchao's engine, importing torchao only where it is chosen."""
+
+    def build() -> Quantizer:
         from hpml.optimize.quant.torchao_backend import TorchaoInt8
 
         return TorchaoInt8(method)
 
-    return pick(method, backend, {"torchao": torchao})
+    return build

@@ -1,17 +1,10 @@
 """Backend ``pt2e``: static int8 of a whole traced graph (torchao's PT2E flow, x86 CPU kernels).
 
-Eager mode replaces modules, so an op written in ``forward`` (ResNet's ``out += identity``) stays
-float between int8 tensors and has no kernel. PT2E quantises the graph ``torch.export`` captures
-instead, functional ops included: export (batch dimension dynamic) -> ``prepare_pt2e`` with
-``X86InductorQuantizer`` (conv/linear weights int8 per channel, activations per tensor, conv+bn
-folded, conv+add+relu annotated as one pattern) -> calibration -> ``convert_pt2e``, which folds
-each weight's quantisation into an int8 constant. The converted graph computes in fp32 around
-quantize/dequantize pairs; ``torch.compile`` with inductor freezing turns those patterns into
-oneDNN int8 convolutions and matmuls, which is where the speed comes from (``compile=False`` runs
-the reference graph: same numbers, slower than fp32).
-
-Export is strict (TorchDynamo): non-strict export names a module called twice (torchvision's
-shared ``self.relu``) as one source partition, which the quantizer's pattern matcher refuses.
+Eager mode replaces modules, so an op written in ``forward`` (ResNet's ``out += identity``) has
+no int8 kernel. PT2E quantises the graph ``torch.export`` captures (strict, batch dynamic):
+``prepare_pt2e`` with ``X86InductorQuantizer``, calibration, ``convert_pt2e``; ``torch.compile``
+with inductor freezing then turns the quantize/dequantize patterns into oneDNN int8 kernels
+(``compile=False`` runs the reference graph: same numbers, slower than fp32).
 """
 
 from __future__ import annotations
@@ -23,9 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from hpml.errors import ConfigError
-from hpml.optimize.quant.base import Quantizer, as_args
-from hpml.optimize.quant.torch_ao import STATIC_LAYERS, float_inputs
+from hpml.optimize.quant.base import Quantizer, as_args, no_calibration
+from hpml.optimize.quant.torch_ao import STATIC_LAYERS
 
 
 def drop_unused_state(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -58,13 +50,9 @@ def batch_example(batch: Any) -> tuple[Any, ...]:
 class Int8Graph(nn.Module):
     """The converted int8 graph as an inference-only module, compiled with freezing by default.
 
-    Inductor freezing folds the int8 weights into prepacked oneDNN kernels. It is read when a
-    graph is compiled, and a new input shape compiles again on some later call, so it is set
-    around every call rather than process-wide (where it would change how every other
-    ``torch.compile`` in the process treats parameters). ``train()``/``eval()`` only set the flag:
-    the graph was exported in eval mode (batch norm folded, dropout off) and Lightning calls them
-    around every stage. The state dict is the graph's alone (int8 weights, float biases, scales
-    and zero points): the compiled forward is a function, not a second copy of the module.
+    Inductor reads ``freezing`` whenever it compiles (a new shape compiles again), so it is set
+    around every call, not process-wide. ``train()``/``eval()`` only set the flag: the graph was
+    exported in eval mode. The state dict is the graph's alone.
     """
 
     def __init__(self, graph: torch.fx.GraphModule, compile: bool = True) -> None:
@@ -87,15 +75,12 @@ class PT2EStatic(Quantizer):
     """Post-training static int8 of the exported graph: export, annotate, calibrate, convert."""
 
     method, backend = "static_int8", "pt2e"
-    needs_calibration = True
+    needs_calibration = float_inputs = True
     supported = STATIC_LAYERS
 
     def __init__(self, compile: bool = True) -> None:
         self.compile = compile
         self.compile_time_s: float | None = None
-
-    def check_inputs(self, net: nn.Module, example: Any) -> None:
-        float_inputs(self.method, net, example)
 
     def convert(self, net: nn.Module, calibration: Iterable[Any] = ()) -> torch.fx.GraphModule:
         """The converted graph (int8 weight constants, quantize/dequantize nodes), not compiled."""
@@ -105,13 +90,8 @@ class PT2EStatic(Quantizer):
         batches = iter(calibration)
         first = next(batches, None)
         if first is None:
-            raise ConfigError(
-                "calibration_batches",
-                0,
-                "a positive integer: static int8 calibrates activation ranges on that many "
-                "training batches",
-            )
-        float_inputs(self.method, net, first)
+            raise no_calibration()
+        self.check_inputs(net, first)
         example = batch_example(first)
         batch = torch.export.Dim("batch", min=1)
         dynamic = tuple({0: batch} if i == 0 else None for i in range(len(example)))

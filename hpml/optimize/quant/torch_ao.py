@@ -1,14 +1,9 @@
-"""Backend ``torch_ao``: ``torch.ao.quantization`` (eager mode), int8 kernels for x86/ARM CPUs.
+"""Backend ``torch_ao``: ``torch.ao.quantization`` in eager mode, int8 kernels for x86/ARM CPUs.
 
-- dynamic int8: weights int8, activations quantised on the fly (Linear, LSTM, GRU); embeddings
-  weight-only int8 with per-row float scales, so an embedding-heavy LSTM really shrinks ~4x;
-- static int8: conv+bn(+relu) and linear+relu fused, observers calibrated on N batches, weights
-  per-channel, activations per-tensor, then converted; the model is wrapped in quant/dequant stubs;
-- qat: the same fused layout with fake quantisation, fine-tuned, then converted.
-
-torch.ao.quantization is deprecated upstream in favour of torchao; it still works in torch 2.14
-and is what gives int8 conv kernels on CPU today. The notice is logged once per process; torch's
-own warnings are left alone.
+Dynamic int8 (Linear, LSTM, GRU; embeddings weight-only), static int8 (fused conv+bn+relu and
+linear+relu, calibrated, per-channel weights, wrapped in quant/dequant stubs) and QAT (the same
+layout with fake quantisation, fine-tuned, then converted). Deprecated upstream in favour of
+torchao, it still gives int8 conv kernels on CPU; the notice is logged once per process.
 """
 
 from __future__ import annotations
@@ -24,8 +19,7 @@ import torch.ao.quantization as tq
 from torch import nn
 
 from hpml.errors import ConfigError, IncompatibleError
-from hpml.optimize.quant.base import Quantizer, as_args, notice_once
-from hpml.tensors import first_tensor
+from hpml.optimize.quant.base import Quantizer, as_args, no_calibration, notice_once
 
 ENGINES = ("x86", "fbgemm", "onednn", "qnnpack")
 CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
@@ -112,28 +106,15 @@ class Dynamic(Quantizer):
         return tq.quantize_dynamic(net.cpu().eval(), spec, dtype=torch.qint8, inplace=False)
 
 
-def float_inputs(method: str, net: nn.Module, sample: Any) -> None:
-    tensor = first_tensor(sample)
-    if tensor is not None and not tensor.is_floating_point():
-        raise IncompatibleError(
-            f"quant={method} quantises the activations that {type(net).__name__} computes "
-            f"from its inputs, but they are {tensor.dtype} ids (an embedding model): "
-            "use quant=dynamic_int8"
-        )
-
-
 class Static(Quantizer):
     """Post-training static int8 in eager mode: fuse, observe, calibrate, convert."""
 
     method, backend = "static_int8", "torch_ao"
-    needs_calibration = True
+    needs_calibration = float_inputs = True
     supported = STATIC_LAYERS
 
     def __init__(self, engine: str = "x86", per_channel: bool = True, fuse: bool = True) -> None:
         self.engine, self.per_channel, self.fuse = engine, per_channel, fuse
-
-    def check_inputs(self, net: nn.Module, example: Any) -> None:
-        float_inputs(self.method, net, example)
 
     def check_net(
         self, build_net: Callable[[], nn.Module], example: torch.Tensor, model: str = "the model"
@@ -177,16 +158,11 @@ class Static(Quantizer):
         with torch.inference_mode():
             for batch in calibration:
                 if seen == 0:
-                    float_inputs(self.method, net, batch)
+                    self.check_inputs(net, batch)
                 wrapped(*as_args(_cpu(batch)))
                 seen += 1
         if seen == 0:
-            raise ConfigError(
-                "calibration_batches",
-                0,
-                "a positive integer: static int8 "
-                "calibrates activation ranges on that many training batches",
-            )
+            raise no_calibration()
         return tq.convert(wrapped, inplace=True)
 
 
@@ -202,7 +178,7 @@ class QAT(Static):
 
     def prepare_qat(self, net: nn.Module, example: Any = None) -> nn.Module:
         if example is not None:
-            float_inputs(self.method, net, example)
+            self.check_inputs(net, example)
         device = next((p.device for p in net.parameters()), torch.device("cpu"))
         wrapped = self.wrap(net, train=True)
         wrapped.qconfig = (

@@ -1,9 +1,5 @@
-"""Backend ``torchao``: ``torchao.quantization.quantize_`` on ``nn.Linear`` layers, CUDA and CPU.
-
-Weight-only int8 (``weight_only_int8``) and dynamic int8 activations with int8 weights
-(``dynamic_int8``). torchao swaps Linear weights for int8 tensor subclasses; other layer types are
-left in float, so a model with no Linear has nothing to quantise. Tested with torchao 0.18 on
-torch 2.14.
+"""Backend ``torchao``: ``torchao.quantization.quantize_`` on ``nn.Linear`` layers, CUDA and CPU:
+weight-only int8 (``weight_only_int8``) or int8 activations too (``dynamic_int8``).
 """
 
 from __future__ import annotations

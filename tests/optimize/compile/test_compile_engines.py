@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from hpml.errors import IncompatibleError
-from hpml.optimize.compile import compile_model
+from hpml.optimize.compile import apply_compile
 
 
 def small_cnn() -> nn.Module:
@@ -31,7 +31,7 @@ def examples() -> list[torch.Tensor]:
 @pytest.mark.parametrize("method", ["torchscript", "torch_compile", "export", "aot_inductor"])
 def test_compiled_outputs_equal_eager(method, tmp_path):
     net = small_cnn()
-    compiled = compile_model(net, method, examples(), tmp_path)
+    compiled = apply_compile(net, method, examples(), tmp_path)
     assert compiled.seconds > 0
     x = torch.randn(4, 3, 16, 16)  # a batch size it was not compiled for
     with torch.inference_mode():
@@ -58,7 +58,7 @@ class ReturnsText(nn.Module):
 
 def test_torchscript_on_an_untraceable_model_is_one_line(tmp_path):
     with pytest.raises(IncompatibleError) as info:
-        compile_model(ReturnsText(), "torchscript", examples(), tmp_path)
+        apply_compile(ReturnsText(), "torchscript", examples(), tmp_path)
     message = str(info.value)
     assert message.startswith("torchscript cannot compile ReturnsText: ")
     assert "\n" not in message and "compile=torch_compile" in message
@@ -72,4 +72,4 @@ class BranchOnValue(nn.Module):
 def test_torchscript_that_traces_wrong_outputs_is_caught(tmp_path):
     xs = [torch.ones(1, 3), -torch.ones(2, 3)]
     with pytest.raises(IncompatibleError, match="torchscript"):
-        compile_model(BranchOnValue(), "torchscript", xs, tmp_path)
+        apply_compile(BranchOnValue(), "torchscript", xs, tmp_path)

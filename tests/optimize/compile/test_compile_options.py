@@ -7,21 +7,15 @@ import pytest
 import torch
 from torch.profiler import profile
 
-from hpml.optimize.compile import FAST_CONV, compile_model, conv_kernels, fast_path
+from hpml.optimize.compile import FAST_CONV, apply_compile, conv_kernels, fast_path
+from hpml.optimize.compile.torch_compile import TorchCompile
 from tests.optimize.compile.test_compile_engines import examples, small_cnn
 
 
 def test_frozen_channels_last_compile_matches_eager_on_nchw_batches(tmp_path, inductor_cache):
     net, reference = small_cnn(), small_cnn()
-    compiled = compile_model(
-        net,
-        "torch_compile",
-        examples(),
-        tmp_path,
-        freezing=True,
-        channels_last=True,
-        cache_dir=inductor_cache,
-    )
+    method = TorchCompile(freezing=True, channels_last=True, cache_dir=inductor_cache)
+    compiled = apply_compile(net, method, examples(), tmp_path)
     assert net[0].weight.is_contiguous(memory_format=torch.channels_last)
     x = torch.randn(4, 3, 16, 16)  # NCHW, as loaders give, at a batch size not compiled for
     with torch.inference_mode():
@@ -42,15 +36,8 @@ def test_frozen_compile_calls_the_prepacked_convolution_under_any_grad_mode(
 ):
     """Compiled under inference_mode and called under no_grad (or with grad on), dynamo
     recompiles; the module hpml returns freezes that graph too, so it stays on the fast path."""
-    compiled = compile_model(
-        small_cnn(),
-        "torch_compile",
-        examples(),
-        tmp_path,
-        freezing=True,
-        channels_last=channels_last,
-        cache_dir=inductor_cache,
-    )
+    method = TorchCompile(freezing=True, channels_last=channels_last, cache_dir=inductor_cache)
+    compiled = apply_compile(small_cnn(), method, examples(), tmp_path)
     assert compiled.conv_kernels == (FAST_CONV,)
     x = examples()[1]
     for mode in (torch.no_grad, torch.enable_grad, torch.inference_mode):
@@ -60,9 +47,7 @@ def test_frozen_compile_calls_the_prepacked_convolution_under_any_grad_mode(
 
 def test_unfrozen_compile_and_eager_call_the_eager_convolution(tmp_path, inductor_cache):
     net = small_cnn()
-    compiled = compile_model(
-        net, "torch_compile", examples(), tmp_path, freezing=False, cache_dir=inductor_cache
-    )
+    compiled = apply_compile(net, TorchCompile(cache_dir=inductor_cache), examples(), tmp_path)
     assert compiled.conv_kernels == ("aten::mkldnn_convolution",)
     assert conv_kernels(net, examples()[1]) == ("aten::mkldnn_convolution",)
     assert not fast_path(compiled.conv_kernels)

@@ -7,19 +7,19 @@ import torch
 from torch import nn
 
 from hpml.errors import ConfigError
-from hpml.optimize.prune import Pruner, Structured
-from hpml.optimize.prune.methods import named
+from hpml.optimize.prune import Pruner, Structured, apply_prune
+from hpml.optimize.prune.methods import FPGM, GlobalL1Unstructured
 from tests.optimize.prune.conf_methods import methods, option_nodes
 
 METHODS = methods()
 
 
-def test_every_option_names_the_method_its_importance_node_builds():
+def test_every_option_is_named_as_the_class_its_method_node_builds():
     nodes = option_nodes()
     assert nodes, "no prune option builds a method"
-    for option, node in nodes.items():
-        assert node.method == option
+    for option in nodes:
         assert METHODS[option].name == option
+    assert GlobalL1Unstructured().name == "global_l1_unstructured" and FPGM().name == "fpgm"
 
 
 @pytest.mark.parametrize("name", list(METHODS))
@@ -41,18 +41,8 @@ def test_a_method_masks_its_share_of_one_weight_alone(name):
             method.check_mode("physical")
 
 
-def test_a_name_reaches_the_method_class_and_an_unknown_one_the_valid_ones():
-    assert type(named("fpgm")) is type(METHODS["fpgm"])
-    with pytest.raises(ConfigError) as info:
-        named("l3_structured")
-    assert str(info.value).startswith("method='l3_structured' is invalid: expected one of ")
-    assert "l1_structured" in str(info.value)
-
-
 class Largest(Structured):
     """A plug-in that defines only its scores: rows with the smallest largest |weight| go."""
-
-    name = "largest_test"
 
     def scores(self, rows: torch.Tensor) -> torch.Tensor:
         return rows.abs().amax(1)
@@ -71,3 +61,12 @@ def test_a_structured_plug_in_with_only_scores_prunes_in_both_modes(mode):
     alive = [r.tolist() for r in model[0].weight if r.abs().sum() > 0]
     assert alive == [[5.0, 0, 0], [0, 2.0, 0], [0, 0, 9.0]]
     assert model(torch.ones(2, 3)).shape == (2, 2)
+
+
+def test_apply_prune_from_plain_pytorch_removes_channels_and_says_how_many():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 2))
+    pruned, report = apply_prune(model, FPGM(), 0.5, torch.ones(2, 3), mode="physical")
+    assert pruned is model and model[0].out_features == 4 and model[2].in_features == 4
+    assert report.row_sparsity == 0.5 and report.widths == {"0": (8, 4)}
+    assert pruned(torch.ones(5, 3)).shape == (5, 2)

@@ -15,7 +15,13 @@ from hpml.optimize.prune import Pruner
 from hpml.optimize.prune import io as prune_io
 from hpml.optimize.prune.amount import units_to_keep
 from hpml.optimize.prune.lstm import LSTMPruner, _gate_rows
-from hpml.optimize.prune.methods import l1_scores, l2_scores
+from hpml.optimize.prune.methods import (
+    L1Structured,
+    L1Unstructured,
+    L2Structured,
+    l1_scores,
+    l2_scores,
+)
 from tests.optimize.prune.conf_methods import methods, names
 
 # read from conf/prune/, so a new method is tested without editing this file
@@ -117,7 +123,7 @@ def test_vae_at_0_8_has_study_3_shapes_and_flops():
     model = VAE()
     x = torch.rand(1, 784)
     assert count_flops(model, x).per_sample == 2 * 651_200 == 1_302_400
-    pruner = Pruner("l1_structured", min_channels=8, exclude=["fc4"])
+    pruner = Pruner(L1Structured(), min_channels=8, exclude=["fc4"])
     pruner.attach(model, x)
     pruner.prune(model, 0.8)
     shapes = [
@@ -135,7 +141,7 @@ def test_vae_heads_lose_the_same_latent_units():
     torch.manual_seed(1)
     model, reference = VAE(), None
     reference = {n: p.detach().clone() for n, p in model.named_parameters()}
-    pruner = Pruner("l2_structured", exclude=["output_layer"])
+    pruner = Pruner(L2Structured(), exclude=["output_layer"])
     pruner.attach(model, torch.rand(2, 784))
     pruner.prune(model, 0.5)
     rows21 = [reference["fc21.bias"].tolist().index(b) for b in model.fc21.bias.tolist()]
@@ -153,7 +159,7 @@ def test_physical_pruning_still_trains():
     torch.manual_seed(0)
     model = vgg(11)
     x, y = torch.randn(8, 3, 32, 32), torch.randint(0, 10, (8,))
-    pruner = Pruner("l1_structured")
+    pruner = Pruner(L1Structured())
     pruner.attach(model, x[:2])
     pruner.prune(model, 0.5)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -220,7 +226,7 @@ def test_lstm_units_ranked_by_norm_across_gate_blocks():
 def test_lstm_embedding_dims_pruned_on_request():
     model = LSTMClassifier(100, embedding_dim=20, hidden_size=10)
     tokens = torch.randint(1, 100, (3, 7))
-    pruner = Pruner("l2_structured", embedding=True)
+    pruner = Pruner(L2Structured(), embedding=True)
     pruner.attach(model, tokens)
     pruner.prune(model, 0.5)
     assert model.embedding.embedding_dim == 10 and model.lstm.input_size == 10
@@ -241,7 +247,7 @@ def test_lstm_embedding_dims_pruned_on_request():
 def test_saved_pruned_models_reload_with_identical_outputs(tmp_path, build, example):
     torch.manual_seed(0)
     model = build().eval()
-    pruner = Pruner("l1_structured")
+    pruner = Pruner(L1Structured())
     pruner.attach(model, example)
     pruner.prune(model, 0.5)
     path = prune_io.save(model, tmp_path / "pruned.pt")
@@ -256,7 +262,7 @@ def test_saved_pruned_models_reload_with_identical_outputs(tmp_path, build, exam
 
 def test_saved_mask_model_has_masks_folded_in(tmp_path):
     model = VAE().eval()
-    pruner = Pruner("l1_unstructured")
+    pruner = Pruner(L1Unstructured())
     pruner.attach(model, torch.rand(2, 784))
     pruner.prune(model, 0.5)
     reloaded = prune_io.load(prune_io.save(model, tmp_path / "m.pt")).eval()
@@ -274,23 +280,21 @@ def test_saved_mask_model_has_masks_folded_in(tmp_path):
     ],
 )
 def test_bad_targets_are_config_errors(kwargs, key):
-    pruner = Pruner("l1_unstructured", **kwargs)
+    pruner = Pruner(L1Unstructured(), **kwargs)
     with pytest.raises(ConfigError) as info:
         pruner.attach(VAE(), torch.rand(2, 784))
     assert info.value.key == key
     assert "\n" not in str(info.value)
 
 
-def test_bad_amount_method_and_mode_are_config_errors():
-    pruner = Pruner("l1_unstructured")
+def test_bad_amount_and_mode_are_config_errors():
+    pruner = Pruner(L1Unstructured())
     pruner.attach(VAE(), torch.rand(2, 784))
     for amount in (1.0, -0.1, 1.5):
         with pytest.raises(ConfigError, match=r"amount=.* expected a fraction in \[0, 1\)"):
             pruner.prune(VAE(), amount)
     with pytest.raises(ConfigError, match="mode='physical'"):
-        Pruner("l1_unstructured", "physical")
-    with pytest.raises(ConfigError, match="method='l3'"):
-        Pruner("l3")
+        Pruner(L1Unstructured(), "physical")
 
 
 class Untraceable(nn.Module):
@@ -306,7 +310,7 @@ class Untraceable(nn.Module):
 
 
 def test_physical_mode_on_an_untraceable_model_is_one_line():
-    pruner = Pruner("l1_structured")
+    pruner = Pruner(L1Structured())
     with pytest.raises(IncompatibleError) as info:
         pruner.attach(Untraceable(), torch.randn(2, 4))
     assert "use prune.mode=mask" in str(info.value) and "\n" not in str(info.value)

@@ -13,8 +13,8 @@ import torchvision
 from torch import nn
 
 from hpml.analysis.model_stats import state_dict_bytes
-from hpml.optimize.quant import make_quantizer
 from hpml.optimize.quant.auto import AutoStatic
+from hpml.optimize.quant.methods import static_int8
 from hpml.optimize.quant.pt2e import Int8Graph, PT2EStatic
 
 QUANTIZE_OPS = ("quantize_per_tensor", "dequantize_per_channel")
@@ -84,7 +84,7 @@ class Residual(nn.Module):
 
 
 def test_auto_takes_eager_where_it_runs_and_pt2e_where_it_does_not():
-    auto = make_quantizer("static_int8")
+    auto = static_int8()
     assert isinstance(auto, AutoStatic)
     example = images(2, 16, 0)
     assert auto.for_net(Residual().eval(), example).backend == "pt2e"
@@ -95,7 +95,7 @@ def test_auto_takes_eager_where_it_runs_and_pt2e_where_it_does_not():
 def test_compiled_int8_matches_the_converted_graph_at_any_batch_size():
     torch.manual_seed(0)
     net = trained_like(Residual())
-    quantizer = make_quantizer("static_int8", backend="pt2e")
+    quantizer = static_int8(backend="pt2e")
     calibration = [images(8, 16, s) for s in range(2)]
     compiled = quantizer.quantize(net, calibration)
     assert isinstance(compiled, Int8Graph) and quantizer.compile_time_s > 0

@@ -1,0 +1,102 @@
+"""``torch_compile``: ``torch.compile(mode=...)`` for inference, with a fresh dynamo state and
+inductor's and triton's caches in ``workdir`` (one per run), so its time is a cold compile: the
+first call of each shape.
+
+``freezing`` (inductor's) treats the weights as constants: inductor folds them and, on CPU,
+pre-packs them for oneDNN (``mkldnn::_convolution_pointwise``, ReLU fused). It applies only to a
+graph compiled with grad disabled while ``torch._inductor.config.freezing`` is set at that moment,
+and dynamo recompiles whenever the grad mode differs from the traced call's; so the module
+returned, :class:`Inference`, runs every call under ``inference_mode`` with ``freezing`` patched
+in: one graph per shape, always the same path. ``channels_last`` converts the net's 4-d weights to
+NHWC (in place) and compiles a wrapper that converts 4-d inputs inside the graph, so callers keep
+feeding NCHW batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from hpml.errors import ConfigError
+from hpml.optimize.compile.base import CompileOutput, Compiler, run_each, untraceable, use_cache_dir
+
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def check_mode(mode: str) -> str:
+    if mode not in MODES:
+        raise ConfigError("mode", mode, f"one of {', '.join(MODES)}")
+    return mode
+
+
+class ChannelsLast(nn.Module):
+    """Runs ``net`` on its 4-d tensor inputs in NHWC; compiled, the conversion is in the graph."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net.to(memory_format=torch.channels_last)
+
+    def forward(self, *args: Any) -> Any:
+        return self.net(
+            *(
+                a.contiguous(memory_format=torch.channels_last)
+                if isinstance(a, torch.Tensor) and a.dim() == 4
+                else a
+                for a in args
+            )
+        )
+
+
+class Inference(nn.Module):
+    """A ``torch.compile``'d module called the one way it was compiled: under ``inference_mode``
+    with inductor's ``freezing`` as chosen, so a recompile (new shape, caller under ``no_grad``
+    or with grad on) takes the same path as the first compile (module docstring)."""
+
+    def __init__(self, compiled: nn.Module, freezing: bool) -> None:
+        super().__init__()
+        self.compiled = compiled
+        self.freezing = freezing
+
+    def forward(self, *args: Any) -> Any:
+        from torch._inductor import config as inductor_config
+
+        with torch.inference_mode(), inductor_config.patch(freezing=self.freezing):
+            return self.compiled(*args)
+
+
+class TorchCompile(Compiler):
+    """Args: ``mode``, ``dynamic``, ``fullgraph``: ``torch.compile``'s; ``freezing``,
+    ``channels_last``: see the module; ``cache_dir``: inductor's cache (default:
+    ``workdir/inductor_cache``)."""
+
+    def __init__(
+        self,
+        mode: str = "default",
+        dynamic: bool | None = None,
+        fullgraph: bool = False,
+        freezing: bool = False,
+        channels_last: bool = False,
+        cache_dir: Path | None = None,
+    ) -> None:
+        self.mode, self.dynamic, self.fullgraph = check_mode(mode), dynamic, fullgraph
+        self.freezing, self.channels_last, self.cache_dir = freezing, channels_last, cache_dir
+
+    def compile(self, net: nn.Module, examples: Sequence[Any], workdir: Path) -> CompileOutput:
+        use_cache_dir(self.cache_dir or workdir / "inductor_cache")
+        torch._dynamo.reset()  # no graphs left from an earlier compile in this process
+        compiled = torch.compile(
+            ChannelsLast(net) if self.channels_last else net,
+            mode=self.mode,
+            dynamic=self.dynamic,
+            fullgraph=self.fullgraph,
+        )
+        module = Inference(compiled, self.freezing)
+        try:
+            run_each(module, examples)
+        except Exception as exc:
+            raise untraceable(net, self.name(), exc) from exc
+        return module, None
