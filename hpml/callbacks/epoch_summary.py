@@ -14,7 +14,9 @@ from typing import ClassVar
 
 import lightning as L
 
+from hpml.callbacks.base import HpmlCallback
 from hpml.callbacks.in_array import InArray
+from hpml.models.base import ArrayModule
 from hpml.names import member_prefix
 
 log = logging.getLogger(__name__)
@@ -26,7 +28,8 @@ def summary(trainer: L.Trainer, stages: tuple[str, ...]) -> str:
     """``stage/name value`` for each of those metrics the trainer has, in a fixed order; for a
     fused array each member's value, in member order: ``val/loss 0.6925 | 0.7012``."""
     metrics = trainer.callback_metrics
-    size = len(trainer.lightning_module) if hasattr(trainer.lightning_module, "members") else 0
+    module = trainer.lightning_module
+    size = len(module.members) if isinstance(module, ArrayModule) else 0
     parts = []
     for stage in stages:
         for name in SHOWN:
@@ -40,7 +43,7 @@ def summary(trainer: L.Trainer, stages: tuple[str, ...]) -> str:
     return "  ".join(parts)
 
 
-class EpochSummary(L.Callback):
+class EpochSummary(HpmlCallback):
     """Logs one line per training epoch and one after test, when the trainer shows no bar."""
 
     # in a fused array: one line per epoch, each member's values in it

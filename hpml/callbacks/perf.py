@@ -21,12 +21,14 @@ from hpml.analysis.memory import peak_memory_bytes, peak_rss_bytes, reset_peak_m
 from hpml.analysis.noise import NoiseProbe, NoiseRule, judge
 from hpml.analysis.stats import cv_pct
 from hpml.analysis.timing import StepTimer, synchronized_now
+from hpml.callbacks.base import HpmlCallback
 from hpml.callbacks.energy import StageEnergy
 from hpml.callbacks.flop_budget import PEAKS, FlopBudget
 from hpml.callbacks.in_array import InArray
 from hpml.callbacks.logging import log_metrics, set_tags
 from hpml.callbacks.ranks import across_ranks
 from hpml.callbacks.rates import Rates, cycle_rates
+from hpml.models.base import HpmlModule
 from hpml.names import BYTES, MS, PCT, SAMPLES_PER_S, S, metric
 from hpml.ranges import Steps
 from hpml.tensors import batch_size
@@ -34,7 +36,7 @@ from hpml.tensors import batch_size
 log = logging.getLogger(__name__)
 
 
-class PerformanceMonitor(L.Callback):
+class PerformanceMonitor(HpmlCallback):
     """Speed, memory, FLOP/s and MFU of training and inference, as Composer's speed monitor does.
 
     Medians and IQRs over the timed steps after ``warmup_steps`` rather than a window's mean, so
@@ -48,7 +50,6 @@ class PerformanceMonitor(L.Callback):
     """
 
     in_array: ClassVar[InArray] = InArray.ONCE
-    array_knobs: ClassVar[dict[str, Any]] = {"count_flops": False}
 
     def __init__(
         self,
@@ -75,6 +76,12 @@ class PerformanceMonitor(L.Callback):
         self.train_peak = 0
         self.noisy_reason: str | None = None
 
+    def for_members(self, size: int) -> list[L.Callback]:
+        """Itself, once for the array, leaving the FLOP count to each member's
+        :class:`~hpml.callbacks.model_stats.MemberStats`."""
+        self.count_flops = False
+        return [self]
+
     def _start(self, stage: str, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         device = pl_module.device
         if stage == "train":
@@ -83,7 +90,7 @@ class PerformanceMonitor(L.Callback):
             # Lightning validates inside the training epoch, before on_train_epoch_end: keep
             # the training steps' peak, which the reset below would otherwise lose
             self.train_peak = max(self.train_peak, peak_memory_bytes(device)[0])
-        if self.count_flops and hasattr(pl_module, "example_input"):
+        if self.count_flops and isinstance(pl_module, HpmlModule):
             self.budget.count(trainer, pl_module)
         reset_peak_memory(device)  # each stage's peak, not the peak since the process began
         warmup = self.warmup_steps if stage == "train" else self.inference_warmup_steps

@@ -16,7 +16,7 @@ import io
 import logging
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any
 
 import lightning as L
 import torch
@@ -24,7 +24,7 @@ from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from hpml.analysis.profile_summary import DATA_REGION, summarise_events
-from hpml.callbacks.in_array import InArray
+from hpml.callbacks.base import HpmlCallback
 from hpml.callbacks.logging import log_file, log_metrics, log_text
 from hpml.names import PCT, metric
 from hpml.ranges import Count, Range, Steps
@@ -101,7 +101,7 @@ def _csv(averages: Any) -> str:
     return out.getvalue()
 
 
-class TorchProfilerWindow(L.Callback):
+class TorchProfilerWindow(HpmlCallback):
     """Profiles training steps ``skip_first + wait + warmup`` onwards for ``active`` steps,
     ``repeat`` times (0: until training ends), with ``torch.profiler``'s schedule.
 
@@ -110,9 +110,6 @@ class TorchProfilerWindow(L.Callback):
     ``trace`` logs each window's Chrome/Perfetto trace (tens of MB on a GPU), false keeps only
     the tables and the execution summary.
     """
-
-    # in a fused array: it profiles one job's steps
-    in_array: ClassVar[InArray] = InArray.SERIAL
 
     def __init__(
         self,
@@ -254,11 +251,8 @@ class TorchProfilerWindow(L.Callback):
             log_file(trainer, path, prefix)
 
 
-class ProfilerReport(L.Callback):
+class ProfilerReport(HpmlCallback):
     """Stores a Lightning profiler's report (``profile=simple|advanced``) as a run artifact."""
-
-    # in a fused array: it profiles one job's steps
-    in_array: ClassVar[InArray] = InArray.SERIAL
 
     def _store(self, trainer: L.Trainer, stage: str) -> None:
         if trainer.profiler is not None:

@@ -9,6 +9,7 @@ import lightning as L
 from lightning.pytorch.trainer.states import TrainerFn
 
 from hpml.analysis.timing import synchronized_now
+from hpml.callbacks.base import HpmlCallback
 from hpml.callbacks.in_array import InArray
 from hpml.callbacks.logging import log_metrics, resuming, set_tags
 from hpml.errors import ConfigError
@@ -27,7 +28,7 @@ def infer_mode(name: str) -> Mode:
     return "max" if name.rsplit("/", 1)[-1].endswith("acc") else "min"
 
 
-class TimeToTarget(L.Callback):
+class TimeToTarget(HpmlCallback):
     """``train/time_to_target_s`` and ``train/epochs_to_target_count``, once, when met.
 
     The clock starts at ``on_train_start`` (after Lightning's sanity validation, a check of the

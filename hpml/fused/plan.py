@@ -18,7 +18,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from hpml.callbacks.in_array import InArray, declared, qualified, undeclared
+from hpml.callbacks.in_array import InArray
 from hpml.config_tree import leaves
 
 FUSED_LAUNCHER = "hpml_fused"  # hydra/launcher option of hydra_plugins/hpml_fused_launcher
@@ -63,16 +63,12 @@ def processes(trainer: DictConfig) -> int:
 @dataclass(frozen=True)
 class Entry:
     """A callback a job's config sets: ``label`` as a line names it (``callbacks.perf``,
-    ``prune=l1_unstructured``), ``group`` the key it is built under, its config ``node``, its
-    ``_target_`` (``path``) and the class (or other object) that names, None when it cannot be
-    imported, and ``how`` that class says it runs in an array (None: it does not say)."""
+    ``prune=l1_unstructured``), its ``_target_`` (``path``) and the class that names, None when
+    it cannot be imported."""
 
     label: str
-    group: str
-    node: DictConfig
     path: str
     target: Any
-    how: InArray | None
 
 
 def callback_entries(cfg: DictConfig) -> list[Entry]:
@@ -82,7 +78,7 @@ def callback_entries(cfg: DictConfig) -> list[Entry]:
     from hydra.utils import get_object
 
     found = [
-        (f"callbacks.{name}", f"callbacks.{name}", node)
+        (f"callbacks.{name}", node)
         for name, node in (cfg.get("callbacks") or {}).items()
         if node and "_target_" in node
     ]
@@ -90,15 +86,15 @@ def callback_entries(cfg: DictConfig) -> list[Entry]:
         node = cfg.get(group)
         if node and "_target_" in node:
             choice = OmegaConf.select(cfg, f"hydra.runtime.choices.{group}") or "set"
-            found.append((f"{group}={choice}", group, node))
+            found.append((f"{group}={choice}", node))
     entries = []
-    for label, group, node in found:
+    for label, node in found:
         path = str(OmegaConf.select(node, "_target_", throw_on_resolution_failure=False))
         try:
             target = get_object(path)
         except Exception:  # its job fails alone, with its own line, when it builds it
             target = None
-        entries.append(Entry(label, group, node, path, target, declared(target)))
+        entries.append(Entry(label, path, target))
     return entries
 
 
@@ -106,15 +102,18 @@ def unfusable_setting(cfg: DictConfig) -> str | None:
     """What every job shares that an array cannot train with, as ``<key> is set, and <why>``:
     a callback whose class says it runs only in a job of its own or says nothing of arrays,
     or a trainer setting; None when there is none."""
+    from hpml.callbacks.base import declared, qualified, undeclared
+
     for entry in callback_entries(cfg):
+        how = declared(entry.target)
         if entry.target is None:
             return f"{entry.label} is set, and its _target_ {entry.path} cannot be imported"
-        if entry.how is None:
+        if how is None:
             return f"{entry.label} is set, and {undeclared(entry.target)}"
-        if entry.how is InArray.SERIAL:
+        if how is InArray.SERIAL:
             return (
                 f"{entry.label} is set, and {qualified(entry.target)} runs only in a job of "
-                f"its own (its in_array: {entry.how})"
+                f"its own (its in_array: {how})"
             )
     setting = trainer_setting(cfg)
     if setting is None:
