@@ -1,13 +1,10 @@
 """The one place a job's parts are built from its composed config, each once, typed.
 
-A job's config builds, in this order: its data module and callbacks (:func:`build_parts`, before
-its run opens: :mod:`hpml.validate` checks these very objects), its model once seeded and its
-data prepared (:func:`build_model`: the real model needs the data read, an IMDB vocabulary), and
-its trainer once its runs give it loggers (:func:`build_trainer`). The logger group is built by
-the entry point (:func:`hpml.train.tracker_of`) with :func:`build`, before anything else, so a
-refused job is recorded. A fused array builds each member so and wraps them (:mod:`hpml.fused`).
-``hpml.cli`` and resuming read ``conf/`` through :data:`CONF_DIR`. Importing this is cheap:
-Lightning loads when parts are built.
+In order: the data module and callbacks (:func:`build_parts`, before the run opens: validation
+checks these very objects), the model once seeded and its data prepared (:func:`build_model`:
+it needs the data read), the trainer once the runs give it loggers (:func:`build_trainer`). The
+entry point builds the logger group first (a refused job is recorded). A fused array builds each
+member so and wraps them (:mod:`hpml.fused`). Importing this is cheap.
 """
 
 from __future__ import annotations

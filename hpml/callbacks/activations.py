@@ -72,10 +72,8 @@ class Activations(HpmlCallback):
             del self._wrapped.training_step
             self._wrapped = None
 
-    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_fit_end(self, *_: Any) -> None:
         self._unwrap()
 
-    def on_exception(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
-    ) -> None:
+    def on_exception(self, *_: Any) -> None:
         self._unwrap()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import lightning as L
 
@@ -56,10 +56,10 @@ class EpochSummary(HpmlCallback):
     def _silent(trainer: L.Trainer) -> bool:
         return trainer.progress_bar_callback is not None or trainer.sanity_checking
 
-    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_train_epoch_start(self, *_: Any) -> None:
         self.started = time.perf_counter()
 
-    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_train_epoch_end(self, trainer: L.Trainer, *_: Any) -> None:
         if self._silent(trainer):
             return
         total = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else None
@@ -72,10 +72,10 @@ class EpochSummary(HpmlCallback):
             time.perf_counter() - self.started,
         )
 
-    def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_test_epoch_start(self, *_: Any) -> None:
         self.started = time.perf_counter()
 
-    def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_test_epoch_end(self, trainer: L.Trainer, *_: Any) -> None:
         if self._silent(trainer):
             return
         numbers = summary(trainer, ("test",))

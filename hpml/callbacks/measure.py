@@ -2,8 +2,8 @@
 
 Pruning, quantisation and compilation measure through :func:`compare` so their figures compare:
 one set of latency settings (:class:`~hpml.callbacks.measure_settings.Settings`, also
-``conf/base/measure.yaml``), one judge of quality
-(the model's own ``validation_step`` with the variant in place of ``pl_module.net``), and the
+``conf/base/measure.yaml``), one judge of quality (what the model measures of a validation
+batch, the variant in place of ``pl_module.net``), and the
 two sides timed side by side in rounds of A B, B A, ... (:mod:`hpml.analysis.compare`), never
 "before" at one moment and "after" at another. The metrics (``S_before/``, ``S_after/``, ``S/``
 speed-ups with their interval and verdict): docs/metrics.md#before-and-after.

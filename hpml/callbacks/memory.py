@@ -46,7 +46,7 @@ class MemoryBreakdown(HpmlCallback):
         self.done = False
 
     def on_train_batch_start(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+        self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any
     ) -> None:
         if self.done:
             return
@@ -61,27 +61,16 @@ class MemoryBreakdown(HpmlCallback):
             self.activations = self.saved.bytes
             self.saved = None
 
-    def on_before_backward(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, loss: torch.Tensor
-    ) -> None:
+    def on_before_backward(self, *_: Any) -> None:
         self._stop_recording()
 
-    def on_exception(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
-    ) -> None:
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
         """Never leave the saved-tensor hooks (process-wide) on after a failed step."""
         self._stop_recording()
         if self.cuda_snapshot and pl_module.device.type == "cuda":
             torch.cuda.memory._record_memory_history(enabled=None)
 
-    def on_train_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-    ) -> None:
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
         if self.done:
             return
         self.done = True

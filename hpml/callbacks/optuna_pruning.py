@@ -52,14 +52,14 @@ class OptunaPruning(HpmlCallback):
         self.study_pruner = pruner  # not `pruner`: that names hpml's model pruning
         self._trial: Any = None
 
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+    def setup(self, trainer: L.Trainer, *_: Any) -> None:
         if self.trial is None or not trainer.is_global_zero or self._trial is not None:
             return
         if self.storage is None or self.study_name is None:
             raise ValueError("callbacks.optuna_pruning: a trial needs its study's storage and name")
         self._trial = open_trial(self.storage, self.study_name, int(self.trial), self.study_pruner)
 
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_validation_end(self, trainer: L.Trainer, *_: Any) -> None:
         if self.trial is None or trainer.sanity_checking:
             return
         prune = False

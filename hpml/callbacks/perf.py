@@ -161,7 +161,7 @@ class PerformanceMonitor(HpmlCallback):
         flops, peaks = self.budget.per_sample.get(stage), self.budget.peaks
         return cycle_rates(samples, timer.cycle_seconds(), flops, peaks)
 
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
         _, source = peak_memory_bytes(pl_module.device)
         set_tags(trainer, {"hpml.peak_memory_source": source})
         if self.probe.windows == 0:  # not yet measuring: the run's processes, for the probe
@@ -194,11 +194,11 @@ class PerformanceMonitor(HpmlCallback):
         elif self.noisy_reason is None:
             set_tags(trainer, {"hpml.noisy": "false"})
 
-    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_fit_end(self, trainer: L.Trainer, *_: Any) -> None:
         self.probe.close()
         self._noise(trainer)
 
-    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_test_end(self, trainer: L.Trainer, *_: Any) -> None:
         self.probe.close()
         self._noise(trainer)
 
@@ -207,19 +207,12 @@ class PerformanceMonitor(HpmlCallback):
         self.val_seconds_in_train_epoch = 0.0
         self._start("train", trainer, pl_module)
 
-    def on_train_batch_start(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_start(self, *_: Any) -> None:
         self.timers["train"].begin()
         self._window_edge("train")
 
     def on_train_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, *_: Any
     ) -> None:
         self.timers["train"].end(batch_size(batch))
         self._window_edge("train")
@@ -236,26 +229,13 @@ class PerformanceMonitor(HpmlCallback):
             self.probe.close()  # validation inside a training epoch ends its timed window
             self._start("val", trainer, pl_module)
 
-    def on_validation_batch_start(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
+    def on_validation_batch_start(self, trainer: L.Trainer, *_: Any) -> None:
         if not trainer.sanity_checking:
             self.timers["val"].begin()
             self._window_edge("val")
 
     def on_validation_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, *_: Any
     ) -> None:
         if not trainer.sanity_checking:
             self.timers["val"].end(batch_size(batch))
@@ -274,25 +254,12 @@ class PerformanceMonitor(HpmlCallback):
     def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._start("test", trainer, pl_module)
 
-    def on_test_batch_start(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
+    def on_test_batch_start(self, *_: Any) -> None:
         self.timers["test"].begin()
         self._window_edge("test")
 
     def on_test_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, *_: Any
     ) -> None:
         self.timers["test"].end(batch_size(batch))
         self._window_edge("test")

@@ -155,40 +155,25 @@ class TorchProfilerWindow(HpmlCallback):
         self.profiler.start()
         self.regions.open(DATA_REGION)
 
-    def on_train_batch_start(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_start(self, *_: Any) -> None:
         self.regions.open("hpml/forward")
 
-    def on_before_zero_grad(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any
-    ) -> None:
+    def on_before_zero_grad(self, *_: Any) -> None:
         self.regions.open("hpml/zero_grad")
 
-    def on_before_backward(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, loss: torch.Tensor
-    ) -> None:
+    def on_before_backward(self, *_: Any) -> None:
         self.regions.open("hpml/backward")
 
-    def on_before_optimizer_step(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any
-    ) -> None:
+    def on_before_optimizer_step(self, *_: Any) -> None:
         self.regions.open("hpml/optimizer_step")
 
-    def on_train_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-    ) -> None:
+    def on_train_batch_end(self, *_: Any) -> None:
         self.regions.close()
         if self.profiler is not None:
             self.profiler.step()
         self.regions.open(DATA_REGION)
 
-    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_train_epoch_end(self, *_: Any) -> None:
         self.regions.close()
 
     def _stop(self) -> None:
@@ -197,13 +182,11 @@ class TorchProfilerWindow(HpmlCallback):
             self.profiler.stop()
             self.profiler = None
 
-    def on_exception(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
-    ) -> None:
+    def on_exception(self, *_: Any) -> None:
         """A failed run stops the profiler and closes its open range (both process-wide)."""
         self._stop()
 
-    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_train_end(self, *_: Any) -> None:
         self._stop()
         if self.windows == 0:
             log.warning(
@@ -258,8 +241,8 @@ class ProfilerReport(HpmlCallback):
         if trainer.profiler is not None:
             log_text(trainer, trainer.profiler.summary(), f"profiler/lightning_{stage}.txt")
 
-    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_fit_end(self, trainer: L.Trainer, *_: Any) -> None:
         self._store(trainer, "fit")
 
-    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_test_end(self, trainer: L.Trainer, *_: Any) -> None:
         self._store(trainer, "test")

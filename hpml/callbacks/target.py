@@ -141,7 +141,7 @@ class TimeToTarget(HpmlCallback):
         current = float(current)
         return current >= self.value if self.mode == "max" else current <= self.value
 
-    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_fit_end(self, trainer: L.Trainer, *_: Any) -> None:
         if self.start is not None and not self.met:
             self._tag(trainer, {"hpml.target.met": "false"})
             log.info(

@@ -3,10 +3,10 @@
 Jobs fuse when their configs differ only in keys that keep every tensor's shape (the patterns
 of ``fuse.fusable``: learning rate, weight decay, momentum, betas, dropout, seed, ...) and the
 array can do all they ask. Each callback's class says how it runs in an array (its ``in_array``,
-:mod:`hpml.callbacks.in_array`), read here off the class its ``_target_`` names: one that says
-nothing, or says it runs only in a job of its own, keeps the jobs apart. Anything else runs the
-normal way, one job at a time, after one line saying which key, setting or callback kept them
-apart: a sweep is never refused for asking to fuse.
+:class:`~hpml.callbacks.base.HpmlCallback`), read here off the class its ``_target_`` names: one
+that says nothing, or says it runs only in a job of its own, keeps the jobs apart. Anything
+else runs the normal way, one job at a time, after one line saying which key, setting or
+callback kept them apart: a sweep is never refused for asking to fuse.
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
 """Refuse, before training, what the config and the parts it built show to be impossible.
 
-``check(parts, cfg, job)`` reads the parts :func:`hpml.build.build_parts` built (the job trains
-with these very objects) before the MLflow run starts, so a refused job never reaches a training
-step (in a sweep it is recorded as a FAILED child run; a single run leaves none). Every problem
-found is reported, one line each; checks that build on one another stop at the first failure of
-their chain. In order:
-
-1. values against their declared ranges and the types their targets declare
-   (:mod:`hpml.validate.knobs`): all of them, and any ``inf`` or ``nan``; then what a data
-   module's or callback's constructor refused (reported against its config group);
-2. the model against the data (modality and channels, named by the ``model=`` and ``data=``
-   options with the data options that fit; image size vs ``model.net.layout``) and the steps
-   that will transform it (pruning targets, quantisation vs the net's ops, checkpointed stages
-   and the steps that would replace them) (:mod:`hpml.validate.fit`), on a model built on the
-   meta device with its optimiser and scheduler (the real one needs the data read);
-3. the trainer's accelerator, devices and strategy against this machine (a value the
-   ``trainer=`` option set is named by the option), and under DDP the steps that cannot run
-   there (:mod:`hpml.validate.machine`), and the store's directory (:mod:`hpml.validate.store`).
-
-Data files are looked for only when the config is refused anyway, so the one answer lists them
-too; otherwise a corrupt or missing file fails the run, recorded FAILED.
-Importing this package is cheap; the checks import torch and Lightning when they run.
+:func:`check` reads the parts :func:`hpml.build.build_parts` built, before the MLflow run
+starts, one line per problem. In order: values against their declared ranges and types
+(:mod:`~hpml.validate.knobs`), then what a constructor refused; the model, built on the meta
+device, against the data and the steps that will transform it (:mod:`~hpml.validate.fit`); the
+trainer against this machine (:mod:`~hpml.validate.machine`) and the store's directory
+(:mod:`~hpml.validate.store`). Data files are looked for only when the config is refused
+anyway, so the one answer lists them too. Importing this package is cheap.
 """
 
 from __future__ import annotations
@@ -36,15 +22,10 @@ from hpml.hydra_job import HydraJob
 
 def check(parts: Parts, cfg: DictConfig, job: HydraJob | None) -> None:
     """Raise an :class:`~hpml.errors.HpmlError` for what cannot work in job ``cfg`` with its
-    built ``parts``: one problem, or several as :class:`~hpml.errors.Problems` (one line each),
-    so one try shows all a user must fix.
-
-    Checks that build on one another stop at the first failure in their chain (a data module
-    that could not be built has no spec to fit a model to); the machine and the store are
-    checked either way. A refused config also reports the data files its run would not find,
-    which otherwise fail the run itself. ``job`` (None outside Hydra) gives the options the
-    user chose (``model=lstm``) that refusals name.
-    """
+    built ``parts``: one problem, or several as :class:`~hpml.errors.Problems`, so one try shows
+    all a user must fix. Checks that build on one another stop at the first failure in their
+    chain; the machine and the store are checked either way. ``job`` (None outside Hydra) gives
+    the options the user chose (``model=lstm``) that refusals name."""
     from hpml.validate import knobs, machine, store
 
     problems: list[HpmlError] = list(knobs.problems(cfg))
