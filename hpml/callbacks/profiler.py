@@ -31,19 +31,19 @@ from hpml.ranges import Count, Range, Steps
 
 log = logging.getLogger(__name__)
 
-CSV_FIELDS = (
-    "name",
-    "input_shapes",
-    "count",
-    "self_cpu_time_total_us",
-    "cpu_time_total_us",
-    "self_device_time_total_us",
-    "device_time_total_us",
-    "self_cpu_memory_usage_bytes",
-    "cpu_memory_usage_bytes",
-    "self_device_memory_usage_bytes",
-    "flops",
-)
+CSV_FIELDS = {  # column -> the key-averages event's attribute
+    "name": "key",
+    "input_shapes": "input_shapes",
+    "count": "count",
+    "self_cpu_time_total_us": "self_cpu_time_total",
+    "cpu_time_total_us": "cpu_time_total",
+    "self_device_time_total_us": "self_device_time_total",
+    "device_time_total_us": "device_time_total",
+    "self_cpu_memory_usage_bytes": "self_cpu_memory_usage",
+    "cpu_memory_usage_bytes": "cpu_memory_usage",
+    "self_device_memory_usage_bytes": "self_device_memory_usage",
+    "flops": "flops",
+}
 
 
 class StepRegions:
@@ -82,22 +82,7 @@ def _csv(averages: Any) -> str:
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(CSV_FIELDS)
-    for e in averages:
-        writer.writerow(
-            [
-                e.key,
-                e.input_shapes,
-                e.count,
-                e.self_cpu_time_total,
-                e.cpu_time_total,
-                e.self_device_time_total,
-                e.device_time_total,
-                e.self_cpu_memory_usage,
-                e.cpu_memory_usage,
-                e.self_device_memory_usage,
-                e.flops,
-            ]
-        )
+    writer.writerows([getattr(event, name) for name in CSV_FIELDS.values()] for event in averages)
     return out.getvalue()
 
 

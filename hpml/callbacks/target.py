@@ -182,5 +182,5 @@ class MemberTimeToTarget(TimeToTarget):
 
     def _stop(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         pl_module.frozen.add(self.member)
-        if len(pl_module.frozen) == len(pl_module):
+        if len(pl_module.frozen) == len(pl_module.members):
             trainer.should_stop = True
