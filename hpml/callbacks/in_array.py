@@ -12,19 +12,17 @@ from enum import StrEnum
 
 
 class InArray(StrEnum):
-    """What a callback does when a sweep's jobs train as one array."""
+    """What a callback does when a sweep's jobs train as one array.
+
+    ``PER_MEMBER``: each member gets its own, in its own run (``for_members(size)``: the model
+    statistics, the time to target). ``ONCE``: one on the whole array (the speed monitor: every
+    member reads every batch). ``NOT_IN_ARRAYS``: the array trains without it and still fuses
+    (the memory breakdown measures one net's step; an array keeps no checkpoint). ``SERIAL``: a
+    job with it does not fuse, its sweep runs one job at a time (it changes or measures the one
+    net it is given, or a search's trial needs its own job).
+    """
 
     PER_MEMBER = "per member"
-    """each member gets its own, in its own run: ``for_members(size)`` on the callback built
-    from its config gives the callbacks that do its work for ``size`` members
-    (:class:`~hpml.callbacks.model_stats.ModelStats`,
-    :class:`~hpml.callbacks.target.TimeToTarget`)"""
     ONCE = "once"
-    """one callback on the whole array, ``for_members(size)``'s one (the speed monitor: every
-    member reads every batch)"""
     NOT_IN_ARRAYS = "not in arrays"
-    """the array trains without it and still fuses (the memory breakdown measures one net's
-    step; an array keeps no checkpoints)"""
     SERIAL = "serial"
-    """a job with it does not fuse: its sweep runs one job at a time (it changes or measures
-    the one net it is given, or a search's trial needs its own job)"""
