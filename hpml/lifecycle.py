@@ -168,5 +168,7 @@ def follow(cfg: DictConfig, run_id: str | None, ckpt_path: str | None) -> None:
         logging.getLogger(name).handlers.clear()
         logging.getLogger(name).propagate = True
     logger = build("logger", cfg.logger).attached_logger(run_id)
-    member = Member(cfg, None, build_parts(cfg))  # checked by rank zero
-    fit_and_test(cfg, assemble([member], [logger]), ckpt_path)
+    parts = build_parts(cfg)  # checked by rank zero
+    for refused in parts.refused.values():
+        raise refused
+    fit_and_test(cfg, assemble([Member(cfg, None, parts)], [logger]), ckpt_path)

@@ -52,7 +52,7 @@ class OptunaPruning(HpmlCallback):
         self.study_pruner = pruner  # not `pruner`: that names hpml's model pruning
         self._trial: Any = None
 
-    def setup(self, trainer: L.Trainer, *_: Any) -> None:
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.trial is None or not trainer.is_global_zero or self._trial is not None:
             return
         if self.storage is None or self.study_name is None:

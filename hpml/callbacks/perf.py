@@ -161,7 +161,7 @@ class PerformanceMonitor(HpmlCallback):
         flops, peaks = self.budget.per_sample.get(stage), self.budget.peaks
         return cycle_rates(samples, timer.cycle_seconds(), flops, peaks)
 
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         _, source = peak_memory_bytes(pl_module.device)
         set_tags(trainer, {"hpml.peak_memory_source": source})
         if self.probe.windows == 0:  # not yet measuring: the run's processes, for the probe
