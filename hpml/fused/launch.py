@@ -5,7 +5,7 @@ which jobs fuse, and runs each array through :meth:`FusedLauncher.train` inside 
 (the first member's folder holds the array's log). The other members get their own folder,
 Hydra's record of their config and a ``JobReturn`` with their own metric, so sweepers and
 callbacks see every job as if it had run alone. Jobs that do not fuse run one by one, exactly as
-under the basic launcher. ``check`` and ``train`` are hpml.train's, wired in by the Hydra plugin
+under the basic launcher. ``parts`` and ``train`` are hpml.train's, wired in by the Hydra plugin
 (``hydra_plugins/hpml_fused_launcher``): this package sits below the lifecycle it launches.
 """
 
@@ -129,9 +129,9 @@ class FusedLauncher(Launcher):
         return result
 
     def _admitted(self, config: DictConfig) -> bool:
-        """Whether the job may join an array: its config passes hpml's validation (a refused
-        job runs alone, as under the basic launcher, and fails there with its own line). Its
-        folder, Hydra's record of it and its task config are made here, once."""
+        """Whether the job may join an array: its parts are built and pass hpml's validation
+        (a refused job runs alone, as under the basic launcher, and fails there with its own
+        line). Its folder, Hydra's record of it and its task config are made here, once."""
         try:
             task, job = task_config(placed(config)), HydraJob.of(config.hydra)
             parts = self.parts(task, job)
