@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -60,22 +59,13 @@ def processes(trainer: DictConfig) -> int:
         return 1
 
 
-@dataclass(frozen=True)
-class Entry:
-    """A callback a job's config sets: ``label`` as a line names it (``callbacks.perf``,
-    ``prune=l1_unstructured``), its ``_target_`` (``path``) and the class that names, None when
-    it cannot be imported."""
-
-    label: str
-    path: str
-    target: Any
-
-
-def callback_entries(cfg: DictConfig) -> list[Entry]:
-    """The callbacks job ``cfg`` sets, in the order it builds them: the ``callbacks`` group's,
-    then each of ``callback_groups`` (prune, quant, compile, profile, activations); their
-    classes are imported, nothing is built."""
+def unfusable_callback(cfg: DictConfig) -> str | None:
+    """A callback job ``cfg`` sets (the ``callbacks`` group's, then each of ``callback_groups``)
+    that keeps its sweep from fusing, as ``<label> is set, and <why>``: its class cannot be
+    imported, says nothing of arrays, or runs only in a job of its own. Nothing is built."""
     from hydra.utils import get_object
+
+    from hpml.callbacks.base import declared, qualified, undeclared
 
     found = [
         (f"callbacks.{name}", node)
@@ -87,34 +77,29 @@ def callback_entries(cfg: DictConfig) -> list[Entry]:
         if node and "_target_" in node:
             choice = OmegaConf.select(cfg, f"hydra.runtime.choices.{group}") or "set"
             found.append((f"{group}={choice}", node))
-    entries = []
     for label, node in found:
         path = str(OmegaConf.select(node, "_target_", throw_on_resolution_failure=False))
         try:
             target = get_object(path)
         except Exception:  # its job fails alone, with its own line, when it builds it
-            target = None
-        entries.append(Entry(label, path, target))
-    return entries
+            return f"{label} is set, and its _target_ {path} cannot be imported"
+        how = declared(target)
+        if how is None:
+            return f"{label} is set, and {undeclared(target)}"
+        if how is InArray.SERIAL:
+            return (
+                f"{label} is set, and {qualified(target)} runs only in a job of its own (its "
+                f"in_array: {how})"
+            )
+    return None
 
 
 def unfusable_setting(cfg: DictConfig) -> str | None:
     """What every job shares that an array cannot train with, as ``<key> is set, and <why>``:
-    a callback whose class says it runs only in a job of its own or says nothing of arrays,
-    or a trainer setting; None when there is none."""
-    from hpml.callbacks.base import declared, qualified, undeclared
-
-    for entry in callback_entries(cfg):
-        how = declared(entry.target)
-        if entry.target is None:
-            return f"{entry.label} is set, and its _target_ {entry.path} cannot be imported"
-        if how is None:
-            return f"{entry.label} is set, and {undeclared(entry.target)}"
-        if how is InArray.SERIAL:
-            return (
-                f"{entry.label} is set, and {qualified(entry.target)} runs only in a job of "
-                f"its own (its in_array: {how})"
-            )
+    a callback (:func:`unfusable_callback`) or a trainer setting; None when there is none."""
+    callback = unfusable_callback(cfg)
+    if callback is not None:
+        return callback
     setting = trainer_setting(cfg)
     if setting is None:
         return None
