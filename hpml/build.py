@@ -1,47 +1,69 @@
-"""Compose and instantiate: where the configs live (``conf/``) and how a group becomes its object.
+"""The one place a job's parts are built from its composed config, each once, typed.
 
-Low in the layers (``[tool.importlinter]`` in pyproject.toml): ``hpml.train`` builds a run with
-the :class:`Parts` that ``hpml.validate`` built and checked, ``hpml.cli`` and resuming read
-``conf/`` through :data:`CONF_DIR`. Imports nothing heavy: Lightning only when callbacks are built.
+In order: the data module and callbacks (:func:`build_parts`, before the run opens: validation
+checks these very objects), the model once seeded and its data prepared (:func:`build_model`:
+it needs the data read), the trainer once the runs give it loggers (:func:`build_trainer`). The
+entry point builds the logger group first (a refused job is recorded). A fused array builds each
+member so and wraps them (:mod:`hpml.fused`). Importing this is cheap.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import hydra
 from hydra.errors import InstantiationException
 from omegaconf import DictConfig
 
-from hpml.errors import ConfigError
+from hpml.errors import ConfigError, HpmlError
 from hpml.hydra_job import HydraJob
 
+if TYPE_CHECKING:
+    import lightning as L
+    from lightning.pytorch.loggers import Logger
+
+    from hpml.data.base import HpmlDataModule
+    from hpml.models.base import HpmlModule
+
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+T = TypeVar("T")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Parts:
-    """What a job trains with, each built once from its config: the data module and callbacks
-    when the job is checked (:func:`hpml.validate.validate` checks these very objects), the
-    model and trainer once its run is open and it is seeded (:func:`hpml.lifecycle.assemble`). A
-    fused array's parts wrap its members' (:mod:`hpml.fused`)."""
+    """What a job's config builds before its run opens (:func:`build_parts`), each part once.
 
-    datamodule: Any = None
-    callbacks: list[Any] = field(default_factory=list)
-    model: Any = None
-    trainer: Any = None
+    A part whose constructor raised is None (no callbacks: empty), what it raised in
+    ``refused`` under its config group: validation reports it unless its checks of the values,
+    which name the key, already refused them (a constructor given a bad value may raise
+    anything)."""
+
+    datamodule: HpmlDataModule | None
+    callbacks: list[L.Callback]
+    refused: dict[str, Exception] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Member:
     """A member of a job (a single run has one, a fused array several): its config, what Hydra
-    knows of it (None outside Hydra) and its parts."""
+    knows of it (None outside Hydra) and its parts, built and checked."""
 
     cfg: DictConfig
     job: HydraJob | None
     parts: Parts
+
+
+@dataclass(frozen=True)
+class Assembled:
+    """What a job trains with once its runs are open: a fused array's data module and model
+    wrap its members' (:mod:`hpml.fused`)."""
+
+    datamodule: L.LightningDataModule
+    model: L.LightningModule
+    trainer: L.Trainer
 
 
 def build(group: str, node: DictConfig, **kwargs: Any) -> Any:
@@ -61,7 +83,23 @@ def build(group: str, node: DictConfig, **kwargs: Any) -> Any:
         raise exc.under(group) from exc
 
 
-def build_callbacks(cfg: DictConfig) -> list[Any]:
+def constructed(group: str, make: Callable[[], T]) -> T:
+    """``make()``, with a constructor's own TypeError/ValueError turned into one line naming
+    ``group``: validation's checks of the values should have named the key; this is the net
+    below them."""
+    try:
+        return make()
+    except HpmlError:
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:
+        message = " ".join(str(exc).split())
+        raise HpmlError(
+            f"{group}: {type(exc).__name__}: {message} (check the {group}.* values "
+            f"against `python -m hpml.train --cfg job`)"
+        ) from exc
+
+
+def build_callbacks(cfg: DictConfig) -> list[L.Callback]:
     """The ``callbacks`` group (a dict of callbacks), then each of ``callback_groups`` in order."""
     unknown = [group for group in cfg.callback_groups if group not in cfg]
     if unknown:
@@ -84,3 +122,48 @@ def build_callbacks(cfg: DictConfig) -> list[Any]:
 
         callbacks = [c for c in callbacks if not isinstance(c, Checkpoint)]
     return callbacks
+
+
+def build_parts(cfg: DictConfig) -> Parts:
+    """Job ``cfg``'s data module and callbacks, each built once; what a constructor raised is
+    kept in :attr:`Parts.refused` for validation, not raised."""
+    refused: dict[str, Exception] = {}
+
+    def attempt(group: str, make: Callable[[], T]) -> T | None:
+        try:
+            return constructed(group, make)
+        except Exception as exc:
+            refused[group] = exc
+            return None
+
+    datamodule = attempt("data", lambda: build("data", cfg.data))
+    callbacks = attempt("callbacks", lambda: build_callbacks(cfg))
+    return Parts(datamodule, callbacks or [], refused)
+
+
+def build_model(cfg: DictConfig, datamodule: HpmlDataModule) -> HpmlModule:
+    """Job ``cfg``'s model, seeded and built for its data once prepared (read or downloaded:
+    the model takes the data's real spec), as its serial job builds it."""
+    import lightning as L
+
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    datamodule.prepare_data()
+    return build("model", cfg.model, data=datamodule.spec)
+
+
+def build_trainer(
+    cfg: DictConfig, callbacks: Sequence[L.Callback], loggers: Sequence[Logger], array: bool
+) -> L.Trainer:
+    """Job ``cfg``'s trainer, with ``callbacks`` and the epoch summary, logging to ``loggers``
+    (one per run); an ``array`` keeps no checkpoint."""
+    from hpml.callbacks.epoch_summary import EpochSummary
+    from hpml.console import progress_bar
+
+    return build(
+        "trainer",
+        cfg.trainer,
+        callbacks=[*callbacks, EpochSummary()],
+        logger=list(loggers) if len(loggers) > 1 else loggers[0],
+        enable_progress_bar=progress_bar(cfg.trainer.get("enable_progress_bar")),
+        **({"enable_checkpointing": False} if array else {}),
+    )

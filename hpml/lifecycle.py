@@ -1,9 +1,10 @@
-"""One lifecycle for a job of N >= 1 members, once its parts are built and checked.
+"""One lifecycle for a job of N >= 1 members, once their parts are built and checked.
 
 :func:`run_members` opens one run per member under the sweep's parent, completes the parts
-(:func:`assemble`: seed, prepared data, model, trainer; several members wrapped into one fused
-array, :mod:`hpml.fused`), fits and tests, and closes the runs. :func:`follow` is the same steps
-for a DDP rank other than zero, which opens no run. ``hpml.train`` is the entry point around it.
+(:func:`assemble`: each member's model, then the trainer, :mod:`hpml.build`; several members
+wrapped into one fused array, :mod:`hpml.fused`), fits and tests, and closes the runs.
+:func:`follow` is the same steps for a DDP rank other than zero, which opens no run.
+``hpml.train`` is the entry point around it.
 """
 
 from __future__ import annotations
@@ -16,47 +17,32 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from hpml.build import Member, Parts, build, build_callbacks
-from hpml.console import progress_bar, quiet_upstream
+from hpml.build import Assembled, Member, build, build_model, build_parts, build_trainer
+from hpml.console import quiet_upstream
 from hpml.errors import HpmlError
 from hpml.tracking.jobs import record_run
 
 log = logging.getLogger(__name__)
 
 
-def assemble(members: Sequence[Member], loggers: list[Any]) -> Parts:
-    """The job's parts, completed: each member seeded, its data prepared and its model built,
-    as its serial job would be, then (several members: a fused array wrapped around theirs,
+def assemble(members: Sequence[Member], loggers: list[Any]) -> Assembled:
+    """The job's parts, completed: each member's model built as its serial job's (seeded, its
+    data prepared), then (several members: a fused array wrapped around theirs,
     :mod:`hpml.fused`) the trainer, logging to ``loggers``."""
-    import lightning as L
-
-    from hpml.callbacks.epoch_summary import EpochSummary
-
-    for member in members:
-        L.seed_everything(member.cfg.seed, workers=True, verbose=False)
-        member.parts.datamodule.prepare_data()
-        member.parts.model = build("model", member.cfg.model, data=member.parts.datamodule.spec)
-    cfg, whole = members[0].cfg, members[0].parts
-    extra: dict[str, Any] = {}
+    models = [build_model(m.cfg, m.parts.datamodule) for m in members]
+    parts = members[0].parts
+    datamodule, model, callbacks = parts.datamodule, models[0], parts.callbacks
     if len(members) > 1:
         from hpml.fused.members import wrapped
 
-        whole = wrapped([m.cfg for m in members], [m.parts for m in members])
-        extra = {"enable_checkpointing": False}  # an array keeps no checkpoint
-    whole.trainer = build(
-        "trainer",
-        cfg.trainer,
-        callbacks=[*whole.callbacks, EpochSummary()],
-        logger=loggers if len(loggers) > 1 else loggers[0],
-        enable_progress_bar=progress_bar(cfg.trainer.get("enable_progress_bar")),
-        **extra,
-    )
-    return whole
+        datamodule, model, callbacks = wrapped(members, models)
+    trainer = build_trainer(members[0].cfg, callbacks, loggers, array=len(members) > 1)
+    return Assembled(datamodule, model, trainer)
 
 
 def fit_and_test(
     cfg: DictConfig,
-    parts: Parts,
+    parts: Assembled,
     ckpt_path: str | None,
     check: Callable[[], None] = lambda: None,
 ) -> dict[str, float]:
@@ -101,7 +87,7 @@ def run_members(
     output_dir = Path(cfg.paths.output_dir)
     resume, ckpt_path = start_points(tracker, members)
     tags = [fused.member_tags(i, len(members), job) if array else {} for i in range(len(members))]
-    built: list[Parts] = []
+    built: list[Assembled] = []
 
     def record(run: Any, trained: bool) -> None:  # as each run ends
         if not built:
@@ -182,5 +168,7 @@ def follow(cfg: DictConfig, run_id: str | None, ckpt_path: str | None) -> None:
         logging.getLogger(name).handlers.clear()
         logging.getLogger(name).propagate = True
     logger = build("logger", cfg.logger).attached_logger(run_id)
-    parts = Parts(build("data", cfg.data), build_callbacks(cfg))  # checked by rank zero
+    parts = build_parts(cfg)  # checked by rank zero
+    for refused in parts.refused.values():
+        raise refused
     fit_and_test(cfg, assemble([Member(cfg, None, parts)], [logger]), ckpt_path)

@@ -1,11 +1,11 @@
 """``python -m hpml.train``: compose once, build once, validate, run, return.
 
-Hydra composes the config once; :func:`checked` builds the parts once and validates them
-(:mod:`hpml.validate`); :func:`hpml.lifecycle.run_members` opens one run per member under the
-sweep's parent, completes the parts, fits, tests and closes the runs. A single run is one member;
-a fused array (``fuse=array``, :mod:`hpml.fused`, whose launcher calls :func:`array_task`) is
-several, wrapped into one module. Everything heavy is imported inside the functions, so ``--help``
-and config errors answer at once.
+Hydra composes the config once; :func:`job_parts` builds the parts once (:mod:`hpml.build`) and
+checks them (:mod:`hpml.validate`); :func:`hpml.lifecycle.run_members` opens one run per member
+under the sweep's parent, completes the parts, fits, tests and closes the runs. A single run is
+one member; a fused array (``fuse=array``, :mod:`hpml.fused`, whose launcher calls
+:func:`array_task`) is several, wrapped into one module. Everything heavy is imported inside
+the functions, so ``--help`` and config errors answer at once.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from hpml.build import CONF_DIR, Member, Parts, build
+from hpml.build import CONF_DIR, Member, Parts, build, build_parts
 from hpml.cli import check_args, hoist_flags, report_failure
 from hpml.console import compare_hint, quiet_upstream
 from hpml.errors import HpmlError
@@ -30,7 +30,7 @@ from hpml.lifecycle import follow, run_members
 from hpml.tracking.jobs import write_job_status
 from hpml.tracking.redact import redact_text
 from hpml.tracking.resume import resume_args
-from hpml.validate import validate
+from hpml.validate import check
 
 
 def hydra_job() -> HydraJob | None:
@@ -53,22 +53,26 @@ def tracker_of(cfg: DictConfig, job: HydraJob | None = None) -> Any:
     return build("logger", cfg.logger)
 
 
-def checked(tracker: Any, cfg: DictConfig, job: HydraJob | None) -> Parts:
-    """The job's parts, built once and validated (:mod:`hpml.validate`). A refused job of a
-    sweep is recorded as a FAILED child of the sweep so its page lists every job; a refused
-    single run leaves no run."""
-    try:
-        return validate(cfg, job)
-    except HpmlError as exc:
-        tracker.record_refused(cfg, job, exc)
-        raise
+def job_parts(cfg: DictConfig, job: HydraJob | None) -> Parts:
+    """Job ``cfg``'s parts, built once (:func:`hpml.build.build_parts`) and checked
+    (:func:`hpml.validate.check`); raises what refuses it."""
+    parts = build_parts(cfg)
+    check(parts, cfg, job)
+    return parts
 
 
 def train(cfg: DictConfig) -> dict[str, float]:
-    """Fit and test the configured model inside one MLflow run; return the final metrics."""
+    """Fit and test the configured model inside one MLflow run; return the final metrics.
+
+    A refused job of a sweep is recorded as a FAILED child of the sweep so its page lists every
+    job; a refused single run leaves no run."""
     job = hydra_job()
     tracker = tracker_of(cfg, job)
-    parts = checked(tracker, cfg, job)
+    try:
+        parts = job_parts(cfg, job)
+    except HpmlError as exc:
+        tracker.record_refused(cfg, job, exc)
+        raise
     if job is None or job.sweep is None:
         from hpml.fused.plan import unfused_note
 
@@ -83,7 +87,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
 
 
 def array_task(members: list[Member]) -> list[float | None]:
-    """What :func:`main` is for one job, for a fused array's checked ``members`` (the fused
+    """What :func:`main` is for one job, for a fused array's ``members`` (the fused
     launcher's, :mod:`hpml.fused.launch`): a failure is one line, recorded in every member's
     folder and run; each member's optimised metric (NaN for a failed array)."""
     cfg, job = members[0].cfg, members[0].job

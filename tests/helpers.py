@@ -17,13 +17,14 @@ from typing import ClassVar
 import lightning as L
 import torch
 
+from hpml.callbacks.base import HpmlCallback
 from hpml.callbacks.in_array import InArray
 from hpml.callbacks.logging import log_metrics
 
 ALLOCATOR_PEAK = "spy/train_max_memory_allocated_bytes"
 
 
-class FailAtEpoch(L.Callback):
+class FailAtEpoch(HpmlCallback):
     """Raises at the start of epoch ``epoch``, after earlier epochs have logged their metrics; on
     a fused array, once, failing the whole array."""
 
@@ -38,15 +39,15 @@ class FailAtEpoch(L.Callback):
 
 
 class Undeclared(L.Callback):
-    """Does nothing and says nothing of fused arrays (no ``in_array``), as a user's own callback
-    or a Lightning one: a ``fuse=array`` sweep with it runs one job at a time."""
+    """Does nothing and says nothing of fused arrays (no :class:`HpmlCallback`), as a user's own
+    callback or a Lightning one: a ``fuse=array`` sweep with it runs one job at a time."""
 
 
-class EachMember(L.Callback):
-    """Declared per member (as a plain string, without importing hpml): ``for_members(size)``
-    gives one per member, numbered, with this one's ``label``."""
+class EachMember(HpmlCallback):
+    """Declared per member: ``for_members(size)`` gives one per member, numbered, with this
+    one's ``label``."""
 
-    in_array = "per member"
+    in_array: ClassVar[InArray] = InArray.PER_MEMBER
 
     def __init__(self, label: str = "", member: int | None = None) -> None:
         self.label, self.member = label, member

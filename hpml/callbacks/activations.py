@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import functools
 from contextlib import AbstractContextManager
-from typing import Any, ClassVar
+from typing import Any
 
 import lightning as L
 from torch import nn
 
-from hpml.callbacks.in_array import InArray
+from hpml.callbacks.base import HpmlCallback
 from hpml.callbacks.logging import set_tags
 from hpml.errors import ConfigError
 from hpml.optimize.activations import Bf16SavedTensors, Stage, checkpointed, resolve
@@ -26,11 +26,8 @@ from hpml.optimize.activations import Bf16SavedTensors, Stage, checkpointed, res
 METHODS = ("checkpoint", "bf16")
 
 
-class Activations(L.Callback):
+class Activations(HpmlCallback):
     """Apply ``method`` to every training step of the fit (see the module)."""
-
-    # in a fused array: it changes the one net it is given: an array trains plain nets
-    in_array: ClassVar[InArray] = InArray.SERIAL
 
     def __init__(self, method: str, modules: list[str] | None = None) -> None:
         if method not in METHODS:
@@ -75,10 +72,8 @@ class Activations(L.Callback):
             del self._wrapped.training_step
             self._wrapped = None
 
-    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_fit_end(self, *_: Any) -> None:
         self._unwrap()
 
-    def on_exception(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
-    ) -> None:
+    def on_exception(self, *_: Any) -> None:
         self._unwrap()

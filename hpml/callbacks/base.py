@@ -1,15 +1,16 @@
 """What an hpml callback may tell the lifecycle, each with a default that works in every mode.
 
 Lightning asks a callback for hooks only; hpml's lifecycle also asks how it runs in a fused
-array (:mod:`hpml.callbacks.in_array`), what it refuses in a model before training, and which
-stages of the net it recomputes. :class:`HpmlCallback` declares these with defaults, so a
-callback that overrides none of them trains in a single run and makes a fused sweep run one job
-at a time; a plain ``lightning.Callback`` is taken as saying nothing.
+array (:class:`~hpml.callbacks.in_array.InArray`), what it refuses in a model before training,
+and which stages of the net it recomputes. :class:`HpmlCallback` declares these with defaults, so
+a callback that overrides none of them trains in a single run and makes a fused sweep run one job
+at a time; a plain ``lightning.Callback`` is taken as saying nothing, and its sweep runs one job
+at a time after one line naming it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import lightning as L
@@ -24,16 +25,13 @@ class HpmlCallback(L.Callback):
     Class attributes:
         in_array: how it runs when a sweep's jobs train as one fused array (``SERIAL``: its
             sweep does not fuse).
-        array_knobs: keyword arguments over its config's when it is built for an array
-            (``ONCE``), e.g. to turn off a count the members' own callbacks make.
     """
 
     in_array: ClassVar[InArray] = InArray.SERIAL
-    array_knobs: ClassVar[Mapping[str, Any]] = {}
 
     def for_members(self, size: int) -> list[L.Callback]:
-        """The callbacks doing this one's work for each of ``size`` members of an array
-        (``in_array = PER_MEMBER``); itself by default."""
+        """The callbacks doing this one's work on an array of ``size`` members (``ONCE``: one
+        for them all, ``PER_MEMBER``: one per member); itself by default."""
         return [self]
 
     def check_model(
@@ -57,3 +55,24 @@ class HpmlCallback(L.Callback):
         """The stages of ``model`` this callback recomputes in backward (activation
         checkpointing); none by default. A step that replaces the net is refused beside it."""
         return []
+
+
+def declared(target: Any) -> InArray | None:
+    """How ``target`` (the class a callback's ``_target_`` names) runs in an array; None for a
+    class that is no :class:`HpmlCallback` (a Lightning callback, a user's own): it says nothing."""
+    if isinstance(target, type) and issubclass(target, HpmlCallback):
+        return target.in_array
+    return None
+
+
+def qualified(target: Any) -> str:
+    """``package.module.Name`` of a class (or any object ``_target_`` names), for a line."""
+    return f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', target)}"
+
+
+def undeclared(target: Any) -> str:
+    """Why ``target``, which says nothing of arrays, keeps its sweep from fusing, as the end of
+    a line naming it."""
+    values = [how.value for how in InArray]
+    choices = f"{', '.join(values[:-1])} or {values[-1]}"
+    return f"{qualified(target)} does not say how it runs in an array (in_array: {choices})"

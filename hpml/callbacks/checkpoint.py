@@ -14,10 +14,11 @@ from typing import Any, ClassVar
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from hpml.callbacks.base import HpmlCallback
 from hpml.callbacks.in_array import InArray
 
 
-class EpochCheckpoint(ModelCheckpoint):
+class EpochCheckpoint(ModelCheckpoint, HpmlCallback):
     """``ModelCheckpoint`` whose ``last.ckpt`` is the latest epoch, best or not, and can move.
 
     Lightning 2.6 writes ``last.ckpt`` only when a top-k checkpoint was saved at the same step,

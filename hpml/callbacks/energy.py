@@ -17,6 +17,7 @@ import lightning as L
 
 from hpml.analysis.energy import Energy, EnergyWindows, open_meter
 from hpml.callbacks.ranks import across_ranks
+from hpml.models.base import ArrayModule
 from hpml.names import J_PER_SAMPLE, J, W, metric
 
 
@@ -56,7 +57,7 @@ class StageEnergy:
         job = across_ranks(trainer, job, "sum")
         if job["measured"] < trainer.world_size:  # a rank without its board's energy: none
             return {}
-        members = len(pl_module) if hasattr(pl_module, "members") else 1
+        members = len(pl_module.members) if isinstance(pl_module, ArrayModule) else 1
         return {
             metric(stage, "energy", J): job["joules"],
             metric(stage, "power", W): job["watts"],

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import lightning as L
 
+from hpml.callbacks.base import HpmlCallback
 from hpml.callbacks.in_array import InArray
+from hpml.models.base import ArrayModule
 from hpml.names import member_prefix
 
 log = logging.getLogger(__name__)
@@ -26,7 +28,8 @@ def summary(trainer: L.Trainer, stages: tuple[str, ...]) -> str:
     """``stage/name value`` for each of those metrics the trainer has, in a fixed order; for a
     fused array each member's value, in member order: ``val/loss 0.6925 | 0.7012``."""
     metrics = trainer.callback_metrics
-    size = len(trainer.lightning_module) if hasattr(trainer.lightning_module, "members") else 0
+    module = trainer.lightning_module
+    size = len(module.members) if isinstance(module, ArrayModule) else 0
     parts = []
     for stage in stages:
         for name in SHOWN:
@@ -40,7 +43,7 @@ def summary(trainer: L.Trainer, stages: tuple[str, ...]) -> str:
     return "  ".join(parts)
 
 
-class EpochSummary(L.Callback):
+class EpochSummary(HpmlCallback):
     """Logs one line per training epoch and one after test, when the trainer shows no bar."""
 
     # in a fused array: one line per epoch, each member's values in it
@@ -53,10 +56,10 @@ class EpochSummary(L.Callback):
     def _silent(trainer: L.Trainer) -> bool:
         return trainer.progress_bar_callback is not None or trainer.sanity_checking
 
-    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_train_epoch_start(self, *_: Any) -> None:
         self.started = time.perf_counter()
 
-    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_train_epoch_end(self, trainer: L.Trainer, *_: Any) -> None:
         if self._silent(trainer):
             return
         total = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else None
@@ -69,10 +72,10 @@ class EpochSummary(L.Callback):
             time.perf_counter() - self.started,
         )
 
-    def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_test_epoch_start(self, *_: Any) -> None:
         self.started = time.perf_counter()
 
-    def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_test_epoch_end(self, trainer: L.Trainer, *_: Any) -> None:
         if self._silent(trainer):
             return
         numbers = summary(trainer, ("test",))

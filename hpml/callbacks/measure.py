@@ -2,8 +2,8 @@
 
 Pruning, quantisation and compilation measure through :func:`compare` so their figures compare:
 one set of latency settings (:class:`~hpml.callbacks.measure_settings.Settings`, also
-``conf/base/measure.yaml``), one judge of quality
-(the model's own ``validation_step`` with the variant in place of ``pl_module.net``), and the
+``conf/base/measure.yaml``), one judge of quality (what the model measures of a validation
+batch, the variant in place of ``pl_module.net``), and the
 two sides timed side by side in rounds of A B, B A, ... (:mod:`hpml.analysis.compare`), never
 "before" at one moment and "after" at another. The metrics (``S_before/``, ``S_after/``, ``S/``
 speed-ups with their interval and verdict): docs/metrics.md#before-and-after.
@@ -30,6 +30,7 @@ from hpml.analysis.model_stats import state_dict_bytes
 from hpml.callbacks.logging import log_metrics, set_tags
 from hpml.callbacks.measure_settings import Settings
 from hpml.errors import ConfigError
+from hpml.models.base import HpmlModule
 from hpml.names import BYTES, COUNT, MS, NATS, PCT, X, metric
 from hpml.optimize.quant.base import OnDevice
 from hpml.tensors import batch_size
@@ -74,17 +75,16 @@ def quality_name(name: str, value: float) -> tuple[str, float]:
 
 def val_loader(trainer: L.Trainer) -> Any:
     """The datamodule's validation loader, or None when the run has no validation split."""
-    datamodule = trainer.datamodule
-    if datamodule is None or not hasattr(datamodule, "val_dataloader"):
+    if trainer.datamodule is None:
         return None
     try:
-        return datamodule.val_dataloader()
+        return trainer.datamodule.val_dataloader()
     except ConfigError:
         return None
 
 
 @contextmanager
-def net_in_place(pl_module: L.LightningModule, net: nn.Module) -> Iterator[None]:
+def net_in_place(pl_module: HpmlModule, net: nn.Module) -> Iterator[None]:
     """``pl_module.net`` is ``net`` inside the block and what it was after."""
     saved = pl_module.net
     pl_module.net = net
@@ -95,38 +95,29 @@ def net_in_place(pl_module: L.LightningModule, net: nn.Module) -> Iterator[None]
 
 
 def validation_quality(
-    pl_module: L.LightningModule, loader: Any, max_batches: int | None
+    pl_module: HpmlModule, loader: Any, max_batches: int | None
 ) -> dict[str, float]:
-    """Run the module's own ``validation_step`` over ``loader``, capturing what it logs.
-
-    Tensors are averaged weighted by batch size; torchmetrics objects are computed and reset.
-    ``pl_module.log`` is swapped out for the loop, so nothing reaches the trainer's logged metrics.
-    """
+    """What the module's validation step measures over ``loader`` (:meth:`HpmlModule.measured`,
+    logging nothing), as ``val/<name>``: tensors averaged weighted by batch size, torchmetrics
+    objects computed and reset."""
     sums: dict[str, float] = defaultdict(float)
     weights: dict[str, int] = defaultdict(int)
     metrics: dict[str, Metric] = {}
-    current = {"size": 1}
-
-    def capture(name: str, value: Any, *args: Any, **kwargs: Any) -> None:
-        if isinstance(value, Metric):
-            metrics[name] = value
-        else:
-            sums[name] += float(value) * current["size"]
-            weights[name] += current["size"]
-
     was_training = pl_module.training
     pl_module.eval()
-    pl_module.log = capture  # type: ignore[method-assign]
     try:
         with torch.no_grad():
             for index, batch in enumerate(loader):
                 if max_batches is not None and index >= max_batches:
                     break
                 batch = move_data_to_device(batch, pl_module.device)
-                current["size"] = batch_size(batch)
-                pl_module.validation_step(batch, index)
+                for name, value in pl_module.measured(batch, "val").items():
+                    if isinstance(value, Metric):
+                        metrics[f"val/{name}"] = value
+                    else:
+                        sums[f"val/{name}"] += float(value) * batch_size(batch)
+                        weights[f"val/{name}"] += batch_size(batch)
     finally:
-        del pl_module.log
         pl_module.train(was_training)
     result = {name: sums[name] / weights[name] for name in sums if weights[name]}
     for name, value in metrics.items():
@@ -136,7 +127,7 @@ def validation_quality(
 
 
 def quality(
-    trainer: L.Trainer, pl_module: L.LightningModule, stage: str, max_batches: int | None
+    trainer: L.Trainer, pl_module: HpmlModule, stage: str, max_batches: int | None
 ) -> dict[str, float]:
     """``<stage>/val_..._<unit>`` of ``pl_module`` as it is now; empty without validation data."""
     loader = val_loader(trainer)
@@ -150,7 +141,7 @@ def quality(
 
 
 def latencies(
-    pl_module: L.LightningModule, settings: Settings, sides: Sequence[Side]
+    pl_module: HpmlModule, settings: Settings, sides: Sequence[Side]
 ) -> dict[int, dict[str, Timing]]:
     """Per batch size, each side's forward latency, the sides timed side by side, each on its
     device with ``pl_module.example_input``."""
@@ -167,7 +158,7 @@ def latencies(
 
 
 def figures(
-    trainer: L.Trainer, pl_module: L.LightningModule, settings: Settings, side: Side
+    trainer: L.Trainer, pl_module: HpmlModule, settings: Settings, side: Side
 ) -> dict[str, float]:
     """Size and validation quality of ``side``, without latency: what a net whose shapes did
     not change since it was timed still needs (pruning's fine-tuned net).

@@ -15,15 +15,17 @@ from hpml.analysis.memory import (
     peak_memory_bytes,
     tensor_bytes,
 )
+from hpml.callbacks.base import HpmlCallback
 from hpml.callbacks.in_array import InArray
 from hpml.callbacks.logging import log_figure, log_file, log_metrics, log_text
 from hpml.callbacks.ranks import across_ranks
+from hpml.models.base import HpmlModule
 from hpml.names import BYTES, metric
 
 PARTS = ("weights", "gradients", "optimizer_state", "activations")
 
 
-class MemoryBreakdown(L.Callback):
+class MemoryBreakdown(HpmlCallback):
     """Measures the first training step of the run and logs ``memory/<part>_bytes`` for
     weights, gradients, optimiser state and activations (what autograd saved for backward, each
     storage once), ``memory/training_total_bytes`` (their sum: a lower bound of what training
@@ -44,7 +46,7 @@ class MemoryBreakdown(L.Callback):
         self.done = False
 
     def on_train_batch_start(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+        self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any
     ) -> None:
         if self.done:
             return
@@ -59,27 +61,16 @@ class MemoryBreakdown(L.Callback):
             self.activations = self.saved.bytes
             self.saved = None
 
-    def on_before_backward(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, loss: torch.Tensor
-    ) -> None:
+    def on_before_backward(self, *_: Any) -> None:
         self._stop_recording()
 
-    def on_exception(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
-    ) -> None:
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
         """Never leave the saved-tensor hooks (process-wide) on after a failed step."""
         self._stop_recording()
         if self.cuda_snapshot and pl_module.device.type == "cuda":
             torch.cuda.memory._record_memory_history(enabled=None)
 
-    def on_train_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-    ) -> None:
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
         if self.done:
             return
         self.done = True
@@ -98,7 +89,8 @@ class MemoryBreakdown(L.Callback):
         metrics[metric("memory", "peak", BYTES)] = float(peak_memory_bytes(pl_module.device)[0])
         log_metrics(trainer, across_ranks(trainer, metrics, "max"))  # DDP: the largest rank's
         if trainer.is_global_zero:
-            self._plot(trainer, parts, type(getattr(pl_module, "net", pl_module)).__name__)
+            net = pl_module.net if isinstance(pl_module, HpmlModule) else pl_module
+            self._plot(trainer, parts, type(net).__name__)
         if self.cuda_snapshot and pl_module.device.type == "cuda":
             with tempfile.TemporaryDirectory() as tmp:
                 path = str(Path(tmp) / "cuda_snapshot.pickle")

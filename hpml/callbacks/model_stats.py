@@ -7,12 +7,13 @@ from typing import ClassVar
 import lightning as L
 
 from hpml.analysis.model_stats import nonzero_param_count, param_count, state_dict_bytes
+from hpml.callbacks.base import HpmlCallback
 from hpml.callbacks.in_array import InArray
 from hpml.callbacks.logging import log_metrics, log_text, resuming
 from hpml.names import BYTES, COUNT, FLOPS_PER_SAMPLE, member_named, metric
 
 
-class ModelStats(L.Callback):
+class ModelStats(HpmlCallback):
     """Logs ``model/params_count``, ``model/trainable_params_count``, ``model/nonzero_params_count``
     and ``model/size_bytes`` (bytes of the saved state dict), plus ``print(model)`` as an artifact.
 
@@ -56,7 +57,7 @@ class MemberStats(ModelStats):
     """Each member's ``model/*`` counts and size in its own run, as a serial run's
     :class:`ModelStats` logs them, and its forward and forward+backward FLOPs per sample
     (2 x MAC), which the speed monitor would count for all members at once on an array (its
-    ``array_knobs`` turn its count off there)."""
+    ``for_members`` turns its count off there)."""
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         from hpml.analysis.flops import count_flops

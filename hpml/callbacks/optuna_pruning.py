@@ -11,11 +11,11 @@ sweeper reads to tell the study.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import lightning as L
 
-from hpml.callbacks.in_array import InArray
+from hpml.callbacks.base import HpmlCallback
 from hpml.callbacks.logging import set_tags
 
 PRUNED_ATTR = "pruned_at_epoch"
@@ -34,13 +34,10 @@ def open_trial(storage: str, study_name: str, number: int, pruner: Any) -> Any:
     )
 
 
-class OptunaPruning(L.Callback):
+class OptunaPruning(HpmlCallback):
     """Reports ``monitor`` to trial ``trial`` of Optuna study ``study_name`` after every
     validation epoch and stops training when ``pruner`` (an Optuna pruner, the sweeper's) prunes
     it before its last epoch. With no ``trial`` (a run outside a search) it does nothing."""
-
-    # in a fused array: a trial is one job: a search's jobs run one by one
-    in_array: ClassVar[InArray] = InArray.SERIAL
 
     def __init__(
         self,
@@ -62,7 +59,7 @@ class OptunaPruning(L.Callback):
             raise ValueError("callbacks.optuna_pruning: a trial needs its study's storage and name")
         self._trial = open_trial(self.storage, self.study_name, int(self.trial), self.study_pruner)
 
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_validation_end(self, trainer: L.Trainer, *_: Any) -> None:
         if self.trial is None or trainer.sanity_checking:
             return
         prune = False

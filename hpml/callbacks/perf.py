@@ -21,12 +21,14 @@ from hpml.analysis.memory import peak_memory_bytes, peak_rss_bytes, reset_peak_m
 from hpml.analysis.noise import NoiseProbe, NoiseRule, judge
 from hpml.analysis.stats import cv_pct
 from hpml.analysis.timing import StepTimer, synchronized_now
+from hpml.callbacks.base import HpmlCallback
 from hpml.callbacks.energy import StageEnergy
 from hpml.callbacks.flop_budget import PEAKS, FlopBudget
 from hpml.callbacks.in_array import InArray
 from hpml.callbacks.logging import log_metrics, set_tags
 from hpml.callbacks.ranks import across_ranks
 from hpml.callbacks.rates import Rates, cycle_rates
+from hpml.models.base import HpmlModule
 from hpml.names import BYTES, MS, PCT, SAMPLES_PER_S, S, metric
 from hpml.ranges import Steps
 from hpml.tensors import batch_size
@@ -34,7 +36,7 @@ from hpml.tensors import batch_size
 log = logging.getLogger(__name__)
 
 
-class PerformanceMonitor(L.Callback):
+class PerformanceMonitor(HpmlCallback):
     """Speed, memory, FLOP/s and MFU of training and inference, as Composer's speed monitor does.
 
     Medians and IQRs over the timed steps after ``warmup_steps`` rather than a window's mean, so
@@ -48,7 +50,6 @@ class PerformanceMonitor(L.Callback):
     """
 
     in_array: ClassVar[InArray] = InArray.ONCE
-    array_knobs: ClassVar[dict[str, Any]] = {"count_flops": False}
 
     def __init__(
         self,
@@ -75,6 +76,12 @@ class PerformanceMonitor(L.Callback):
         self.train_peak = 0
         self.noisy_reason: str | None = None
 
+    def for_members(self, size: int) -> list[L.Callback]:
+        """Itself, once for the array, leaving the FLOP count to each member's
+        :class:`~hpml.callbacks.model_stats.MemberStats`."""
+        self.count_flops = False
+        return [self]
+
     def _start(self, stage: str, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         device = pl_module.device
         if stage == "train":
@@ -83,7 +90,7 @@ class PerformanceMonitor(L.Callback):
             # Lightning validates inside the training epoch, before on_train_epoch_end: keep
             # the training steps' peak, which the reset below would otherwise lose
             self.train_peak = max(self.train_peak, peak_memory_bytes(device)[0])
-        if self.count_flops and hasattr(pl_module, "example_input"):
+        if self.count_flops and isinstance(pl_module, HpmlModule):
             self.budget.count(trainer, pl_module)
         reset_peak_memory(device)  # each stage's peak, not the peak since the process began
         warmup = self.warmup_steps if stage == "train" else self.inference_warmup_steps
@@ -187,11 +194,11 @@ class PerformanceMonitor(L.Callback):
         elif self.noisy_reason is None:
             set_tags(trainer, {"hpml.noisy": "false"})
 
-    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_fit_end(self, trainer: L.Trainer, *_: Any) -> None:
         self.probe.close()
         self._noise(trainer)
 
-    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_test_end(self, trainer: L.Trainer, *_: Any) -> None:
         self.probe.close()
         self._noise(trainer)
 
@@ -200,19 +207,12 @@ class PerformanceMonitor(L.Callback):
         self.val_seconds_in_train_epoch = 0.0
         self._start("train", trainer, pl_module)
 
-    def on_train_batch_start(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_start(self, *_: Any) -> None:
         self.timers["train"].begin()
         self._window_edge("train")
 
     def on_train_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, *_: Any
     ) -> None:
         self.timers["train"].end(batch_size(batch))
         self._window_edge("train")
@@ -229,26 +229,13 @@ class PerformanceMonitor(L.Callback):
             self.probe.close()  # validation inside a training epoch ends its timed window
             self._start("val", trainer, pl_module)
 
-    def on_validation_batch_start(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
+    def on_validation_batch_start(self, trainer: L.Trainer, *_: Any) -> None:
         if not trainer.sanity_checking:
             self.timers["val"].begin()
             self._window_edge("val")
 
     def on_validation_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, *_: Any
     ) -> None:
         if not trainer.sanity_checking:
             self.timers["val"].end(batch_size(batch))
@@ -267,25 +254,12 @@ class PerformanceMonitor(L.Callback):
     def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._start("test", trainer, pl_module)
 
-    def on_test_batch_start(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
+    def on_test_batch_start(self, *_: Any) -> None:
         self.timers["test"].begin()
         self._window_edge("test")
 
     def on_test_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, *_: Any
     ) -> None:
         self.timers["test"].end(batch_size(batch))
         self._window_edge("test")

@@ -16,7 +16,7 @@ import io
 import logging
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any
 
 import lightning as L
 import torch
@@ -24,26 +24,26 @@ from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from hpml.analysis.profile_summary import DATA_REGION, summarise_events
-from hpml.callbacks.in_array import InArray
+from hpml.callbacks.base import HpmlCallback
 from hpml.callbacks.logging import log_file, log_metrics, log_text
 from hpml.names import PCT, metric
 from hpml.ranges import Count, Range, Steps
 
 log = logging.getLogger(__name__)
 
-CSV_FIELDS = (
-    "name",
-    "input_shapes",
-    "count",
-    "self_cpu_time_total_us",
-    "cpu_time_total_us",
-    "self_device_time_total_us",
-    "device_time_total_us",
-    "self_cpu_memory_usage_bytes",
-    "cpu_memory_usage_bytes",
-    "self_device_memory_usage_bytes",
-    "flops",
-)
+CSV_FIELDS = {  # column -> the key-averages event's attribute
+    "name": "key",
+    "input_shapes": "input_shapes",
+    "count": "count",
+    "self_cpu_time_total_us": "self_cpu_time_total",
+    "cpu_time_total_us": "cpu_time_total",
+    "self_device_time_total_us": "self_device_time_total",
+    "device_time_total_us": "device_time_total",
+    "self_cpu_memory_usage_bytes": "self_cpu_memory_usage",
+    "cpu_memory_usage_bytes": "cpu_memory_usage",
+    "self_device_memory_usage_bytes": "self_device_memory_usage",
+    "flops": "flops",
+}
 
 
 class StepRegions:
@@ -82,26 +82,11 @@ def _csv(averages: Any) -> str:
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(CSV_FIELDS)
-    for e in averages:
-        writer.writerow(
-            [
-                e.key,
-                e.input_shapes,
-                e.count,
-                e.self_cpu_time_total,
-                e.cpu_time_total,
-                e.self_device_time_total,
-                e.device_time_total,
-                e.self_cpu_memory_usage,
-                e.cpu_memory_usage,
-                e.self_device_memory_usage,
-                e.flops,
-            ]
-        )
+    writer.writerows([getattr(event, name) for name in CSV_FIELDS.values()] for event in averages)
     return out.getvalue()
 
 
-class TorchProfilerWindow(L.Callback):
+class TorchProfilerWindow(HpmlCallback):
     """Profiles training steps ``skip_first + wait + warmup`` onwards for ``active`` steps,
     ``repeat`` times (0: until training ends), with ``torch.profiler``'s schedule.
 
@@ -110,9 +95,6 @@ class TorchProfilerWindow(L.Callback):
     ``trace`` logs each window's Chrome/Perfetto trace (tens of MB on a GPU), false keeps only
     the tables and the execution summary.
     """
-
-    # in a fused array: it profiles one job's steps
-    in_array: ClassVar[InArray] = InArray.SERIAL
 
     def __init__(
         self,
@@ -158,40 +140,25 @@ class TorchProfilerWindow(L.Callback):
         self.profiler.start()
         self.regions.open(DATA_REGION)
 
-    def on_train_batch_start(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
+    def on_train_batch_start(self, *_: Any) -> None:
         self.regions.open("hpml/forward")
 
-    def on_before_zero_grad(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any
-    ) -> None:
+    def on_before_zero_grad(self, *_: Any) -> None:
         self.regions.open("hpml/zero_grad")
 
-    def on_before_backward(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, loss: torch.Tensor
-    ) -> None:
+    def on_before_backward(self, *_: Any) -> None:
         self.regions.open("hpml/backward")
 
-    def on_before_optimizer_step(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any
-    ) -> None:
+    def on_before_optimizer_step(self, *_: Any) -> None:
         self.regions.open("hpml/optimizer_step")
 
-    def on_train_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-    ) -> None:
+    def on_train_batch_end(self, *_: Any) -> None:
         self.regions.close()
         if self.profiler is not None:
             self.profiler.step()
         self.regions.open(DATA_REGION)
 
-    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_train_epoch_end(self, *_: Any) -> None:
         self.regions.close()
 
     def _stop(self) -> None:
@@ -200,13 +167,11 @@ class TorchProfilerWindow(L.Callback):
             self.profiler.stop()
             self.profiler = None
 
-    def on_exception(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
-    ) -> None:
+    def on_exception(self, *_: Any) -> None:
         """A failed run stops the profiler and closes its open range (both process-wide)."""
         self._stop()
 
-    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_train_end(self, *_: Any) -> None:
         self._stop()
         if self.windows == 0:
             log.warning(
@@ -254,18 +219,15 @@ class TorchProfilerWindow(L.Callback):
             log_file(trainer, path, prefix)
 
 
-class ProfilerReport(L.Callback):
+class ProfilerReport(HpmlCallback):
     """Stores a Lightning profiler's report (``profile=simple|advanced``) as a run artifact."""
-
-    # in a fused array: it profiles one job's steps
-    in_array: ClassVar[InArray] = InArray.SERIAL
 
     def _store(self, trainer: L.Trainer, stage: str) -> None:
         if trainer.profiler is not None:
             log_text(trainer, trainer.profiler.summary(), f"profiler/lightning_{stage}.txt")
 
-    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_fit_end(self, trainer: L.Trainer, *_: Any) -> None:
         self._store(trainer, "fit")
 
-    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_test_end(self, trainer: L.Trainer, *_: Any) -> None:
         self._store(trainer, "test")

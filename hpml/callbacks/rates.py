@@ -1,32 +1,13 @@
 """Each timed cycle's samples/s, FLOP/s and MFU by Lightning's ``Throughput``; hpml's median and
 IQR over the cycles.
 
-Lightning's :class:`~lightning.fabric.utilities.throughput.Throughput` (what its
-``ThroughputMonitor`` callbacks log) computes samples/s, FLOP/s and MFU over a window of its
-latest updates: the samples (FLOPs) between the window's first and last update over the time
-between them. :func:`cycle_rates` gives it the end of every timed cycle of a stage (a cycle: the
-wait for a batch plus its step, :meth:`~hpml.analysis.timing.StepTimer.cycle_seconds`) with a
-window of two updates, so each of its figures is one cycle's: ``device/samples_per_sec``,
-``device/flops_per_sec`` (the cycle's samples x FLOPs per sample) and ``device/mfu`` (that over
-the peak it was given; one ``Throughput`` per peak hpml knows, as it takes one).
-
-What hpml adds, and why:
-
-- the reported figure is the **median over cycles** of those rates, with their **IQR**, not a
-  mean over a wide window: one stalled step (a collection, a checkpoint write, a neighbour's
-  burst) moves a window's samples-over-seconds, not the median, and the IQR says how far
-  steps spread. The median over cycles of ``samples x FLOPs per sample / cycle`` is FLOPs per
-  sample x the median samples/s, so FLOP/s and MFU stay that product, as before;
-- MFU in percent, against two peaks (the datasheet's for the trainer's precision and a measured
-  one, :mod:`hpml.analysis.devices`, :mod:`hpml.analysis.measured_peak`), not Lightning's
-  ``get_available_flops`` (one datasheet figure, none for CPUs);
-- each rank's figures are its own (``world_size=1``): :mod:`hpml.callbacks.perf` sums the ranks'
-  (their MFU averaged), where Lightning's global figures are one rank's times the world size;
-- no ``items_per_sec``: hpml's batches carry no lengths (images, fixed-length sequences), so
-  samples/s is the figure.
-
-The rest of what the performance monitor logs (step time percentiles and CV, data-wait share,
-CPU time, utilisation) Lightning does not compute: :class:`~hpml.analysis.timing.StepTimer`.
+:func:`cycle_rates` gives Lightning's :class:`~lightning.fabric.utilities.throughput.Throughput`
+the end of every timed cycle of a stage (the wait for a batch plus its step) with a window of two
+updates, so each of its figures is one cycle's. hpml reports the median over cycles with its IQR
+(one stalled step moves a window's mean, not the median), MFU in percent against the datasheet's
+and a measured peak (:mod:`hpml.analysis.devices`, :mod:`hpml.analysis.measured_peak`), and each
+rank's figures as its own (:mod:`hpml.callbacks.perf` sums the ranks'); no ``items_per_sec``:
+hpml's batches carry no lengths.
 """
 
 from __future__ import annotations

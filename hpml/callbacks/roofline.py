@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any
 
 import lightning as L
 
@@ -14,7 +14,7 @@ from hpml.analysis.flops import count_flops
 from hpml.analysis.measured_peak import is_measured, measure_peak, raise_roof, resolve_peak
 from hpml.analysis.roofline import RooflineAnalysis, analyse, classify
 from hpml.analysis.roofline_plot import above_roof, describe_peak, plot_roofline, points_csv
-from hpml.callbacks.in_array import InArray
+from hpml.callbacks.base import HpmlCallback
 from hpml.callbacks.logging import (
     log_file,
     log_metrics,
@@ -24,6 +24,7 @@ from hpml.callbacks.logging import (
     set_tags,
 )
 from hpml.errors import ConfigError
+from hpml.models.base import HpmlModule
 from hpml.names import (
     BYTES_PER_SAMPLE,
     FORWARD_ACHIEVED,
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class RooflineCallback(L.Callback):
+class RooflineCallback(HpmlCallback):
     """Arithmetic intensity and achieved FLOP/s of every layer and of the model, at fit start.
 
     Once, on ``pl_module.example_input(batch_size)`` inside the trainer's precision context, so
@@ -54,9 +55,6 @@ class RooflineCallback(L.Callback):
     a measured roof a timed point beats is measured again, then raised to the best point, and
     the log and plot say so. Metrics, artifacts and conventions: docs/profiling.md.
     """
-
-    # in a fused array: it measures the one net it is given, layer by layer
-    in_array: ClassVar[InArray] = InArray.SERIAL
 
     def __init__(
         self,
@@ -79,7 +77,7 @@ class RooflineCallback(L.Callback):
 
     def _example(self, trainer: L.Trainer, pl_module: L.LightningModule) -> Any:
         batch_size = self.batch_size or getattr(trainer.datamodule, "batch_size", None) or 1
-        if hasattr(pl_module, "example_input"):
+        if isinstance(pl_module, HpmlModule):
             return pl_module.example_input(batch_size)
         example = pl_module.example_input_array
         if example is None:
@@ -185,7 +183,8 @@ class RooflineCallback(L.Callback):
             return
         set_tags(trainer, {PEAK_TAG: peak.name, PEAK_SOURCE_TAG: peak.source[:5000]})
         with tempfile.TemporaryDirectory() as tmp:
-            net = getattr(trainer.lightning_module, "net", trainer.lightning_module)
+            module = trainer.lightning_module
+            net = module.net if isinstance(module, HpmlModule) else module
             title = f"{type(net).__name__}, batch {analysis.batch_size}, forward, on {peak.name}"
             for path in plot_roofline(points, peak, Path(tmp) / "roofline", precision, title):
                 log_file(trainer, path, STAGE)

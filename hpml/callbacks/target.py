@@ -9,6 +9,7 @@ import lightning as L
 from lightning.pytorch.trainer.states import TrainerFn
 
 from hpml.analysis.timing import synchronized_now
+from hpml.callbacks.base import HpmlCallback
 from hpml.callbacks.in_array import InArray
 from hpml.callbacks.logging import log_metrics, resuming, set_tags
 from hpml.errors import ConfigError
@@ -27,7 +28,7 @@ def infer_mode(name: str) -> Mode:
     return "max" if name.rsplit("/", 1)[-1].endswith("acc") else "min"
 
 
-class TimeToTarget(L.Callback):
+class TimeToTarget(HpmlCallback):
     """``train/time_to_target_s`` and ``train/epochs_to_target_count``, once, when met.
 
     The clock starts at ``on_train_start`` (after Lightning's sanity validation, a check of the
@@ -140,7 +141,7 @@ class TimeToTarget(L.Callback):
         current = float(current)
         return current >= self.value if self.mode == "max" else current <= self.value
 
-    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_fit_end(self, trainer: L.Trainer, *_: Any) -> None:
         if self.start is not None and not self.met:
             self._tag(trainer, {"hpml.target.met": "false"})
             log.info(
@@ -181,5 +182,5 @@ class MemberTimeToTarget(TimeToTarget):
 
     def _stop(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         pl_module.frozen.add(self.member)
-        if len(pl_module.frozen) == len(pl_module):
+        if len(pl_module.frozen) == len(pl_module.members):
             trainer.should_stop = True

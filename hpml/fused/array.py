@@ -17,17 +17,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import lightning as L
 import torch
 from torch import Tensor
 
 from hpml.errors import IncompatibleError
-from hpml.models.base import HpmlModule, log_measured
+from hpml.models.base import ArrayModule, HpmlModule, log_measured
 from hpml.names import member_prefix
 from hpml.optimize.fuse.array import FusedNets, member_output
 
 
-class FusedArray(L.LightningModule):
+class FusedArray(ArrayModule):
     """``members`` trained as one array. Batches are one ``(x, y)`` every member sees
     (``shared_data``: their data and its order are the same) or a list with one ``(x, y)`` per
     member (their seeds differ).
@@ -58,9 +57,6 @@ class FusedArray(L.LightningModule):
 
     def __len__(self) -> int:
         return len(self.members)
-
-    def example_input(self, batch_size: int = 1) -> Tensor:
-        return self.members[0].example_input(batch_size)
 
     def forward(self, x: Any, stacked: bool = False) -> Any:
         return self.fused(x, stacked, keep=self.frozen)

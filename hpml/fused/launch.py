@@ -5,7 +5,7 @@ which jobs fuse, and runs each array through :meth:`FusedLauncher.train` inside 
 (the first member's folder holds the array's log). The other members get their own folder,
 Hydra's record of their config and a ``JobReturn`` with their own metric, so sweepers and
 callbacks see every job as if it had run alone. Jobs that do not fuse run one by one, exactly as
-under the basic launcher. ``check`` and ``train`` are hpml.train's, wired in by the Hydra plugin
+under the basic launcher. ``parts`` and ``train`` are hpml.train's, wired in by the Hydra plugin
 (``hydra_plugins/hpml_fused_launcher``): this package sits below the lifecycle it launches.
 """
 
@@ -31,7 +31,8 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from hpml.build import Member
+from hpml.build import Member, Parts
+from hpml.hydra_job import HydraJob
 
 log = logging.getLogger(__name__)
 
@@ -40,13 +41,13 @@ class FusedLauncher(Launcher):
     """Hydra's basic launcher, with the jobs :func:`~hpml.fused.plan.plan` fuses trained as
     arrays. A subclass says how a job is checked and how an array trains (the plugin's shim)."""
 
-    def check(self, cfg: DictConfig, job: Any) -> Any:
-        """The parts of job ``cfg`` built once and validated (:func:`hpml.validate.validate`);
+    def parts(self, cfg: DictConfig, job: HydraJob) -> Parts:
+        """The parts of job ``cfg``, built once and checked (:func:`hpml.train.job_parts`);
         raises when it is refused (the job then runs alone and fails with its own line)."""
         raise NotImplementedError
 
     def train(self, members: list[Member]) -> list[float | None]:
-        """Each member's optimised metric once ``members`` (with their checked parts) trained
+        """Each member's optimised metric once ``members`` (with their parts) trained
         as one array (:func:`hpml.train.array_task`)."""
         raise NotImplementedError
 
@@ -55,7 +56,7 @@ class FusedLauncher(Launcher):
         self.task_function: TaskFunction | None = None
         self.hydra_context: HydraContext | None = None
         self.said: set[str] = set()  # the reasons printed: a sweeper's batches repeat them
-        self.members: dict[int, Member] = {}  # job num -> the job, checked
+        self.members: dict[int, Member] = {}  # job num -> the job, its parts built
 
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
@@ -128,14 +129,12 @@ class FusedLauncher(Launcher):
         return result
 
     def _admitted(self, config: DictConfig) -> bool:
-        """Whether the job may join an array: its config passes hpml's validation (a refused
-        job runs alone, as under the basic launcher, and fails there with its own line). Its
-        folder, Hydra's record of it and its task config are made here, once."""
-        from hpml.hydra_job import HydraJob
-
+        """Whether the job may join an array: its parts are built and pass hpml's validation
+        (a refused job runs alone, as under the basic launcher, and fails there with its own
+        line). Its folder, Hydra's record of it and its task config are made here, once."""
         try:
             task, job = task_config(placed(config)), HydraJob.of(config.hydra)
-            parts = self.check(task, job)
+            parts = self.parts(task, job)
         except Exception:  # HpmlError, or a bug: either way that job says so, run alone
             return False
         self.members[config.hydra.job.num] = Member(task, job, parts)

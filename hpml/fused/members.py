@@ -10,14 +10,22 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
-from hpml.build import Parts, build
+from hpml.build import Assembled, Member
 from hpml.errors import one_line
 from hpml.hydra_job import HydraJob
 from hpml.names import MEMBER_PREFIX, member_prefix
+
+if TYPE_CHECKING:
+    import lightning as L
+
+    from hpml.data.base import HpmlDataModule
+    from hpml.fused.array import FusedArray
+    from hpml.fused.data import FusedData
+    from hpml.models.base import HpmlModule
 
 log = logging.getLogger(__name__)
 
@@ -29,42 +37,43 @@ ARRAY_TAG = "hpml.fused.array"  # the first member's job folder: the members of 
 DIVERGED_TAG = "hpml.fused.diverged_at_step"  # the step a member's loss stopped being finite
 
 
-def wrapped(configs: Sequence[DictConfig], members: Sequence[Parts]) -> Parts:
-    """The array's parts: its data module and model around its members' (built, data
-    prepared), and its callbacks (:func:`array_callbacks`); the trainer is the job's."""
+def wrapped(
+    members: Sequence[Member], models: Sequence[HpmlModule]
+) -> tuple[FusedData, FusedArray, list[L.Callback]]:
+    """The array's data module and model around its ``members``' (data prepared) and their
+    ``models``, and its callbacks (:func:`array_callbacks`, from the first member's)."""
     from hpml.fused.array import FusedArray
     from hpml.fused.data import FusedData
 
-    data = [OmegaConf.to_container(cfg.data, resolve=True) for cfg in configs]
+    data = [OmegaConf.to_container(member.cfg.data, resolve=True) for member in members]
     shared = all(config == data[0] for config in data)
-    callbacks = array_callbacks(configs[0], len(configs))
-    return Parts(
-        datamodule=FusedData([parts.datamodule for parts in members], shared),
-        model=FusedArray([parts.model for parts in members], shared),
-        callbacks=callbacks,
+    return (
+        FusedData([member.parts.datamodule for member in members], shared),
+        FusedArray(models, shared),
+        array_callbacks(members[0].parts.callbacks, len(members)),
     )
 
 
-def array_callbacks(cfg: DictConfig, size: int) -> list[Any]:
-    """The callbacks job ``cfg`` sets, on an array of ``size`` members, as each one's class says
-    (its ``in_array``, :mod:`hpml.callbacks.in_array`): built from its config with the class's
-    ``array_knobs`` over it, then once (ONCE) or as its ``for_members(size)`` (PER_MEMBER);
-    NOT_IN_ARRAYS ones left out. The planner runs a job with any other one serially."""
-    from hpml.callbacks.in_array import InArray, array_knobs
+def array_callbacks(callbacks: Sequence[L.Callback], size: int) -> list[L.Callback]:
+    """A job's built ``callbacks`` on an array of ``size`` members, as each one's class says
+    (its ``in_array``): each one's ``for_members(size)``, NOT_IN_ARRAYS ones left out. The
+    planner runs a job with any other one serially."""
+    from hpml.callbacks.base import HpmlCallback, declared, qualified
+    from hpml.callbacks.in_array import InArray
     from hpml.errors import IncompatibleError
-    from hpml.fused.plan import callback_entries
 
-    callbacks: list[Any] = []
-    for entry in callback_entries(cfg):
-        if entry.how is InArray.NOT_IN_ARRAYS:
+    derived: list[L.Callback] = []
+    for callback in callbacks:
+        how = declared(type(callback))
+        if how is InArray.NOT_IN_ARRAYS:
             continue
-        if entry.how not in (InArray.ONCE, InArray.PER_MEMBER):
+        if how not in (InArray.ONCE, InArray.PER_MEMBER):
             raise IncompatibleError(
-                f"{entry.label}: {entry.path} cannot run in a fused array (in_array: {entry.how})"
+                f"{qualified(type(callback))} cannot run in a fused array (in_array: {how})"
             )
-        callback = build(entry.group, entry.node, **array_knobs(entry.target))
-        callbacks += callback.for_members(size) if entry.how is InArray.PER_MEMBER else [callback]
-    return callbacks
+        assert isinstance(callback, HpmlCallback)
+        derived += callback.for_members(size)
+    return derived
 
 
 def member_tags(index: int, size: int, leader: HydraJob) -> dict[str, str]:
@@ -78,7 +87,7 @@ def member_tags(index: int, size: int, leader: HydraJob) -> dict[str, str]:
     }
 
 
-def member_parts(parts: Parts, index: int) -> tuple[Any, Any, dict[str, str]]:
+def member_parts(parts: Assembled, index: int) -> tuple[HpmlDataModule, HpmlModule, dict[str, str]]:
     """Member ``index``'s data module and model in the array's ``parts`` (members with equal
     data configs share one data module), and, if its loss stopped being finite, the tag of
     the step it did, for its run once trained."""

@@ -3,10 +3,10 @@
 Jobs fuse when their configs differ only in keys that keep every tensor's shape (the patterns
 of ``fuse.fusable``: learning rate, weight decay, momentum, betas, dropout, seed, ...) and the
 array can do all they ask. Each callback's class says how it runs in an array (its ``in_array``,
-:mod:`hpml.callbacks.in_array`), read here off the class its ``_target_`` names: one that says
-nothing, or says it runs only in a job of its own, keeps the jobs apart. Anything else runs the
-normal way, one job at a time, after one line saying which key, setting or callback kept them
-apart: a sweep is never refused for asking to fuse.
+:class:`~hpml.callbacks.base.HpmlCallback`), read here off the class its ``_target_`` names: one
+that says nothing, or says it runs only in a job of its own, keeps the jobs apart. Anything
+else runs the normal way, one job at a time, after one line saying which key, setting or
+callback kept them apart: a sweep is never refused for asking to fuse.
 """
 
 from __future__ import annotations
@@ -14,11 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from hpml.callbacks.in_array import InArray, declared, qualified, undeclared
+from hpml.callbacks.in_array import InArray
 from hpml.config_tree import leaves
 
 FUSED_LAUNCHER = "hpml_fused"  # hydra/launcher option of hydra_plugins/hpml_fused_launcher
@@ -60,29 +59,16 @@ def processes(trainer: DictConfig) -> int:
         return 1
 
 
-@dataclass(frozen=True)
-class Entry:
-    """A callback a job's config sets: ``label`` as a line names it (``callbacks.perf``,
-    ``prune=l1_unstructured``), ``group`` the key it is built under, its config ``node``, its
-    ``_target_`` (``path``) and the class (or other object) that names, None when it cannot be
-    imported, and ``how`` that class says it runs in an array (None: it does not say)."""
-
-    label: str
-    group: str
-    node: DictConfig
-    path: str
-    target: Any
-    how: InArray | None
-
-
-def callback_entries(cfg: DictConfig) -> list[Entry]:
-    """The callbacks job ``cfg`` sets, in the order it builds them: the ``callbacks`` group's,
-    then each of ``callback_groups`` (prune, quant, compile, profile, activations); their
-    classes are imported, nothing is built."""
+def unfusable_callback(cfg: DictConfig) -> str | None:
+    """A callback job ``cfg`` sets (the ``callbacks`` group's, then each of ``callback_groups``)
+    that keeps its sweep from fusing, as ``<label> is set, and <why>``: its class cannot be
+    imported, says nothing of arrays, or runs only in a job of its own. Nothing is built."""
     from hydra.utils import get_object
 
+    from hpml.callbacks.base import declared, qualified, undeclared
+
     found = [
-        (f"callbacks.{name}", f"callbacks.{name}", node)
+        (f"callbacks.{name}", node)
         for name, node in (cfg.get("callbacks") or {}).items()
         if node and "_target_" in node
     ]
@@ -90,32 +76,30 @@ def callback_entries(cfg: DictConfig) -> list[Entry]:
         node = cfg.get(group)
         if node and "_target_" in node:
             choice = OmegaConf.select(cfg, f"hydra.runtime.choices.{group}") or "set"
-            found.append((f"{group}={choice}", group, node))
-    entries = []
-    for label, group, node in found:
+            found.append((f"{group}={choice}", node))
+    for label, node in found:
         path = str(OmegaConf.select(node, "_target_", throw_on_resolution_failure=False))
         try:
             target = get_object(path)
         except Exception:  # its job fails alone, with its own line, when it builds it
-            target = None
-        entries.append(Entry(label, group, node, path, target, declared(target)))
-    return entries
+            return f"{label} is set, and its _target_ {path} cannot be imported"
+        how = declared(target)
+        if how is None:
+            return f"{label} is set, and {undeclared(target)}"
+        if how is InArray.SERIAL:
+            return (
+                f"{label} is set, and {qualified(target)} runs only in a job of its own (its "
+                f"in_array: {how})"
+            )
+    return None
 
 
 def unfusable_setting(cfg: DictConfig) -> str | None:
     """What every job shares that an array cannot train with, as ``<key> is set, and <why>``:
-    a callback whose class says it runs only in a job of its own or says nothing of arrays,
-    or a trainer setting; None when there is none."""
-    for entry in callback_entries(cfg):
-        if entry.target is None:
-            return f"{entry.label} is set, and its _target_ {entry.path} cannot be imported"
-        if entry.how is None:
-            return f"{entry.label} is set, and {undeclared(entry.target)}"
-        if entry.how is InArray.SERIAL:
-            return (
-                f"{entry.label} is set, and {qualified(entry.target)} runs only in a job of "
-                f"its own (its in_array: {entry.how})"
-            )
+    a callback (:func:`unfusable_callback`) or a trainer setting; None when there is none."""
+    callback = unfusable_callback(cfg)
+    if callback is not None:
+        return callback
     setting = trainer_setting(cfg)
     if setting is None:
         return None

@@ -1,4 +1,8 @@
-"""What every hpml LightningModule shares: a net built from the data, optimiser from config."""
+"""What every hpml LightningModule shares: a net built from the data, optimiser from config.
+
+Callbacks may use what these classes declare and nothing else: a model's ``net`` and
+``example_input(batch_size)``, a fused array's ``members`` and ``frozen`` (:class:`ArrayModule`).
+"""
 
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ class HpmlModule(L.LightningModule):
     """
 
     modality: ClassVar[str]
+    net: nn.Module
 
     def __init__(
         self,
@@ -67,9 +72,15 @@ class HpmlModule(L.LightningModule):
         fused array (:mod:`hpml.fused.array`) scores each member's slice of one vmapped call."""
         raise NotImplementedError
 
+    def measured(self, batch: tuple[Tensor, Tensor], stage: str) -> Measured:
+        """What :meth:`measure` gives of the net's forward pass on ``batch``, logging nothing
+        (a callback measuring a changed net reads it so)."""
+        batch = self._formatted(batch)
+        return self.measure(self(batch[0]), batch, stage)
+
     def _step(self, batch: tuple[Tensor, Tensor], stage: str) -> Tensor:
         """Loss of one batch, logging what :meth:`measure` gives as ``<stage>/<name>``."""
-        measured = self.measure(self(batch[0]), batch, stage)
+        measured = self.measured(batch, stage)
         log_measured(self, measured, stage)
         return measured["loss"]
 
@@ -79,13 +90,13 @@ class HpmlModule(L.LightningModule):
         return x.contiguous(memory_format=self.memory_format), y
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
-        return self._step(self._formatted(batch), "train")
+        return self._step(batch, "train")
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
-        return self._step(self._formatted(batch), "val")
+        return self._step(batch, "val")
 
     def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
-        return self._step(self._formatted(batch), "test")
+        return self._step(batch, "test")
 
     def example_input(self, batch_size: int = 1) -> torch.Tensor:
         """A batch of the data's shape and dtype, for analysis passes."""
@@ -100,6 +111,18 @@ class HpmlModule(L.LightningModule):
         if self.hparams.scheduler is None:
             return optimizer
         return {"optimizer": optimizer, "lr_scheduler": self.hparams.scheduler(optimizer)}
+
+
+class ArrayModule(L.LightningModule):
+    """A fused array of :class:`HpmlModule` members (:class:`hpml.fused.array.FusedArray`), as
+    callbacks see it: its ``members`` and the indices of those done training (``frozen``)."""
+
+    members: nn.ModuleList
+    frozen: set[int]
+
+    def example_input(self, batch_size: int = 1) -> Tensor:
+        """A batch of the members' data's shape and dtype."""
+        return self.members[0].example_input(batch_size)
 
 
 def log_measured(

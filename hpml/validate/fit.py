@@ -1,9 +1,9 @@
 """The model against its data and against the steps that will transform it, before training.
 
 Everything here runs on a model built on the meta device (no memory, no compute). The steps that
-transform the model are asked what they cannot do to it (:class:`ChecksModel`, the object's own
-check: no table of methods here); eager int8's check quantises a freshly built CPU copy of the
-net and runs it once on one batch: that is the only way to learn whether eager-mode int8 has
+transform the model are asked what they cannot do to it (their own ``check_model``, no table of
+methods here); eager int8's check quantises a freshly built CPU copy of the net and runs it once
+on one batch: that is the only way to learn whether eager-mode int8 has
 kernels for every op the net's forward calls (a residual ``out += identity`` has none;
 ``quant.backend=auto`` then quantises through PT2E instead), and it costs a second or two, once,
 instead of a whole training run that fails at its end.
@@ -12,8 +12,8 @@ instead of a whole training run that fails at its end.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from hydra.utils import get_object, instantiate
@@ -28,20 +28,8 @@ from hpml.models.input_fit import probe, size_range, sizes_text
 from hpml.optimize.quant.torch_ao import EAGER_INT8_MODELS as STATIC_INT8_MODELS  # noqa: F401
 from hpml.validate import options
 
-
-@runtime_checkable
-class ChecksModel(Protocol):
-    """A step the config builds that transforms the model (prune, quant): asked, before training,
-    what it cannot do to it. ``pl_module`` is built on the meta device; ``build_net()`` builds a
-    real CPU net (for a check that must run it); ``name`` is the ``model=`` option."""
-
-    def check_model(
-        self,
-        pl_module: Any,
-        build_net: Callable[[], nn.Module],
-        input_shape: Sequence[int],
-        name: str,
-    ) -> None: ...
+if TYPE_CHECKING:
+    from hpml.callbacks.base import HpmlCallback
 
 
 def model_name(cfg: DictConfig, job: HydraJob | None) -> str:
@@ -99,8 +87,9 @@ def check_layout(cfg: DictConfig, spec: DataSpec, name: str) -> None:
     )
 
 
-def check_activations(callback: Any, model: nn.Module) -> None:
-    """Every ``activations.modules`` entry names a submodule (or a Sequential's slice)."""
+def check_activations(callback: HpmlCallback, model: nn.Module) -> None:
+    """The stages ``callback`` recomputes are found in ``model``: every ``activations.modules``
+    entry names a submodule (or a Sequential's slice)."""
     try:
         callback.stages(model)
     except ConfigError as exc:

@@ -6,19 +6,18 @@ job is checked and how an array trains.
 
 from __future__ import annotations
 
-from typing import Any
-
 from omegaconf import DictConfig
 
-from hpml.build import Member
+from hpml.build import Member, Parts
 from hpml.fused import launch
+from hpml.hydra_job import HydraJob
 
 
 class FusedLauncher(launch.FusedLauncher):
-    def check(self, cfg: DictConfig, job: Any) -> Any:
-        from hpml.validate import validate
+    def parts(self, cfg: DictConfig, job: HydraJob) -> Parts:
+        from hpml.train import job_parts
 
-        return validate(cfg, job)
+        return job_parts(cfg, job)
 
     def train(self, members: list[Member]) -> list[float | None]:
         from hpml.train import array_task

@@ -10,8 +10,7 @@ import torch
 from omegaconf import OmegaConf
 
 from hpml.errors import ConfigError, HpmlError
-from hpml.train import hydra_job
-from hpml.validate import validate
+from hpml.train import hydra_job, job_parts
 from hpml.validate.fit import STATIC_INT8_MODELS, static_int8_runs
 
 VALID = [
@@ -54,7 +53,7 @@ VALID = [
 
 @pytest.mark.parametrize("overrides", VALID, ids=[" ".join(o) or "default" for o in VALID])
 def test_valid_configs_pass(overrides: list[str], composed) -> None:
-    validate(composed(overrides), hydra_job())
+    job_parts(composed(overrides), hydra_job())
 
 
 @pytest.mark.parametrize("devices", ["auto", "-1"])
@@ -63,9 +62,9 @@ def test_all_devices_are_accepted_where_the_accelerator_has_them(devices: str, c
 
     if devices == "-1" and resolve_accelerator("auto") == "cpu":
         with pytest.raises(ConfigError, match=r"trainer.devices=-1 .*a number of processes on CPU"):
-            validate(composed([f"trainer.devices={devices}"]), hydra_job())
+            job_parts(composed([f"trainer.devices={devices}"]), hydra_job())
         return
-    validate(composed([f"trainer.devices={devices}"]), hydra_job())
+    job_parts(composed([f"trainer.devices={devices}"]), hydra_job())
 
 
 @pytest.mark.parametrize(
@@ -94,7 +93,7 @@ def test_ddp_that_cannot_run_here_is_refused(
     for name in ("SLURM_NTASKS", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(ConfigError) as caught:
-        validate(composed(overrides), hydra_job())
+        job_parts(composed(overrides), hydra_job())
     assert expected in str(caught.value)
 
 
@@ -155,7 +154,7 @@ def refusal(cfg: Any) -> str | None:
 
     try:
         prepare(cfg.logger)
-        validate(cfg, hydra_job())
+        job_parts(cfg, hydra_job())
     except HpmlError as exc:
         return str(exc)
     return None
@@ -183,16 +182,18 @@ def test_layout_and_size_messages_point_both_ways(composed) -> None:
     """They name the model by its ``model=`` option (vgg11, where its builder is ``vgg``)."""
     named = r"model vgg11 .*: set model.net.layout=imagenet or data.image_size=32"
     with pytest.raises(HpmlError, match=named):
-        validate(composed(["data.image_size=224"]), hydra_job())
+        job_parts(composed(["data.image_size=224"]), hydra_job())
     with pytest.raises(HpmlError, match=r"set model.net.layout=cifar or data.image_size=224"):
-        validate(composed(["model.net.layout=imagenet"]), hydra_job())
+        job_parts(composed(["model.net.layout=imagenet"]), hydra_job())
 
 
 def test_validation_touches_no_data_file_and_leaves_torch_as_it_was(composed, tmp_path) -> None:
     """A missing dataset is the run's failure (recorded FAILED), not the config's."""
     before = torch.backends.quantized.engine
-    validate(composed(["data=cifar10", f"data.data_dir={tmp_path}/absent"]), hydra_job())
-    validate(composed(["model=lstm", "data=imdb", f"data.data_dir={tmp_path}/absent"]), hydra_job())
+    job_parts(composed(["data=cifar10", f"data.data_dir={tmp_path}/absent"]), hydra_job())
+    job_parts(
+        composed(["model=lstm", "data=imdb", f"data.data_dir={tmp_path}/absent"]), hydra_job()
+    )
     assert torch.backends.quantized.engine == before
     assert not (tmp_path / "absent").exists()
 

@@ -44,11 +44,11 @@ def test_checkpoint_and_bf16_shrink_the_measured_activations_of_the_same_model(c
 
 
 def test_an_unknown_module_is_refused_before_training(composed):
-    from hpml.validate import validate
+    from hpml.train import job_parts
 
     cfg = composed(["activations=checkpoint", "activations.modules=[net.featurs]"])
     with pytest.raises(HpmlError, match=r"^activations\.modules='net\.featurs' is invalid: .*"):
-        validate(cfg, None)
+        job_parts(cfg, None)
 
 
 def test_modules_are_for_checkpoint_only(composed):

@@ -1,4 +1,4 @@
-"""Each callback class says how it runs in a fused array (``hpml.callbacks.in_array``)."""
+"""Each callback class says how it runs in a fused array (``HpmlCallback.in_array``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import lightning as L
 import pytest
 
 import hpml.callbacks
-from hpml.callbacks.in_array import InArray, array_knobs, declared, undeclared
+from hpml.callbacks.base import HpmlCallback, declared, undeclared
+from hpml.callbacks.in_array import InArray
 from tests.helpers import EachMember, FailAtEpoch, Undeclared
 
 
@@ -25,29 +26,19 @@ def hpml_callbacks() -> list[type]:
     return found
 
 
-def test_every_callback_class_of_hpml_says_how_it_runs_in_an_array() -> None:
+def test_every_callback_class_of_hpml_is_an_hpml_callback() -> None:
     classes = hpml_callbacks()
     assert len(classes) >= 15
-    silent = [cls.__qualname__ for cls in classes if declared(cls) is None]
-    assert silent == []
-
-
-class Twice(L.Callback):
-    in_array = "twice"
-
-
-class NoHook(L.Callback):
-    in_array = InArray.PER_MEMBER
+    assert [cls.__qualname__ for cls in classes if not issubclass(cls, HpmlCallback)] == []
 
 
 @pytest.mark.parametrize(
     ("target", "how"),
     [
         (FailAtEpoch, InArray.ONCE),
-        (EachMember, InArray.PER_MEMBER),  # as a string, with its for_members
+        (EachMember, InArray.PER_MEMBER),
+        (HpmlCallback, InArray.SERIAL),  # the default
         (Undeclared, None),
-        (Twice, None),
-        (NoHook, None),  # per member, with no way to make the members' callbacks
         (None, None),
     ],
 )
@@ -60,19 +51,12 @@ def test_the_line_says_what_is_missing() -> None:
         "tests.helpers.Undeclared does not say how it runs in an array (in_array: per member, "
         "once, not in arrays or serial)"
     )
-    assert undeclared(NoHook).endswith(
-        "NoHook says in_array=per member but has no for_members(size)"
-    )
-    assert undeclared(Twice).endswith(
-        "Twice says in_array='twice', none of per member, once, not in arrays or serial"
-    )
 
 
-def test_array_knobs_are_the_classs_own_and_a_copy() -> None:
+def test_perf_runs_once_on_an_array_without_its_flop_count() -> None:
     from hpml.callbacks.perf import PerformanceMonitor
 
-    knobs = array_knobs(PerformanceMonitor)
-    assert knobs == {"count_flops": False}
-    knobs["count_flops"] = True
-    assert array_knobs(PerformanceMonitor) == {"count_flops": False}
-    assert array_knobs(FailAtEpoch) == {}
+    perf = PerformanceMonitor()
+    assert perf.count_flops is True
+    [once] = perf.for_members(3)
+    assert once is perf and once.count_flops is False

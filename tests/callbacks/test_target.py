@@ -13,7 +13,7 @@ from hpml.callbacks.target import TimeToTarget, infer_mode
 from hpml.errors import ConfigError
 from hpml.tracking.logger import AttachedMLFlowLogger
 from hpml.tracking.store import experiment_id
-from hpml.validate import validate
+from hpml.train import job_parts
 
 TIME, EPOCHS = "train/time_to_target_s", "train/epochs_to_target_count"
 SCORES = [0.2, 0.5, 0.95, 0.97, 0.99]  # val/score by epoch: 0.9 is first met at epoch 3
@@ -121,7 +121,7 @@ def test_min_mode_and_what_null_infers():
 )
 def test_bad_targets_are_refused_before_training(composed, overrides, message):
     with pytest.raises(ConfigError, match=message.replace(".", r"\.").replace("(", r"\(")):
-        validate(composed(overrides), None)
+        job_parts(composed(overrides), None)
 
 
 def test_a_metric_the_model_does_not_log_fails_at_the_first_validation(root, client):

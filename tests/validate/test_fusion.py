@@ -205,7 +205,7 @@ def test_a_callback_that_runs_only_alone_or_says_nothing_runs_every_job_alone(
 
 
 def test_the_array_builds_each_callback_as_its_class_says(root: Path) -> None:
-    """model_stats and target per member, perf once without its FLOP count (its array_knobs),
+    """model_stats and target per member, perf once without its FLOP count (its for_members),
     memory and checkpoint left out; a test's ONCE and PER_MEMBER callbacks likewise."""
     overrides = [
         *FUSED,
@@ -217,7 +217,7 @@ def test_the_array_builds_each_callback_as_its_class_says(root: Path) -> None:
         "+callbacks.each.label=mine",
     ]
     cfg = task_config(placed(sweep_job(overrides, root / "multirun", 0)))
-    built = array_callbacks(cfg, 3)
+    built = array_callbacks(build_callbacks(cfg), 3)
     assert [type(callback) for callback in built] == [
         MemberStats,
         PerformanceMonitor,

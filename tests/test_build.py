@@ -1,0 +1,86 @@
+"""Each part of a job is built once (:mod:`hpml.build`): counted in a single run and in a fused
+array of two, as they train."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import hydra.utils
+import pytest
+import torch
+
+from tests.inprocess import multirun
+
+SMALL = [
+    "model=vae",
+    "trainer.max_epochs=1",
+    "data.limit=64",
+    "data.batch_size=32",
+    "trainer.enable_progress_bar=false",
+]
+PARTS = {  # what the default config builds, by class, and how many per member
+    "SyntheticDataModule",
+    "VAEModule",
+    "ModelStats",
+    "PerformanceMonitor",
+    "TimeToTarget",
+    "MemoryBreakdown",
+    "EpochCheckpoint",
+    "MlflowTracker",
+    "Trainer",
+}
+
+
+def on_meta(made: Any) -> bool:
+    """Whether ``made`` is a model validation built on the meta device to check it."""
+    return isinstance(made, torch.nn.Module) and any(p.is_meta for p in made.parameters())
+
+
+@pytest.fixture
+def built(monkeypatch: pytest.MonkeyPatch) -> Counter:
+    """The classes of the objects hpml's builder makes from configs (meta-device models
+    aside), counted as they are made: :func:`hpml.build.build` instantiates each through
+    ``hydra.utils.instantiate(node, _partial_=True)``."""
+    made: Counter = Counter()
+    real = hydra.utils.instantiate
+
+    def instantiate(node: Any, *args: Any, **kwargs: Any) -> Any:
+        partial = real(node, *args, **kwargs)
+        if not kwargs.get("_partial_"):
+            return partial
+
+        def make(*a: Any, **k: Any) -> Any:
+            part = partial(*a, **k)
+            if not on_meta(part):
+                made[type(part).__name__] += 1
+            return part
+
+        return make
+
+    monkeypatch.setattr(hydra.utils, "instantiate", instantiate)
+    return made
+
+
+def test_a_single_run_builds_each_part_once(root: Path, composed, built: Counter) -> None:
+    from hpml.train import train
+
+    metrics = train(composed(SMALL))
+    assert "val/loss" in metrics
+    assert {name: built[name] for name in PARTS} == dict.fromkeys(PARTS, 1)
+    assert set(built) == PARTS
+
+
+def test_a_fused_array_of_two_builds_each_members_parts_once(
+    root: Path, client: Any, built: Counter
+) -> None:
+    lrs = ["model.optimizer.lr=0.01,0.02", "fuse=array", "fuse.force=true"]
+    jobs = multirun([*SMALL, *lrs, "fuse.max_members=2"], root / "multirun")
+    assert [job.status.name for job in jobs] == ["COMPLETED"] * 2
+    runs = client.search_runs([client.get_experiment_by_name("hpml").experiment_id])
+    members = [run for run in runs if run.data.tags.get("hpml.fused") == "true"]
+    assert sorted(run.info.status for run in members) == ["FINISHED"] * 2
+    # each member its data, model and callbacks; the array one tracker and one trainer
+    once = {"MlflowTracker", "Trainer"}
+    assert {name: built[name] for name in PARTS} == {n: 1 if n in once else 2 for n in PARTS}
