@@ -52,7 +52,7 @@ class CpuReading:
 
 
 @dataclass(frozen=True)
-class NoiseFigures:
+class NoiseShares:
     """What the probe saw over its windows together."""
 
     wall_s: float
@@ -142,17 +142,17 @@ class NoiseProbe:
             self.steal = None
         self.load = max(self.load, load_avg_1m)
 
-    def figures(self) -> NoiseFigures | None:
+    def shares(self) -> NoiseShares | None:
         """The sums as shares of the machine, None before any window closed."""
         if not self.windows or self.wall <= 0:
             return None
         capacity = self.wall * self.cpus
         steal = None if self.steal is None else 100.0 * max(0.0, self.steal) / capacity
-        return NoiseFigures(self.wall, self.cpus, 100.0 * self.other / capacity, steal, self.load)
+        return NoiseShares(self.wall, self.cpus, 100.0 * self.other / capacity, steal, self.load)
 
 
 def judge(
-    figures: NoiseFigures | None,
+    shares: NoiseShares | None,
     step_time_cv_pct: float | None,
     steps: int,
     rule: NoiseRule,
@@ -162,12 +162,12 @@ def judge(
     Every limit exceeded is named, ``; ``-joined, each as figure and limit.
     """
     reasons = []
-    if figures is not None and figures.other_cpu_pct > rule.max_other_cpu_pct:
+    if shares is not None and shares.other_cpu_pct > rule.max_other_cpu_pct:
         reasons.append(
-            f"other processes used {figures.other_cpu_pct:.0f}% of the CPU during timed work "
+            f"other processes used {shares.other_cpu_pct:.0f}% of the CPU during timed work "
             f"(limit {rule.max_other_cpu_pct:g}%)"
         )
-    steal = figures.steal_pct if figures is not None else None
+    steal = shares.steal_pct if shares is not None else None
     if steal is not None and steal > rule.max_steal_pct:
         reasons.append(
             f"the hypervisor stole {steal:.0f}% of the CPU during timed work "

@@ -28,7 +28,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from hpml.gpu.kit import install
-from hpml.gpu.parts import Part, Row, Store, parts
+from hpml.gpu.parts import Part, parts
+from hpml.gpu.rows import Row, Store
 
 REPO = Path(__file__).resolve().parents[2]
 REPORT_SUFFIXES = (".html", ".md", ".png", ".svg", ".csv", ".json", ".txt")

@@ -35,7 +35,7 @@ PROBE_BATCHES = (2, 4)
 PROBE_MEMBERS = 2
 
 
-class Member(Protocol):
+class ProbedModule(Protocol):
     """What the guard asks of a member: an ``nn.Module`` with these, such as an hpml
     LightningModule (:class:`hpml.models.base.HpmlModule`). Named by what it does, not by that
     class, so ``optimize`` stays below the models that use it."""
@@ -63,7 +63,7 @@ class Footprint:
         return self.weights + self.gradients + self.optimizer_state + self.activations
 
 
-def member_footprint(model: Member, batch_size: int) -> Footprint:
+def member_footprint(model: ProbedModule, batch_size: int) -> Footprint:
     """The training footprint of ``model`` as one member of a fused array at ``batch_size``.
 
     Runs a probe training step of an array of copies of ``model`` (``model`` itself is left as
