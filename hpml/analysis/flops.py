@@ -1,12 +1,9 @@
 """FLOPs of a model on an example input: ``FlopCounterMode`` plus the rules it lacks.
 
-Convention: 1 multiply-accumulate = 2 FLOPs, as ``torch.utils.flop_counter`` counts conv and
-matmul. Only those products are counted (the work that dominates and that peaks are quoted
-for); element-wise ops, norms and activations count 0, in every rule alike.
-
-``FlopCounterMode`` counts nothing for ``nn.LSTM`` on CPU (it runs as ``aten.mkldnn_rnn_layer``)
-or on CUDA (``aten._cudnn_rnn``), nor for CPU scaled-dot-product attention; the rules below
-give those ops the same count their matmul decomposition would get.
+1 multiply-accumulate = 2 FLOPs, conv and matmul only, as ``torch.utils.flop_counter`` counts;
+element-wise ops, norms and activations count 0. ``FlopCounterMode`` counts nothing for
+``nn.LSTM`` (``aten.mkldnn_rnn_layer``, ``aten._cudnn_rnn``) nor CPU scaled-dot-product
+attention: the rules below count them as their matmul decomposition would be.
 """
 
 from __future__ import annotations

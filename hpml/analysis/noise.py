@@ -1,13 +1,10 @@
 """Noise on the machine while a run is timed: who else used the CPU, and whether to trust it.
 
-A :class:`NoiseProbe` spans each timed window and sums the CPU time **other processes** took
-(system-wide busy time from ``psutil.cpu_times()`` minus this run's own process trees, children
-reaped inside the window included) and CPU **steal**, each as a percent of wall time x logical
-CPUs, and keeps the largest 1-minute load average (recorded, never judged: it counts this run's
-own threads). Hand-written because psutil gives the counters, not the difference between the
-machine and one process tree; its 10-ms ticks resolve ~0.2% of two CPUs over a few seconds.
-:func:`judge` applies :class:`NoiseRule`; the rule, and the measurements its defaults
-(``conf/callbacks/perf.yaml``) come from: docs/metrics.md#noise.
+A :class:`NoiseProbe` spans each timed window and sums the CPU time other processes took
+(system-wide busy time less this run's own process trees) and CPU steal, as shares of wall time
+x logical CPUs, and keeps the largest 1-minute load average (recorded, never judged: it counts
+this run's own threads). :func:`judge` applies :class:`NoiseRule`, whose defaults rest on the
+measurements in docs/metrics.md#noise.
 """
 
 from __future__ import annotations

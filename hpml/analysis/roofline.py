@@ -23,14 +23,13 @@ Conventions (every number below follows them):
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 from torch import nn
 
+from hpml.analysis.compare import evaluating
 from hpml.analysis.devices import DevicePeak
 from hpml.analysis.flops import FlopCount, count_flops
 from hpml.tensors import first_tensor, tensors_in
@@ -101,18 +100,6 @@ def leaf_modules(model: nn.Module) -> dict[str, nn.Module]:
     }
 
 
-@contextmanager
-def _inference(model: nn.Module) -> Iterator[None]:
-    """Eval mode and no autograd for the duration; the model's mode is restored afterwards."""
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            yield
-    finally:
-        model.train(was_training)
-
-
 def _call(model: nn.Module, example: Any) -> Any:
     return model(*example) if isinstance(example, tuple) else model(example)
 
@@ -140,7 +127,7 @@ def layer_bytes(model: nn.Module, example: Any) -> dict[str, int]:
         for name, m in leaf_modules(model).items()
     ]
     try:
-        with _inference(model):
+        with evaluating([model]), torch.inference_mode():
             _call(model, example)
     finally:
         for handle in handles:
@@ -190,7 +177,7 @@ def layer_seconds(model: nn.Module, example: Any, passes: int = 3) -> dict[str, 
         handles.append(module.register_forward_hook(after(name)))
     best: dict[str, float] = {}
     try:
-        with _inference(model):
+        with evaluating([model]), torch.inference_mode():
             for index in range(passes + 1):
                 current.clear()
                 _call(model, example)
@@ -208,7 +195,7 @@ def forward_seconds(model: nn.Module, example: Any, passes: int = 3) -> float:
     """Seconds of one whole forward pass without hooks, best of ``passes`` after a warm-up."""
     device = _device_of(model, example)
     best = float("inf")
-    with _inference(model):
+    with evaluating([model]), torch.inference_mode():
         for index in range(passes + 1):
             _sync(device)
             start = time.perf_counter()

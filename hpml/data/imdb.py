@@ -1,9 +1,6 @@
-"""IMDB 50k movie reviews (binary sentiment) as fixed-length, left-padded token id sequences.
-
-Reads the Kaggle-style CSV (``review``, ``sentiment``). Tokenising 50k reviews takes seconds, so
-the encoded tensors are cached under ``data_dir/.cache`` keyed by the file and every knob that
-changes them.
-"""
+"""IMDB 50k movie reviews (binary sentiment) as fixed-length, left-padded token id sequences, read
+from the Kaggle-style CSV (``review``, ``sentiment``); the encoded tensors are cached under
+``data_dir/.cache``, keyed by the file and every knob that changes them."""
 
 from __future__ import annotations
 

@@ -1,11 +1,10 @@
 """Offline data with a learnable signal: the embedded default, so every model runs anywhere.
 
-Images are drawn, not sampled pixel by pixel: each class is a figure of a few connected pen
-strokes (a made-up digit) in its own colour, and each sample draws its class's figure with its own
-shift, rotation, scale and pen width, on a background of its own. So a sample is decided by a class
-and five continuous factors: a VAE has low-dimensional structure to learn (and loses it when
-pruned), a CNN has shapes to find wherever they lie. Token sequences mix a small sentiment lexicon
-per class, with some words of the other classes as confusers, into neutral tokens.
+Each image class is a figure of a few connected pen strokes in its own colour, drawn with each
+sample's own shift, rotation, scale and pen width on a background of its own: a VAE has
+low-dimensional structure to learn, a CNN shapes to find wherever they lie. Token sequences mix
+a small sentiment lexicon per class, with words of other classes as confusers, into neutral
+tokens.
 """
 
 from __future__ import annotations

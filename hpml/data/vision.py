@@ -1,9 +1,6 @@
-"""CIFAR-10 and MNIST read from disk in their official formats, with the transforms papers use
-by default (``train_transforms``/``eval_transforms`` in the config replace them).
-
-Missing or unreadable files become one-line hpml errors naming the path looked at, instead of
-torchvision's generic ``RuntimeError("Dataset not found or corrupted")`` traceback.
-"""
+"""CIFAR-10 and MNIST read from disk in their official formats, with the transforms papers use by
+default (``train_transforms``/``eval_transforms`` in the config replace them); missing or
+unreadable files are one-line errors naming the path looked at."""
 
 from __future__ import annotations
 

@@ -1,14 +1,11 @@
 """``python3 -m hpml.gpu.check --out DIR``: hpml's CUDA paths run and measured on a GPU machine.
 
-Runs under a machine's own ``python3`` and torch, without make or hpml's virtual environment:
-it stops in one line where there is no CUDA, before installing anything; else it installs the
-wheel kit (``make gpu-kit``) with ``pip install --no-index --no-deps --target``, puts hpml on
-the path and runs the parts of :mod:`hpml.gpu.parts` in priority order, each under its own
-time budget. After every part it rewrites what ``DIR`` holds, so a check cut short still
-returns what it measured: ``summary.md`` and ``summary.json`` (path | ran | figure), the MLflow
-store (``mlflow.db``), ``reports.tar.gz`` (the parts' reports and plots) and ``logs.tar.gz``
-(every command's output, every job's log). Module level is standard library only: torch is
-imported only to ask for CUDA, mlflow only once the kit is installed.
+Runs under the machine's own ``python3`` and torch: it stops in one line where there is no CUDA,
+before installing anything; else it installs the wheel kit, puts hpml on the path and runs the
+parts of :mod:`hpml.gpu.parts` in priority order, each under its own time budget. After every part
+it rewrites ``DIR`` (``summary.md``, ``summary.json``, ``mlflow.db``, ``reports.tar.gz``,
+``logs.tar.gz``), so a check cut short still returns what it measured. Module level is standard
+library only: torch is imported only to ask for CUDA, mlflow once the kit is installed.
 """
 
 from __future__ import annotations

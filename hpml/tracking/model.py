@@ -1,15 +1,10 @@
 """The trained net as an MLflow model (``logger.log_model=true``), for
 ``mlflow.pytorch.load_model("runs:/<run id>/model")`` and MLflow's model registry.
 
-What is logged is the LightningModule's ``net`` as the run leaves it (after any pruning,
-quantisation or compilation), not the LightningModule: the net is what predicts, a batch in and
-the outputs out, and it carries no loss, metrics, optimiser factories or trainer; the whole
-LightningModule is in ``checkpoints/``, for resuming.
-
-The format is MLflow's ``pt2`` (a torch.export graph: no pickle, loads with torch alone, any
-batch size) when torch.export can take the net, else ``pickle`` (hpml must be importable where
-it is loaded), as for a dynamically quantised LSTM or a TorchScript module. The tag
-``hpml.model_format`` says which.
+What is logged is the LightningModule's ``net`` as the run leaves it (pruned, quantised,
+compiled): the net is what predicts; the whole LightningModule is in ``checkpoints/``. The
+format is MLflow's ``pt2`` (torch.export: no pickle, any batch size) when torch.export can take
+the net, else ``pickle``; the tag ``hpml.model_format`` says which.
 """
 
 from __future__ import annotations

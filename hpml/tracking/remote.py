@@ -1,12 +1,9 @@
 """Tracking servers fail fast and lose nothing: a bounded preflight, then retries sized by hpml.
 
-Left to itself MLflow meets an unreachable ``http(s)://`` store with urllib3 retries (7, with
-exponential backoff) and prints nothing for minutes; ``http://`` without a host hangs, and other
-malformed URIs fail in a paragraph about the model registry. ``prepare`` runs before any run or
-training starts: it checks the URI's form, sends one request with a short bound and no retries,
-and sizes MLflow's own retries (``logger.retry_s``, ``hpml.tracking.retries``) so that a server
-that goes away mid-run (a restart, a network blip) pauses the logging call until it is back
-instead of losing the metrics.
+Left to itself MLflow retries an unreachable server silently for minutes. :func:`prepare` runs
+before any run starts: it checks the URI's form, sends one request with a short bound, and sizes
+MLflow's retries (``logger.retry_s``, :mod:`hpml.tracking.retries`) so that a server that goes
+away mid-run pauses the logging call until it is back instead of losing the metrics.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """A vmappable ``nn.LSTM``: the same parameters, computed from Linear-gate matmuls.
 
-``torch.func.vmap`` has no batching rule for ``aten::lstm`` (the fused cuDNN/oneDNN kernel behind
-``nn.LSTM``), so a fused training array cannot stack N LSTMs and run them as one. HFTA meets the
-same wall and writes its LSTMs from Linear gates too. :class:`GateLSTM` does that with plain
-tensor ops (matmul, addmm, sigmoid, tanh, stack, cat, flip), all of which vmap batches, and keeps
-``nn.LSTM``'s parameter names and shapes so a state_dict moves between the two unchanged.
+``vmap`` has no batching rule for ``aten::lstm``, so :class:`GateLSTM` (as HFTA's LSTMs) computes
+the gates with plain tensor ops, all of which vmap batches, and keeps ``nn.LSTM``'s parameter
+names and shapes so a state_dict moves between the two unchanged.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """The memory guard of fused arrays: how many members fit the device an array trains on.
 
-One member's training footprint is hpml's memory breakdown (:mod:`hpml.analysis.memory`:
-weights, gradients, optimiser state, activations saved for backward) of a probe training step
-of the member *as an array runs it*: its net vmapped by :class:`FusedNets`, whose forward saves
-a stacked copy of the weights and, for convolutions, regrouped inputs (per member, an array of
-VGG11-CIFARs saves about twice what the plain net does: docs/fused-arrays.md).
-An array of N members holds about N footprints, so ``fraction`` of the free memory over one
-footprint is the array's size; a larger sweep is split into several arrays. Allocator slack,
-workspaces and temporaries are not in the footprint: ``fraction`` leaves room for them.
+One member's footprint is hpml's memory breakdown (:mod:`hpml.analysis.memory`) of a probe
+training step of the member as an array runs it (vmapped by :class:`FusedNets`, which saves
+more than the plain net: docs/fused-arrays.md#figures-behind-the-memory-guard). ``fraction`` of
+the free memory over one footprint is the array's size; a larger sweep is split into several
+arrays. ``fraction`` leaves room for what the footprint leaves out: allocator slack, workspaces.
 """
 
 from __future__ import annotations
