@@ -19,8 +19,8 @@ from hpml.data.spec import DataSpec
 from hpml.errors import ConfigError, non_negative_int, positive_int
 from hpml.ranges import Seed
 
-# Bytes of file content a digest reads: all of CIFAR-10 (178 MiB), MNIST (53 MiB) or the IMDB CSV
-# (63 MiB), in a third of a second; of an ImageNet-size folder, the first files only.
+# Bytes of file content a digest reads: all of CIFAR-10, MNIST or the IMDB CSV; of an
+# ImageNet-size folder, the first files only.
 CONTENT_BYTES = 256 * 2**20
 DIGEST_CHARS = 8  # MLflow's advice for a dataset digest
 

@@ -56,11 +56,6 @@ def wheel_name_version(wheel: Path) -> tuple[str, str]:
     return normalize(parts[0]), parts[1]
 
 
-def size_mib(folder: Path) -> float:
-    """The wheels' total size in MiB."""
-    return sum(wheel.stat().st_size for wheel in folder.glob("*.whl")) / 2**20
-
-
 def pip(python: str, *args: str, quiet: bool = True) -> None:
     """``python -m pip ARGS``, failing loudly. The machine's pip configuration applies: its
     constraint file caps only torch and torchvision, which the kit never resolves (no deps)."""

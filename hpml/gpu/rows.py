@@ -7,7 +7,7 @@ as hpml logged them (``<name>_ci_low_x`` / ``_ci_high_x`` beside ``<name>_x``).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -199,16 +199,8 @@ def fused_rows(store: Store) -> list[Row]:
             f"{fused[0].data.tags.get('hpml.fused.array_size', '?') if fused else '-'}",
         )
     ]
-    bench = store.outputs.get("fused", "")
-    lines = [ln.strip() for ln in bench.splitlines() if re.search(r"N=(8|16) samples/s", ln)]
-    rows.append(
-        Row(
-            "fused vs serial (bench fuse)",
-            "yes" if lines else "no",
-            "; ".join(lines) or "no ratio printed",
-        )
-    )
-    return rows
+    ratio = re.compile(r"N=(8|16) samples/s")
+    return [*rows, _printed(store, "fused", "fused vs serial (bench fuse)", ratio.search)]
 
 
 def optimise_rows(store: Store) -> list[Row]:
@@ -231,16 +223,14 @@ def optimise_rows(store: Store) -> list[Row]:
                 "; ".join(found) or "no comparison logged",
             )
         )
-    bench = store.outputs.get("optimise", "")
-    lines = [ln.strip() for ln in bench.splitlines() if "training step speed-up" in ln]
-    rows.append(
-        Row(
-            "AMP, channels_last, compiled training (bench train_speed)",
-            "yes" if lines else "no",
-            "; ".join(lines) or "no ratio printed",
-        )
-    )
-    return rows
+    path = "AMP, channels_last, compiled training (bench train_speed)"
+    return [*rows, _printed(store, "optimise", path, lambda line: "training step speed-up" in line)]
+
+
+def _printed(store: Store, part: str, path: str, keep: Callable[[str], object]) -> Row:
+    """A row of the lines ``part``'s commands printed that ``keep`` picks: a bench's ratios."""
+    lines = [line.strip() for line in store.outputs.get(part, "").splitlines() if keep(line)]
+    return Row(path, "yes" if lines else "no", "; ".join(lines) or "no ratio printed")
 
 
 def nvtx_rows(store: Store) -> list[Row]:

@@ -39,11 +39,8 @@ def example_input(datamodule: HpmlDataModule) -> Tensor:
 
 def export_problem(net: nn.Module, example: Tensor) -> str | None:
     """Why torch.export cannot take ``net`` as MLflow's ``pt2`` format exports it (the batch
-    dimension dynamic), or None when it can.
-
-    Tried here first because a failed ``pt2`` log leaves a FAILED model in the run beside the
-    ``pickle`` one; the cost is one more export (seconds; ~20 s for study 1's LSTM on 2 cores).
-    """
+    dimension dynamic), or None when it can: tried first, as a failed ``pt2`` log would leave a
+    FAILED model in the run beside the ``pickle`` one, for the cost of one more export."""
     try:
         torch.export.export(net, (example,), dynamic_shapes=[{0: Dim.AUTO}])
     except Exception as exc:  # torch.export fails in many ways: every one means pickle

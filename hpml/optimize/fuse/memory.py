@@ -20,15 +20,11 @@ from torch import Tensor, nn
 from hpml.analysis.memory import SavedActivations, optimizer_state_tensors, tensor_bytes
 from hpml.optimize.fuse.array import FusedNets, member_output
 
-# Saved activations are affine in the batch size (each op saves per-sample tensors and fixed
-# ones), so steps at these two batch sizes give the job's batch exactly (docs/fused-arrays.md
-# has the check), for the
-# compute of 4 samples, not of a full batch: VGG16 at 224x224 and batch 64 would take gigabytes
-# and seconds of CPU before any job starts.
+# Saved activations are affine in the batch size, so steps at two small batch sizes give the
+# job's batch exactly, for the compute of a few samples rather than of a full batch.
 PROBE_BATCHES = (2, 4)
-# vmap batches one member differently from several: per member, a 1-member array saves 15% less
-# than a 2- or 4-member one for VGG11-CIFAR and 32% less for the LSTM, while 2 and 4 members
-# agree within 0.1%; so the probe is a 2-member array and a member's share is half of it.
+# vmap batches one member differently from several, while 2 and 4 members agree: the probe is a
+# 2-member array and a member's share is half of it (docs/fused-arrays.md has the figures).
 PROBE_MEMBERS = 2
 
 
