@@ -129,12 +129,8 @@ class HpmlDataModule(L.LightningDataModule):
         raise NotImplementedError
 
     def planned_spec(self) -> DataSpec:
-        """The spec as far as the config tells, without reading data files.
-
-        Validation checks the model against it before any file is opened (a missing or corrupt
-        file is the run's failure, not the config's). Datasets that learn their spec from files
-        override it.
-        """
+        """The spec as far as the config tells, without reading data files: what validation
+        checks the model against. Datasets that learn their spec from files override it."""
         return self.spec
 
     def description(self) -> DataDescription | None:

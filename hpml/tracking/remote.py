@@ -45,14 +45,15 @@ class TrackerSettings(Protocol):
 
 
 def prepare(tracker: TrackerSettings, patience: float = 1) -> None:
-    """Check the ``logger`` group's store before anything starts: form, reachability, retries.
+    """Check the ``logger`` group's store before torch is imported: form, reachability, retries.
 
-    ``tracker`` is the ``logger`` config node or an ``MlflowTracker``: the check runs before
-    Lightning and torch are imported, so a bad store answers within seconds of the command.
-    ``patience`` multiplies ``preflight_timeout_s`` (``SWEEP_JOB_PATIENCE`` for a sweep's jobs).
+    Args:
+        tracker: the ``logger`` config node or an ``MlflowTracker``.
+        patience: multiplies ``preflight_timeout_s`` (``SWEEP_JOB_PATIENCE`` for a sweep's jobs).
 
-    Raises ConfigError (a malformed URI or setting) or TrackingServerError (a server that does
-    not answer), each one line with any password in the URI masked.
+    Raises:
+        ConfigError: a malformed URI or setting.
+        TrackingServerError: a server that does not answer (the URI's password masked).
     """
     undo_fail_fast()  # a job before this one, in this process, lost its server
     timeout_s = getattr(tracker, "preflight_timeout_s", PREFLIGHT_TIMEOUT_S)

@@ -38,12 +38,19 @@ Record = Callable[[TrackedRun, bool], None]
 
 class MlflowTracker:
     """Opens, records and closes MLflow runs for hpml jobs (config group ``logger``): the one
-    door to MLflow of a job in progress.
+    door to MLflow of a job in progress. A run that raises ends FAILED with what it logged, the
+    error as a tag and the traceback and job log as artifacts.
 
-    ``tracking_uri`` is a local SQLite store by default or an MLflow server; ``artifact_root``
-    places artifacts next to a local store. A run that raises ends FAILED with what it logged,
-    the error as a tag and the traceback and job log as artifacts. ``log_model``: log the trained
-    net as an MLflow model at the end of the run.
+    Args:
+        tracking_uri: a local SQLite store (the default) or an MLflow server.
+        experiment_name: the experiment runs go to.
+        artifact_root: where a new experiment's artifacts go (next to a local store).
+        run_name: every run's name; None: ``model/data``, plus a sweep job's overrides.
+        log_system_metrics: sample MLflow's system metrics every ``system_metrics_interval_s``.
+        retry_s: how long a request to a server that went away is retried.
+        preflight_timeout_s: the bound of the one request that checks a server first.
+        checkpoint_max_bytes: larger checkpoints stay on disk only.
+        log_model: log the trained net as an MLflow model at the end of the run.
     """
 
     def __init__(
@@ -62,14 +69,14 @@ class MlflowTracker:
         log_model: bool = False,
     ) -> None:
         self.tracking_uri = tracking_uri
-        self.retry_s = retry_s  # how long a request to a server that went away is retried
+        self.retry_s = retry_s
         self.preflight_timeout_s = preflight_timeout_s
         self.experiment_name = experiment_name
         self.artifact_root = artifact_root
         self.run_name = run_name
         self.log_system_metrics = log_system_metrics
         self.system_metrics_interval_s = system_metrics_interval_s
-        self.checkpoint_max_bytes = checkpoint_max_bytes  # larger checkpoints stay on disk only
+        self.checkpoint_max_bytes = checkpoint_max_bytes
         self.log_model = log_model
 
     def client(self) -> MlflowClient:
