@@ -102,10 +102,16 @@ def hand_off(
     """Let the processes ``trainer`` will start follow this job; undo the launch afterwards.
 
     The job's torch threads are shared out among the processes of this machine
-    (``OMP_NUM_THREADS``, which they inherit and Lightning then leaves alone), so they do not
-    oversubscribe its cores. ``name``: the job's log name, which the followers' logs take with
-    their rank. The file holds the resolved config, credentials included: it is readable by
-    its owner only and removed with the job.
+    (``OMP_NUM_THREADS``, which they inherit), so they do not oversubscribe its cores. The file
+    holds the resolved config, credentials included: readable by its owner only, removed with
+    the job.
+
+    Args:
+        cfg: the job's config, resolved into the file.
+        output_dir: the job's folder, where the file goes.
+        name: the job's log name, which the followers' logs take with their rank.
+        run_id: the run rank zero logs into.
+        ckpt_path: the checkpoint the job resumes from, if any.
     """
     if not starts_processes(trainer):
         yield

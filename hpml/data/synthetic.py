@@ -180,7 +180,15 @@ class SyntheticTokens(Dataset):
 
 
 class SyntheticDataModule(HpmlDataModule):
-    """Images (``C x H x W``) or token sequences, sized by config; no files, no network."""
+    """Images (``C x H x W``) or token sequences, sized by config; no files, no network.
+
+    Args:
+        modality: ``image`` or ``tokens``.
+        noise: std of the pixel noise added to each image.
+        signal: share of a token sequence's positions that hold sentiment words.
+        train_samples: samples of the train split (``val_samples``, ``test_samples`` likewise).
+        **kwargs: :class:`~hpml.data.base.HpmlDataModule`'s (batch size, seed, ...).
+    """
 
     def __init__(
         self,

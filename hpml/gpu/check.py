@@ -219,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             store = Store(read_store(uri), str(work), outputs)
             done[part.name] = part.rows(store)
-        except Exception as error:  # a part's figures must not stop the next part
+        except Exception as error:  # a part's rows must not stop the next part
             done[part.name] = [Row(part.name, "failed", f"reading its runs: {error!r}")]
         print(f"hpml: gpu check: {part.name} in {time.monotonic() - started:.0f} s", flush=True)
         write_summary(out, header, done)
@@ -227,17 +227,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.copy(work / "mlflow.db", out / "mlflow.db")
         jobs = [f for f in (work / "multirun", work / "outputs") if f.exists()]
         pack(out, "logs.tar.gz", [logs, *jobs], (".log",))
-        found = [
-            f
-            for f in (
-                work / "study2",
-                work / "study5",
-                work / "mlartifacts",
-                REPO / ".bench" / "results",
-            )
-            if f.exists()
-        ]
-        pack(out, "reports.tar.gz", found, REPORT_SUFFIXES)
+        reports = [work / "study2", work / "study5", work / "mlartifacts", REPO / ".bench/results"]
+        pack(out, "reports.tar.gz", [f for f in reports if f.exists()], REPORT_SUFFIXES)
     print((out / "summary.md").read_text() if (out / "summary.md").exists() else "no summary")
     return 0 if all(r.ran != "failed" for rows in done.values() for r in rows) else 1
 

@@ -56,7 +56,7 @@ def py(*args: str) -> tuple[str, ...]:
 def parts() -> list[Part]:
     """The check's parts, highest priority first (a run cut short keeps the first ones)."""
     one_epoch = ("trainer=gpu", "trainer.max_epochs=1")
-    # epochs of seconds on an H100: NVML's energy counter moves about every 100 ms
+    # epochs of seconds on a GPU: NVML's energy counter moves in steps of a tenth of a second
     energy = ("data.train_samples=8192", "data.val_samples=1024", "data.test_samples=16384")
     default = train("gpu_default", "trainer=gpu,bf16,fp16", *energy, sweep=True)
     study2 = train(
