@@ -94,8 +94,8 @@ def write_summary(out: Path, header: dict[str, str], done: dict[str, list[Row]])
     rows = [row for part in done.values() for row in part]
     lines = [f"# hpml GPU check: {header['device']}", ""]
     lines += [f"- {k}: {v}" for k, v in header.items()]
-    lines += ["", "| path | ran | figure |", "|---|---|---|"]
-    lines += [f"| {r.path} | {r.ran} | {r.figure} |" for r in rows]
+    lines += ["", "| path | ran | measured |", "|---|---|---|"]
+    lines += [f"| {r.path} | {r.ran} | {r.measured} |" for r in rows]
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     data = {"header": header, "parts": {k: [asdict(r) for r in v] for k, v in done.items()}}
     (out / "summary.json").write_text(json.dumps(data, indent=1) + "\n")

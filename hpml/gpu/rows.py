@@ -18,7 +18,7 @@ class Row:
 
     path: str
     ran: str  # yes | no | failed | partly
-    figure: str
+    measured: str
 
 
 @dataclass
