@@ -99,13 +99,9 @@ def ratio_ci(
     resamples: int = 2000,
     seed: int = 0,
 ) -> Interval:
-    """median(numerator) / median(denominator) with a percentile-bootstrap interval.
-
-    For two independent groups (the replicates of one config against another's): both are
-    resampled, the ratio of medians taken per resample. With one value on either side there is
-    no spread to resample: the interval is the point, ``coverage`` 0, and :func:`verdict` (with
-    ``n`` < 2) calls it within noise.
-    """
+    """median(numerator) / median(denominator) with a percentile-bootstrap interval, for two
+    independent groups (one config's replicates against another's), both resampled. With one
+    value on either side the interval is the point, ``coverage`` 0: within noise."""
     if not numerator or not denominator:
         raise ValueError("ratio_ci needs values on both sides")
     point = statistics.median(numerator) / statistics.median(denominator)
