@@ -1,10 +1,5 @@
-"""A config tree as dotted keys: the one flattener of hpml's configs.
-
-MLflow's params (:mod:`hpml.tracking.records`), the range checks (:mod:`hpml.validate.knobs`)
-and the fusion planner's key diff (:mod:`hpml.fused.plan`) all walk a config as
-``OmegaConf.to_container`` returns it; each turns the raw leaves into what it needs (text cut
-to MLflow's limit, values to judge, ``repr`` to compare).
-"""
+"""A config tree as dotted keys: the one flattener of hpml's configs, for MLflow's params, the
+range checks and the fusion planner's key diff, each turning the raw leaves into what it needs."""
 
 from __future__ import annotations
 

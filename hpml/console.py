@@ -1,18 +1,9 @@
 """What a run prints: upstream noise dropped where it is raised, a progress bar only on a terminal.
 
-Every run used to print Lightning's ``_pytree`` deprecation warning, its litlogger "Tip" and,
-on small data, a ``log_every_n_steps`` warning (hpml logs per epoch, so it never applies); none
-of them is anything an hpml user can act on. Each is dropped by a filter that names its exact
-message, so any other warning still shows; ``hpml.verbose=true`` keeps them all.
-
-Lightning's progress bar rewrites its line with carriage returns: on a terminal that is a bar,
-in a file (CI, nohup, SLURM logs) hundreds of lines. ``trainer.enable_progress_bar=null`` (the
-default) shows it only when stdout, where it writes, is a terminal; runs without a bar log one
-line per epoch instead (``hpml.callbacks.epoch_summary``). A line logged while the bar is drawn
-starts on a line of its own (:class:`BarSafeHandler`, the job log's console handler).
-
-A sweep says once what is the same for all its jobs: Lightning's "GPU available" lines only in
-its first job, and where to compare the runs once, at its end (``hpml.tracking.sweep``).
+Each known upstream warning or log record is dropped by a filter that names its exact message,
+so any other one still shows; ``hpml.verbose=true`` keeps them all. A line logged while the bar is
+drawn starts on a line of its own (:class:`BarSafeHandler`). Runs without a bar log one line per
+epoch instead (``hpml.callbacks.epoch_summary``).
 """
 
 from __future__ import annotations
@@ -75,11 +66,12 @@ _installed_filters: list[tuple[logging.Logger, _DropRecords]] = []
 
 
 def quiet_upstream(verbose: bool = False, repeated: bool = False) -> None:
-    """Drop the known upstream noise unless ``verbose``; safe to call once per job of a sweep.
-    ``repeated``: a sweep's job after its first, which drops what the first job said already.
+    """Drop the known upstream noise unless ``verbose``, replacing an earlier call's filters
+    (a later ``hpml.verbose=true`` job of the same process shows everything again).
 
-    Filters installed by an earlier call are removed first, so a later ``hpml.verbose=true``
-    job of the same process shows everything again.
+    Args:
+        verbose: drop nothing.
+        repeated: a sweep's job after its first: also drop what the first job said already.
     """
     for item in _installed_warnings:
         if item in warnings.filters:
@@ -126,13 +118,9 @@ def progress_bar(setting: bool | None, stream: TextIO | None = None) -> bool:
 
 
 class BarSafeHandler(logging.StreamHandler):
-    """The job log's console handler: a record logged while a tqdm progress bar is drawn goes
-    through ``tqdm.write``, which clears the bar, writes the line and draws the bar again below
-    it, so the line starts on a line of its own instead of gluing onto the bar's.
-
-    Lightning's bar is a tqdm bar; tqdm is looked up, never imported, so a job without one
-    (or a CLI tool) pays nothing.
-    """
+    """The job log's console handler: a record logged while a tqdm bar (Lightning's) is drawn
+    goes through ``tqdm.write``, which clears the bar, writes the line and draws the bar again.
+    tqdm is looked up, never imported, so a job without a bar pays nothing."""
 
     def emit(self, record: logging.LogRecord) -> None:
         tqdm_module = sys.modules.get("tqdm.std")

@@ -1,19 +1,13 @@
 """One job across the processes of Lightning's DDP: one MLflow run, one Hydra folder.
 
-Lightning's ``ddp`` strategy meets ``devices > 1`` by running the command again for each extra
-device, with ``LOCAL_RANK=1, 2, ...`` set. Run again, hpml's command would compose its config
-anew, make a Hydra folder and open an MLflow run per rank, and inside a multirun start the whole
-sweep again (``-m`` is on that command line). So a job hands itself to those processes instead:
-:func:`hand_off` writes the job's resolved config, run id and checkpoint into its folder before
-``fit`` and names that file in ``HPML_DDP_JOB``, which Lightning's processes inherit.
-``python -m hpml.train`` started with it (:func:`handed_job`) trains that job as a follower: the
-same fit and test, without Hydra and without a run of its own (Lightning's loggers write from
-rank zero only). When the job ends, what the launch left in this process is undone (the
-process group, ``LOCAL_RANK`` and the other variables Lightning set, the thread count), so the
-next job of a sweep in this process starts processes of its own.
-
-Processes a cluster starts itself (``srun`` for ``hydra/launcher=slurm``, ``torchrun``) each
-run the command through Hydra; those whose rank is not zero (:func:`launched_rank`) follow too.
+Lightning's ``ddp`` strategy runs the command again for each extra device (``LOCAL_RANK=1,
+...``); run again, hpml would compose anew, open a run per rank and restart a sweep. So
+:func:`hand_off` writes the job's resolved config, run id and checkpoint into its folder and names
+it in ``HPML_DDP_JOB``, which those processes inherit; started with it, ``python -m hpml.train``
+(:func:`handed_job`) trains the job as a follower, without Hydra or a run of its own. When the job
+ends, what the launch changed in this process is undone, so the next job of a sweep starts
+processes of its own. Processes a cluster starts itself (``srun``, ``torchrun``) whose rank is not
+zero (:func:`launched_rank`) follow too.
 """
 
 from __future__ import annotations
@@ -108,10 +102,16 @@ def hand_off(
     """Let the processes ``trainer`` will start follow this job; undo the launch afterwards.
 
     The job's torch threads are shared out among the processes of this machine
-    (``OMP_NUM_THREADS``, which they inherit and Lightning then leaves alone), so they do not
-    oversubscribe its cores. ``name``: the job's log name, which the followers' logs take with
-    their rank. The file holds the resolved config, credentials included: it is readable by
-    its owner only and removed with the job.
+    (``OMP_NUM_THREADS``, which they inherit), so they do not oversubscribe its cores. The file
+    holds the resolved config, credentials included: readable by its owner only, removed with
+    the job.
+
+    Args:
+        cfg: the job's config, resolved into the file.
+        output_dir: the job's folder, where the file goes.
+        name: the job's log name, which the followers' logs take with their rank.
+        run_id: the run rank zero logs into.
+        ckpt_path: the checkpoint the job resumes from, if any.
     """
     if not starts_processes(trainer):
         yield

@@ -1,13 +1,8 @@
-"""A job may share its process with jobs before it: leave it nothing they changed.
-
-Hydra's joblib launcher runs the jobs of a sweep in worker processes it reuses, and tests run
-jobs in-process one after another. What a job changes process-wide would otherwise reach the next
-job of the same worker: torch's thread count, the int8 quantisation engine, the inductor cache
-directory, an MLflow run left active. :func:`start_job` puts them back to what the process had
-before its first job, then gives torch ``threads`` intra-op threads (``threads`` in
-``conf/train.yaml``; null keeps that first value, which joblib's workers already size to
-cores / ``n_jobs``). Seeds need no reset: every job seeds everything itself.
-"""
+"""A job may share its process with jobs before it (joblib's reused workers, tests): leave it
+nothing they changed. :func:`start_job` puts back what the process had before its first job
+(torch's thread count, the quantisation engine, the inductor cache, an active MLflow run), then
+gives torch ``threads`` intra-op threads (null: the process's first count). Every job seeds
+itself."""
 
 from __future__ import annotations
 

@@ -1,17 +1,12 @@
 """One turn of a side-by-side timing: a block of calls, timed on two clocks at once.
 
-Wall time (``time.perf_counter``, the devices synchronised first) is what a caller waits for; on
-a shared machine it also holds every stretch in which the calling thread was preempted, and a
-7 ms block beside a CPU burner is preempted at random (docs/metrics.md#before-and-after).
-Thread CPU time (``time.thread_time``) counts only the time the calling thread ran, so preemption
-inside a block adds nothing. It is the work's own time where all of the work runs on that thread:
-a CPU forward pass with one torch intra-op thread. Elsewhere it misses work: the other intra-op
-threads' share (several torch threads) and an accelerator's kernels. Process CPU time would
-count the other threads, but also their spin-waits at each barrier behind a preempted thread,
-which grow with the very load it should leave out. So ``auto`` uses the thread clock only for
-CPU calls on one torch thread and keeps the synchronised wall clock for everything else;
-``thread_cpu`` times CPU calls on one torch thread (the caller's count put back after), on its
-clock, whatever the caller's count: a one-thread latency, immune to load.
+Wall time (the devices synchronised first) is what a caller waits for, and holds every stretch
+in which the calling thread was preempted. Thread CPU time counts only the time the calling
+thread ran, so preemption adds nothing; it is the work's own time only where all of the work
+runs on that thread (a CPU forward pass with one torch thread: process CPU time would count
+other threads' spin-waits, which grow with the very load it should leave out). So ``auto`` uses
+the thread clock only for CPU calls on one torch thread, the wall clock elsewhere; ``thread_cpu``
+times CPU calls on one torch thread whatever the caller's count: a one-thread latency.
 """
 
 from __future__ import annotations

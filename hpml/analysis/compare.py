@@ -1,29 +1,19 @@
 """Side-by-side latency: variants of a model timed in the same window, and their speed-up.
 
 A "before" timed at one moment and an "after" timed at another compare two loads, not two
-models (docs/metrics.md#figures-behind-the-timing-defaults: a 441x speed-up whose "before"
-ran under a neighbour's burst).
-Here every round runs each variant once, in rotating order (A B, B A, ...:
-:func:`hpml.analysis.rounds.round_order`), so both sides share each stretch of load; a speed-up
+models. Here every round runs each variant once, in rotating order
+(:func:`hpml.analysis.rounds.round_order`), so both sides share each stretch of load; a speed-up
 is the median of the per-round ratios before / after, with the order-statistic interval of that
 median (:func:`hpml.analysis.stats.median_ci`) and n = rounds.
 
-Each variant's turn is one block of calls (:mod:`hpml.analysis.blocks`), timed on the wall
-clock and the thread's CPU clock at once; the ratios use thread CPU time where every side runs on
-the CPU with one torch thread (preemption inside a block then adds nothing; ``thread_cpu`` sets
-one thread for the timing), else the wall clock after an accelerator sync.
-Not ``torch.utils.benchmark``'s ``blocked_autorange``: it re-estimates its block size on every
-call, growing blocks until the timer's overhead is below 0.01%: a sub-millisecond call gets
-blocks of a thousand calls, seconds for one before/after (the figures in docs/metrics.md).
-Here the block size is set once per variant, in its first turn (which warms it up too), so that
-a block lasts about ``min_run_time`` on the clock used.
-
-Rounds (:class:`Plan`): at least ``rounds``, then more until every variant's speed-up against
-the first has a 95% interval at most ``ci_width`` of its median wide, or ``budget_s`` seconds
-have gone by (as pyperf calibrates its runs): a quiet machine stops at ``rounds``, a busy one
-buys the rounds its noise needs. ``budget_s`` 0: exactly ``rounds``. The interval is still the
-order statistics of all rounds; stopping on its width, never on where it lies, does not steer
-the verdict.
+Each variant's turn is one block of calls (:mod:`hpml.analysis.blocks`) of about
+``min_run_time`` on the clock used, its size set once in the variant's first turn (which warms
+it up too): ``torch.utils.benchmark``'s ``blocked_autorange`` re-estimates it on every call and
+makes a sub-millisecond call's blocks seconds long. Rounds (:class:`Plan`): at least ``rounds``,
+then more until every speed-up has a 95% interval at most ``ci_width`` of its median wide, or
+``budget_s`` is spent (as pyperf calibrates its runs); stopping on the interval's width, never on
+where it lies, does not steer the verdict. The measurements behind the defaults:
+docs/metrics.md#figures-behind-the-timing-defaults.
 """
 
 from __future__ import annotations
@@ -64,18 +54,23 @@ ROUNDS = 9
 # short blocks keep side by side cheap for a job (`make bench ARGS="--case side_by_side"`)
 MIN_RUN_TIME_S = 0.007
 BUDGET_S = 10.0  # seconds per timing (each batch size) after which no further round starts
-CI_WIDTH = 0.2  # an interval this share of its median wide is narrow: 3.0x [2.7, 3.3]
+CI_WIDTH = 0.2  # an interval this share of its median wide is narrow
 # why a timing stopped: its interval was narrow, its budget spent, or its rounds fixed (budget 0)
 NARROW, BUDGET, FIXED = "narrow", "budget", "rounds"
 
 
 @dataclass(frozen=True)
 class Plan:
-    """How long to time (module docstring): at least ``rounds`` rounds of one block of about
-    ``min_run_time_s`` per variant, then rounds until every speed-up's interval is at most
-    ``ci_width`` of its median wide or ``budget_s`` seconds have gone by (0: no more rounds);
-    ``clock``: ``auto`` (thread CPU time where exact), ``wall`` or ``thread_cpu`` (one torch
-    thread, on its clock): :mod:`hpml.analysis.blocks`."""
+    """How long to time (module docstring).
+
+    Args:
+        rounds: rounds at least.
+        min_run_time_s: about how long one block of a variant's calls lasts.
+        budget_s: seconds after which no further round starts (0: exactly ``rounds``).
+        ci_width: stop once every speed-up's interval is at most this share of its median wide.
+        clock: ``auto`` (thread CPU time where exact), ``wall`` or ``thread_cpu``
+            (:mod:`hpml.analysis.blocks`).
+    """
 
     rounds: int = ROUNDS
     min_run_time_s: float = MIN_RUN_TIME_S

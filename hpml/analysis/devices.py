@@ -4,10 +4,8 @@
 where its numbers come from (``DevicePeak.source``). All are *dense* peaks: NVIDIA quotes
 Ampere-and-later tensor-core figures "with sparsity", which are twice the dense rate, so those
 are halved here. Peaks are per CUDA device (one K80 board is two). Devices not in the table are
-measured instead (``hpml.analysis.measured_peak``).
-
-torch is imported only where a function needs it, so command-line tools can list the table
-(``--help``) without paying for ``import torch``.
+measured instead (``hpml.analysis.measured_peak``). torch is imported only where a function needs
+it, so command-line tools list the table without importing it.
 """
 
 from __future__ import annotations
@@ -34,8 +32,8 @@ PRECISIONS = FP32 + FP16 + BF16  # the Lightning precision settings a peak is kn
 def tf32_enabled() -> bool:
     """Whether float32 work may run on tf32 tensor cores: matmuls once
     ``torch.set_float32_matmul_precision("high")`` turned them on, convolutions (and cuDNN's
-    RNNs) by cuDNN's default, ``torch.backends.cudnn.allow_tf32``. A roof must bound every
-    layer: VGG's float32 convolutions ran above the fp32 roof on an H100 (docs/gpu.md)."""
+    RNNs) by cuDNN's default, ``torch.backends.cudnn.allow_tf32``: a roof must bound every
+    layer."""
     import torch
 
     return bool(torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32)

@@ -1,12 +1,10 @@
 """Energy of a CUDA device from NVML's counter: joules over windows, read at their edges.
 
-``nvmlDeviceGetTotalEnergyConsumption`` gives the whole board's energy in millijoules since the
-driver loaded (Volta and later), the counter Zeus reads. It moves in steps of about 100 ms, so a
-window of a second or more (:data:`MIN_WINDOW_S`) is what it measures well, not a single step.
-
-``pynvml`` (the module of the ``nvidia-ml-py`` package) is imported only when a CUDA device asks
-for a meter, and hpml does not depend on it: without it, without CUDA, or on a device whose
-counter NVML does not support, :func:`open_meter` gives None and the run measures no energy.
+``nvmlDeviceGetTotalEnergyConsumption`` is the whole board's energy since the driver loaded
+(Volta and later), the counter Zeus reads; it moves in steps, so a window of at least
+:data:`MIN_WINDOW_S` is what it measures well. ``pynvml`` (package ``nvidia-ml-py``) is optional
+and imported only for a CUDA device: without it, or on a device NVML cannot read,
+:func:`open_meter` gives None and the run measures no energy.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """FLOPs of a model on an example input: ``FlopCounterMode`` plus the rules it lacks.
 
-Convention: 1 multiply-accumulate = 2 FLOPs, as ``torch.utils.flop_counter`` counts conv and
-matmul. Only those products are counted (the work that dominates and that peaks are quoted
-for); element-wise ops, norms and activations count 0, in every rule alike.
-
-``FlopCounterMode`` counts nothing for ``nn.LSTM`` on CPU (it runs as ``aten.mkldnn_rnn_layer``)
-or on CUDA (``aten._cudnn_rnn``), nor for CPU scaled-dot-product attention; the rules below
-give those ops the same count their matmul decomposition would get.
+1 multiply-accumulate = 2 FLOPs, conv and matmul only, as ``torch.utils.flop_counter`` counts;
+element-wise ops, norms and activations count 0. ``FlopCounterMode`` counts nothing for
+``nn.LSTM`` (``aten.mkldnn_rnn_layer``, ``aten._cudnn_rnn``) nor CPU scaled-dot-product
+attention: the rules below count them as their matmul decomposition would be.
 """
 
 from __future__ import annotations
@@ -114,14 +111,9 @@ def _module_path(name: str, root: str) -> str | None:
 
 
 def _leaf_free(params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Each parameter as a non-leaf view of itself, to run the counted pass with.
-
-    ``FlopCounterMode`` attributes backward FLOPs to modules through grad hooks on every tensor
-    a module is given; under ``torch.autograd.grad`` those hooks fail on a leaf ("A leaf node was
-    passed to _will_engine_execute_node"). A model that hands a parameter itself to a submodule
-    does that: a QAT layer passes its weight to its ``weight_fake_quant``. Views are not leaves,
-    and gradients still flow to the parameters through them.
-    """
+    """Each parameter as a non-leaf view of itself, to run the counted pass with:
+    ``FlopCounterMode``'s grad hooks fail on a leaf handed to a submodule (a QAT layer's weight
+    to its ``weight_fake_quant``) under ``torch.autograd.grad``; gradients flow through views."""
     return {name: p.view_as(p) for name, p in params.items()}
 
 
@@ -142,8 +134,7 @@ def count_flops(model: nn.Module, example: Any, with_backward: bool = False) -> 
     Runs in eval mode, restores any buffer the pass wrote (QAT observers), and the backward pass
     uses ``torch.autograd.grad``, so no ``.grad`` is touched and no gradient hook (DDP's
     all-reduce) fires: the model is left as it was. With ``with_backward`` the result's
-    ``forward`` is the forward pass's count, taken before backward: one pass gives both (a
-    forward of VGG16 at 224 px costs a second on one CPU thread).
+    ``forward`` is the forward pass's count, taken before backward: one pass gives both.
     """
     args = example if isinstance(example, tuple) else (example,)
     batch = tensors_in(args)[0].shape[0]

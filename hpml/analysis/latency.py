@@ -1,9 +1,5 @@
-"""Inference latency of one model on a fixed input, call by call: the bench's per-variant step.
-
-The bench cases ``prune`` and ``quant`` (``hpml/bench/``) time ``--steps`` calls per variant and
-round and interleave the variants themselves (:mod:`hpml.bench.harness`). A run's before/after
-comparisons time their sides side by side with :mod:`hpml.analysis.compare` instead.
-"""
+"""Inference latency of one model on a fixed input, call by call: the bench's per-variant step
+(a run's before/after comparisons use :mod:`hpml.analysis.compare` instead)."""
 
 from __future__ import annotations
 

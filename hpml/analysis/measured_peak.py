@@ -1,11 +1,5 @@
-"""Peaks measured on this machine, for devices the datasheet table lacks (CPUs, unlisted GPUs).
-
-``measure_peak`` runs short micro-benchmarks (fp32 GEMM, 3x3 convolutions of VGG's shapes and a
-large copy), cached as JSON per host, device, thread count and set of benchmarks, with the load
-average they ran under; ``resolve_peak`` picks the table entry (``hpml.analysis.devices``) or the
-measurement; ``raise_roof`` lifts a measured roof that a timed point still beats. As in the
-table, torch is imported only inside the functions that use it.
-"""
+"""Peaks measured by micro-benchmarks, for devices the datasheet table lacks (CPUs, unlisted
+GPUs); torch is imported only inside the functions that use it, as in the table."""
 
 from __future__ import annotations
 
@@ -48,10 +42,8 @@ def _best_seconds(
     min_repeats: int = 3,
     max_repeats: int = 50,
 ) -> float:
-    """Shortest of repeated timings of ``work`` (after one untimed call), until ``budget_s``.
-
-    Best-of, not median: on a shared machine other load only ever slows a repeat down.
-    """
+    """Shortest of repeated timings of ``work`` (after one untimed call), until ``budget_s``:
+    best-of, not median, as other load only ever slows a repeat down."""
     import torch
 
     def sync() -> None:
@@ -76,11 +68,9 @@ def _sized_flops_per_s(
     device: torch.device,
     budget_s: float,
 ) -> tuple[float, int]:
-    """FLOP/s of the work ``make(size)`` returns (with its FLOPs), and the size used.
-
-    The size grows through ``sizes`` until one call takes an eighth of the budget (or the last
-    size), so the work is large enough to run at full rate and the repeats still fit the budget.
-    """
+    """FLOP/s of the work ``make(size)`` returns (with its FLOPs), and the size used: the
+    first of ``sizes`` whose call takes an eighth of the budget, to run at full rate and still
+    fit the repeats in the budget."""
     for size in sizes:
         work, flops = make(size)
         if _best_seconds(work, device, 0.0, min_repeats=1) >= budget_s / 8:
@@ -103,11 +93,9 @@ def _gemm_flops_per_s(device: torch.device, budget_s: float) -> tuple[float, int
 def _conv_flops_per_s(
     device: torch.device, channels: int, size: int, budget_s: float
 ) -> tuple[float, int]:
-    """fp32 3x3 convolution FLOP/s (2 x MAC: 2 N C^2 9 H W) and the batch N used (1-256).
-
-    Inference mode, as the roofline times layers, through ``F.conv2d``: mkldnn on CPU, cuDNN on
-    CUDA, the kernels the model's conv layers run.
-    """
+    """fp32 3x3 convolution FLOP/s (2 x MAC) and the batch used, in inference mode through
+    ``F.conv2d``: the kernels (mkldnn, cuDNN) a model's conv layers run, as the roofline times
+    them."""
     import torch
     import torch.nn.functional as F
 
@@ -126,11 +114,8 @@ def _conv_flops_per_s(
 
 
 def _copy_bytes_per_s(device: torch.device, budget_s: float) -> tuple[float, int]:
-    """Bytes per second of ``dst.copy_(src)``, counting bytes read + bytes written (2 x size).
-
-    The tensor (256 MiB on CPU, 1 GiB on GPU) is far larger than any cache, so it streams
-    through DRAM / HBM; STREAM's "copy" counts bytes the same way.
-    """
+    """Bytes per second of ``dst.copy_(src)`` of a tensor larger than any cache, counting
+    bytes read + bytes written as STREAM's "copy" does."""
     import torch
 
     size = (1024 if device.type == "cuda" else 256) * MIB
@@ -145,18 +130,18 @@ def measure_peak(
 ) -> DevicePeak:
     """Measured fp32 compute peak and copy bandwidth of ``device``, cached across runs.
 
-    The compute peak is the best of an fp32 GEMM and 3x3 convolutions (``CONV_SHAPES``): a
-    roof must bound every layer, and mkldnn's convolutions can beat its GEMM on a CPU. About
-    ``seconds`` of benchmarking (a third GEMM, a third convolutions, a third copy), best of
-    the repeats, at torch's current thread count (the training's, when a callback calls it)
-    and matmul precision (tf32 on CUDA if it is enabled; cuDNN's convolutions follow their own
-    setting, tf32 by default, so on CUDA the roof can be a tf32 convolution's). The record in
-    ``cache_dir/<host>__<device>__<threads>threads__<MEASURED>.json`` (the benchmarks in the
-    name, so records of another set, such as GEMM-only ones, are not reused) keeps each
-    benchmark's figure and the load average they were taken under; the next call (this run or
-    a later one) reads it instead of measuring, unless the machine is now quieter (1-minute
-    load lower by more than ``RELOAD_LOAD_DROP``): other work only lowers a measured peak, so
-    a record taken under load is replaced then.
+    The compute peak is the best of an fp32 GEMM and 3x3 convolutions (``CONV_SHAPES``): a roof
+    must bound every layer, and mkldnn's convolutions can beat its GEMM on a CPU. A third of
+    ``seconds`` each for GEMM, convolutions and copy, at torch's current thread count and matmul
+    precision. The record (``cache_dir/<host>__<device>__<threads>threads__<MEASURED>.json``)
+    keeps the load average it was taken under; a later call reads it unless the 1-minute load is
+    now lower by more than ``RELOAD_LOAD_DROP``: other work only lowers a measured peak.
+
+    Args:
+        device: the device to measure.
+        cache_dir: where records are kept.
+        seconds: the benchmarks' budget.
+        refresh: measure even if a record exists.
     """
     import torch
 
@@ -245,14 +230,10 @@ def is_measured(peak: DevicePeak) -> bool:
 def raise_roof(
     peak: DevicePeak, points: Sequence[RooflinePoint], precision: str = "32-true"
 ) -> DevicePeak:
-    """``peak`` lifted so that no timed point lies above it, each lift named in the result.
-
-    The last resort for a measured roof that a point still beats after being measured again:
-    the compute roof rises to the fastest point above it, the bandwidth to the highest bytes/s
-    a point under the slope implies (FLOP/s / intensity: its data stayed in cache, which the
-    roofline's bytes assume it does not). A roof below a point tells nothing; one at the best
-    point achieved is at least a bound, and says so in ``name`` and ``source``.
-    """
+    """``peak`` lifted so that no timed point lies above it, each lift named in ``name`` and
+    ``source``: the last resort for a measured roof a point still beats after measuring again.
+    The compute roof rises to the fastest point, the bandwidth to the highest bytes/s a point
+    under the slope implies (its data stayed in cache); a roof below a point tells nothing."""
     compute, bandwidth = peak.peak_for_precision(precision), peak.memory_bytes_per_s
     timed = [p for p in points if p.flops_per_s and p.intensity > 0]
     fastest = max(timed, key=lambda p: p.flops_per_s or 0.0, default=None)

@@ -25,9 +25,8 @@ def state_dict_bytes(model: nn.Module) -> int:
     Saved for real, so buffers, masks left by pruning, packed quantised weights and the zip
     container's own overhead are all counted; but first under ``torch.serialization.skip_data``,
     where torch lays the file out as ever and seeks over each storage's bytes instead of writing
-    them: the same size to the byte (checked against a plain save in the tests), and a 500 MB
-    VGG16 costs milliseconds instead of seconds. torch refuses quantised tensors there; those
-    (small, int8) models are saved in full.
+    them: the same size to the byte (the tests check it), in milliseconds for a large model.
+    torch refuses quantised tensors there; those (small, int8) models are saved in full.
     """
     state = model.state_dict()
     with tempfile.TemporaryDirectory() as tmp:

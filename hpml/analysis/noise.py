@@ -1,13 +1,10 @@
 """Noise on the machine while a run is timed: who else used the CPU, and whether to trust it.
 
-A :class:`NoiseProbe` spans each timed window and sums the CPU time **other processes** took
-(system-wide busy time from ``psutil.cpu_times()`` minus this run's own process trees, children
-reaped inside the window included) and CPU **steal**, each as a percent of wall time x logical
-CPUs, and keeps the largest 1-minute load average (recorded, never judged: it counts this run's
-own threads). Hand-written because psutil gives the counters, not the difference between the
-machine and one process tree; its 10-ms ticks resolve ~0.2% of two CPUs over a few seconds.
-:func:`judge` applies :class:`NoiseRule`; the rule, and the measurements its defaults
-(``conf/callbacks/perf.yaml``) come from: docs/metrics.md#noise.
+A :class:`NoiseProbe` spans each timed window and sums the CPU time other processes took
+(system-wide busy time less this run's own process trees) and CPU steal, as shares of wall time
+x logical CPUs, and keeps the largest 1-minute load average (recorded, never judged: it counts
+this run's own threads). :func:`judge` applies :class:`NoiseRule`, whose defaults rest on the
+measurements in docs/metrics.md#noise.
 """
 
 from __future__ import annotations
@@ -52,7 +49,7 @@ class CpuReading:
 
 
 @dataclass(frozen=True)
-class NoiseFigures:
+class NoiseShares:
     """What the probe saw over its windows together."""
 
     wall_s: float
@@ -142,17 +139,17 @@ class NoiseProbe:
             self.steal = None
         self.load = max(self.load, load_avg_1m)
 
-    def figures(self) -> NoiseFigures | None:
+    def shares(self) -> NoiseShares | None:
         """The sums as shares of the machine, None before any window closed."""
         if not self.windows or self.wall <= 0:
             return None
         capacity = self.wall * self.cpus
         steal = None if self.steal is None else 100.0 * max(0.0, self.steal) / capacity
-        return NoiseFigures(self.wall, self.cpus, 100.0 * self.other / capacity, steal, self.load)
+        return NoiseShares(self.wall, self.cpus, 100.0 * self.other / capacity, steal, self.load)
 
 
 def judge(
-    figures: NoiseFigures | None,
+    shares: NoiseShares | None,
     step_time_cv_pct: float | None,
     steps: int,
     rule: NoiseRule,
@@ -162,12 +159,12 @@ def judge(
     Every limit exceeded is named, ``; ``-joined, each as figure and limit.
     """
     reasons = []
-    if figures is not None and figures.other_cpu_pct > rule.max_other_cpu_pct:
+    if shares is not None and shares.other_cpu_pct > rule.max_other_cpu_pct:
         reasons.append(
-            f"other processes used {figures.other_cpu_pct:.0f}% of the CPU during timed work "
+            f"other processes used {shares.other_cpu_pct:.0f}% of the CPU during timed work "
             f"(limit {rule.max_other_cpu_pct:g}%)"
         )
-    steal = figures.steal_pct if figures is not None else None
+    steal = shares.steal_pct if shares is not None else None
     if steal is not None and steal > rule.max_steal_pct:
         reasons.append(
             f"the hypervisor stole {steal:.0f}% of the CPU during timed work "

@@ -4,33 +4,27 @@ Conventions (every number below follows them):
 
 - FLOPs: ``hpml.analysis.flops.count_flops``, 2 x multiply-accumulate, conv and matmul only
   (element-wise layers count 0 and so sit at intensity 0: pure data movement).
-- Bytes: the *minimum* a layer must move if nothing stays in cache between layers: every
-  tensor it is given + its parameters and buffers + every tensor it returns, at each tensor's
-  own element size, summed over calls. Measured with forward hooks on leaf modules over one
-  batch. The model's bytes are the sum over its leaf layers (the no-reuse-across-layers
-  bound). Weights + input + output of the whole model would be a lower bound only a cache
-  holding every activation reaches; VGG's activations at 224x224 are tens of MB per layer,
-  far beyond any cache, so they do round-trip DRAM and the layer sum is the figure Nsight
-  Compute's DRAM bytes come close to. Functional ops outside leaf modules (ResNet's residual
-  add, ``torch.flatten`` in a ``forward``) are not hooked, so their bytes are left out.
+- Bytes: the *minimum* a layer must move if nothing stays in cache between layers: the tensors it
+  is given and returns, its parameters and buffers, summed over calls, measured with forward
+  hooks on leaf modules over one batch. The model's bytes are the sum over its leaf layers (large
+  activations round-trip DRAM, so this is what profilers' DRAM bytes come close to); functional
+  ops outside leaf modules (a residual add) are not hooked and left out.
 - Intensity = FLOPs / bytes (FLOP/byte); performance = FLOPs / seconds (FLOP/s).
-- Times: best of a few inference passes (eval mode, ``torch.inference_mode``), after one
-  warm-up pass. Per-layer times come from forward pre/post hooks; on CUDA each hook
-  synchronises the device, which serialises the pipeline and makes small layers look slower
-  than they are. The model's time is a whole forward pass without hooks.
+- Times: best of a few inference passes after one warm-up. Per-layer times come from forward
+  hooks, which on CUDA synchronise the device and make small layers look slower than they are;
+  the model's time is a whole forward pass without hooks.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 from torch import nn
 
+from hpml.analysis.compare import evaluating
 from hpml.analysis.devices import DevicePeak
 from hpml.analysis.flops import FlopCount, count_flops
 from hpml.tensors import first_tensor, tensors_in
@@ -101,18 +95,6 @@ def leaf_modules(model: nn.Module) -> dict[str, nn.Module]:
     }
 
 
-@contextmanager
-def _inference(model: nn.Module) -> Iterator[None]:
-    """Eval mode and no autograd for the duration; the model's mode is restored afterwards."""
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            yield
-    finally:
-        model.train(was_training)
-
-
 def _call(model: nn.Module, example: Any) -> Any:
     return model(*example) if isinstance(example, tuple) else model(example)
 
@@ -140,7 +122,7 @@ def layer_bytes(model: nn.Module, example: Any) -> dict[str, int]:
         for name, m in leaf_modules(model).items()
     ]
     try:
-        with _inference(model):
+        with evaluating([model]), torch.inference_mode():
             _call(model, example)
     finally:
         for handle in handles:
@@ -190,7 +172,7 @@ def layer_seconds(model: nn.Module, example: Any, passes: int = 3) -> dict[str, 
         handles.append(module.register_forward_hook(after(name)))
     best: dict[str, float] = {}
     try:
-        with _inference(model):
+        with evaluating([model]), torch.inference_mode():
             for index in range(passes + 1):
                 current.clear()
                 _call(model, example)
@@ -208,7 +190,7 @@ def forward_seconds(model: nn.Module, example: Any, passes: int = 3) -> float:
     """Seconds of one whole forward pass without hooks, best of ``passes`` after a warm-up."""
     device = _device_of(model, example)
     best = float("inf")
-    with _inference(model):
+    with evaluating([model]), torch.inference_mode():
         for index in range(passes + 1):
             _sync(device)
             start = time.perf_counter()

@@ -61,14 +61,9 @@ ON_ROOF = 1 + 1e-9
 def above_roof(
     points: list[RooflinePoint], peak: DevicePeak, precision: str = "32-true"
 ) -> list[tuple[RooflinePoint, str]]:
-    """Timed points above the roof at their intensity, each with why it can be.
-
-    A roof is a bound only if nothing beats it. Under the compute roof's flat part a point above
-    it ran faster than the micro-benchmarks did (they ran under other load, or with slower
-    kernels); under the slope, its data stayed in cache, while the roofline's bytes assume
-    none stays between layers. Datasheet roofs are not beaten by real kernels: a point above
-    one is a timing error (per-layer hooks, a clock's resolution).
-    """
+    """Timed points above the roof at their intensity, each with why it can be: under a
+    measured flat roof, faster than the micro-benchmarks; under the slope, data that stayed in
+    cache; above a datasheet roof, a timing error (per-layer hooks, a clock's resolution)."""
     measured = is_measured(peak)
     above = []
     for p in points:
@@ -128,13 +123,10 @@ def roofline_figure(
 ) -> tuple[Figure, dict[int, Artist]]:
     """Log-log roofline with ``points`` on it, and the artist drawn for each point, by index.
 
-    Timed points sit at their achieved FLOP/s (filled); untimed ones are drawn hollow on the
-    roof, at the best their intensity allows. Colour says memory- or compute-bound. Points
-    with no counted FLOPs (intensity 0) cannot be placed on log axes and are left out. Points
-    above the roof (:func:`above_roof`) are named in a note on the plot, with why; a roof
-    raised to the best point (``measured_peak.raise_roof``) says so in its legend entry.
-    Uses matplotlib's ``Figure`` directly (Agg canvas), never pyplot: no display, no global
-    state, safe in callbacks and threads.
+    Timed points sit at their achieved FLOP/s (filled), untimed ones hollow on the roof; colour
+    says memory- or compute-bound; points of intensity 0 are left out (log axes). Points above
+    the roof (:func:`above_roof`) are named in a note. matplotlib's ``Figure`` directly, never
+    pyplot: no display, no global state, safe in callbacks and threads.
     """
     import numpy as np
     from matplotlib.figure import Figure

@@ -1,16 +1,9 @@
 """Spread, confidence intervals and verdicts: what turns timings into a finding.
 
-Non-parametric throughout, as Hoefler & Belli's rules for scientific benchmarking ask (SC'15):
-timings on a shared machine are skewed and heavy-tailed, so a finding is a median with a
-distribution-free interval, never a mean with a normal one.
-
-- :func:`median_ci`: the order-statistic (binomial) interval of a median: exact for any
-  continuous distribution, no resampling; with fewer than 6 values no pair of order statistics
-  reaches 95%, so it widens to [min, max] and says its true coverage.
-- :func:`ratio_ci`: the ratio of two independent groups' medians (replicates of two configs),
-  by a seeded percentile bootstrap (``scipy.stats.bootstrap`` resamples one sample; a ratio of
-  two samples' medians needs both resampled together, so it is written here).
-- :func:`verdict`: ``faster``, ``slower`` or ``within noise`` from an interval of a speed-up.
+Non-parametric throughout (Hoefler & Belli, SC'15): timings on a shared machine are skewed and
+heavy-tailed, so a finding is a median with a distribution-free interval. :func:`median_ci` is
+the order-statistic interval of a median; :func:`ratio_ci` the ratio of two groups' medians by a
+seeded bootstrap resampling both together; :func:`verdict` reads a speed-up's interval.
 """
 
 from __future__ import annotations
@@ -106,13 +99,9 @@ def ratio_ci(
     resamples: int = 2000,
     seed: int = 0,
 ) -> Interval:
-    """median(numerator) / median(denominator) with a percentile-bootstrap interval.
-
-    For two independent groups (the replicates of one config against another's): both are
-    resampled, the ratio of medians taken per resample. With one value on either side there is
-    no spread to resample: the interval is the point, ``coverage`` 0, and :func:`verdict` (with
-    ``n`` < 2) calls it within noise.
-    """
+    """median(numerator) / median(denominator) with a percentile-bootstrap interval, for two
+    independent groups (one config's replicates against another's), both resampled. With one
+    value on either side the interval is the point, ``coverage`` 0: within noise."""
     if not numerator or not denominator:
         raise ValueError("ratio_ci needs values on both sides")
     point = statistics.median(numerator) / statistics.median(denominator)

@@ -146,16 +146,10 @@ class StepTimer:
         ]
 
     def utilisation_pct(self, steady: list[float], seconds: float) -> float:
-        """Busy time over the window's wall time, percent, capped at 100.
-
-        CPU: process CPU time (every thread of this process; DataLoader worker processes are
-        not in it) over wall time x torch's intra-op threads: 100 means every thread torch
-        may use computed for the whole window. Threads beyond torch's pool (logging, a loader
-        in the main process) can push the ratio past 100, hence the cap.
-        CUDA (untested here, no GPU): the steps' spans on the GPU timeline (CUDA events) over
-        the window: the GPU had a step's work queued, so idle bubbles inside a step count as
-        busy; ``profile=torch``'s ``profile/kernel_pct`` is the kernel-only share.
-        """
+        """Busy time over the window's wall time, percent, capped at 100 (threads beyond
+        torch's pool can push it past). CPU: this process's CPU time over wall time x torch's
+        intra-op threads. CUDA: the steps' spans on the GPU timeline over the window, idle
+        bubbles inside a step included (``profile/kernel_pct`` is the kernel-only share)."""
         if self.device.type == "cuda":
             busy = sum(steady) / seconds
         else:

@@ -175,7 +175,7 @@ class PerformanceMonitor(HpmlCallback):
     def _noise(self, trainer: L.Trainer) -> None:
         """The run's noise figures so far, and its verdict by :func:`~hpml.analysis.noise.judge`:
         tags ``hpml.noisy`` (and ``hpml.noisy.reason``), and one line the first time it is."""
-        figures = self.probe.figures()
+        figures = self.probe.shares()
         cv = cv_pct(self.train_steps_s) if self.train_steps_s else None
         metrics: dict[str, float] = {}
         if figures is not None:

@@ -19,8 +19,8 @@ from hpml.data.spec import DataSpec
 from hpml.errors import ConfigError, non_negative_int, positive_int
 from hpml.ranges import Seed
 
-# Bytes of file content a digest reads: all of CIFAR-10 (178 MiB), MNIST (53 MiB) or the IMDB CSV
-# (63 MiB), in a third of a second; of an ImageNet-size folder, the first files only.
+# Bytes of file content a digest reads: all of CIFAR-10, MNIST or the IMDB CSV; of an
+# ImageNet-size folder, the first files only.
 CONTENT_BYTES = 256 * 2**20
 DIGEST_CHARS = 8  # MLflow's advice for a dataset digest
 
@@ -129,12 +129,8 @@ class HpmlDataModule(L.LightningDataModule):
         raise NotImplementedError
 
     def planned_spec(self) -> DataSpec:
-        """The spec as far as the config tells, without reading data files.
-
-        Validation checks the model against it before any file is opened (a missing or corrupt
-        file is the run's failure, not the config's). Datasets that learn their spec from files
-        override it.
-        """
+        """The spec as far as the config tells, without reading data files: what validation
+        checks the model against. Datasets that learn their spec from files override it."""
         return self.spec
 
     def description(self) -> DataDescription | None:

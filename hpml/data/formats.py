@@ -1,10 +1,5 @@
-"""The on-disk formats hpml reads, checked so a bad file is named in one line with its fix.
-
-torchvision meets a truncated idx file with a reshape error, a damaged CIFAR pickle with
-``UnpicklingError`` and an unreadable JPEG with PIL's error mid-epoch, none of which says which
-file or what it should hold. These checks do, and cost little: an idx header is 16 bytes, and
-the CIFAR batches are only examined after torchvision failed to read them.
-"""
+"""The on-disk formats hpml reads, checked so a bad file is named in one line with its fix
+(torchvision's own errors name neither the file nor what it should hold)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
 """ImageNet-style class folders on disk (train/ and val/), with the transforms papers use by
-default (``train_transforms``/``eval_transforms`` in the config replace them).
-
-Apart from ``hpml.data.vision`` because it needs none of that module's torchvision-dataset
-machinery (downloads, md5 checks, a val split held out of train): the folders are placed by hand
-and bring their own splits. Missing folders, mismatched class lists and empty class folders
-become one-line hpml errors naming the path.
-"""
+default (``train_transforms``/``eval_transforms`` in the config replace them). Missing folders,
+mismatched class lists and empty class folders are one-line errors naming the path."""
 
 from __future__ import annotations
 

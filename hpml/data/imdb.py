@@ -1,9 +1,6 @@
-"""IMDB 50k movie reviews (binary sentiment) as fixed-length, left-padded token id sequences.
-
-Reads the Kaggle-style CSV (``review``, ``sentiment``). Tokenising 50k reviews takes seconds, so
-the encoded tensors are cached under ``data_dir/.cache`` keyed by the file and every knob that
-changes them.
-"""
+"""IMDB 50k movie reviews (binary sentiment) as fixed-length, left-padded token id sequences, read
+from the Kaggle-style CSV (``review``, ``sentiment``); the encoded tensors are cached under
+``data_dir/.cache``, keyed by the file and every knob that changes them."""
 
 from __future__ import annotations
 
@@ -127,8 +124,15 @@ class IMDBDataModule(HpmlDataModule):
     hidden state sits right after the last real word.
 
     The vocabulary (id 0 ``<pad>``, id 1 ``<unk>``, then words by falling frequency, ties by word)
-    is built from the training split only, so val/test words never leak into it; ``vocab_size``
-    caps its length including the two specials.
+    is built from the training split only, so val/test words never leak into it.
+
+    Args:
+        csv_name: the CSV's file name under ``data_dir``.
+        vocab_size: the vocabulary's length, the two specials included.
+        min_freq: fewest occurrences in the training split that make a word part of it.
+        split: the shares of train, val and test, summing to 1.
+        cache: keep the encoded tensors under ``data_dir/.cache``.
+        **kwargs: :class:`~hpml.data.base.HpmlDataModule`'s (batch size, seed, ...).
     """
 
     HINT = (

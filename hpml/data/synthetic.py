@@ -1,11 +1,10 @@
 """Offline data with a learnable signal: the embedded default, so every model runs anywhere.
 
-Images are drawn, not sampled pixel by pixel: each class is a figure of a few connected pen
-strokes (a made-up digit) in its own colour, and each sample draws its class's figure with its own
-shift, rotation, scale and pen width, on a background of its own. So a sample is decided by a class
-and five continuous factors: a VAE has low-dimensional structure to learn (and loses it when
-pruned), a CNN has shapes to find wherever they lie. Token sequences mix a small sentiment lexicon
-per class, with some words of the other classes as confusers, into neutral tokens.
+Each image class is a figure of a few connected pen strokes in its own colour, drawn with each
+sample's own shift, rotation, scale and pen width on a background of its own: a VAE has
+low-dimensional structure to learn, a CNN shapes to find wherever they lie. Token sequences mix
+a small sentiment lexicon per class, with words of other classes as confusers, into neutral
+tokens.
 """
 
 from __future__ import annotations
@@ -48,8 +47,8 @@ class Prototypes(NamedTuple):
     layouts: Tensor
 
     def backdrop(self, label: int, size: int) -> Tensor:
-        """Class ``label``'s backdrop, ``channels x size x size``: upsampled per sample, as
-        1,000 classes' at 224x224 would hold 600 MB and take seconds to make for a few samples."""
+        """Class ``label``'s backdrop, ``channels x size x size``, upsampled per sample: for many
+        classes at large sizes, upsampling them all up front would hold too much memory."""
         return F.interpolate(self.layouts[label : label + 1], size=(size, size), mode="bilinear")[0]
 
 
@@ -58,9 +57,7 @@ def prototypes(num_classes: int, channels: int, size: int, seed: int) -> Prototy
     """Each class's figure, a polyline through STROKES + 1 random points, its pen colour and,
     for colour images, its backdrop: a coarse 4x4 random grid upsampled smoothly, a scene's
     layout that a CNN picks up within its first steps, as the figure's shape takes it longer.
-
-    Cached (read-only tensors, a few MB): every job of a sweep run in one process draws the same
-    classes, and 1,000 classes' distance fields take a second."""
+    Cached (read-only tensors): every job of a sweep run in one process draws the same classes."""
     generator = torch.Generator().manual_seed(seed)
     points = (torch.rand(num_classes, STROKES + 1, 2, generator=generator) * 2 - 1) * 0.6
     strokes = torch.cat([points[:, :-1], points[:, 1:]], dim=2)
@@ -74,11 +71,8 @@ def prototypes(num_classes: int, channels: int, size: int, seed: int) -> Prototy
 @lru_cache(maxsize=4)
 def pixel_centres(size: int) -> Tensor:
     """Homogeneous coordinates ``(x, y, 1)`` of a ``size x size`` image's pixel centres in
-    [-1, 1] (``size x size x 1 x 3``), as ``grid_sample`` reads them.
-
-    Each sample warps them by an elementwise product and a sum: a call of ``F.affine_grid`` per
-    sample costs several times a small sample's budget (docs/metrics.md).
-    """
+    [-1, 1] (``size x size x 1 x 3``), as ``grid_sample`` reads them; each sample warps them
+    with a product and a sum, cheaper than ``F.affine_grid`` per sample (docs/metrics.md)."""
     axis = (torch.arange(size, dtype=torch.float32) + 0.5) * (2 / size) - 1
     y, x = torch.meshgrid(axis, axis, indexing="ij")
     return torch.stack([x, y, torch.ones_like(x)], dim=-1).unsqueeze(-2)
@@ -86,11 +80,8 @@ def pixel_centres(size: int) -> Tensor:
 
 def distance_field(strokes: Tensor, size: int) -> Tensor:
     """Distance (``size x size``, in [-1, 1] units) from each pixel centre to the nearest of
-    ``strokes`` (segments ``x0, y0, x1, y1``).
-
-    Computed once per class; a sample then warps it (:class:`SyntheticImages`), which costs a
-    few tensor ops where drawing each sample's strokes would cost a score of them.
-    """
+    ``strokes`` (segments ``x0, y0, x1, y1``): computed once per class, then warped per sample
+    (:class:`SyntheticImages`), cheaper than drawing each sample's strokes."""
     grid = pixel_centres(size)[..., :2].reshape(-1, 1, 2)
     start, end = strokes[:, :2], strokes[:, 2:]
     along = end - start
@@ -102,11 +93,8 @@ def distance_field(strokes: Tensor, size: int) -> Tensor:
 class SyntheticImages(Dataset):
     """Images in [0, 1]: the label's figure, moved, turned, scaled and drawn with a pen width of
     the sample's own, in the class colour on the class's backdrop in the sample's light, plus
-    noise.
-
-    Sample ``i`` is generated from seed ``seed + i``, so a split is the same on every run and in
-    every worker, yet costs real CPU time per item like a decoded dataset would.
-    """
+    noise. Sample ``i`` is generated from seed ``seed + i``, so a split is the same on every run
+    and in every worker, yet costs real CPU time per item like a decoded dataset would."""
 
     def __init__(
         self,
@@ -192,7 +180,15 @@ class SyntheticTokens(Dataset):
 
 
 class SyntheticDataModule(HpmlDataModule):
-    """Images (``C x H x W``) or token sequences, sized by config; no files, no network."""
+    """Images (``C x H x W``) or token sequences, sized by config; no files, no network.
+
+    Args:
+        modality: ``image`` or ``tokens``.
+        noise: std of the pixel noise added to each image.
+        signal: share of a token sequence's positions that hold sentiment words.
+        train_samples: samples of the train split (``val_samples``, ``test_samples`` likewise).
+        **kwargs: :class:`~hpml.data.base.HpmlDataModule`'s (batch size, seed, ...).
+    """
 
     def __init__(
         self,

@@ -1,9 +1,6 @@
-"""Image transforms given in the config: lists of torchvision transforms that Hydra instantiates.
-
-The vision data modules take ``train_transforms`` and ``eval_transforms`` as lists (each entry a
-``{_target_: torchvision.transforms.<Name>, ...}`` node in ``conf/data/``), so a dataset whose
-images must not be flipped or cropped says so in its config instead of in code.
-"""
+"""Image transforms given in the config: lists of torchvision transforms that Hydra instantiates
+(``train_transforms``, ``eval_transforms``), so a dataset whose images must not be flipped or
+cropped says so in its config."""
 
 from __future__ import annotations
 

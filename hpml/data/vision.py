@@ -1,9 +1,6 @@
-"""CIFAR-10 and MNIST read from disk in their official formats, with the transforms papers use
-by default (``train_transforms``/``eval_transforms`` in the config replace them).
-
-Missing or unreadable files become one-line hpml errors naming the path looked at, instead of
-torchvision's generic ``RuntimeError("Dataset not found or corrupted")`` traceback.
-"""
+"""CIFAR-10 and MNIST read from disk in their official formats, with the transforms papers use by
+default (``train_transforms``/``eval_transforms`` in the config replace them); missing or
+unreadable files are one-line errors naming the path looked at."""
 
 from __future__ import annotations
 
@@ -52,10 +49,8 @@ def cifar10_train_transforms() -> list[Transform]:
 
 
 class TransformedSubset(Dataset):
-    """Some samples of a dataset, each passed through ``transform``.
-
-    Lets the train and held-out val split share one decoded dataset while only train is augmented.
-    """
+    """Some samples of a dataset, each passed through ``transform``: the train and held-out val
+    splits share one decoded dataset while only train is augmented."""
 
     def __init__(self, dataset: Dataset, indices: Sequence[int], transform: Callable) -> None:
         self.dataset, self.indices, self.transform = dataset, indices, transform
@@ -99,11 +94,8 @@ def _download(name: str, fetch: Callable[[], object]) -> None:
 
 
 class _UnverifiedCIFAR10(datasets.CIFAR10):
-    """CIFAR-10 that still requires every file but skips their md5 checks.
-
-    torchvision checks each batch's md5 (``_check_integrity``) and the meta file's (``_load_meta``)
-    through ``check_integrity(path, md5)``, which only tests existence when md5 is None.
-    """
+    """CIFAR-10 that still requires every file but skips their md5 checks: torchvision's
+    ``check_integrity(path, md5)`` only tests existence when md5 is None."""
 
     train_list: ClassVar[list[list[str | None]]] = [
         [name, None] for name, _ in datasets.CIFAR10.train_list
@@ -119,9 +111,8 @@ class CIFAR10DataModule(HpmlDataModule):
 
     val is ``val_fraction`` of the 50k training images (seeded by ``seed``); test is the official
     test batch. ``verify=False`` skips the md5 checks, for subsets or re-encoded copies.
-    ``train_transforms`` (None: crop, flip, standardise) applies to train only, and
-    ``eval_transforms`` (None: standardise) to val and test; the lists replace a single
-    ``augment`` switch so that one augmentation can go while the others stay.
+    ``train_transforms`` (None: crop, flip, standardise) applies to train only,
+    ``eval_transforms`` (None: standardise) to val and test.
     """
 
     def __init__(
@@ -215,10 +206,9 @@ class MNISTDataModule(HpmlDataModule):
     """MNIST from the uncompressed idx files in ``data_dir/MNIST/raw``.
 
     Pixels stay in [0, 1] by default because a Bernoulli VAE reads them as probabilities;
-    ``normalize=True`` standardises them for classifiers. val is held out from the 60k train set.
-    ``train_transforms`` and ``eval_transforms`` (None: ``ToTensor`` alone, MNIST's standard:
-    no augmentation) run first; ``normalize`` stays a switch after them, holding MNIST's mean and
-    std, because it is what the VAE's refusal of standardised pixels tells a user to turn off.
+    ``normalize=True`` standardises them for classifiers (a switch, as the VAE's refusal of
+    standardised pixels names it). val is held out from the 60k train set. ``train_transforms``
+    and ``eval_transforms`` (None: ``ToTensor`` alone) run before ``normalize``.
     """
 
     def __init__(

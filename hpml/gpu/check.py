@@ -1,14 +1,11 @@
 """``python3 -m hpml.gpu.check --out DIR``: hpml's CUDA paths run and measured on a GPU machine.
 
-Runs under a machine's own ``python3`` and torch, without make or hpml's virtual environment:
-it stops in one line where there is no CUDA, before installing anything; else it installs the
-wheel kit (``make gpu-kit``) with ``pip install --no-index --no-deps --target``, puts hpml on
-the path and runs the parts of :mod:`hpml.gpu.parts` in priority order, each under its own
-time budget. After every part it rewrites what ``DIR`` holds, so a check cut short still
-returns what it measured: ``summary.md`` and ``summary.json`` (path | ran | figure), the MLflow
-store (``mlflow.db``), ``reports.tar.gz`` (the parts' reports and plots) and ``logs.tar.gz``
-(every command's output, every job's log). Module level is standard library only: torch is
-imported only to ask for CUDA, mlflow only once the kit is installed.
+Runs under the machine's own ``python3`` and torch: it stops in one line where there is no CUDA,
+before installing anything; else it installs the wheel kit, puts hpml on the path and runs the
+parts of :mod:`hpml.gpu.parts` in priority order, each under its own time budget. After every part
+it rewrites ``DIR`` (``summary.md``, ``summary.json``, ``mlflow.db``, ``reports.tar.gz``,
+``logs.tar.gz``), so a check cut short still returns what it measured. Module level is standard
+library only: torch is imported only to ask for CUDA, mlflow once the kit is installed.
 """
 
 from __future__ import annotations
@@ -28,7 +25,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from hpml.gpu.kit import install
-from hpml.gpu.parts import Part, Row, Store, parts
+from hpml.gpu.parts import Part, parts
+from hpml.gpu.rows import Row, Store
 
 REPO = Path(__file__).resolve().parents[2]
 REPORT_SUFFIXES = (".html", ".md", ".png", ".svg", ".csv", ".json", ".txt")
@@ -96,8 +94,8 @@ def write_summary(out: Path, header: dict[str, str], done: dict[str, list[Row]])
     rows = [row for part in done.values() for row in part]
     lines = [f"# hpml GPU check: {header['device']}", ""]
     lines += [f"- {k}: {v}" for k, v in header.items()]
-    lines += ["", "| path | ran | figure |", "|---|---|---|"]
-    lines += [f"| {r.path} | {r.ran} | {r.figure} |" for r in rows]
+    lines += ["", "| path | ran | measured |", "|---|---|---|"]
+    lines += [f"| {r.path} | {r.ran} | {r.measured} |" for r in rows]
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     data = {"header": header, "parts": {k: [asdict(r) for r in v] for k, v in done.items()}}
     (out / "summary.json").write_text(json.dumps(data, indent=1) + "\n")
@@ -221,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             store = Store(read_store(uri), str(work), outputs)
             done[part.name] = part.rows(store)
-        except Exception as error:  # a part's figures must not stop the next part
+        except Exception as error:  # a part's rows must not stop the next part
             done[part.name] = [Row(part.name, "failed", f"reading its runs: {error!r}")]
         print(f"hpml: gpu check: {part.name} in {time.monotonic() - started:.0f} s", flush=True)
         write_summary(out, header, done)
@@ -229,17 +227,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.copy(work / "mlflow.db", out / "mlflow.db")
         jobs = [f for f in (work / "multirun", work / "outputs") if f.exists()]
         pack(out, "logs.tar.gz", [logs, *jobs], (".log",))
-        found = [
-            f
-            for f in (
-                work / "study2",
-                work / "study5",
-                work / "mlartifacts",
-                REPO / ".bench" / "results",
-            )
-            if f.exists()
-        ]
-        pack(out, "reports.tar.gz", found, REPORT_SUFFIXES)
+        reports = [work / "study2", work / "study5", work / "mlartifacts", REPO / ".bench/results"]
+        pack(out, "reports.tar.gz", [f for f in reports if f.exists()], REPORT_SUFFIXES)
     print((out / "summary.md").read_text() if (out / "summary.md").exists() else "no summary")
     return 0 if all(r.ran != "failed" for rows in done.values() for r in rows) else 1
 

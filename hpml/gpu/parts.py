@@ -4,31 +4,30 @@ and the rows it adds to the summary, read back from the check's MLflow store.
 Commands are argument lists: ``{python}`` is the interpreter running the check, ``{ncu}`` Nsight
 Compute's command line, ``{work}`` the check's work folder and ``{gpu_tests}`` the test files
 that hold GPU tests (the others may import what a GPU machine lacks, optuna say). A part's rows
-say what ran and what it measured: every comparison with its interval and verdict, as hpml
-logged them (``<name>_ci_low_x`` / ``_ci_high_x`` beside ``<name>_x``).
+say what ran and what it measured (:mod:`hpml.gpu.rows`).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hpml.gpu.rows import (
+    Row,
+    Store,
+    default_rows,
+    fused_rows,
+    nvtx_rows,
+    optimise_rows,
+    pytest_rows,
+    roofline_rows,
+    study2_rows,
+)
 
 # what every check run leaves out: checkpoints, the trained model, profiler traces
 QUIET = ("trainer.enable_checkpointing=false", "logger.log_model=false")
 TRACE_OFF = "profile.trace=false"
-STUDY2_BATCHES = (4, 8, 16, 32, 64)
 FUSED_LRS = ",".join(f"{1e-4 * 1.25**i:.3g}" for i in range(8))  # 8 members, as HFTA's sweeps
-
-
-@dataclass(frozen=True)
-class Row:
-    """One line of the summary: a CUDA path, whether it ran, and what it measured."""
-
-    path: str
-    ran: str  # yes | no | failed | partly
-    figure: str
 
 
 @dataclass(frozen=True)
@@ -42,259 +41,12 @@ class Part:
     rows: Callable[[Store], list[Row]]
 
 
-@dataclass
-class Store:
-    """The runs of the check's MLflow store by experiment name, and the check's work folder."""
-
-    runs: Mapping[str, Sequence[Any]]  # experiment -> mlflow Run objects (children and singles)
-    work: str
-    outputs: dict[str, str] = field(default_factory=dict)  # part -> its commands' output
-
-    def of(self, experiment: str) -> list[Any]:
-        """The experiment's runs that trained: a sweep's children and single runs, not parents."""
-        runs = self.runs.get(experiment, ())
-        parents = {r.data.tags.get("mlflow.parentRunId") for r in runs}
-        return [r for r in runs if r.info.run_id not in parents]
-
-
 def train(experiment: str, *overrides: str, sweep: bool = False) -> tuple[str, ...]:
     """``python -m hpml.train`` into ``experiment``, quiet; ``-m`` first (Hydra 1.3 refuses
     overrides after it)."""
     flags = ("-m",) if sweep else ()
     name = f"logger.experiment_name={experiment}"
     return ("{python}", "-m", "hpml.train", *flags, name, *QUIET, *overrides)
-
-
-def ran(run: Any) -> str:
-    """``yes`` for a finished run, ``cut`` for one stopped at its part's budget (KILLED),
-    ``failed`` for the rest."""
-    return {"FINISHED": "yes", "KILLED": "cut"}.get(run.info.status, "failed")
-
-
-def _mib(value: float | None) -> str:
-    return "n/a" if value is None else f"{value / 2**20:,.1f} MiB"
-
-
-def _num(value: float | None, fmt: str = ",.1f", unit: str = "") -> str:
-    return "n/a" if value is None else f"{value:{fmt}}{unit}"
-
-
-def comparisons(metrics: Mapping[str, float], tags: Mapping[str, str]) -> list[str]:
-    """Every before/after a run logged, as ``name ratio [low, high] (n=.., verdict)``, with the
-    devices it compared where they differ (``hpml.compare.<name>.devices``)."""
-    found = []
-    for key in sorted(metrics):
-        match = re.fullmatch(r"(.+)_ci_low_x", key)
-        if not match:
-            continue
-        name = match.group(1)
-        ratio, low = metrics.get(f"{name}_x"), metrics[key]
-        high, n = metrics.get(f"{name}_ci_high_x"), metrics.get(f"{name}_rounds_count")
-        if ratio is None or high is None:
-            continue
-        verdict = (
-            "within noise"
-            if (n or 0) < 2 or low <= 1 <= high
-            else ("faster" if low > 1 else "slower")
-        )
-        stage = name.split("/")[0]
-        devices = tags.get(f"hpml.compare.{stage}.devices", "")
-        where = f", {devices}" if devices else ""
-        found.append(
-            f"{name} {ratio:.2f}x [{low:.2f}, {high:.2f}] (n={n or 0:.0f}, {verdict}{where})"
-        )
-    return found
-
-
-def _default_rows(store: Store) -> list[Row]:
-    rows = []
-    runs = store.of("gpu_default")
-    for run in sorted(runs, key=lambda r: r.data.params.get("trainer.precision", "")):
-        m, p, t = run.data.metrics, run.data.params, run.data.tags
-        precision = p.get("trainer.precision", "?")
-        ok = ran(run)
-        rows.append(
-            Row(
-                f"default run, {precision} ({t.get('hpml.device', '?')})",
-                ok,
-                f"train {_num(m.get('train/throughput_samples_per_s'))} samples/s "
-                f"(IQR {_num(m.get('train/throughput_iqr_samples_per_s'))}); "
-                f"peak {_mib(m.get('train/peak_memory_bytes'))} "
-                f"({t.get('hpml.peak_memory_source', '?')}); "
-                f"MFU {_num(m.get('train/mfu_table_pct'), '.1f', '%')} of datasheet, "
-                f"{_num(m.get('train/mfu_measured_pct'), '.1f', '%')} of measured peak; "
-                f"val/acc {_num(m.get('val/acc'), '.3f')}",
-            )
-        )
-        breakdown = ", ".join(
-            f"{part} {_mib(m.get(f'memory/{part}_bytes'))}"
-            for part in ("weights", "gradients", "optimizer_state", "activations")
-        )
-        rows.append(
-            Row(
-                f"memory breakdown, {precision}",
-                ok if "memory/weights_bytes" in m else "no",
-                breakdown,
-            )
-        )
-        rows.append(
-            Row(
-                f"energy, {precision}",
-                "yes" if "train/energy_j_per_sample" in m else "no",
-                f"train {_num(m.get('train/energy_j_per_sample'), '.4f', ' J/sample')}, "
-                f"test {_num(m.get('test/energy_j_per_sample'), '.4f', ' J/sample')} "
-                "(NVML board energy, idle included)",
-            )
-        )
-    return rows or [Row("default run on trainer=gpu, bf16, fp16", "failed", "no run logged")]
-
-
-def _shares(runs: Iterable[Any], category: str) -> dict[tuple[str, int], float]:
-    return {
-        (
-            r.data.params.get("model.name", r.data.tags.get("hpml.choice.model", "?")),
-            int(r.data.params.get("data.batch_size", 0)),
-        ): r.data.metrics[f"profile/{category}_pct"]
-        for r in runs
-        if f"profile/{category}_pct" in r.data.metrics
-    }
-
-
-def _study2_rows(store: Store) -> list[Row]:
-    runs = store.of("gpu_study2")
-    rows = []
-    copy, kernel = _shares(runs, "memcpy"), _shares(runs, "kernel")
-    for model in sorted({m for m, _ in kernel}):
-        sizes = sorted(b for m, b in kernel if m == model)
-        text = ", ".join(
-            f"b{b}: kernel {kernel[(model, b)]:.1f}% memcpy {copy.get((model, b), 0):.1f}%"
-            for b in sizes
-        )
-        falls = len(sizes) > 1 and copy.get((model, sizes[-1]), 0) < copy.get((model, sizes[0]), 0)
-        rows.append(
-            Row(
-                f"study 2 execution summary, {model}",
-                "yes",
-                f"{text}; memcpy share {'falls' if falls else 'does not fall'} "
-                f"from b{sizes[0]} to b{sizes[-1]}",
-            )
-        )
-    failed = sum(r.info.status != "FINISHED" for r in runs)
-    report = store.outputs.get("study2", "")
-    rows.append(
-        Row(
-            "study 2 report (time-share plot)",
-            "yes" if "report.html" in report else "no",
-            f"{len(runs)} runs, {failed} failed",
-        )
-    )
-    return rows or [Row("study 2 in small", "failed", "no run logged")]
-
-
-def _roofline_rows(store: Store) -> list[Row]:
-    rows = []
-    for run in store.of("gpu_study5"):
-        m = run.data.metrics
-        intensity = m.get("roofline/intensity_flop_per_byte")
-        achieved = m.get("roofline/forward_achieved_flops_per_s")
-        ridge = m.get("roofline/ridge_flop_per_byte")
-        bandwidth = m.get("roofline/peak_memory_bandwidth_bytes_per_s")
-        if None in (intensity, achieved, ridge, bandwidth):
-            rows.append(Row(f"study 5 roofline, {run.info.run_name}", "failed", "no roofline"))
-            continue
-        roof = min(ridge, intensity) * bandwidth  # the precision's compute roof, or the slope
-        where = "above the roof" if achieved > roof * (1 + 1e-9) else "under the roof"
-        rows.append(
-            Row(
-                f"study 5 roofline, {run.data.tags.get('hpml.choice.model', '?')}",
-                "yes",
-                f"{intensity:.1f} FLOP/B at {achieved / 1e12:.2f} TFLOP/s, roof {roof / 1e12:.2f} "
-                f"TFLOP/s ({where})",
-            )
-        )
-    drawn = "roofline.png" in store.outputs.get("study5", "")
-    rows.append(Row("study 5 roofline plot", "yes" if drawn else "no", "one roofline, three VGGs"))
-    return rows
-
-
-def _fused_rows(store: Store) -> list[Row]:
-    runs = store.of("gpu_fused")
-    fused = [r for r in runs if r.data.tags.get("hpml.fused") == "true"]
-    rows = [
-        Row(
-            "fuse=array on CUDA (no force)",
-            "yes" if fused else "no",
-            f"{len(fused)} of {len(runs)} runs trained fused, array size "
-            f"{fused[0].data.tags.get('hpml.fused.array_size', '?') if fused else '-'}",
-        )
-    ]
-    bench = store.outputs.get("fused", "")
-    lines = [ln.strip() for ln in bench.splitlines() if re.search(r"N=(8|16) samples/s", ln)]
-    rows.append(
-        Row(
-            "fused vs serial (bench fuse)",
-            "yes" if lines else "no",
-            "; ".join(lines) or "no ratio printed",
-        )
-    )
-    return rows
-
-
-def _optimise_rows(store: Store) -> list[Row]:
-    rows = []
-    for run in store.of("gpu_optimise"):
-        t = run.data.tags
-        choice = next(
-            (
-                f"{g}={t[f'hpml.choice.{g}']}"
-                for g in ("prune", "quant", "compile")
-                if t.get(f"hpml.choice.{g}", "none") != "none"
-            ),
-            "none",
-        )
-        found = comparisons(run.data.metrics, t)
-        rows.append(
-            Row(
-                f"optimise {choice}",
-                ran(run),
-                "; ".join(found) or "no comparison logged",
-            )
-        )
-    bench = store.outputs.get("optimise", "")
-    lines = [ln.strip() for ln in bench.splitlines() if "training step speed-up" in ln]
-    rows.append(
-        Row(
-            "AMP, channels_last, compiled training (bench train_speed)",
-            "yes" if lines else "no",
-            "; ".join(lines) or "no ratio printed",
-        )
-    )
-    return rows
-
-
-def _nvtx_rows(store: Store) -> list[Row]:
-    """The NVTX ranges Nsight Compute saw around the kernel it profiled: the lines of its
-    ``NVTX Push/Pop Stack`` (``<0,hpml/forward>``)."""
-    ranges = re.findall(r"<\d+,(hpml/[a-z_]+)>", store.outputs.get("nvtx", ""))
-    kernels = re.findall(r"==PROF== Profiling \"([^\"]+)\"", store.outputs.get("nvtx", ""))
-    found = ", ".join(sorted(set(ranges)))
-    where = f" around {kernels[0]}" if kernels and ranges else ""
-    return [
-        Row(
-            "NVTX ranges (Nsight Compute)",
-            "yes" if ranges else "no",
-            f"{found}{where}" if ranges else "no hpml range seen (see logs)",
-        )
-    ]
-
-
-def _pytest_rows(store: Store) -> list[Row]:
-    out = store.outputs.get("pytest", "")
-    summary = re.findall(r"=+ (.*(?:passed|failed|skipped|error).*) =+", out)
-    ok = summary and "failed" not in summary[-1] and "error" not in summary[-1]
-    return [
-        Row("pytest -m gpu", "yes" if ok else "failed", summary[-1] if summary else "no summary")
-    ]
 
 
 def py(*args: str) -> tuple[str, ...]:
@@ -304,7 +56,7 @@ def py(*args: str) -> tuple[str, ...]:
 def parts() -> list[Part]:
     """The check's parts, highest priority first (a run cut short keeps the first ones)."""
     one_epoch = ("trainer=gpu", "trainer.max_epochs=1")
-    # epochs of seconds on an H100: NVML's energy counter moves about every 100 ms
+    # epochs of seconds on a GPU: NVML's energy counter moves in steps of a tenth of a second
     energy = ("data.train_samples=8192", "data.val_samples=1024", "data.test_samples=16384")
     default = train("gpu_default", "trainer=gpu,bf16,fp16", *energy, sweep=True)
     study2 = train(
@@ -327,11 +79,11 @@ def parts() -> list[Part]:
     report2 = py("hpml.report", "--last", "--experiment", "gpu_study2", "--out", "{work}/study2")
     report5 = py("hpml.report.roofline", "--experiment", "gpu_study5", "--out", "{work}/study5")
     return [
-        Part("default", 50, (default,), _default_rows),
-        Part("study2", 95, (study2, report2), _study2_rows),
-        Part("study5", 40, (study5, report5), _roofline_rows),
-        Part("nvtx", 30, (nvtx,), _nvtx_rows),
-        Part("fused", 50, (fused, bench_fuse), _fused_rows),
+        Part("default", 50, (default,), default_rows),
+        Part("study2", 95, (study2, report2), study2_rows),
+        Part("study5", 40, (study5, report5), roofline_rows),
+        Part("nvtx", 30, (nvtx,), nvtx_rows),
+        Part("fused", 50, (fused, bench_fuse), fused_rows),
         Part(
             "optimise",
             150,
@@ -341,7 +93,7 @@ def parts() -> list[Part]:
                 train("gpu_optimise", *one_epoch, "compile=torch_compile"),
                 bench_train,
             ),
-            _optimise_rows,
+            optimise_rows,
         ),
-        Part("pytest", 90, (py(*pytest),), _pytest_rows),
+        Part("pytest", 90, (py(*pytest),), pytest_rows),
     ]

@@ -27,19 +27,11 @@ from torch.utils.checkpoint import checkpoint
 
 from hpml.errors import ConfigError
 
-POOLING = (
-    nn.MaxPool1d,
-    nn.MaxPool2d,
-    nn.MaxPool3d,
-    nn.AvgPool1d,
-    nn.AvgPool2d,
-    nn.AvgPool3d,
-    nn.AdaptiveAvgPool1d,
-    nn.AdaptiveAvgPool2d,
-    nn.AdaptiveAvgPool3d,
-    nn.AdaptiveMaxPool1d,
-    nn.AdaptiveMaxPool2d,
-    nn.AdaptiveMaxPool3d,
+POOLING = (  # every MaxPool, AvgPool and adaptive pool, of any dimension
+    nn.modules.pooling._MaxPoolNd,
+    nn.modules.pooling._AvgPoolNd,
+    nn.modules.pooling._AdaptiveAvgPoolNd,
+    nn.modules.pooling._AdaptiveMaxPoolNd,
 )
 _SLICE = re.compile(r"^(?P<name>[\w.]*)\[(?P<start>\d+):(?P<stop>\d+)\]$")
 

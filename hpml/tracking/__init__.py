@@ -10,8 +10,12 @@ __all__ = ["MlflowTracker", "TrackedRun"]
 def __getattr__(name: str) -> Any:
     """Load ``run`` (and with it Lightning and torch) on first use, not on ``import``: the store's
     preflight (``hpml.tracking.remote``) answers in a second, before those seconds of imports."""
-    if name in __all__:
-        from hpml.tracking import run
+    if name == "MlflowTracker":
+        from hpml.tracking.run import MlflowTracker
 
-        return getattr(run, name)
+        return MlflowTracker
+    if name == "TrackedRun":
+        from hpml.tracking.tracked import TrackedRun
+
+        return TrackedRun
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,9 +1,6 @@
-"""The run's data as an MLflow dataset input: name, source and digest in the runs table's
-Datasets column and on the run's page, so the runs trained on the same data can be found.
-
-The data module says what its data is (:meth:`hpml.data.base.HpmlDataModule.description`, free
-of MLflow); this module turns that into MLflow's dataset objects.
-"""
+"""The run's data as an MLflow dataset input (name, source, digest), so the runs trained on the
+same data can be found; the data module says what its data is
+(:meth:`hpml.data.base.HpmlDataModule.description`), this module makes MLflow's objects of it."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
-"""Whether a job is ending by a stop signal (Ctrl-C, SIGTERM): asked by its run as it ends.
+"""Whether a job is ending by a stop signal (Ctrl-C, SIGTERM), so its run ends KILLED, not FAILED.
 
 :class:`hpml.tracking.stop.StopOnSignals` registers each job in progress in :data:`active`; the
-run (:mod:`hpml.tracking.run`) asks :func:`interrupted` whether what it ends with is that stop's
-doing, and then ends KILLED, not FAILED. Both import this module, neither the other's.
+run asks :func:`interrupted`. Both import this module, neither the other's.
 """
 
 from __future__ import annotations

@@ -19,13 +19,11 @@ _MEMBER = re.compile(rf"^{MEMBER_PREFIX}(\d+)/(.+)$")
 
 
 class AttachedMLFlowLogger(MLFlowLogger):
-    """Logs metrics into an existing run and leaves its status alone.
-
-    Lightning's ``MLFlowLogger.finalize`` marks the run FINISHED at the end of ``fit``, before
-    ``test`` has logged anything and before hpml has recorded a failure; the run's owner ends it.
+    """Logs metrics into an existing run and leaves its status to the run's owner (Lightning's
+    ``finalize`` would mark it FINISHED before ``test`` and before a failure is recorded).
 
     Checkpoints go to the run's artifacts (``checkpoints/<file>``) as soon as they are written,
-    so a job killed outright still leaves its last epoch in MLflow; files larger than
+    so a job killed outright still leaves its last epoch; files larger than
     ``checkpoint_max_bytes`` stay on disk only (None: no cap, 0: never uploaded). Their paths on
     disk are tags, which ``resume=<run id>`` reads first.
     """

@@ -1,15 +1,10 @@
 """The trained net as an MLflow model (``logger.log_model=true``), for
 ``mlflow.pytorch.load_model("runs:/<run id>/model")`` and MLflow's model registry.
 
-What is logged is the LightningModule's ``net`` as the run leaves it (after any pruning,
-quantisation or compilation), not the LightningModule: the net is what predicts, a batch in and
-the outputs out, and it carries no loss, metrics, optimiser factories or trainer; the whole
-LightningModule is in ``checkpoints/``, for resuming.
-
-The format is MLflow's ``pt2`` (a torch.export graph: no pickle, loads with torch alone, any
-batch size) when torch.export can take the net, else ``pickle`` (hpml must be importable where
-it is loaded), as for a dynamically quantised LSTM or a TorchScript module. The tag
-``hpml.model_format`` says which.
+What is logged is the LightningModule's ``net`` as the run leaves it (pruned, quantised,
+compiled): the net is what predicts; the whole LightningModule is in ``checkpoints/``. The
+format is MLflow's ``pt2`` (torch.export: no pickle, any batch size) when torch.export can take
+the net, else ``pickle``; the tag ``hpml.model_format`` says which.
 """
 
 from __future__ import annotations
@@ -44,11 +39,8 @@ def example_input(datamodule: HpmlDataModule) -> Tensor:
 
 def export_problem(net: nn.Module, example: Tensor) -> str | None:
     """Why torch.export cannot take ``net`` as MLflow's ``pt2`` format exports it (the batch
-    dimension dynamic), or None when it can.
-
-    Tried here first because a failed ``pt2`` log leaves a FAILED model in the run beside the
-    ``pickle`` one; the cost is one more export (seconds; ~20 s for study 1's LSTM on 2 cores).
-    """
+    dimension dynamic), or None when it can: tried first, as a failed ``pt2`` log would leave a
+    FAILED model in the run beside the ``pickle`` one, for the cost of one more export."""
     try:
         torch.export.export(net, (example,), dynamic_shapes=[{0: Dim.AUTO}])
     except Exception as exc:  # torch.export fails in many ways: every one means pickle

@@ -1,9 +1,6 @@
-"""What a run records besides its metrics: the config as params and files, the failure, the
-job's log files. Called while the run is active (``mlflow.active_run()``).
-
-Per-job paths are tags (``hpml.path.<key>``), not params: each job of a sweep has its own, so
-as params they were the first keys MLflow's compare view offered to plot runs against.
-"""
+"""What a run records besides its metrics: the config as params and files, the failure, the job's
+log files, while the run is active. Per-job paths are tags (``hpml.path.<key>``), not params:
+they differ in every job, and would crowd MLflow's compare view."""
 
 from __future__ import annotations
 

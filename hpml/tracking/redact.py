@@ -1,9 +1,5 @@
-"""Secrets never reach MLflow or the terminal: credentials in URIs, secret-named values.
-
-Params, tags and artifacts are readable by everyone who can open the tracking server, so a
-``http://user:password@host`` URI or a ``${oc.env:HF_TOKEN}`` resolved into the config must be
-masked before they are logged.
-"""
+"""Secrets never reach MLflow or the terminal: credentials in URIs and secret-named values are
+masked before they are logged, as anyone who can open the tracking server reads them."""
 
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
 """Tracking servers fail fast and lose nothing: a bounded preflight, then retries sized by hpml.
 
-Left to itself MLflow meets an unreachable ``http(s)://`` store with urllib3 retries (7, with
-exponential backoff) and prints nothing for minutes; ``http://`` without a host hangs, and other
-malformed URIs fail in a paragraph about the model registry. ``prepare`` runs before any run or
-training starts: it checks the URI's form, sends one request with a short bound and no retries,
-and sizes MLflow's own retries (``logger.retry_s``, ``hpml.tracking.retries``) so that a server
-that goes away mid-run (a restart, a network blip) pauses the logging call until it is back
-instead of losing the metrics.
+Left to itself MLflow retries an unreachable server silently for minutes. :func:`prepare` runs
+before any run starts: it checks the URI's form, sends one request with a short bound, and sizes
+MLflow's retries (``logger.retry_s``, :mod:`hpml.tracking.retries`) so that a server that goes
+away mid-run pauses the logging call until it is back instead of losing the metrics.
 """
 
 from __future__ import annotations
@@ -48,14 +45,15 @@ class TrackerSettings(Protocol):
 
 
 def prepare(tracker: TrackerSettings, patience: float = 1) -> None:
-    """Check the ``logger`` group's store before anything starts: form, reachability, retries.
+    """Check the ``logger`` group's store before torch is imported: form, reachability, retries.
 
-    ``tracker`` is the ``logger`` config node or an ``MlflowTracker``: the check runs before
-    Lightning and torch are imported, so a bad store answers within seconds of the command.
-    ``patience`` multiplies ``preflight_timeout_s`` (``SWEEP_JOB_PATIENCE`` for a sweep's jobs).
+    Args:
+        tracker: the ``logger`` config node or an ``MlflowTracker``.
+        patience: multiplies ``preflight_timeout_s`` (``SWEEP_JOB_PATIENCE`` for a sweep's jobs).
 
-    Raises ConfigError (a malformed URI or setting) or TrackingServerError (a server that does
-    not answer), each one line with any password in the URI masked.
+    Raises:
+        ConfigError: a malformed URI or setting.
+        TrackingServerError: a server that does not answer (the URI's password masked).
     """
     undo_fail_fast()  # a job before this one, in this process, lost its server
     timeout_s = getattr(tracker, "preflight_timeout_s", PREFLIGHT_TIMEOUT_S)

@@ -1,13 +1,9 @@
 """``resume=<run id>`` and ``resume=last``: continue a stopped run, in the same MLflow run.
 
-A job of a sweep that finds an unfinished run of its own in its folder (submitit requeued it
-after preemption or its time limit) continues that run the same way, without being asked.
-
-The run's own overrides (its ``hpml.command`` tag) are applied first and the new command's after
-them, so ``python -m hpml.train resume=<id>`` is all it takes and ``trainer.max_epochs=...`` may
-extend it. Training restarts from ``last.ckpt``, written at the end of the last finished epoch
-(mid-epoch checkpoints are not resumable with plain data loaders: Lightning warns that their
-results are unreliable); Lightning restores the epoch and global step, so metric steps continue.
+The run's own overrides (its ``hpml.command`` tag) apply first and the new command's after them,
+so ``resume=<id> trainer.max_epochs=...`` extends it. Training restarts from ``last.ckpt`` (the
+last finished epoch; Lightning restores epoch and step, so metric steps continue). A job of a
+sweep requeued after preemption finds its unfinished run in its folder and continues it.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""How long MLflow retries a request to the tracking server, and when a run stops waiting.
-
-MLflow's HTTP client reads its retry settings from environment variables at each request.
-``configure_retries`` sizes them from ``logger.retry_s``, so that a server that goes away mid-run
-pauses the logging call until it is back; once a request has waited that long and failed,
-``fail_fast_if_server_gone`` lets what the run still has to record be tried once, and
-``undo_fail_fast`` gives the next job in the process its retries back.
-"""
+"""How long MLflow retries a request to the tracking server, and when a run stops waiting:
+``configure_retries`` sizes MLflow's retries from ``logger.retry_s``; once a request has waited
+that long, ``fail_fast_if_server_gone`` lets what the run still has to record be tried once, and
+``undo_fail_fast`` gives the next job its retries back."""
 
 from __future__ import annotations
 

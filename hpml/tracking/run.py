@@ -7,122 +7,50 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import mlflow
 from mlflow import MlflowClient
 from omegaconf import DictConfig
 
-from hpml.errors import one_line  # re-exported: callers import it from here too
+from hpml.errors import one_line
 from hpml.hydra_job import HydraJob
 from hpml.ranges import Positive, Range
 from hpml.tracking.interrupts import interrupted
-from hpml.tracking.jobs import PARENT_FILE  # re-exported likewise
-from hpml.tracking.logger import AttachedMLFlowLogger, MemberLogger
+from hpml.tracking.jobs import PARENT_FILE
+from hpml.tracking.logger import AttachedMLFlowLogger
 from hpml.tracking.records import log_config, log_failure, log_job_log
 from hpml.tracking.redact import redact_text
 from hpml.tracking.remote import PREFLIGHT_TIMEOUT_S
 from hpml.tracking.retries import RETRY_S, fail_fast_if_server_gone
 from hpml.tracking.store import StoreError, experiment_id, prepare_store, retry_locked
-from hpml.tracking.tags import default_run_name, device_tags, environment_tags, hydra_tags
-
-if TYPE_CHECKING:  # the dataset and model loggers import torch: only a run that logs needs them
-    from hpml.data.base import HpmlDataModule
+from hpml.tracking.tags import default_run_name, environment_tags, hydra_tags
+from hpml.tracking.tracked import TrackedRun, best_effort
 
 log = logging.getLogger(__name__)
-trace = logging.getLogger("hpml.trace")  # to the job log file only (conf/hydra/default.yaml)
 # MLflow announces every start and stop of its system-metrics thread at INFO: noise on every run.
 logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)
 
 
-class TrackedRun:
-    """An open run of a job (or of a fused array's member ``member``): its id, a Lightning
-    logger bound to it, where it lives, and what goes in (its dataset) and out (its model).
-
-    A job of one member keeps its run active (MLflow's fluent API); an array's members' runs are
-    set ``aside`` (MLflow keeps one active run per thread), written to by id, reopened to end."""
-
-    def __init__(
-        self,
-        tracker: MlflowTracker,
-        run: mlflow.ActiveRun,
-        job: HydraJob | None,
-        member: int | None = None,
-    ) -> None:
-        self.tracker, self.job, self.member = tracker, job, member
-        self.run_id: str = run.info.run_id
-        self.experiment_id: str = run.info.experiment_id
-        self.aside = member is not None
-
-    def lightning_logger(self) -> AttachedMLFlowLogger:
-        if self.member is None:
-            return self.tracker.attached_logger(self.run_id)
-        return MemberLogger(
-            tracking_uri=self.tracker.tracking_uri,
-            run_id=self.run_id,
-            member=self.member,
-            checkpoint_max_bytes=self.tracker.checkpoint_max_bytes,
-        )
-
-    def set_device(self, device: Any, processes: int = 1) -> None:
-        """Tag the device the trainer actually chose (known only once the trainer exists) and
-        how many processes train (``hpml.processes``: devices x nodes under DDP)."""
-        from mlflow.entities import RunTag
-
-        tags = {**device_tags(device), "hpml.processes": str(processes)}
-        MlflowClient(self.tracker.tracking_uri).log_batch(
-            self.run_id, tags=[RunTag(key, value) for key, value in tags.items()]
-        )
-
-    def log_dataset(self, datamodule: HpmlDataModule) -> None:
-        """The prepared data as the run's dataset input (:mod:`hpml.tracking.dataset`), while
-        the run is active. A failure warns, as in MLflow's autologgers: the data's config is in
-        the params anyway."""
-        from hpml.tracking.dataset import log_dataset
-
-        _best_effort(log_dataset, datamodule)
-
-    def set_tag(self, key: str, value: str) -> None:
-        _best_effort(mlflow.set_tag, key, value)
-
-    def log_model(self, net: Any, datamodule: HpmlDataModule) -> None:
-        """With ``logger.log_model``: the trained ``net`` (:mod:`hpml.tracking.model`), while
-        the run is active.
-
-        A failure warns and is the tag ``hpml.model_error``, and the run still ends FINISHED, as
-        MLflow's autologging does: the run's metrics and checkpoints (weights included) are its
-        result, and a sweep should not count a trained job as failed, nor lose its metric to the
-        sweeper, because its net would not serialise.
-        """
-        if not self.tracker.log_model:
-            return
-        from hpml.tracking import model as logged_model
-
-        whose = "the model" if self.member is None else f"member {self.member}'s model"
-        try:
-            logged_model.log_model(net, logged_model.example_input(datamodule))
-        except Exception as exc:
-            log.warning("could not log %s to MLflow: %s", whose, one_line(exc))
-            trace.warning("could not log %s to MLflow", whose, exc_info=True)
-            _best_effort(mlflow.set_tag, logged_model.ERROR_TAG, redact_text(one_line(exc))[:5000])
-
-    @property
-    def ui_path(self) -> str:
-        return f"#/experiments/{self.experiment_id}/runs/{self.run_id}"
-
-
-Member = tuple[DictConfig, HydraJob | None]
+JobConfig = tuple[DictConfig, HydraJob | None]  # a job's composed config and Hydra's job
 Record = Callable[[TrackedRun, bool], None]
 
 
 class MlflowTracker:
     """Opens, records and closes MLflow runs for hpml jobs (config group ``logger``): the one
-    door to MLflow of a job in progress.
+    door to MLflow of a job in progress. A run that raises ends FAILED with what it logged, the
+    error as a tag and the traceback and job log as artifacts.
 
-    ``tracking_uri`` is a local SQLite store by default or an MLflow server; ``artifact_root``
-    places artifacts next to a local store. A run that raises ends FAILED with what it logged,
-    the error as a tag and the traceback and job log as artifacts. ``log_model``: log the trained
-    net as an MLflow model at the end of the run.
+    Args:
+        tracking_uri: a local SQLite store (the default) or an MLflow server.
+        experiment_name: the experiment runs go to.
+        artifact_root: where a new experiment's artifacts go (next to a local store).
+        run_name: every run's name; None: ``model/data``, plus a sweep job's overrides.
+        log_system_metrics: sample MLflow's system metrics every ``system_metrics_interval_s``.
+        retry_s: how long a request to a server that went away is retried.
+        preflight_timeout_s: the bound of the one request that checks a server first.
+        checkpoint_max_bytes: larger checkpoints stay on disk only.
+        log_model: log the trained net as an MLflow model at the end of the run.
     """
 
     def __init__(
@@ -141,14 +69,14 @@ class MlflowTracker:
         log_model: bool = False,
     ) -> None:
         self.tracking_uri = tracking_uri
-        self.retry_s = retry_s  # how long a request to a server that went away is retried
+        self.retry_s = retry_s
         self.preflight_timeout_s = preflight_timeout_s
         self.experiment_name = experiment_name
         self.artifact_root = artifact_root
         self.run_name = run_name
         self.log_system_metrics = log_system_metrics
         self.system_metrics_interval_s = system_metrics_interval_s
-        self.checkpoint_max_bytes = checkpoint_max_bytes  # larger checkpoints stay on disk only
+        self.checkpoint_max_bytes = checkpoint_max_bytes
         self.log_model = log_model
 
     def client(self) -> MlflowClient:
@@ -171,7 +99,7 @@ class MlflowTracker:
     @contextmanager
     def runs(
         self,
-        members: Sequence[Member],
+        members: Sequence[JobConfig],
         resume: Sequence[str | None],
         tags: Sequence[dict[str, str]],
         record: Record,
@@ -216,7 +144,7 @@ class MlflowTracker:
             raise
         finally:  # each run ends, or the next job in this process could not start one
             for monitor in monitors:
-                _best_effort(monitor.finish)
+                best_effort(monitor.finish)
             for run in opened:
                 self._end(run, status, error, record)
 
@@ -248,9 +176,11 @@ class MlflowTracker:
         except Exception as exc:
             fail_fast_if_server_gone(exc)
             if not isinstance(exc, StoreError):
-                _best_effort(self._record_unstarted, cfg, job, run_name, tags, exc)
+                best_effort(self._record_unstarted, cfg, job, run_name, tags, exc)
             raise
-        return TrackedRun(self, active, job, member)
+        return TrackedRun(
+            active, job, member, self.tracking_uri, self.checkpoint_max_bytes, self.log_model
+        )
 
     def _begin(self, run: TrackedRun, cfg: DictConfig, resumed: bool) -> None:
         """What a run records as it starts: the config (a reopened run's error tag cleared:
@@ -291,10 +221,10 @@ class MlflowTracker:
         try:
             record(run, status == "FINISHED")
             if error is not None:
-                _best_effort(log_failure, error)
-            _best_effort(log_job_log, run.job)
+                best_effort(log_failure, error)
+            best_effort(log_job_log, run.job)
         finally:
-            _best_effort(mlflow.end_run, status)
+            best_effort(mlflow.end_run, status)
 
     def record_refused(self, cfg: DictConfig, job: HydraJob | None, exc: BaseException) -> None:
         """A job of a sweep refused before its run started, as a FAILED child of the sweep, so
@@ -302,7 +232,7 @@ class MlflowTracker:
         if _sweep_record_or_none(job) is None or isinstance(exc, StoreError):
             return
         mlflow.set_tracking_uri(self.tracking_uri)
-        _best_effort(
+        best_effort(
             self._record_unstarted,
             cfg,
             job,
@@ -336,20 +266,11 @@ class MlflowTracker:
         )
         mlflow.start_run(run_id=run.info.run_id, log_system_metrics=False)
         try:
-            _best_effort(log_config, cfg, job)
-            _best_effort(log_failure, exc)
-            _best_effort(log_job_log, job)
+            best_effort(log_config, cfg, job)
+            best_effort(log_failure, exc)
+            best_effort(log_job_log, job)
         finally:
             mlflow.end_run("FAILED")
-
-
-def _best_effort(action: Callable[..., None], *args: Any) -> None:
-    """Record what can be recorded of a run that is ending; never mask the run's own error."""
-    try:
-        action(*args)
-    except Exception as exc:  # the traceback goes to the job log, the terminal gets one line
-        log.warning("could not record %s in MLflow: %s", action.__name__, one_line(exc))
-        trace.warning("could not record %s in MLflow", action.__name__, exc_info=True)
 
 
 def sweep_record(job: HydraJob | None) -> dict[str, str] | None:

@@ -1,16 +1,11 @@
 """SIGTERM (SLURM preemption, ``kill``) and SIGINT (Ctrl-C) end a run KILLED, never RUNNING.
 
-Python dies on SIGTERM without unwinding, which would leave the MLflow run RUNNING forever.
-During ``fit`` and ``test`` both signals go through Lightning's SIGTERM handler (which calls the
-one installed here): the current batch finishes and ``SIGTERMException`` is raised at the next
-loop boundary, after the epoch's metrics are logged, so neither a checkpoint being written nor
-the metrics of an epoch it holds are cut short (a KeyboardInterrupt raised between the two
-would leave that epoch's training metrics out of the resumed run). Outside them the handler
-here raises ``Terminated`` (a ``SIGTERMException``) or KeyboardInterrupt at once. Either way the
-exception unwinds through the run, which ends KILLED, and the command says how to resume and
-exits 128 + the signal number.
-Signals after the first are ignored, so the run's record is not cut short either. In a sweep
-the parent run ends KILLED as well, and no further job starts.
+During ``fit`` and ``test`` both go through Lightning's SIGTERM handler: the current batch
+finishes and ``SIGTERMException`` is raised at the next loop boundary, so neither a checkpoint
+nor an epoch's metrics are cut short. Outside them the handler raises ``Terminated`` or
+KeyboardInterrupt at once. The run ends KILLED, the command says how to resume and exits 128 +
+the signal number; later signals are ignored; in a sweep the parent ends KILLED and no further
+job starts.
 """
 
 from __future__ import annotations

@@ -36,13 +36,9 @@ def is_local(tracking_uri: str) -> bool:
 
 @functools.cache
 def prepare_store(tracking_uri: str) -> None:
-    """Create and migrate a local SQLite store once, under an inter-process lock.
-
-    MLflow creates its schema on first use without a lock (``SqlAlchemyStore.__init__``); processes
-    starting on a fresh file at once then race (``table ... already exists``, ``duplicate column
-    name``). Holding a file lock beside the database while this process opens the store serialises
-    the creation; MLflow caches the opened store per URI, so later clients skip the check.
-    """
+    """Create and migrate a local SQLite store once, under an inter-process lock: MLflow creates
+    its schema on first use without one, and processes starting on a fresh file at once race
+    (``table ... already exists``). MLflow caches the opened store, so later clients skip this."""
     path = sqlite_path(tracking_uri)
     if path is None:
         return
@@ -91,11 +87,8 @@ def retry_locked(action: Callable[[], T], retries: int = LOCKED_RETRIES) -> T:
 
 
 def experiment_id(client: MlflowClient, name: str, artifact_root: str | None) -> str:
-    """Id of experiment ``name``, created on first use.
-
-    For a local store its artifacts go to ``artifact_root/<name>``: without an explicit location
-    MLflow would put them under the current directory. A server picks its own location.
-    """
+    """Id of experiment ``name``, created on first use; for a local store its artifacts go to
+    ``artifact_root/<name>`` (else MLflow puts them under the current directory)."""
     found = retry_locked(lambda: client.get_experiment_by_name(name))
     if found is not None and found.lifecycle_stage == "deleted":
         raise HpmlError(

@@ -1,9 +1,5 @@
-"""One parent MLflow run per Hydra sweep, so the UI compares a sweep's jobs in one view.
-
-The parent is named after the experiment and the keys the sweep varies
-(``vae_pruning: prune x prune.amount (05-14 14:03:05)``), and the sweep ends with one summary
-and where to compare its runs: its jobs print no end-of-run lines of their own.
-"""
+"""One parent MLflow run per Hydra sweep, named after the experiment and the keys it varies, so
+the UI compares a sweep's jobs in one view; the sweep ends with one summary."""
 
 from __future__ import annotations
 

@@ -13,9 +13,9 @@ import pytest
 
 from hpml.analysis.noise import (
     CpuReading,
-    NoiseFigures,
     NoiseProbe,
     NoiseRule,
+    NoiseShares,
     busy_seconds,
     judge,
     tree_cpu_seconds,
@@ -33,28 +33,28 @@ def test_figures_are_shares_of_wall_time_times_cpus_summed_over_windows():
     probe.add(CpuReading(0.0, 10.0, 1.0, 3.0), CpuReading(2.0, 12.5, 1.2, 4.0), 1.5)
     # window 2: 1 s; the machine busy 1 CPU-s, all of it this run's
     probe.add(CpuReading(5.0, 20.0, 2.0, 6.0), CpuReading(6.0, 21.0, 2.0, 7.0), 0.5)
-    figures = probe.figures()
-    assert (figures.wall_s, figures.cpus, figures.load_avg_1m_procs) == (3.0, 2, 1.5)
-    assert figures.other_cpu_pct == pytest.approx(100 * 1.5 / 6)
-    assert figures.steal_pct == pytest.approx(100 * 0.2 / 6)
+    shares = probe.shares()
+    assert (shares.wall_s, shares.cpus, shares.load_avg_1m_procs) == (3.0, 2, 1.5)
+    assert shares.other_cpu_pct == pytest.approx(100 * 1.5 / 6)
+    assert shares.steal_pct == pytest.approx(100 * 0.2 / 6)
 
 
 def test_steal_is_none_where_the_kernel_reports_none_and_other_never_below_zero():
     probe = NoiseProbe(pids=[])
     probe.cpus = 4
     probe.add(CpuReading(0.0, 10.0, None, 3.0), CpuReading(1.0, 11.0, None, 4.02), 0.1)
-    figures = probe.figures()
-    assert figures.steal_pct is None
-    assert figures.other_cpu_pct == 0.0  # tick counters of two files: own can read a hair more
+    shares = probe.shares()
+    assert shares.steal_pct is None
+    assert shares.other_cpu_pct == 0.0  # tick counters of two files: own can read a hair more
 
 
 def test_no_figures_before_a_window_closed():
     probe = NoiseProbe()
-    assert probe.figures() is None
+    assert probe.shares() is None
     probe.open()
-    assert probe.is_open and probe.figures() is None
+    assert probe.is_open and probe.shares() is None
     probe.close()
-    assert not probe.is_open and probe.figures() is not None
+    assert not probe.is_open and probe.shares() is not None
 
 
 def test_busy_time_leaves_out_idle_iowait_steal_and_guest():
@@ -88,17 +88,17 @@ def test_a_neighbours_cpu_time_counts_as_other_processes():
         time.sleep(1.5)
         probe.close()
         burnt = sum(burner.cpu_times()[:2]) - start
-    figures = probe.figures()
-    other_s = figures.other_cpu_pct / 100 * figures.wall_s * figures.cpus
+    shares = probe.shares()
+    other_s = shares.other_cpu_pct / 100 * shares.wall_s * shares.cpus
     assert burnt > 0.05  # it ran, even on a crowded machine
     assert other_s >= burnt - 0.05  # the neighbour's time, and whatever else ran
 
 
 def test_judge_names_each_figure_and_its_limit():
     rule = NoiseRule(max_other_cpu_pct=25, max_steal_pct=5, max_step_time_cv_pct=30, min_steps=10)
-    quiet = NoiseFigures(10.0, 2, other_cpu_pct=3.0, steal_pct=0.5, load_avg_1m_procs=2.0)
+    quiet = NoiseShares(10.0, 2, other_cpu_pct=3.0, steal_pct=0.5, load_avg_1m_procs=2.0)
     assert judge(quiet, 10.0, 50, rule) is None
-    busy = NoiseFigures(10.0, 2, other_cpu_pct=48.2, steal_pct=7.0, load_avg_1m_procs=3.0)
+    busy = NoiseShares(10.0, 2, other_cpu_pct=48.2, steal_pct=7.0, load_avg_1m_procs=3.0)
     assert judge(busy, 12.0, 50, rule) == (
         "other processes used 48% of the CPU during timed work (limit 25%); "
         "the hypervisor stole 7% of the CPU during timed work (limit 5%)"

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from hpml.gpu import check
-from hpml.gpu.parts import Part, Row, Store, comparisons, parts
+from hpml.gpu.parts import Part, parts
+from hpml.gpu.rows import Row, Store, comparisons
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")

@@ -1,12 +1,10 @@
 """N same-shaped nets run as one vmapped call: the forward pass of a fused training array.
 
-``torch.func`` does what HFTA hand-wrote kernels for: ``vmap`` batches a Linear over the
-members as one ``bmm`` and a Conv2d as one grouped convolution. Each member keeps its own
-parameters (leaves its own optimiser steps, as a serially trained net's would); a forward
-stacks them, so autograd hands each member exactly the gradient of its own loss. BatchNorm's
-running statistics live stacked here and are copied back to the members by
-:meth:`FusedNets.sync_buffers`; a training forward leaves those of the members it is told to
-``keep`` (members done training) as they were, as their serial runs stopped updating them.
+``vmap`` batches a Linear over the members as one ``bmm`` and a Conv2d as one grouped convolution
+(what HFTA hand-wrote kernels for). Each member keeps its own parameters; a forward stacks them,
+so autograd hands each member the gradient of its own loss. BatchNorm's running statistics live
+stacked here, copied back by :meth:`FusedNets.sync_buffers`; members told to ``keep`` (done
+training) keep theirs, as their serial runs would.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """A vmappable ``nn.LSTM``: the same parameters, computed from Linear-gate matmuls.
 
-``torch.func.vmap`` has no batching rule for ``aten::lstm`` (the fused cuDNN/oneDNN kernel behind
-``nn.LSTM``), so a fused training array cannot stack N LSTMs and run them as one. HFTA meets the
-same wall and writes its LSTMs from Linear gates too. :class:`GateLSTM` does that with plain
-tensor ops (matmul, addmm, sigmoid, tanh, stack, cat, flip), all of which vmap batches, and keeps
-``nn.LSTM``'s parameter names and shapes so a state_dict moves between the two unchanged.
+``vmap`` has no batching rule for ``aten::lstm``, so :class:`GateLSTM` (as HFTA's LSTMs) computes
+the gates with plain tensor ops, all of which vmap batches, and keeps ``nn.LSTM``'s parameter
+names and shapes so a state_dict moves between the two unchanged.
 """
 
 from __future__ import annotations
@@ -166,10 +164,8 @@ class GateLSTM(nn.Module):
 
 
 def from_lstm(lstm: nn.LSTM) -> GateLSTM:
-    """A :class:`GateLSTM` of ``lstm``'s config holding a copy of its parameters.
-
-    Same device, dtype and training mode, so it drops in where ``lstm`` was.
-    """
+    """A :class:`GateLSTM` of ``lstm``'s config holding a copy of its parameters, on its
+    device and dtype and in its training mode: it drops in where ``lstm`` was."""
     if lstm.proj_size or not lstm.bias:
         raise IncompatibleError(
             f"GateLSTM supports nn.LSTM with bias=True and proj_size=0 only, got "
@@ -193,9 +189,8 @@ def from_lstm(lstm: nn.LSTM) -> GateLSTM:
 def vmappable(module: nn.Module) -> nn.Module:
     """``module`` with every ``nn.LSTM`` (at any depth, itself included) swapped for a GateLSTM.
 
-    Swaps in place and returns ``module`` (or the new GateLSTM if ``module`` is an ``nn.LSTM``):
-    vmap has no batching rule for ``aten::lstm``, GateLSTM computes the same from matmuls.
-    Other recurrent modules have no stand-in and are refused before anything is swapped.
+    Swaps in place and returns ``module`` (or the new GateLSTM if ``module`` is an ``nn.LSTM``);
+    other recurrent modules have no stand-in and are refused before anything is swapped.
     """
     for path, sub in module.named_modules():
         if isinstance(sub, UNSUPPORTED):

@@ -1,13 +1,10 @@
 """The memory guard of fused arrays: how many members fit the device an array trains on.
 
-One member's training footprint is hpml's memory breakdown (:mod:`hpml.analysis.memory`:
-weights, gradients, optimiser state, activations saved for backward) of a probe training step
-of the member *as an array runs it*: its net vmapped by :class:`FusedNets`, whose forward saves
-a stacked copy of the weights and, for convolutions, regrouped inputs (per member, an array of
-VGG11-CIFARs saves about twice what the plain net does: docs/fused-arrays.md).
-An array of N members holds about N footprints, so ``fraction`` of the free memory over one
-footprint is the array's size; a larger sweep is split into several arrays. Allocator slack,
-workspaces and temporaries are not in the footprint: ``fraction`` leaves room for them.
+One member's footprint is hpml's memory breakdown (:mod:`hpml.analysis.memory`) of a probe
+training step of the member as an array runs it (vmapped by :class:`FusedNets`, which saves
+more than the plain net: docs/fused-arrays.md#figures-behind-the-memory-guard). ``fraction`` of
+the free memory over one footprint is the array's size; a larger sweep is split into several
+arrays. ``fraction`` leaves room for what the footprint leaves out: allocator slack, workspaces.
 """
 
 from __future__ import annotations
@@ -23,19 +20,15 @@ from torch import Tensor, nn
 from hpml.analysis.memory import SavedActivations, optimizer_state_tensors, tensor_bytes
 from hpml.optimize.fuse.array import FusedNets, member_output
 
-# Saved activations are affine in the batch size (each op saves per-sample tensors and fixed
-# ones), so steps at these two batch sizes give the job's batch exactly (docs/fused-arrays.md
-# has the check), for the
-# compute of 4 samples, not of a full batch: VGG16 at 224x224 and batch 64 would take gigabytes
-# and seconds of CPU before any job starts.
+# Saved activations are affine in the batch size, so steps at two small batch sizes give the
+# job's batch exactly, for the compute of a few samples rather than of a full batch.
 PROBE_BATCHES = (2, 4)
-# vmap batches one member differently from several: per member, a 1-member array saves 15% less
-# than a 2- or 4-member one for VGG11-CIFAR and 32% less for the LSTM, while 2 and 4 members
-# agree within 0.1%; so the probe is a 2-member array and a member's share is half of it.
+# vmap batches one member differently from several, while 2 and 4 members agree: the probe is a
+# 2-member array and a member's share is half of it (docs/fused-arrays.md has the figures).
 PROBE_MEMBERS = 2
 
 
-class Member(Protocol):
+class ProbedModule(Protocol):
     """What the guard asks of a member: an ``nn.Module`` with these, such as an hpml
     LightningModule (:class:`hpml.models.base.HpmlModule`). Named by what it does, not by that
     class, so ``optimize`` stays below the models that use it."""
@@ -63,7 +56,7 @@ class Footprint:
         return self.weights + self.gradients + self.optimizer_state + self.activations
 
 
-def member_footprint(model: Member, batch_size: int) -> Footprint:
+def member_footprint(model: ProbedModule, batch_size: int) -> Footprint:
     """The training footprint of ``model`` as one member of a fused array at ``batch_size``.
 
     Runs a probe training step of an array of copies of ``model`` (``model`` itself is left as

@@ -1,0 +1,258 @@
+"""The GPU check's summary rows, read back from its MLflow store and its commands' output.
+
+A part's rows say what ran and what it measured: every comparison with its interval and verdict,
+as hpml logged them (``<name>_ci_low_x`` / ``_ci_high_x`` beside ``<name>_x``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the summary: a CUDA path, whether it ran, and what it measured."""
+
+    path: str
+    ran: str  # yes | no | failed | partly
+    measured: str
+
+
+@dataclass
+class Store:
+    """The runs of the check's MLflow store by experiment name, and the check's work folder."""
+
+    runs: Mapping[str, Sequence[Any]]  # experiment -> mlflow Run objects (children and singles)
+    work: str
+    outputs: dict[str, str] = field(default_factory=dict)  # part -> its commands' output
+
+    def of(self, experiment: str) -> list[Any]:
+        """The experiment's runs that trained: a sweep's children and single runs, not parents."""
+        runs = self.runs.get(experiment, ())
+        parents = {r.data.tags.get("mlflow.parentRunId") for r in runs}
+        return [r for r in runs if r.info.run_id not in parents]
+
+
+def ran(run: Any) -> str:
+    """``yes`` for a finished run, ``cut`` for one stopped at its part's budget (KILLED),
+    ``failed`` for the rest."""
+    return {"FINISHED": "yes", "KILLED": "cut"}.get(run.info.status, "failed")
+
+
+def _mib(value: float | None) -> str:
+    return "n/a" if value is None else f"{value / 2**20:,.1f} MiB"
+
+
+def _num(value: float | None, fmt: str = ",.1f", unit: str = "") -> str:
+    return "n/a" if value is None else f"{value:{fmt}}{unit}"
+
+
+def comparisons(metrics: Mapping[str, float], tags: Mapping[str, str]) -> list[str]:
+    """Every before/after a run logged, as ``name ratio [low, high] (n=.., verdict)``, with the
+    devices it compared where they differ (``hpml.compare.<name>.devices``)."""
+    found = []
+    for key in sorted(metrics):
+        match = re.fullmatch(r"(.+)_ci_low_x", key)
+        if not match:
+            continue
+        name = match.group(1)
+        ratio, low = metrics.get(f"{name}_x"), metrics[key]
+        high, n = metrics.get(f"{name}_ci_high_x"), metrics.get(f"{name}_rounds_count")
+        if ratio is None or high is None:
+            continue
+        verdict = (
+            "within noise"
+            if (n or 0) < 2 or low <= 1 <= high
+            else ("faster" if low > 1 else "slower")
+        )
+        stage = name.split("/")[0]
+        devices = tags.get(f"hpml.compare.{stage}.devices", "")
+        where = f", {devices}" if devices else ""
+        found.append(
+            f"{name} {ratio:.2f}x [{low:.2f}, {high:.2f}] (n={n or 0:.0f}, {verdict}{where})"
+        )
+    return found
+
+
+def default_rows(store: Store) -> list[Row]:
+    rows = []
+    runs = store.of("gpu_default")
+    for run in sorted(runs, key=lambda r: r.data.params.get("trainer.precision", "")):
+        m, p, t = run.data.metrics, run.data.params, run.data.tags
+        precision = p.get("trainer.precision", "?")
+        ok = ran(run)
+        rows.append(
+            Row(
+                f"default run, {precision} ({t.get('hpml.device', '?')})",
+                ok,
+                f"train {_num(m.get('train/throughput_samples_per_s'))} samples/s "
+                f"(IQR {_num(m.get('train/throughput_iqr_samples_per_s'))}); "
+                f"peak {_mib(m.get('train/peak_memory_bytes'))} "
+                f"({t.get('hpml.peak_memory_source', '?')}); "
+                f"MFU {_num(m.get('train/mfu_table_pct'), '.1f', '%')} of datasheet, "
+                f"{_num(m.get('train/mfu_measured_pct'), '.1f', '%')} of measured peak; "
+                f"val/acc {_num(m.get('val/acc'), '.3f')}",
+            )
+        )
+        breakdown = ", ".join(
+            f"{part} {_mib(m.get(f'memory/{part}_bytes'))}"
+            for part in ("weights", "gradients", "optimizer_state", "activations")
+        )
+        rows.append(
+            Row(
+                f"memory breakdown, {precision}",
+                ok if "memory/weights_bytes" in m else "no",
+                breakdown,
+            )
+        )
+        rows.append(
+            Row(
+                f"energy, {precision}",
+                "yes" if "train/energy_j_per_sample" in m else "no",
+                f"train {_num(m.get('train/energy_j_per_sample'), '.4f', ' J/sample')}, "
+                f"test {_num(m.get('test/energy_j_per_sample'), '.4f', ' J/sample')} "
+                "(NVML board energy, idle included)",
+            )
+        )
+    return rows or [Row("default run on trainer=gpu, bf16, fp16", "failed", "no run logged")]
+
+
+def _shares(runs: Iterable[Any], category: str) -> dict[tuple[str, int], float]:
+    return {
+        (
+            r.data.params.get("model.name", r.data.tags.get("hpml.choice.model", "?")),
+            int(r.data.params.get("data.batch_size", 0)),
+        ): r.data.metrics[f"profile/{category}_pct"]
+        for r in runs
+        if f"profile/{category}_pct" in r.data.metrics
+    }
+
+
+def study2_rows(store: Store) -> list[Row]:
+    runs = store.of("gpu_study2")
+    rows = []
+    copy, kernel = _shares(runs, "memcpy"), _shares(runs, "kernel")
+    for model in sorted({m for m, _ in kernel}):
+        sizes = sorted(b for m, b in kernel if m == model)
+        text = ", ".join(
+            f"b{b}: kernel {kernel[(model, b)]:.1f}% memcpy {copy.get((model, b), 0):.1f}%"
+            for b in sizes
+        )
+        falls = len(sizes) > 1 and copy.get((model, sizes[-1]), 0) < copy.get((model, sizes[0]), 0)
+        rows.append(
+            Row(
+                f"study 2 execution summary, {model}",
+                "yes",
+                f"{text}; memcpy share {'falls' if falls else 'does not fall'} "
+                f"from b{sizes[0]} to b{sizes[-1]}",
+            )
+        )
+    failed = sum(r.info.status != "FINISHED" for r in runs)
+    report = store.outputs.get("study2", "")
+    rows.append(
+        Row(
+            "study 2 report (time-share plot)",
+            "yes" if "report.html" in report else "no",
+            f"{len(runs)} runs, {failed} failed",
+        )
+    )
+    return rows or [Row("study 2 in small", "failed", "no run logged")]
+
+
+def roofline_rows(store: Store) -> list[Row]:
+    rows = []
+    for run in store.of("gpu_study5"):
+        m = run.data.metrics
+        intensity = m.get("roofline/intensity_flop_per_byte")
+        achieved = m.get("roofline/forward_achieved_flops_per_s")
+        ridge = m.get("roofline/ridge_flop_per_byte")
+        bandwidth = m.get("roofline/peak_memory_bandwidth_bytes_per_s")
+        if None in (intensity, achieved, ridge, bandwidth):
+            rows.append(Row(f"study 5 roofline, {run.info.run_name}", "failed", "no roofline"))
+            continue
+        roof = min(ridge, intensity) * bandwidth  # the precision's compute roof, or the slope
+        where = "above the roof" if achieved > roof * (1 + 1e-9) else "under the roof"
+        rows.append(
+            Row(
+                f"study 5 roofline, {run.data.tags.get('hpml.choice.model', '?')}",
+                "yes",
+                f"{intensity:.1f} FLOP/B at {achieved / 1e12:.2f} TFLOP/s, roof {roof / 1e12:.2f} "
+                f"TFLOP/s ({where})",
+            )
+        )
+    drawn = "roofline.png" in store.outputs.get("study5", "")
+    rows.append(Row("study 5 roofline plot", "yes" if drawn else "no", "one roofline, three VGGs"))
+    return rows
+
+
+def fused_rows(store: Store) -> list[Row]:
+    runs = store.of("gpu_fused")
+    fused = [r for r in runs if r.data.tags.get("hpml.fused") == "true"]
+    rows = [
+        Row(
+            "fuse=array on CUDA (no force)",
+            "yes" if fused else "no",
+            f"{len(fused)} of {len(runs)} runs trained fused, array size "
+            f"{fused[0].data.tags.get('hpml.fused.array_size', '?') if fused else '-'}",
+        )
+    ]
+    ratio = re.compile(r"N=(8|16) samples/s")
+    return [*rows, _printed(store, "fused", "fused vs serial (bench fuse)", ratio.search)]
+
+
+def optimise_rows(store: Store) -> list[Row]:
+    rows = []
+    for run in store.of("gpu_optimise"):
+        t = run.data.tags
+        choice = next(
+            (
+                f"{g}={t[f'hpml.choice.{g}']}"
+                for g in ("prune", "quant", "compile")
+                if t.get(f"hpml.choice.{g}", "none") != "none"
+            ),
+            "none",
+        )
+        found = comparisons(run.data.metrics, t)
+        rows.append(
+            Row(
+                f"optimise {choice}",
+                ran(run),
+                "; ".join(found) or "no comparison logged",
+            )
+        )
+    path = "AMP, channels_last, compiled training (bench train_speed)"
+    return [*rows, _printed(store, "optimise", path, lambda line: "training step speed-up" in line)]
+
+
+def _printed(store: Store, part: str, path: str, keep: Callable[[str], object]) -> Row:
+    """A row of the lines ``part``'s commands printed that ``keep`` picks: a bench's ratios."""
+    lines = [line.strip() for line in store.outputs.get(part, "").splitlines() if keep(line)]
+    return Row(path, "yes" if lines else "no", "; ".join(lines) or "no ratio printed")
+
+
+def nvtx_rows(store: Store) -> list[Row]:
+    """The NVTX ranges Nsight Compute saw around the kernel it profiled: the lines of its
+    ``NVTX Push/Pop Stack`` (``<0,hpml/forward>``)."""
+    ranges = re.findall(r"<\d+,(hpml/[a-z_]+)>", store.outputs.get("nvtx", ""))
+    kernels = re.findall(r"==PROF== Profiling \"([^\"]+)\"", store.outputs.get("nvtx", ""))
+    found = ", ".join(sorted(set(ranges)))
+    where = f" around {kernels[0]}" if kernels and ranges else ""
+    return [
+        Row(
+            "NVTX ranges (Nsight Compute)",
+            "yes" if ranges else "no",
+            f"{found}{where}" if ranges else "no hpml range seen (see logs)",
+        )
+    ]
+
+
+def pytest_rows(store: Store) -> list[Row]:
+    out = store.outputs.get("pytest", "")
+    summary = re.findall(r"=+ (.*(?:passed|failed|skipped|error).*) =+", out)
+    ok = summary and "failed" not in summary[-1] and "error" not in summary[-1]
+    return [
+        Row("pytest -m gpu", "yes" if ok else "failed", summary[-1] if summary else "no summary")
+    ]

@@ -1,0 +1,123 @@
+"""An open MLflow run of a job or of a fused array's member: what the job logs as it trains."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import mlflow
+from mlflow import MlflowClient
+
+from hpml.errors import one_line
+from hpml.hydra_job import HydraJob
+from hpml.tracking.logger import AttachedMLFlowLogger, MemberLogger
+from hpml.tracking.redact import redact_text
+from hpml.tracking.tags import device_tags
+
+if TYPE_CHECKING:  # the dataset and model loggers import torch: only a run that logs needs them
+    from hpml.data.base import HpmlDataModule
+
+log = logging.getLogger(__name__)
+trace = logging.getLogger("hpml.trace")  # to the job log file only (conf/hydra/default.yaml)
+
+
+class TrackedRun:
+    """An open run of a job (or of a fused array's member ``member``): its id, a Lightning
+    logger bound to it, where it lives, and what goes in (its dataset) and out (its model).
+
+    A job of one member keeps its run active (MLflow's fluent API); an array's members' runs are
+    set ``aside`` (MLflow keeps one active run per thread), written to by id, reopened to end.
+
+    Args:
+        run: the MLflow run, as started.
+        job: Hydra's job the run trains, None outside Hydra.
+        member: the member's index in a fused array; None for a job of one member.
+        tracking_uri: the store the run lives in.
+        checkpoint_max_bytes: larger checkpoints stay on disk only (None: no cap).
+        log_model: whether :meth:`log_model` logs the trained net.
+    """
+
+    def __init__(
+        self,
+        run: mlflow.ActiveRun,
+        job: HydraJob | None,
+        member: int | None,
+        tracking_uri: str,
+        checkpoint_max_bytes: int | None,
+        log_model: bool,
+    ) -> None:
+        self.job, self.member, self.tracking_uri = job, member, tracking_uri
+        self.checkpoint_max_bytes, self.logs_model = checkpoint_max_bytes, log_model
+        self.run_id: str = run.info.run_id
+        self.experiment_id: str = run.info.experiment_id
+        self.aside = member is not None
+
+    def lightning_logger(self) -> AttachedMLFlowLogger:
+        if self.member is None:
+            return AttachedMLFlowLogger(
+                tracking_uri=self.tracking_uri,
+                run_id=self.run_id,
+                checkpoint_max_bytes=self.checkpoint_max_bytes,
+            )
+        return MemberLogger(
+            tracking_uri=self.tracking_uri,
+            run_id=self.run_id,
+            member=self.member,
+            checkpoint_max_bytes=self.checkpoint_max_bytes,
+        )
+
+    def set_device(self, device: Any, processes: int = 1) -> None:
+        """Tag the device the trainer actually chose (known only once the trainer exists) and
+        how many processes train (``hpml.processes``: devices x nodes under DDP)."""
+        from mlflow.entities import RunTag
+
+        tags = {**device_tags(device), "hpml.processes": str(processes)}
+        MlflowClient(self.tracking_uri).log_batch(
+            self.run_id, tags=[RunTag(key, value) for key, value in tags.items()]
+        )
+
+    def log_dataset(self, datamodule: HpmlDataModule) -> None:
+        """The prepared data as the run's dataset input (:mod:`hpml.tracking.dataset`), while
+        the run is active. A failure warns, as in MLflow's autologgers: the data's config is in
+        the params anyway."""
+        from hpml.tracking.dataset import log_dataset
+
+        best_effort(log_dataset, datamodule)
+
+    def set_tag(self, key: str, value: str) -> None:
+        best_effort(mlflow.set_tag, key, value)
+
+    def log_model(self, net: Any, datamodule: HpmlDataModule) -> None:
+        """With ``logger.log_model``: the trained ``net`` (:mod:`hpml.tracking.model`), while
+        the run is active.
+
+        A failure warns and is the tag ``hpml.model_error``, and the run still ends FINISHED, as
+        MLflow's autologging does: the run's metrics and checkpoints (weights included) are its
+        result, and a sweep should not count a trained job as failed, nor lose its metric to the
+        sweeper, because its net would not serialise.
+        """
+        if not self.logs_model:
+            return
+        from hpml.tracking import model as logged_model
+
+        whose = "the model" if self.member is None else f"member {self.member}'s model"
+        try:
+            logged_model.log_model(net, logged_model.example_input(datamodule))
+        except Exception as exc:
+            log.warning("could not log %s to MLflow: %s", whose, one_line(exc))
+            trace.warning("could not log %s to MLflow", whose, exc_info=True)
+            best_effort(mlflow.set_tag, logged_model.ERROR_TAG, redact_text(one_line(exc))[:5000])
+
+    @property
+    def ui_path(self) -> str:
+        return f"#/experiments/{self.experiment_id}/runs/{self.run_id}"
+
+
+def best_effort(action: Callable[..., None], *args: Any) -> None:
+    """Record what can be recorded of a run that is ending; never mask the run's own error."""
+    try:
+        action(*args)
+    except Exception as exc:  # the traceback goes to the job log, the terminal gets one line
+        log.warning("could not record %s in MLflow: %s", action.__name__, one_line(exc))
+        trace.warning("could not record %s in MLflow", action.__name__, exc_info=True)
