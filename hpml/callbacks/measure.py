@@ -1,6 +1,6 @@
-"""Before/after figures of one variant of a model, shared by every optimisation callback.
+"""Before/after measurements of one variant of a model, shared by every optimisation callback.
 
-Pruning, quantisation and compilation measure through :func:`compare` so their figures compare:
+Pruning, quantisation and compilation measure through :func:`compare` so their numbers compare:
 one set of latency settings (:class:`~hpml.callbacks.measure_settings.Settings`, also
 ``conf/base/measure.yaml``), one judge of quality (what the model measures of a validation
 batch, the variant in place of ``pl_module.net``), and the
@@ -157,7 +157,7 @@ def latencies(
     }
 
 
-def figures(
+def size_and_quality(
     trainer: L.Trainer, pl_module: HpmlModule, settings: Settings, side: Side
 ) -> dict[str, float]:
     """Size and validation quality of ``side``, without latency: what a net whose shapes did
@@ -214,8 +214,8 @@ def compare(
     """``before`` against ``after``, timed side by side: each side's metrics and, per batch
     size, the speed-up before / after with its interval, n and verdict (module docstring)."""
     timings = latencies(pl_module, settings, [before, after])
-    metrics = figures(trainer, pl_module, settings, before)
-    metrics |= figures(trainer, pl_module, settings, after)
+    metrics = size_and_quality(trainer, pl_module, settings, before)
+    metrics |= size_and_quality(trainer, pl_module, settings, after)
     for batch, timing in timings.items():
         for side in (before, after):
             metrics |= latency_metrics(side.stage, f"latency_b{batch}", timing[side.stage])

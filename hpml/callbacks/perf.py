@@ -173,19 +173,19 @@ class PerformanceMonitor(HpmlCallback):
             self.probe.open()
 
     def _noise(self, trainer: L.Trainer) -> None:
-        """The run's noise figures so far, and its verdict by :func:`~hpml.analysis.noise.judge`:
+        """The run's noise shares so far, and its verdict by :func:`~hpml.analysis.noise.judge`:
         tags ``hpml.noisy`` (and ``hpml.noisy.reason``), and one line the first time it is."""
-        figures = self.probe.shares()
+        shares = self.probe.shares()
         cv = cv_pct(self.train_steps_s) if self.train_steps_s else None
         metrics: dict[str, float] = {}
-        if figures is not None:
-            metrics[metric("noise", "other_cpu", PCT)] = figures.other_cpu_pct
-            if figures.steal_pct is not None:
-                metrics[metric("noise", "steal", PCT)] = figures.steal_pct
+        if shares is not None:
+            metrics[metric("noise", "other_cpu", PCT)] = shares.other_cpu_pct
+            if shares.steal_pct is not None:
+                metrics[metric("noise", "steal", PCT)] = shares.steal_pct
         if cv is not None:  # over every timed step of the run: what the rule judged
             metrics[metric("noise", "step_time_cv", PCT)] = cv
         log_metrics(trainer, metrics)
-        reason = judge(figures, cv, len(self.train_steps_s), self.rule)
+        reason = judge(shares, cv, len(self.train_steps_s), self.rule)
         if self.noisy_reason is None and reason is not None:  # noisy once, noisy for good
             self.noisy_reason = reason
             set_tags(trainer, {"hpml.noisy": "true", "hpml.noisy.reason": reason})

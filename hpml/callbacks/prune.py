@@ -25,8 +25,8 @@ from hpml.callbacks.logging import log_file, log_metrics, log_text, mlflow_logge
 from hpml.callbacks.measure import (
     Side,
     compare,
-    figures,
     quality_name,
+    size_and_quality,
     val_loader,
     validation_quality,
 )
@@ -154,7 +154,7 @@ class Prune(OptimizationStep):
             self._prune(trainer, pl_module, self.amount, first=True, last=True)
         elif self.pruned and (self.schedule != "after_fit" or self.finetune_epochs > 0):
             final = Side("prune_final", self._shipped(pl_module.net), pl_module.device)
-            found = figures(trainer, pl_module, self.settings, final)
+            found = size_and_quality(trainer, pl_module, self.settings, final)
             log_metrics(trainer, self.counts(pl_module, "prune_final") | found)
         self.pruner.finalize(pl_module.net)
         if self.save_model:

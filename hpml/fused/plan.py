@@ -21,8 +21,6 @@ from hpml.callbacks.in_array import InArray
 from hpml.config_tree import leaves
 
 FUSED_LAUNCHER = "hpml_fused"  # hydra/launcher option of hydra_plugins/hpml_fused_launcher
-# slowdown measured on CPU (../shared/FIELD_NOTES.md): 8 study-3 VAEs, one thread
-CPU_SLOWDOWN = "0.54-0.85x of serial for 8 VAEs"
 
 
 @dataclass(frozen=True)
@@ -166,7 +164,7 @@ def plan(
         return Plan(
             serial=everyone,
             reason=f"fuse=array: on CPU a fused array trains slower than its jobs one by one "
-            f"(vmap measured {CPU_SLOWDOWN}); {one_by_one}; fuse.force=true fuses anyway",
+            f"(docs/fused-arrays.md); {one_by_one}; fuse.force=true fuses anyway",
         )
     admitted = [index for index in everyone if admit is None or admit(index)]
     refused = [index for index in everyone if index not in admitted]  # fail alone, own line

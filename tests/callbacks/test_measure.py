@@ -17,8 +17,8 @@ from hpml.callbacks.measure import (
     Settings,
     Side,
     compare,
-    figures,
     on_trainer_device,
+    size_and_quality,
     val_loader,
     validation_quality,
 )
@@ -63,13 +63,13 @@ def test_validation_quality_matches_lightning_and_a_hand_count(validated):
     assert found["val/acc"] == pytest.approx(lightning_says["val/acc"], abs=1e-6)
 
 
-def test_figures_judge_the_variant_in_place_and_put_the_net_back(validated):
+def test_size_and_quality_judge_the_variant_in_place_and_put_the_net_back(validated):
     trainer, module, _ = validated
     variant = copy.deepcopy(module.net)
     with torch.no_grad():
         variant.fc.bias.add_(torch.tensor([50.0, -50.0]))  # always class 0
     settings = Settings(batch_size=16, rounds=2, min_run_time_s=0.002, eval_batches=None)
-    found = figures(trainer, module, settings, Side("stage", variant, module.device))
+    found = size_and_quality(trainer, module, settings, Side("stage", variant, module.device))
     assert module.net is not variant
     labels = torch.cat([y for _, y in val_loader(trainer)])
     assert found["stage/val_acc_pct"] == pytest.approx(100 * float((labels == 0).float().mean()))
@@ -84,9 +84,9 @@ def test_eval_batches_bounds_the_batches_judged(validated):
     first = next(iter(val_loader(trainer)))
     loss, _ = by_hand(module.net, [first])
     side = Side("s", module.net, module.device)
-    one = figures(trainer, module, Settings(8, 1, 0.001, eval_batches=1), side)
+    one = size_and_quality(trainer, module, Settings(8, 1, 0.001, eval_batches=1), side)
     assert one["s/val_loss_nats"] == pytest.approx(loss, rel=1e-5)
-    none = figures(trainer, module, Settings(8, 1, 0.001, eval_batches=0), side)
+    none = size_and_quality(trainer, module, Settings(8, 1, 0.001, eval_batches=0), side)
     assert not any("val_" in name for name in none)
 
 
