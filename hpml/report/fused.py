@@ -1,11 +1,6 @@
-"""Fused training arrays (HFTA) beside their serial twins: a table of every member's
-quality and samples/s against the run its job would have been alone, and the samples/s of
-arrays against training their jobs one by one.
-
-A member's *serial twin* is a finished run without ``hpml.fused`` whose config equals the
-member's but for how it trained (``fuse.*``) and bookkeeping (the runs table's
-:data:`~hpml.report.table.BOOKKEEPING`: paths, Hydra, logger); values that name the run's own
-job or sweep folder (its trainer root, its checkpoints) are compared with the folder taken out.
+"""Fused training arrays (HFTA) beside their serial twins: every member's quality and samples/s
+against its *serial twin*, the finished unfused run whose config equals the member's but for
+``fuse.*`` and bookkeeping (:data:`~hpml.report.table.BOOKKEEPING`, own folders taken out).
 """
 
 from __future__ import annotations
@@ -45,8 +40,8 @@ def config(run: Run) -> frozenset[tuple[str, str]]:
 
 
 def twins(fused: Sequence[Run], candidates: Sequence[Run]) -> dict[str, Run]:
-    """Each member's serial twin among ``candidates``, by the member's run id (the newest twin
-    where several match); members without one are left out."""
+    """Each member's serial twin among ``candidates`` (the newest where several match), by the
+    member's run id."""
     serial = [
         r
         for r in candidates
@@ -72,8 +67,7 @@ def _quality(fused: Sequence[Run]) -> list[str]:
 
 
 def _speedup(run: Run, twin: Run | None, total: float | None, twin_speed: float | None) -> str:
-    """The array's total over its twin's samples/s with its verdict: one run a side gives no
-    interval, so it is ``within noise`` (n=1) until the sweeps are repeated (``replicate``)."""
+    """The array's total over its twin's samples/s with its verdict (one run a side: n=1)."""
     if total is None or not twin_speed or twin is None:
         return ""
     interval = ratio_ci([total], [twin_speed])

@@ -1,11 +1,6 @@
 """A report as one self-contained HTML page (SVG inline, no script, opens offline) and as
-Markdown with its figures as SVG files beside it.
-
-The page opens with a header (:func:`hpml.report.header.header`: what ran, from which command
-and commit, on which machine, under what load, when), so a reader can judge its numbers without
-MLflow, then the tables that lead it (``--by``: the comparison by a key). It
-fits a 1400-px window: the runs table shows its status, swept keys and headline metrics, the
-rest of its columns folded below it; numbers carry human units (MB, MFLOP), as the figures do.
+Markdown with its figures as SVG files beside it: a header (what ran, where, when), the tables
+that lead it (``--by``), the runs (headline columns shown, the rest folded), tables, figures.
 """
 
 from __future__ import annotations
@@ -69,7 +64,7 @@ class Report:
     lead: list[Table] = field(default_factory=list)  # before the runs: --by, --baseline
 
     def _units(self, columns: Sequence[str]) -> list[tuple[float, str]]:
-        """Each metric column's divisor and heading in a human unit (MB, MFLOP/sample)."""
+        """Each metric column's divisor and heading in a human unit."""
         return [scaled(c, [r.metrics[c] for r in self.rows if c in r.metrics]) for c in columns]
 
     def _cells(self, row: Row, columns: Sequence[str] | None = None) -> list[str]:
@@ -86,9 +81,8 @@ class Report:
 
     @property
     def key_columns(self) -> list[str]:
-        """The runs table's shown metrics: :data:`KEY_METRICS` the runs carry and what each
-        model measured after its optimisation step (``prune_after/latency_b1_ms``), at most
-        :data:`SHOWN`; where they carry none of those, its first three columns."""
+        """The runs table's shown metrics: :data:`KEY_METRICS` and each step's ``*_after/*``
+        measures, at most :data:`SHOWN`; where the runs carry none, the first three columns."""
         shown = [c for c in KEY_METRICS if c in self.columns]
         shown += [c for c in self.columns if c.split("/", 1)[0].endswith("_after")]
         return shown[:SHOWN] or self.columns[:3]
@@ -179,15 +173,14 @@ class Report:
 
 
 def _number(value: float) -> str:
-    """A runs-table cell: :func:`~hpml.report.table.number`, with 10,000 and more grouped in
-    thousands rather than in exponent notation (``17,720``, not ``1.772e+04``)."""
+    """A runs-table cell: :func:`~hpml.report.table.number`, 10,000 and more grouped in
+    thousands (``17,720``, not ``1.772e+04``)."""
     if math.isfinite(value) and abs(value) >= 1e4:
         return f"{value:,.0f}"
     return number(value)
 
 
 def _md_rows(headings: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    """A Markdown table's lines, ``|`` in cells escaped."""
     lines = ["| " + " | ".join(headings) + " |", "|" + "|".join("---" for _ in headings) + "|"]
     return lines + ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
 

@@ -81,14 +81,8 @@ def select_runs(
     run_ids: list[str] | None,
     experiment: str | None = None,
 ) -> tuple[list[Run], Run | None]:
-    """Runs named by ``--runs`` ids, or the jobs of ``--sweep``, with the sweep's parent.
-
-    Args:
-        client: the store.
-        sweep: ``"last"`` or a sweep's parent run id (None: the last).
-        run_ids: runs to read instead of a sweep.
-        experiment: where to look for the last sweep (None: every experiment).
-    """
+    """Runs named by ``--runs`` ids, else the jobs of ``--sweep`` (``"last"`` or a parent run
+    id; None: the last, in ``experiment`` where named), with the sweep's parent."""
     if run_ids:
         return [run_by_id(client, run_id) for run_id in run_ids], None
     parent = sweep_parent(client, sweep or "last", experiment)
@@ -96,8 +90,7 @@ def select_runs(
 
 
 def add_run_choice(parser: argparse.ArgumentParser) -> None:
-    """``--sweep`` or ``--runs``, ``--experiment`` and ``--tracking-uri``: the runs a command
-    reads, as :func:`select_runs` takes them."""
+    """``--sweep`` or ``--runs``, ``--experiment``, ``--tracking-uri``: for :func:`select_runs`."""
     pick = parser.add_mutually_exclusive_group()
     pick.add_argument(
         "--sweep",

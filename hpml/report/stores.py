@@ -1,11 +1,6 @@
-"""The MLflow stores a report reads (``--tracking-uri``, once or more), as one: runs found in
-whichever store holds them, each marked with the store it came from.
-
-Two SQLite files brought from two machines, or a server and a file: ``--filter`` searches each
-store, a sweep or run named by id is found in whichever store holds it, ``--last`` is the latest
-sweep of all. A run's store is set on it as a tag of the report's own
-(:data:`~hpml.report.environment.STORE_TAG`, never logged): the report shows it, and reads the
-run's history and artifacts back from it.
+"""The MLflow stores a report reads (``--tracking-uri``, once or more), as one: a run is found
+in whichever store holds it and marked with it (:data:`~hpml.report.environment.STORE_TAG`,
+never logged), for the report to show and to read its history and artifacts back from.
 """
 
 from __future__ import annotations
@@ -28,8 +23,6 @@ class Stores:
     """One or more MLflow stores; :meth:`of` is the client of the store a run came from."""
 
     def __init__(self, clients: Sequence[MlflowClient]) -> None:
-        if not clients:
-            raise ValueError("Stores needs at least one client")
         self.clients = list(clients)
 
     @classmethod
@@ -59,8 +52,8 @@ class Stores:
         return runs
 
     def _experiments(self, client: MlflowClient, experiment: str | None) -> list[str]:
-        """The store's experiment ids (``experiment`` alone where named): none where a store
-        lacks it, an error only where every store does."""
+        """The store's experiment ids (``experiment``'s where named): an error only where every
+        store lacks it."""
         try:
             return experiment_ids(client, experiment)
         except HpmlError:
@@ -119,8 +112,7 @@ class Stores:
         return found
 
     def texts(self, run: Run, paths: Sequence[str]) -> dict[str, str | None]:
-        """The text of each artifact ``paths`` names of ``run``, None where it has none (each
-        folder listed once)."""
+        """The text of each artifact ``paths`` names of ``run``, None where it has none."""
         import tempfile
         from pathlib import Path
 

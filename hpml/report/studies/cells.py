@@ -1,9 +1,5 @@
-"""What the studies' tables share: :class:`Table`, and cells of a group of repeats.
-
-Repeats of one config (:mod:`hpml.report.groups`) collapse into one row: a number that varies
-between them reads ``median [low, high]``, its order-statistic 95% interval (fewer than 6
-repeats: [min, max], its own coverage said), and the row says its n. A row is built as
-``(heading, cell)`` records, so a heading never drifts from its cell.
+"""What the studies' tables share: :class:`Table`, and cells of a group of repeats, a row built
+as ``(heading, cell)`` records so a heading never drifts from its cell.
 """
 
 from __future__ import annotations
@@ -43,9 +39,8 @@ VERDICTS = (
 
 @dataclass(frozen=True)
 class Table:
-    """A report table with its conventions, and preformatted texts shown folded under it;
-    ``name`` names its CSV (``tables/<name>.csv``), ``data`` its plain columns and rows there
-    (default: the cells shown)."""
+    """A report table, and preformatted texts shown folded under it; ``name`` names its CSV
+    (``tables/<name>.csv``), ``data`` its plain columns and rows there (default: the cells)."""
 
     title: str
     caption: str
@@ -72,8 +67,7 @@ def spread(values: Sequence[float]) -> str:
 
 
 def runs_cell(group: Group) -> str:
-    """``3 (75% intervals): job 0, job 3, job 6``: a row's n, the coverage of its intervals
-    (set by n alone), and its runs."""
+    """``3 (75% intervals): job 0, job 3, job 6``: a row's n, its intervals' coverage, its runs."""
     n = len(group.runs)
     if n == 1:
         return group.names
@@ -105,7 +99,6 @@ def latency_cells(group: Group, step: str) -> list[tuple[str, str]]:
 
 
 def speedups(group: Group, step: str) -> list[Comparison]:
-    """The speed-ups a group's runs timed for ``step``, by batch size."""
     batches = sorted(b for s, b in group.in_run if s == step)
     return [c for b in batches if (c := group.speedup(step, b)) is not None]
 
@@ -125,14 +118,12 @@ def param(group: Group, key: str) -> str:
 
 
 def median(group: Group, name: str) -> float | None:
-    """A group's median of metric ``name`` for a CSV cell."""
     ci = group.interval(name)
     return None if ci is None else ci.median
 
 
 def b1_data(group: Group, step: str, found: list[Comparison]) -> list[tuple[str, object]]:
-    """The CSV's batch-1 columns of ``step``: latency before and after, the speed-up, its
-    interval, n and verdict."""
+    """The CSV's batch-1 columns of ``step``: latencies, the speed-up, its interval, verdict."""
     b1 = next((c for c in found if c.batch == 1), None)
     said = (None,) * 5 if b1 is None else (b1.ratio, b1.ci_low, b1.ci_high, b1.n, b1.verdict)
     latencies = [(f"latency_b1_{w}_ms", median(group, latency(side(step, w)))) for w in SIDES]
