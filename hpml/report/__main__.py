@@ -114,11 +114,8 @@ def chosen(stores: Stores, args: argparse.Namespace) -> tuple[list[Run], Run | N
         if not runs:
             raise HpmlError(f"no run matches --filter {args.filter!r} in {stores.where}")
         return runs, None
-    if args.runs:
-        return [stores.run(run_id) for run_id in args.runs], None
-    parent = stores.sweep(args.sweep or "last", args.experiment)
-    runs = stores.jobs(parent)
-    if args.baseline:
+    runs, parent = stores.select(args.sweep, args.runs, args.experiment)
+    if args.baseline and parent is not None:
         base = stores.sweep(args.baseline)
         if base.info.run_id == parent.info.run_id:
             raise HpmlError(f"--baseline {args.baseline} is the sweep itself")

@@ -219,13 +219,12 @@ def table(rows: list[tuple[str, str, RooflinePoint, str]], peak: DevicePeak, pre
 
 
 def draw(args: argparse.Namespace) -> list[Path]:
-    from mlflow import MlflowClient
-
     from hpml.analysis.roofline_plot import describe_peak, plot_roofline
-    from hpml.report.runs import default_tracking_uri, select_runs
+    from hpml.report.runs import default_tracking_uri
+    from hpml.report.stores import Stores
 
-    client = MlflowClient(args.tracking_uri or default_tracking_uri())
-    runs, parent = select_runs(client, args.sweep, args.runs, args.experiment)
+    stores = Stores.open([args.tracking_uri or default_tracking_uri()])
+    runs, parent = stores.select(args.sweep, args.runs, args.experiment)
     lacking = [r for r in runs if INTENSITY not in r.data.metrics]
     runs = [r for r in runs if INTENSITY in r.data.metrics]
     if lacking:
@@ -253,7 +252,7 @@ def draw(args: argparse.Namespace) -> list[Path]:
     )
     if parent is not None:
         for path in paths:
-            client.log_artifact(parent.info.run_id, str(path), STAGE)
+            stores.of(parent).log_artifact(parent.info.run_id, str(path), STAGE)
     for path in paths:
         print(f"hpml: wrote {path}" + (f" (and to run {parent.info.run_id})" if parent else ""))
     return paths

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from hpml.errors import HpmlError
 from hpml.report.environment import STORE_TAG
-from hpml.report.runs import experiment_ids, run_by_id, sweep_children, sweep_parent
+from hpml.report.runs import experiment_ids, sweep_children
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -71,10 +71,12 @@ class Stores:
 
     def run(self, run_id: str) -> Run:
         """Run ``run_id`` from whichever store holds it."""
+        from mlflow.exceptions import MlflowException
+
         for client in self.clients:
             try:
-                return self.mark(client, [run_by_id(client, run_id)])[0]
-            except HpmlError:
+                return self.mark(client, [client.get_run(run_id)])[0]
+            except MlflowException:
                 continue
         raise HpmlError(f"unknown run id '{run_id}' in {self.where}")
 
@@ -82,7 +84,11 @@ class Stores:
         """A sweep's parent run: ``"last"``, the newest in any store, or by its run id."""
         if sweep != "last":
             parent = self.run(sweep)
-            return self.mark(self.of(parent), [sweep_parent(self.of(parent), sweep)])[0]
+            if parent.data.tags.get("hpml.sweep_parent") != "true":
+                raise HpmlError(
+                    f"run {sweep} is not a sweep's parent run (use --runs for single runs)"
+                )
+            return parent
         newest = []
         for client in self.clients:
             ids = self._experiments(client, experiment)
@@ -96,6 +102,16 @@ class Stores:
                 f"no sweep in {self.where}{where}: run one with `python -m hpml.train -m ...` first"
             )
         return max(newest, key=lambda run: run.info.start_time or 0)
+
+    def select(
+        self, sweep: str | None, run_ids: Sequence[str] | None, experiment: str | None = None
+    ) -> tuple[list[Run], Run | None]:
+        """Runs named by ``--runs`` ids, else the jobs of ``--sweep`` (``"last"`` or a parent run
+        id; None: the last, in ``experiment`` where named), with the sweep's parent."""
+        if run_ids:
+            return [self.run(run_id) for run_id in run_ids], None
+        parent = self.sweep(sweep or "last", experiment)
+        return self.jobs(parent), parent
 
     def jobs(self, parent: Run) -> list[Run]:
         """The jobs of sweep ``parent``, in job order, from its store."""
