@@ -112,8 +112,8 @@ def quiet_barebones() -> Iterator[None]:
 
 
 def attached(module: L.LightningModule, device: torch.device) -> L.LightningModule:
-    """``module`` on ``device`` with its optimisers, driven by a barebones ``Trainer`` as under
-    ``fit``: ``manual_backward``, ``optimizers()`` and the precision plugin's hooks work."""
+    """``module`` on ``device`` with its optimisers under a barebones ``Trainer``, so that
+    ``manual_backward`` and ``optimizers()`` work as under ``fit``."""
     accelerator = "cuda" if device.type == "cuda" else "cpu"
     trainer = L.Trainer(barebones=True, accelerator=accelerator, devices=1, logger=False)
     module.to(device)
@@ -213,8 +213,7 @@ def schedule(
 
 
 def ratio(family: Family, size: int, steps: int, on_gpu: bool) -> Ratio:
-    """Fused / serial samples/s of ``size`` members; the goal only for the VAE at N = 8 on a
-    GPU (on CPU its row says the goal is the GPU's, and judges nothing)."""
+    """Fused / serial samples/s of ``size`` members; a goal for the VAE at N = 8 on a GPU only."""
     timed = f"{steps} timed step{'' if steps == 1 else 's'}"
     label = f"{family.name} N={size} samples/s (batch {family.batch_size}, {timed})"
     goal = GOAL_VAE_N8 if family.name == "VAE" and size == 8 else None

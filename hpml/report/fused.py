@@ -56,10 +56,6 @@ def _size(run: Run) -> int:
     return int(run.data.tags[ARRAY_SIZE_TAG])
 
 
-def _cell(x: float | None) -> str:
-    return "" if x is None else number(x)
-
-
 def _quality(fused: Sequence[Run]) -> list[str]:
     """val/loss, the metric the sweep optimised, val/acc: those the members logged."""
     names = [VAL_LOSS, *(r.data.params.get("optimized_metric", VAL_LOSS) for r in fused), VAL_ACC]
@@ -109,20 +105,20 @@ def table(runs: Sequence[Run], candidates: Sequence[Run] = ()) -> Table | None:
                 ("array (leader's job folder)", Path(tags.get(ARRAY_TAG, "")).name),
                 ("member", tags.get(MEMBER_TAG, "")),
                 *((k, value(run, k)) for k in keys),
-                *((name, _cell(m.get(name))) for name in quality),
-                ("samples/s per member", _cell(speed)),
+                *((name, number(m.get(name))) for name in quality),
+                ("samples/s per member", number(speed)),
                 ("array size (members)", str(_size(run))),
-                ("array total (samples/s)", _cell(total)),
+                ("array total (samples/s)", number(total)),
                 (
                     "serial twin",
                     "" if twin is None else f"{short_name(twin)} ({twin.info.run_id[:8]})",
                 ),
-                (f"twin {VAL_LOSS}", _cell(t.get(VAL_LOSS))),
+                (f"twin {VAL_LOSS}", number(t.get(VAL_LOSS))),
                 (
                     f"{VAL_LOSS} difference (fused - twin)",
-                    _cell(m[VAL_LOSS] - t[VAL_LOSS] if VAL_LOSS in m and VAL_LOSS in t else None),
+                    number(m[VAL_LOSS] - t[VAL_LOSS] if VAL_LOSS in m and VAL_LOSS in t else None),
                 ),
-                ("twin (samples/s)", _cell(twin_speed)),
+                ("twin (samples/s)", number(twin_speed)),
                 ("speed-up (x, array total / twin)", _speedup(run, twin, total, twin_speed)),
             ]
         )

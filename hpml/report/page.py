@@ -20,13 +20,7 @@ from hpml.report.table import Row, number
 
 # metrics the runs table shows beside the swept keys, when the runs carry them: quality and
 # speed; every other column is folded below it
-KEY_METRICS = (
-    VAL_LOSS,
-    VAL_ACC,
-    TEST_ACC,
-    THROUGHPUT,
-    STEP_TIME,
-)
+KEY_METRICS = (VAL_LOSS, VAL_ACC, TEST_ACC, THROUGHPUT, STEP_TIME)
 SHOWN = 7  # metric columns beside the swept keys: the table fits 1400 px with a few keys
 
 STYLE = """

@@ -178,7 +178,7 @@ def table(pairs: list[Pair], key: str, alone: list[str], title: str) -> Table | 
             for c in found:
                 medians = {pair.reference: c.before, other: c.after}
                 cells = [medians.get(v) for v in values]
-                shown = ("" if m is None else number(m) for m in cells)
+                shown = (number(m) for m in cells)
                 rows.append([pair.config, label(c.measure), *shown, c.cell()])
                 data.append([pair.config, c.measure, *cells, *c.row()[5:]])
     unpaired = (

@@ -20,8 +20,7 @@ STEP = {"wall": STEP_TIME, "cpu": STEP_CPU_TIME}
 def observations(
     runs: list, clock: str = "wall"
 ) -> tuple[list[int], list[float], list[float], str]:
-    """Batch sizes, step times (s, by ``clock``) and memory (bytes) of ``runs``, and which
-    memory figure was used."""
+    """Batch sizes, step times (s, by ``clock``), memory (bytes) of ``runs``, and its metric."""
     from hpml.errors import HpmlError
 
     on_cuda = all(

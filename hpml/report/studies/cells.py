@@ -98,19 +98,9 @@ def latency_cells(group: Group, step: str) -> list[tuple[str, str]]:
     return cells
 
 
-def speedups(group: Group, step: str) -> list[Comparison]:
-    batches = sorted(b for s, b in group.in_run if s == step)
-    return [c for b in batches if (c := group.speedup(step, b)) is not None]
-
-
 def batches(groups: list[Group], steps: Sequence[str]) -> list[int]:
     """The batch sizes any group timed a step's before/after at: a speed-up column each."""
     return sorted({b for g in groups for s, b in g.in_run if s in steps})
-
-
-def speedup_cells(found: list[Comparison], batches: list[int]) -> list[tuple[str, str]]:
-    by_batch = {c.batch: c.cell() for c in found}
-    return [(f"speed-up b{b} (x, before/after)", by_batch.get(b, "")) for b in batches]
 
 
 def param(group: Group, key: str) -> str:
@@ -135,7 +125,8 @@ def timing(
 ) -> tuple[list[tuple[str, str]], list[tuple[str, object]]]:
     """``step``'s timing as shown (latency at batch 1 before and after, a speed-up per batch
     of ``batches``) and as the CSV holds it (:func:`b1_data`)."""
-    found = speedups(group, step)
-    return [*latency_cells(group, step), *speedup_cells(found, batches)], b1_data(
-        group, step, found
-    )
+    timed = sorted(b for s, b in group.in_run if s == step)
+    found = [c for b in timed if (c := group.speedup(step, b)) is not None]
+    cells = {c.batch: c.cell() for c in found}
+    shown = [(f"speed-up b{b} (x, before/after)", cells.get(b, "")) for b in batches]
+    return [*latency_cells(group, step), *shown], b1_data(group, step, found)
