@@ -1,15 +1,11 @@
 """Case ``train_speed``: what compiled training, channels_last and mixed precision buy per step.
 
-Each variant trains its own copy of one VGG11-CIFAR with its own SGD optimiser on the same
-random batch, on :func:`hpml.bench.device.bench_device`, as hpml runs it: ``eager``;
-``compiled`` (``compile.train=true``, compiled before the rounds, seconds in the notes);
-``channels_last`` (``model.channels_last=true``); ``bf16 autocast`` (``trainer=bf16``); on a GPU
-``fp16 autocast`` with its ``GradScaler`` (``trainer=fp16``). Ratios are eager / variant step
-time (CPU figures: docs/metrics.md).
-
-A CPU without bf16 instructions runs bf16 convolutions through oneDNN's slow reference paths,
-so there bf16 is not in the rounds: one step of it is timed once, beside an eager step, in the
-notes.
+Each variant trains its own copy of one VGG11-CIFAR on the same random batch, on
+:func:`hpml.bench.device.bench_device`, as hpml runs it: ``eager``; ``compiled``
+(``compile.train=true``); ``channels_last``; ``bf16 autocast`` (``trainer=bf16``); on a GPU
+``fp16 autocast`` with its ``GradScaler``. Ratios are eager / variant step time (CPU figures:
+docs/metrics.md). A CPU without bf16 instructions runs bf16 convolutions through slow
+reference paths, so there one bf16 step is timed once, beside an eager step, in the notes.
 """
 
 from __future__ import annotations

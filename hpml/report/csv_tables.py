@@ -56,8 +56,7 @@ def slug(title: str) -> str:
 
 
 def write(folder: Path, report: Tabled) -> list[Path]:
-    """``runs.csv``, one file per table of ``report`` and ``comparisons.csv`` in
-    ``folder/tables``."""
+    """``runs.csv``, a file per table of ``report`` and ``comparisons.csv`` in ``folder/tables``."""
     out = folder / FOLDER
     out.mkdir(parents=True, exist_ok=True)
     runs = [

@@ -52,9 +52,8 @@ def differing(runs: Sequence[Run]) -> list[str]:
 
 
 def summary(runs: Sequence[Run]) -> str:
-    """``env.cpu_threads = 1, 2; env.commit = <first>, <second>``: each differing
-    environment key with its values (the store left to its own line); empty where the runs
-    share one environment."""
+    """``env.cpu_threads = 1, 2; env.commit = <first>, <second>``: each differing environment
+    key but the store, with its values."""
     parts = []
     for key in [k for k in differing(runs) if k != STORE]:
         values = dict.fromkeys(env_value(run, key) or "(none)" for run in runs)

@@ -21,9 +21,7 @@ ONE_CONFIG = "one config, its repeats in turn"
 
 
 def arrangement(runs: Sequence[Run], by_seed: bool = False) -> str:
-    """How the repeats of ``runs`` (one sweep's, in job order) were ordered: one of
-    :data:`INTERLEAVED`, :data:`BACK_TO_BACK`, :data:`IRREGULAR`, :data:`UNREPEATED`,
-    :data:`ONE_CONFIG`."""
+    """How the repeats of ``runs`` (one sweep's, in job order) were ordered: a constant above."""
     configs = [identity(run, by_seed) for run in runs]
     rounds, seen = [], {}
     for config in configs:

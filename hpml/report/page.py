@@ -154,8 +154,7 @@ class Report:
         return "\n".join(lines) + "\n"
 
     def write(self, folder: Path) -> tuple[Path, Path]:
-        """``report.html``, ``report.md``, ``figures/<n>.svg`` and ``tables/<name>.csv`` in
-        ``folder``."""
+        """``report.html``, ``report.md``, ``figures/*.svg`` and ``tables/*.csv`` in ``folder``."""
         (folder / "figures").mkdir(parents=True, exist_ok=True)
         for index, figure in enumerate(self.figures):
             (folder / "figures" / f"{index + 1}.svg").write_text(figure.svg)
