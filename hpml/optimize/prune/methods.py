@@ -28,16 +28,6 @@ def l2_scores(rows: Tensor) -> Tensor:
     return rows.pow(2).sum(1).sqrt()
 
 
-def fpgm_scores(rows: Tensor) -> Tensor:
-    """Summed distance of each row to the others: the lowest is nearest the geometric median."""
-    rows = rows.float().unsqueeze(0)
-    return torch.cdist(rows, rows)[0].sum(1)
-
-
-def random_scores(rows: Tensor) -> Tensor:
-    return torch.rand(rows.shape[0])
-
-
 class ScoredRows(prune.BasePruningMethod):
     """Structured mask pruning of the rows (along ``dim``) that ``scores`` ranks lowest: for a
     method with its own ranking (FPGM, a plug-in), beyond torch's Ln norm and random."""
@@ -218,7 +208,7 @@ class RandomStructured(Structured):
         return {"dim": 0}
 
     def scores(self, rows: Tensor) -> Tensor:
-        return random_scores(rows)
+        return torch.rand(rows.shape[0])
 
     def channels(self) -> Any:
         return tp.importance.RandomImportance()
@@ -229,7 +219,9 @@ class FPGM(Structured):
     best stand in for them."""
 
     def scores(self, rows: Tensor) -> Tensor:
-        return fpgm_scores(rows)
+        """Summed distance of each row to the others: the lowest is nearest the median."""
+        rows = rows.float().unsqueeze(0)
+        return torch.cdist(rows, rows)[0].sum(1)
 
     def channels(self) -> Any:
         return tp.importance.FPGMImportance(p=2)
