@@ -91,15 +91,15 @@ def fit(text: str, chars: int = LABEL_CHARS, lines: int = LABEL_LINES) -> str:
 def distinct_labels(runs: Sequence[Run], keys: list[str], named: bool = True) -> list[str]:
     """Short names that tell the runs apart on an axis or in a legend: each run's values of
     those ``keys`` that vary between ``runs`` (:func:`key_values`), else its short name
-    (``job 3``), with its job where two would read the same."""
+    (``job 3``), with its job (or run id) where two would read the same."""
     from hpml.report.table import short_name
 
     shown = varying(runs, keys)
     found = [key_values(run, shown, named) or short_name(run) for run in runs]
     twice = {text for text, n in Counter(found).items() if n > 1}
+    apart = [short_name(run) if shown else run.info.run_id[:8] for run in runs]
     return [
-        f"{text} ({short_name(run)})" if text in twice else text
-        for text, run in zip(found, runs, strict=True)
+        f"{text} ({tag})" if text in twice else text for text, tag in zip(found, apart, strict=True)
     ]
 
 
