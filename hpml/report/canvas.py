@@ -217,14 +217,19 @@ def _number(text: str) -> bool:
 
 
 class Canvas:
-    """One figure (``panels`` side by side, or one drawn elsewhere) whose artists carry tips."""
+    """One figure (``panels`` side by side, :data:`ROW` a row, or one drawn elsewhere) whose
+    artists carry tips."""
+
+    ROW = 3  # panels a row: more would shrink each to a strip on a 1400 px page
 
     def __init__(self, panels: int = 1, figure: MplFigure | None = None) -> None:
         if figure is None:
             from matplotlib.figure import Figure as MplFigure
 
-            figure = MplFigure(figsize=(6.4 * panels, 4.2), layout="constrained")
-            figure.subplots(1, panels, squeeze=False)
+            rows, columns = -(-panels // self.ROW), min(panels, self.ROW)
+            figure = MplFigure(figsize=(6.4 * columns, 4.2 * rows), layout="constrained")
+            for ax in figure.subplots(rows, columns, squeeze=False).flat[panels:]:
+                ax.remove()
         self.fig = figure
         self.axes = list(figure.axes)
         self.tips: dict[str, str] = {}

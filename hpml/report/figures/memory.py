@@ -26,9 +26,10 @@ if TYPE_CHECKING:
 MEMORY_PARTS = ("weights", "gradients", "optimizer_state", "activations")
 
 
-def memory(runs: list[Run], keys: list[str]) -> Figure | None:
+def memory(runs: list[Run], _keys: list[str]) -> Figure | None:
     """Stacked bars of the first training step's tensors by part, per run, and beside them the
-    tensors' total against the peak."""
+    tensors' total against the peak; a bar a run, named by what differs between the runs (the
+    runs table's keys), not by the configs' keys that the other plots take."""
     names = [metric("memory", part, BYTES) for part in MEMORY_PARTS]
     measured = [r for r in runs if all(n in r.data.metrics for n in names)]
     if not measured:
