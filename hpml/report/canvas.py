@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import itertools
 import math
+import textwrap
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -48,6 +49,10 @@ class Figure:
     svg: str
 
 
+LABEL_CHARS = 30  # a label's longest line: a legend beside a panel leaves the panel its room
+LABEL_LINES = 2  # lines a label wraps to before it is cut with an ellipsis
+
+
 def run_label(run: Run, keys: list[str]) -> str:
     """A run as a tooltip names it: its name and the values of the keys its sweep varies."""
     from hpml.report.table import value
@@ -56,23 +61,45 @@ def run_label(run: Run, keys: list[str]) -> str:
     return f"{run.info.run_name}: {values}" if values else str(run.info.run_name)
 
 
+def key_values(run: Run, keys: Sequence[str], named: bool = True) -> str:
+    """A run's values of ``keys`` as a plot names them: ``prune=fpgm, amount=0.8`` (each key by
+    its last segment), ``fpgm, 0.8`` unless ``named``."""
+    from hpml.report.table import value
+
+    return ", ".join(
+        f"{k.rsplit('.', 1)[-1]}={value(run, k)}" if named else value(run, k) for k in keys
+    )
+
+
+def varying(runs: Sequence[Run], keys: Sequence[str]) -> list[str]:
+    """The ``keys`` whose value differs between ``runs``: those a plot of them names."""
+    from hpml.report.table import value
+
+    return [k for k in keys if len({value(r, k) for r in runs}) > 1]
+
+
+def fit(text: str, chars: int = LABEL_CHARS, lines: int = LABEL_LINES) -> str:
+    """``text`` wrapped at ``chars`` characters a line, cut after ``lines`` lines with an
+    ellipsis: a label never longer than its plot (its tooltip keeps the whole)."""
+    wrapped = textwrap.wrap(text, max(chars, 4), break_on_hyphens=False) or [""]
+    if len(wrapped) > lines:
+        wrapped = wrapped[:lines]
+        wrapped[-1] = wrapped[-1][: max(chars, 4) - 1].rstrip(" ,") + "\u2026"
+    return "\n".join(wrapped)
+
+
 def distinct_labels(runs: Sequence[Run], keys: list[str], named: bool = True) -> list[str]:
     """Short names that tell the runs apart on an axis or in a legend: each run's values of
-    the swept keys (``prune=fpgm, amount=0.8``; ``fpgm, 0.8`` unless ``named``), else its run
-    name, and its job (``job 3``) where two would read the same."""
-    from hpml.report.table import short_name, value
+    those ``keys`` that vary between ``runs`` (:func:`key_values`), else its short name
+    (``job 3``), with its job (or run id) where two would read the same."""
+    from hpml.report.table import short_name
 
-    found = [
-        ", ".join(
-            f"{k.rsplit('.', 1)[-1]}={value(run, k)}" if named else value(run, k) for k in keys
-        )
-        or str(run.info.run_name)
-        for run in runs
-    ]
+    shown = varying(runs, keys)
+    found = [key_values(run, shown, named) or short_name(run) for run in runs]
     twice = {text for text, n in Counter(found).items() if n > 1}
+    apart = [short_name(run) if shown else run.info.run_id[:8] for run in runs]
     return [
-        f"{text} ({short_name(run)})" if text in twice else text
-        for text, run in zip(found, runs, strict=True)
+        f"{text} ({tag})" if text in twice else text for text, tag in zip(found, apart, strict=True)
     ]
 
 
@@ -190,14 +217,19 @@ def _number(text: str) -> bool:
 
 
 class Canvas:
-    """One figure (``panels`` side by side, or one drawn elsewhere) whose artists carry tips."""
+    """One figure (``panels`` side by side, :data:`ROW` a row, or one drawn elsewhere) whose
+    artists carry tips."""
+
+    ROW = 3  # panels a row: more would shrink each to a strip on a 1400 px page
 
     def __init__(self, panels: int = 1, figure: MplFigure | None = None) -> None:
         if figure is None:
             from matplotlib.figure import Figure as MplFigure
 
-            figure = MplFigure(figsize=(6.4 * panels, 4.2))
-            figure.subplots(1, panels, squeeze=False)
+            rows, columns = -(-panels // self.ROW), min(panels, self.ROW)
+            figure = MplFigure(figsize=(6.4 * columns, 4.2 * rows), layout="constrained")
+            for ax in figure.subplots(rows, columns, squeeze=False).flat[panels:]:
+                ax.remove()
         self.fig = figure
         self.axes = list(figure.axes)
         self.tips: dict[str, str] = {}
@@ -208,6 +240,24 @@ class Canvas:
         artist.set_gid(gid)
         self.tips[gid] = text
 
+    def legend(self, ax: Axes, *entries: Any, **options: Any) -> None:
+        """``ax``'s legend (7 pt, no frame unless ``options`` say), each name fitted
+        (:func:`fit`), a cut name whole in its tooltip."""
+        legend = ax.legend(*entries, **{"fontsize": 7, "frameon": False, **options})
+        for text in legend.get_texts():
+            whole = text.get_text()
+            if (short := fit(whole)) != whole:
+                text.set_text(short)
+                self.tip(text, whole)
+
+    def ticks(self, ax: Axes, names: Sequence[str], tips: Sequence[str]) -> None:
+        """x ticks at 0, 1, ... named ``names``, each fitted to its share of the panel's
+        width (7 pt glyphs about 4 pt wide), its tooltip ``tips[i]``."""
+        width = ax.get_position().width * self.fig.get_figwidth() * 72 / max(len(names), 1)
+        ax.set_xticks(range(len(names)), [fit(n, int(width / 4), 3) for n in names], fontsize=7)
+        for text, tip in zip(ax.get_xticklabels(), tips, strict=True):
+            self.tip(text, tip)
+
     def point(self, ax: Any, x: float, y: float, tip: str, **style: Any) -> None:
         (artist,) = ax.plot([x], [y], linestyle="none", **{"marker": "o", **style})
         self.tip(artist, tip)
@@ -215,9 +265,7 @@ class Canvas:
     def svg(self) -> str:
         buffer = io.StringIO()
         tidy(self.fig)
-        if self.fig.get_layout_engine() is None:
-            self.fig.tight_layout()
-        self.fig.savefig(buffer, format="svg")
+        self.fig.savefig(buffer, format="svg", bbox_inches="tight")  # no text cut at an edge
         text = buffer.getvalue()
         text = text[text.index("<svg") :]  # the XML header and doctype stay out of HTML
         for gid, tip in self.tips.items():

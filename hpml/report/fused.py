@@ -173,7 +173,7 @@ def speeds(runs: Sequence[Run], candidates: Sequence[Run] = ()) -> Figure | None
             f"{len(serial)} serial twins, one by one: {harmonic_mean(serial):.4g} samples/s",
         )
     handles, names = ax.get_legend_handles_labels()
-    ax.legend(handles[:2], names[:2], fontsize=7)
+    canvas.legend(ax, handles[:2], names[:2], frameon=True)
     ax.set_xticks(range(len(by_size)), [f"{n} members" for n in sorted(by_size)])
     ax.set_xlim(-0.8, len(by_size) - 0.2)  # one array size: bars of the same width as for more
     ax.set_xlabel("array size")

@@ -68,11 +68,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def labels(runs: list[Run]) -> list[str]:
-    """The model choice of each run, or run names where that would not tell runs apart."""
-    chosen = [r.data.tags.get("hpml.choice.model") or r.info.run_name for r in runs]
-    if len(set(chosen)) == len(chosen):
-        return chosen
-    return [r.info.run_name or r.info.run_id[:8] for r in runs]
+    """The model choice of each run, or where that would not tell runs apart, their values of
+    the keys that differ between them (:func:`hpml.report.canvas.distinct_labels`), fitted."""
+    from hpml.report.canvas import distinct_labels, fit
+    from hpml.report.table import differing_keys
+
+    chosen = [r.data.tags.get("hpml.choice.model") or str(r.info.run_name) for r in runs]
+    if len(set(chosen)) < len(chosen):
+        chosen = distinct_labels(runs, differing_keys(runs))
+    return [fit(name) for name in chosen]
 
 
 def run_point(run: Run, label: str) -> tuple[RooflinePoint, str]:

@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING
 
 from hpml.analysis.stats import Interval, median_ci
 from hpml.names import label
-from hpml.report.canvas import Canvas, log_if_wide, run_label, scaled
-from hpml.report.table import value
+from hpml.report.canvas import Canvas, key_values, log_if_wide, run_label, scaled
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -34,7 +33,7 @@ def param_value(run: Run, key: str) -> float | None:
 
 def series_name(run: Run, keys: list[str], left_out: str) -> str:
     """The series a run belongs to: its values of the varied keys other than ``left_out``."""
-    return ", ".join(f"{k}={value(run, k)}" for k in keys if k != left_out) or "runs"
+    return key_values(run, [k for k in keys if k != left_out]) or "runs"
 
 
 def repeat_points(
@@ -125,17 +124,16 @@ def series_panels(
     return canvas
 
 
-def legend_above(ax: Axes, title: str | None = None) -> None:
+def legend_above(canvas: Canvas, ax: Axes, title: str | None = None) -> None:
     """The series' legend above the panel, where it hides no line (both panels share it)."""
     entries = len(ax.get_legend_handles_labels()[1])
-    ax.legend(
-        fontsize=7,
+    canvas.legend(
+        ax,
         title=title,
         title_fontsize=7,
         loc="lower left",
         bbox_to_anchor=(0.0, 1.02),
         ncols=1 if entries <= 3 else 2,
-        frameon=False,
     )
 
 

@@ -132,9 +132,12 @@ def rows(runs: list[Run]) -> tuple[list[str], list[str], list[Row]]:
 
 
 def short_name(run: Run) -> str:
-    """``job 3`` for a job of a sweep, else the run's name."""
+    """``job 3`` for a job of a sweep, else the run's name less its overrides (``vgg11/cifar10``
+    of ``vgg11/cifar10 [prune=fpgm,...]``: the key columns say those)."""
     job = run.data.tags.get("hpml.job_num")
-    return f"job {job}" if job is not None else str(run.info.run_name or run.info.run_id)
+    if job is not None:
+        return f"job {job}"
+    return str(run.info.run_name or run.info.run_id).split(" [", 1)[0]
 
 
 def number(value: float | None) -> str:

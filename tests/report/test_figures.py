@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from hpml import names
+from hpml.report.canvas import distinct_labels, fit
 from hpml.report.figures import pareto
+from hpml.report.figures.memory import MEMORY_PARTS, memory
 from hpml.report.search import axis_heights
 
 
@@ -50,3 +54,52 @@ def test_parallel_axes_scale_numbers_and_space_categories() -> None:
     assert heights == [1.0, 0.0, 1.0] and ticks == [(0.0, "alexnet"), (1.0, "vgg11")]
     heights, ticks = axis_heights(["7", "7"])  # one value: no span to divide by
     assert heights == [0.0, 0.0] and ticks == [(0.0, "7")]
+
+
+def _run(job: int | None, replicate: int, name: str):
+    """A run of a VGG11 pruning config, as its store reads it back: only replicate differs."""
+    from mlflow.entities import Metric, Param, Run, RunData, RunInfo, RunTag
+
+    params = {"model.name": "vgg11", "prune.amount": "0.5", "replicate": str(replicate)}
+    metrics = {f"memory/{p}_bytes": 1e6 for p in MEMORY_PARTS} | {"memory/peak_bytes": 9e8}
+    tags = {"hpml.choice.model": "vgg11"} | ({} if job is None else {"hpml.job_num": str(job)})
+    return Run(
+        RunInfo(f"run{replicate}", "0", "", "FINISHED", 0, 1, "active", run_name=name),
+        RunData(
+            [Metric(k, v, 0, 0) for k, v in metrics.items()],
+            [Param(k, v) for k, v in params.items()],
+            [RunTag(k, v) for k, v in tags.items()],
+        ),
+    )
+
+
+LONG = "vgg11/synthetic [data.limit=512,model=vgg11,prune.amount=0.5,replicate={}]"
+KEYS = ["model", "prune.amount", "replicate"]
+
+
+def test_plot_labels_name_only_what_varies_shortened() -> None:
+    runs = [_run(job, job, LONG.format(job)) for job in (0, 1)]
+    assert distinct_labels(runs, KEYS) == ["replicate=0", "replicate=1"]
+    assert distinct_labels(runs, ["prune.amount", "data.limit"]) == ["job 0", "job 1"]
+    alone = [_run(None, r, LONG.format(r)) for r in (0, 1)]  # runs picked one by one
+    assert distinct_labels(alone, []) == ["vgg11/synthetic (run0)", "vgg11/synthetic (run1)"]
+    assert distinct_labels(alone, ["replicate"], named=False) == ["0", "1"]
+
+
+def test_labels_are_wrapped_and_cut_to_the_plot() -> None:
+    assert fit("prune=fpgm") == "prune=fpgm"
+    text = "prune=l1_structured, amount=0.5, replicate=0, " * 3
+    lines = fit(text, 20).split("\n")
+    assert len(lines) == 2 and all(len(line) <= 20 for line in lines)
+    assert lines[0] == "prune=l1_structured," and lines[1].endswith("\u2026")
+    assert fit("a_very_long_unbroken_key_name", 10, 1) == "a_very_lo\u2026"
+
+
+def test_memory_bars_of_repeats_are_named_by_replicate() -> None:
+    runs = [_run(job, job, LONG.format(job)) for job in (0, 1)]
+    figure = memory(runs, [])  # the configs' keys: none varies, repeats are one config
+    assert figure is not None
+    texts = re.findall(r"<!-- (.*?) -->", figure.svg)
+    assert {"0", "1", "run (replicate)"} <= set(texts)
+    assert not [t for t in texts if "synthetic" in t]  # the whole name: in the tooltips only
+    assert f"<title>{LONG.format(1)}: replicate=1\n" in figure.svg

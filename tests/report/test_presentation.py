@@ -4,15 +4,17 @@ fit, no "study N" the page does not define, and a page no wider than a 1400-px w
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
+from html import unescape
 from pathlib import Path
 
 import pytest
 from matplotlib.figure import Figure as MplFigure
 
-from hpml.report.canvas import UNITS, Canvas, _fits, log_if_wide, prefixed, scaled
+from hpml.report.canvas import UNITS, Canvas, _fits, fit, log_if_wide, prefixed, scaled
 from tests.report.test_report import Page
 
 METHODS = ("l1_structured", "fpgm")
@@ -62,9 +64,9 @@ def _sweep(client) -> tuple[list, object]:
         }
         if job == 2:
             tags["hpml.noisy.reason"] = NOISY
-        run = client.create_run(
-            experiment, run_name="vae/synthetic_mnist", tags=tags, start_time=1_700_000_000_000
-        )
+        # as hpml names a sweep's job: its model and data, then its overrides
+        name = f"vae/synthetic_mnist [prune.amount={amount},prune={method},replicate={replicate}]"
+        run = client.create_run(experiment, run_name=name, tags=tags, start_time=1_700_000_000_000)
         params = {
             "prune.method": method,
             "prune.amount": str(amount),
@@ -99,7 +101,7 @@ def _sweep(client) -> tuple[list, object]:
             run.info.run_id,
             metrics=[Metric(k, v, 0, 0) for k, v in metrics.items() if k != "val/loss"] + history,
             params=[Param(k, v) for k, v in params.items()],
-            tags=[RunTag("mlflow.runName", "vae/synthetic_mnist")],
+            tags=[RunTag("mlflow.runName", name)],
         )
         client.set_terminated(run.info.run_id, "FINISHED", end_time=1_700_000_000_000 + 60_000)
     client.set_terminated(parent.info.run_id, "FINISHED")
@@ -209,9 +211,15 @@ def test_memory_plot_tells_repeats_apart_and_explains_the_peak(written) -> None:
     report, _ = written
     figure = _figure(report, "Memory breakdown")
     texts = _texts(figure.svg)
-    # two runs of one config (replicate 0 and 1): told apart by their jobs
-    assert "l1_structured, 0.2 (job 0)" in texts and "l1_structured, 0.2 (job 4)" in texts
-    assert "fpgm, 0.8" in texts
+    # a bar a run, named by the runs table's keys (the key's last part), wrapped to the bar:
+    # two runs of one config told apart by replicate; a run's whole name only in its tooltip
+    assert "run (prune, amount, replicate)" in texts
+    assert {"0.2, 0", "0.2, 1", "fpgm, 0.8, 0"} <= set(texts)
+    assert not [t for t in texts if "synthetic" in t]
+    whole = "vae/synthetic_mnist [prune.amount=0.2,prune=l1_structured,replicate=1]"
+    assert f"<title>{whole}: prune=l1_structured, prune.amount=0.2, replicate=1</title>" in (
+        figure.svg
+    )
     assert "tensors of the first training step (MB)" in texts
     assert "memory (MB)" in texts and "1000" in texts  # 1.7 GB against about 10 MB: log
     assert "peak: process peak RSS" in texts
@@ -222,8 +230,11 @@ def test_memory_plot_tells_repeats_apart_and_explains_the_peak(written) -> None:
 def test_learning_curves_have_a_legend_entry_per_run(written) -> None:
     report, _ = written
     texts = _texts(_figure(report, "Learning curves").svg)
-    entries = [t for t in texts if t.startswith("prune=")]
-    assert len(entries) == 5 and len(set(entries)) == 5
+    assert len([t for t in texts if t.startswith("prune=")]) == 5  # an entry per run
+    configs = [(m, a, 0) for m in METHODS for a in AMOUNTS] + [(METHODS[0], AMOUNTS[0], 1)]
+    for method, amount, replicate in configs:  # wrapped at the legend's width
+        entry = fit(f"prune={method}, amount={amount}, replicate={replicate}")
+        assert "\n" in entry and set(entry.split("\n")) <= set(texts)
     assert {"300", "500"} <= set(texts)  # 300..900 is 3x: a linear axis
 
 
@@ -266,18 +277,57 @@ def test_tick_labels_are_plain_and_never_overlap() -> None:
     assert _fits([t.get_window_extent() for t in copy.get_xticklabels()], labels[0].get_rotation())
 
 
+# each figure's text boxes as Chromium lays the page out: a text is a group holding its string
+# as a comment and a group of glyphs per line; a line's box, turned with its text, is a quad
+TEXT_BOXES = """
+const quad = (line) => {
+  const b = line.getBBox(), m = line.getScreenCTM();
+  return [[b.x, b.y], [b.x + b.width, b.y], [b.x + b.width, b.y + b.height], [b.x, b.y + b.height]]
+    .map(([x, y]) => { const p = new DOMPoint(x, y).matrixTransform(m); return [p.x, p.y]; });
+};
+const depth = (a, b) => Math.min(...[a, b].flatMap((q) => q.map((p, i) => {
+  const n = q[(i + 1) % 4], axis = [p[1] - n[1], n[0] - p[0]];
+  const span = (r) => r.map(([x, y]) => x * axis[0] + y * axis[1]);
+  const len = Math.hypot(...axis) || 1, s = span(a), t = span(b);
+  const low = Math.max(Math.min(...s), Math.min(...t));
+  return (Math.min(Math.max(...s), Math.max(...t)) - low) / len;
+})));
+return [...document.querySelectorAll('figure > svg')].map((svg) => {
+  const edge = svg.getBoundingClientRect(), texts = [];
+  for (const g of svg.querySelectorAll('g')) {
+    const name = [...g.childNodes].find((n) => n.nodeType === Node.COMMENT_NODE);
+    const lines = [...g.children].filter((c) => c.tagName === 'g' && c.getBBox().width > 0);
+    if (name && lines.length) texts.push([name.data.trim(), lines.map(quad)]);
+  }
+  const faults = [];
+  texts.forEach(([name, quads], i) => {
+    if (quads.flat().some(([x, y]) => x < edge.left - 1 || x > edge.right + 1
+        || y < edge.top - 1 || y > edge.bottom + 1)) faults.push(`${name} leaves the figure`);
+    texts.slice(i + 1).forEach(([other, theirs]) => {
+      if (quads.some((q) => theirs.some((t) => depth(q, t) > 1)))
+        faults.push(`${name} overlaps ${other}`);
+    });
+  });
+  return {texts: texts.length, faults};
+});
+"""
+
+
 def test_page_fits_a_1400_px_window(written, tmp_path: Path) -> None:
-    """Headless Chromium lays the page out 1400 px wide: nothing makes it scroll sideways."""
-    _, html = written
+    """Headless Chromium lays the page out 1400 px wide: nothing makes it scroll sideways, and
+    in every figure no text overlaps another or leaves the figure."""
+    report, html = written
     chromium = shutil.which("chromium")
     if chromium is None:
         pytest.skip("needs Debian's chromium (apt-get install chromium) for the browser check")
     probe = tmp_path / "probe.html"
     script = (  # the page's width, the window's, and the runs table's box against its own
         "<script>addEventListener('load', () => { const t = document.getElementById('runs')"
-        ".parentElement; document.body.insertAdjacentHTML('beforeend', '<pre id=\"width\">' +"
+        ".parentElement; const figures = (() => {" + TEXT_BOXES + "})(); "
+        "document.body.insertAdjacentHTML('beforeend', '<pre id=\"width\">' +"
         " [document.documentElement.scrollWidth, innerWidth, t.scrollWidth, t.clientWidth]"
-        ".join(' ') + '</pre>'); });</script>"
+        ".join(' ') + '</pre><pre id=\"texts\">' + JSON.stringify(figures) + '</pre>'); "
+        "});</script>"
     )
     probe.write_text(html.read_text().replace("</body>", f"{script}</body>"))
     shown = subprocess.run(
@@ -308,6 +358,13 @@ def test_page_fits_a_1400_px_window(written, tmp_path: Path) -> None:
     assert window == 1400
     assert page <= window
     assert table <= box  # the runs table needs no sideways scrolling of its own
+    texts = re.search(r"<pre id=\"texts\">(\[.*?)</pre>", shown.stdout, re.S)
+    assert texts, shown.stdout[-2000:]
+    figures = json.loads(unescape(texts.group(1)))
+    assert len(figures) == len(report.figures) == 4  # sparsity, latency, memory, curves
+    for figure, drawn in zip(report.figures, figures, strict=True):
+        assert drawn["texts"] > 10, figure.title  # ticks, axis titles, legend entries
+        assert drawn["faults"] == [], figure.title
 
 
 def test_runs_table_numbers_group_thousands_instead_of_exponents() -> None:

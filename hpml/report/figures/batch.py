@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from hpml.analysis.profile_summary import CATEGORIES
 from hpml.names import PCT, STEP_TIME, THROUGHPUT, metric
-from hpml.report.canvas import Canvas, Figure, run_label, ticks_at
+from hpml.report.canvas import Canvas, Figure, fit, run_label, ticks_at
 from hpml.report.series import REPEATS, legend_above, param_value, series_name, series_panels
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ def batch_scaling(runs: list[Run], keys: list[str]) -> Figure | None:
     for ax in canvas.axes:
         ticks_at(ax, "x", [param_value(r, key) or 0 for r in measured], log2=True)
         ax.set_xlabel("batch size (samples)")
-    legend_above(canvas.axes[0])
+    legend_above(canvas, canvas.axes[0])
     return Figure(
         "Throughput and step time vs batch size",
         "Training samples per second (median over the timed steps) and median step time (ms) "
@@ -76,8 +76,8 @@ def time_shares(runs: list[Run], keys: list[str]) -> Figure | None:
         ax.set_xlabel("batch size (samples)")
         ax.set_ylabel("share of the profiled steps' time (%)")
         ax.set_ylim(0, 100)
-        ax.set_title(group, fontsize=9)
-    canvas.axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        ax.set_title(fit(group, 60), fontsize=9)
+    canvas.legend(canvas.axes[-1], loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return Figure(
         "Time share by category vs batch size",
         "Each instant of the profiled training steps goes to the highest-priority activity "

@@ -50,16 +50,10 @@ def learning_curves(
     ax.set_xlabel("epoch")
     ax.set_ylabel(f"{VAL_LOSS} (the model's loss)")
     ax.grid(alpha=0.3)
-    ax.legend(
-        fontsize=7,
-        loc="upper left",
-        bbox_to_anchor=(1.01, 1.0),
-        frameon=False,
-        ncols=1 + len(curves) // 25,
-    )
+    canvas.legend(ax, loc="upper left", bbox_to_anchor=(1.01, 1.0), ncols=1 + len(curves) // 25)
     return Figure(
         "Learning curves",
         "Validation loss after each epoch, every run overlaid, named in the legend by its "
-        "values of the swept keys (its job where two share them).",
+        "values of the keys that differ between them (its job where two share them).",
         canvas.svg(),
     )

@@ -10,12 +10,15 @@ from hpml.report.canvas import (
     Canvas,
     Figure,
     distinct_labels,
+    fit,
     human,
     log_if_wide,
     plain,
     prefixed,
     run_label,
+    varying,
 )
+from hpml.report.table import differing_keys
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -23,9 +26,10 @@ if TYPE_CHECKING:
 MEMORY_PARTS = ("weights", "gradients", "optimizer_state", "activations")
 
 
-def memory(runs: list[Run], keys: list[str]) -> Figure | None:
+def memory(runs: list[Run], _keys: list[str]) -> Figure | None:
     """Stacked bars of the first training step's tensors by part, per run, and beside them the
-    tensors' total against the peak."""
+    tensors' total against the peak; a bar a run, named by what differs between the runs (the
+    runs table's keys), not by the configs' keys that the other plots take."""
     names = [metric("memory", part, BYTES) for part in MEMORY_PARTS]
     measured = [r for r in runs if all(n in r.data.metrics for n in names)]
     if not measured:
@@ -35,8 +39,10 @@ def memory(runs: list[Run], keys: list[str]) -> Figure | None:
     ax = canvas.axes[0]
     totals = [sum(r.data.metrics[n] for n in names) for r in measured]
     factor, unit = prefixed(totals, "B")
-    ticks = distinct_labels(measured, keys, named=False)
-    across = f"run ({', '.join(keys)})" if keys else "run"
+    shown = varying(measured, differing_keys(measured))  # the runs table's keys: a bar a run
+    ticks = distinct_labels(measured, shown, named=False)
+    tips = [run_label(run, shown) for run in measured]
+    across = fit(f"run ({', '.join(k.rsplit('.', 1)[-1] for k in shown)})" if shown else "run", 70)
     bottoms = [0.0] * len(measured)
     for index, (part, name) in enumerate(zip(MEMORY_PARTS, names, strict=True)):
         heights = [r.data.metrics[name] / factor for r in measured]
@@ -57,14 +63,14 @@ def memory(runs: list[Run], keys: list[str]) -> Figure | None:
             ax,
             i,
             bottoms[i],
-            f"{run_label(run, keys)}\ntensors {human(totals[i])}: {parts}",
+            f"{tips[i]}\ntensors {human(totals[i])}: {parts}",
             color="k",
             markersize=3,
         )
-    ax.set_xticks(range(len(measured)), ticks, fontsize=7)
+    canvas.ticks(ax, ticks, tips)
     ax.set_xlabel(across)
     ax.set_ylabel(f"tensors of the first training step ({unit})")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    canvas.legend(ax, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     sources = {r.data.tags.get("hpml.peak_memory_source", "process peak RSS") for r in measured}
     if len(canvas.axes) == 2:
         ax = canvas.axes[1]
@@ -83,12 +89,12 @@ def memory(runs: list[Run], keys: list[str]) -> Figure | None:
                 label=what,
             )
             for bar, (i, _), v in zip(bars, shown, values, strict=True):
-                canvas.tip(bar, f"{run_label(measured[i], keys)}\n{what}: {human(v)}")
+                canvas.tip(bar, f"{tips[i]}\n{what}: {human(v)}")
         log_if_wide(ax, "y", [v / factor for v in both])
-        ax.set_xticks(range(len(measured)), ticks, fontsize=7)
+        canvas.ticks(ax, ticks, tips)
         ax.set_xlabel(across)
         ax.set_ylabel(f"memory ({unit})")
-        ax.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=2)
+        canvas.legend(ax, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=2)
     cuda = any(s.startswith("torch.cuda") for s in sources)
     over = [p / t for p, t in zip(peaks, totals, strict=True) if p is not None and t > 0]
     here = (

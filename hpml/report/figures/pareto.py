@@ -8,7 +8,16 @@ from typing import TYPE_CHECKING
 
 from hpml.analysis.stats import Interval, median_ci, ratio_ci, verdict
 from hpml.names import AFTER, BEFORE, SIDES, latency, side, size, val_acc
-from hpml.report.canvas import UNITS, Canvas, Figure, human, log_if_wide, prefixed, run_label
+from hpml.report.canvas import (
+    UNITS,
+    Canvas,
+    Figure,
+    human,
+    key_values,
+    log_if_wide,
+    prefixed,
+    run_label,
+)
 from hpml.report.groups import STEPS, Group, noisy, sign
 from hpml.report.series import MARKERS, REPEATS, spread_text
 from hpml.report.table import value
@@ -116,7 +125,7 @@ def latency_size(runs: list[Run], keys: list[str]) -> Figure | None:
     log_if_wide(ax, "y", [ci.median for _, ci, _ in found])
     ax.set_xlabel(f"model size, saved state dict ({unit})")
     ax.set_ylabel("latency at batch 1, median (ms)")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    canvas.legend(ax, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(alpha=0.3)
     return Figure(
         "Latency vs size of the optimised variants",
@@ -138,13 +147,13 @@ def latency_size(runs: list[Run], keys: list[str]) -> Figure | None:
 def _variant(run: Run, keys: list[str], step: str, when: str) -> str:
     """A legend's name for a run's model ``when`` ``step``: ``prune: l1_structured, 80 %``
     after, ``before prune`` before, each with the run's values of the other swept keys."""
-    others = [f"{k}={value(run, k)}" for k in keys if k != step and not k.startswith(f"{step}.")]
+    others = key_values(run, [k for k in keys if k != step and not k.startswith(f"{step}.")])
     if when == BEFORE:
-        return ", ".join([f"before {step}", *others])
+        return ", ".join(filter(None, [f"before {step}", others]))
     option = run.data.tags.get(f"hpml.choice.{step}") or run.data.params.get(f"{step}.method", "")
     own = [
-        f"{100 * float(value(run, k)):g} %" if k == "prune.amount" else f"{k}={value(run, k)}"
+        f"{100 * float(value(run, k)):g} %" if k == "prune.amount" else key_values(run, [k])
         for k in keys
         if k.startswith(f"{step}.")
     ]
-    return ", ".join([f"{step}: {option}", *own, *others])
+    return ", ".join(filter(None, [f"{step}: {option}", *own, others]))

@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hpml.names import AFTER, BEFORE, fwd_flops, side, val_loss
-from hpml.report.canvas import UNITS, Figure
+from hpml.report.canvas import UNITS, Figure, key_values, varying
 from hpml.report.series import REPEATS, legend_above, param_value, series_panels
-from hpml.report.table import value
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -23,20 +22,20 @@ def sparsity(runs: list[Run], keys: list[str]) -> Figure | None:
     ]
     if len(pruned) < 2:
         return None
+    others = varying(pruned, [k for k in keys if k not in ("prune", "prune.amount")])
     canvas = series_panels(
         pruned,
         keys,
         lambda r: 100 * (param_value(r, "prune.amount") or 0),
         lambda r: ", ".join(
-            [r.data.params.get("prune.method", "?")]
-            + [f"{k}={value(r, k)}" for k in keys if k not in ("prune", "prune.amount")]
+            filter(None, [r.data.params.get("prune.method", "?"), key_values(r, others)])
         ),
         (loss, flops),
         {loss: val_loss(before), flops: fwd_flops(before)},
     )
     for ax in canvas.axes:
         ax.set_xlabel("sparsity asked for, prune.amount (%)")
-    legend_above(canvas.axes[0], title="prune.method")
+    legend_above(canvas, canvas.axes[0], title="prune.method")
     return Figure(
         "Loss and FLOPs vs sparsity",
         "Validation loss (nats) right after pruning, before any fine-tuning, and forward FLOPs "
