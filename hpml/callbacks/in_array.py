@@ -1,9 +1,6 @@
 """How a callback runs in a fused array (``fuse=array``): each callback class says so itself.
 
-An :class:`~hpml.callbacks.base.HpmlCallback` declares ``in_array``, and the fusion planner
-(:mod:`hpml.fused.plan`) and the array's assembly (:mod:`hpml.fused.members`) read it off the
-class; no list of callback names decides. Imports nothing: the planner reads this before
-anything is built.
+Imports nothing: the fusion planner reads this before anything is built.
 """
 
 from __future__ import annotations
