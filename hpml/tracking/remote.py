@@ -1,9 +1,8 @@
 """Tracking servers fail fast and lose nothing: a bounded preflight, then retries sized by hpml.
 
-Left to itself MLflow retries an unreachable server silently for minutes. :func:`prepare` runs
-before any run starts: it checks the URI's form, sends one request with a short bound, and sizes
-MLflow's retries (``logger.retry_s``, :mod:`hpml.tracking.retries`) so that a server that goes
-away mid-run pauses the logging call until it is back instead of losing the metrics.
+:func:`prepare` runs before any run starts: it checks the URI's form, sends one request with a
+short bound, and sizes MLflow's retries so a server that goes away mid-run pauses the logging
+call until it is back instead of losing the metrics.
 """
 
 from __future__ import annotations
@@ -110,12 +109,9 @@ def check_uri(tracking_uri: str) -> str:
 
 
 def preflight(tracking_uri: str, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> None:
-    """One request to an ``http(s)://`` store, without retries, answered within ``timeout_s``.
-
-    The request runs in a daemon thread so the bound holds whatever blocks (a name lookup is not
-    covered by socket timeouts). Other stores are checked for form only: SQLite is a local file
-    and databricks and databases go through their own clients.
-    """
+    """One request to an ``http(s)://`` store, without retries, answered within ``timeout_s``
+    (in a daemon thread, so the bound holds even for a name lookup). Other stores are checked for
+    form only."""
     if check_uri(tracking_uri) not in ("http", "https"):
         return
     # imported here, outside the bound: on a crowded machine these imports alone can take
