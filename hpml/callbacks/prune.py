@@ -119,13 +119,7 @@ class Prune(OptimizationStep):
         if self.schedule != "before_fit":
             trainer.fit_loop.max_epochs = epochs + self.finetune_epochs
 
-    def check_model(
-        self,
-        pl_module: L.LightningModule,
-        build_net: Callable[[], nn.Module],
-        input_shape: Sequence[int],
-        name: str,
-    ) -> None:
+    def check_model(self, pl_module: L.LightningModule, *_: Any) -> None:
         """Every ``targets`` and ``exclude`` entry names something in the net."""
         try:
             self.pruner.check(pl_module.net)
