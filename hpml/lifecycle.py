@@ -43,10 +43,8 @@ def fit_and_test(
     ckpt_path: str | None,
     check: Callable[[], None] = lambda: None,
 ) -> dict[str, float]:
-    """``cfg.fit`` then ``cfg.test`` with what :func:`assemble` made; the metrics they left.
-
-    ``check`` runs between the two (a stop signal taken after fit's last check ends it there).
-    """
+    """``cfg.fit`` then ``cfg.test`` with what :func:`assemble` made, ``check`` between them;
+    the metrics they left."""
     trainer, model, datamodule = parts.trainer, parts.model, parts.datamodule
     metrics: dict[str, float] = {}
     if cfg.fit:

@@ -71,10 +71,8 @@ def prepare(tracker: TrackerSettings, patience: float = 1) -> None:
 
 
 def check_uri(tracking_uri: str) -> str:
-    """The scheme of ``tracking_uri`` if MLflow can keep runs there, else a one-line ConfigError.
-
-    An in-memory SQLite store is refused too: its runs vanish when the process ends.
-    """
+    """The scheme of ``tracking_uri`` if MLflow can keep runs there (not in memory), else a
+    one-line ConfigError."""
 
     def invalid(hint: str = "") -> ConfigError:
         return ConfigError("logger.tracking_uri", redact_text(str(tracking_uri)), VALID_URIS + hint)

@@ -201,10 +201,8 @@ def checkpoint_file(client: Any, run: Any, download_dir: Path) -> str:
 
 
 def resume_args(args: list[str]) -> list[str]:
-    """``args`` with the resumed run's own overrides put first and ``resume=last`` made an id.
-
-    Exits with status 2 and one ``hpml: error:`` line when ``resume=`` names nothing resumable.
-    """
+    """``args`` with the resumed run's own overrides put first and ``resume=last`` made an id;
+    exits with status 2 and one line when ``resume=`` names nothing resumable."""
     import sys
 
     value = requested(args)

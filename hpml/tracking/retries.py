@@ -1,7 +1,5 @@
-"""How long MLflow retries a request to the tracking server, and when a run stops waiting:
-``configure_retries`` sizes MLflow's retries from ``logger.retry_s``; once a request has waited
-that long, ``fail_fast_if_server_gone`` lets what the run still has to record be tried once, and
-``undo_fail_fast`` gives the next job its retries back."""
+"""How long MLflow retries a request to the tracking server (``logger.retry_s``), and when a
+run that lost its server stops waiting."""
 
 from __future__ import annotations
 

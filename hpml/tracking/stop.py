@@ -109,10 +109,9 @@ class StopOnSignals:
 
 
 def _end_sweep(job: HydraJob | None) -> None:
-    """A stopped job of a sweep run in this very process (basic launcher) stops the sweep: its
-    parent run ends KILLED too (Hydra's end-of-sweep callback, which would end it, does not run
-    after a SystemExit). A job in a process of its own (joblib, submitit: preempted, requeued)
-    leaves the sweep to go on."""
+    """A stopped job of a sweep run in this very process stops the sweep, its parent run
+    ending KILLED (Hydra's end-of-sweep callback does not run after a SystemExit); a job in a
+    process of its own leaves the sweep to go on."""
     try:
         record = sweep_record(job)
         if record is not None and record.get("process") == this_process():
