@@ -1,12 +1,10 @@
 """One turn of a side-by-side timing: a block of calls, timed on two clocks at once.
 
-Wall time (the devices synchronised first) is what a caller waits for, and holds every stretch
-in which the calling thread was preempted. Thread CPU time counts only the time the calling
-thread ran, so preemption adds nothing; it is the work's own time only where all of the work
-runs on that thread (a CPU forward pass with one torch thread: process CPU time would count
-other threads' spin-waits, which grow with the very load it should leave out). So ``auto`` uses
-the thread clock only for CPU calls on one torch thread, the wall clock elsewhere; ``thread_cpu``
-times CPU calls on one torch thread whatever the caller's count: a one-thread latency.
+Wall time holds every stretch in which the calling thread was preempted; thread CPU time counts
+only the time it ran, and is the work's own time only where all of the work runs on that thread
+(process CPU time would count other threads' spin-waits, which grow with load). So ``auto`` uses
+the thread clock only for CPU calls on one torch thread; ``thread_cpu`` times CPU calls on one
+torch thread whatever the caller's count.
 """
 
 from __future__ import annotations
@@ -29,9 +27,7 @@ MISSED_SHARE = 0.1
 
 
 def clock_for(asked: str, devices: Iterable[str]) -> str:
-    """The clock a timing on ``devices`` uses: wall time where a call runs on an accelerator or
-    ``wall`` is asked for; else thread CPU time for ``thread_cpu``, and for ``auto`` where torch
-    runs one thread."""
+    """The clock a timing on ``devices`` uses, as asked (module docstring)."""
     if asked not in CLOCKS:
         raise ValueError(f"clock={asked!r} is invalid: expected one of {', '.join(CLOCKS)}")
     if asked == WALL or any(torch.device(device).type != "cpu" for device in devices):
@@ -67,10 +63,8 @@ def synchronizer(devices: Iterable[str]) -> Callable[[], None]:
 
 
 def warmup_calls(number: int) -> int:
-    """Untimed calls before a block of ``number``: the caches the other side filled are this
-    side's again (1%, at least one); none where one call lasts a tenth of the block or more:
-    refilling the caches is small beside such a call, and a warm-up call would cost up to a
-    block."""
+    """Untimed calls before a block of ``number``, so the caches the other side filled are this
+    side's again: 1%, at least one; none for blocks of a few long calls."""
     return 0 if number <= WARM_CALLS else max(1, number // 100)
 
 
@@ -94,11 +88,9 @@ def time_block(
 def calls_per_block(
     fn: Callable[[], object], min_run_time: float, clock: str, sync: Callable[[], None]
 ) -> int:
-    """Calls that take about ``min_run_time`` on ``clock``: one untimed call (a first call
-    builds what it caches), then blocks of 1, 10, 100... calls until one lasts
-    ``CALIBRATION_SHARE`` of it, scaled up. For the thread clock, blocks are sized on the
-    process's CPU time: the same where the thread does all of the work, and no huge block where
-    other threads do much of it (the clock is then given up, :data:`MISSED_SHARE`)."""
+    """Calls that take about ``min_run_time`` on ``clock``: after one untimed call, blocks of 1,
+    10, 100... calls until one lasts ``CALIBRATION_SHARE`` of it, scaled up. The thread clock's
+    blocks are sized on process CPU time: no huge block where other threads do the work."""
     fn()
     number = 1
     while True:

@@ -1,19 +1,13 @@
 """Side-by-side latency: variants of a model timed in the same window, and their speed-up.
 
-A "before" timed at one moment and an "after" timed at another compare two loads, not two
-models. Here every round runs each variant once, in rotating order
-(:func:`hpml.analysis.rounds.round_order`), so both sides share each stretch of load; a speed-up
-is the median of the per-round ratios before / after, with the order-statistic interval of that
-median (:func:`hpml.analysis.stats.median_ci`) and n = rounds.
-
-Each variant's turn is one block of calls (:mod:`hpml.analysis.blocks`) of about
-``min_run_time`` on the clock used, its size set once in the variant's first turn (which warms
-it up too): ``torch.utils.benchmark``'s ``blocked_autorange`` re-estimates it on every call and
-makes a sub-millisecond call's blocks seconds long. Rounds (:class:`Plan`): at least ``rounds``,
-then more until every speed-up has a 95% interval at most ``ci_width`` of its median wide, or
-``budget_s`` is spent (as pyperf calibrates its runs); stopping on the interval's width, never on
-where it lies, does not steer the verdict. The measurements behind the defaults:
-docs/metrics.md#figures-behind-the-timing-defaults.
+Every round runs each variant once, in rotating order (:mod:`hpml.analysis.rounds`), so both
+sides share each stretch of load; a speed-up is the median of the per-round ratios before /
+after, with its order-statistic interval (:func:`hpml.analysis.stats.median_ci`). A turn is one
+block of calls (:mod:`hpml.analysis.blocks`) sized once, in the variant's first turn. Rounds
+(:class:`Plan`): at least ``rounds``, then more until every speed-up's 95% interval is at most
+``ci_width`` of its median wide, or ``budget_s`` is spent; stopping on the width, never on where
+the interval lies, does not steer the verdict.
+Defaults: docs/metrics.md#figures-behind-the-timing-defaults.
 """
 
 from __future__ import annotations
@@ -64,12 +58,9 @@ class Plan:
     """How long to time (module docstring).
 
     Args:
-        rounds: rounds at least.
         min_run_time_s: about how long one block of a variant's calls lasts.
         budget_s: seconds after which no further round starts (0: exactly ``rounds``).
-        ci_width: stop once every speed-up's interval is at most this share of its median wide.
-        clock: ``auto`` (thread CPU time where exact), ``wall`` or ``thread_cpu``
-            (:mod:`hpml.analysis.blocks`).
+        clock: ``auto``, ``wall`` or ``thread_cpu`` (:mod:`hpml.analysis.blocks`).
     """
 
     rounds: int = ROUNDS
@@ -192,12 +183,9 @@ def time_side_by_side(
     plan: Plan = PLAN,
     devices: Collection[str] = ("cpu",),
 ) -> dict[str, Timing]:
-    """Time each of ``calls`` once per round, in rotating order, for the rounds ``plan`` asks.
-
-    Each turn is one block of about ``plan.min_run_time_s`` seconds on the clock used (the block
-    size is set in the variant's first turn); the value kept per round is the block's mean per
-    call, in ms. ``devices``: where the calls run (the clock, and what a block waits for).
-    """
+    """Time each of ``calls`` once per round, in rotating order, for the rounds ``plan`` asks:
+    per round, the block's mean ms per call. ``devices``: where the calls run (the clock, and
+    what a block waits for)."""
     if not calls:
         raise ValueError("time_side_by_side needs at least one variant")
     clock = clock_for(plan.clock, devices)
@@ -268,9 +256,8 @@ def _device(example: Any) -> str:
 def compare_forward(
     variants: Mapping[str, tuple[nn.Module, Any]], plan: Plan = PLAN
 ) -> dict[str, Timing]:
-    """Forward latency of each ``name: (model, example)``, side by side as ``plan`` asks: eval
-    mode, under ``torch.inference_mode``, each on its example's device; ``example`` is a tensor
-    or a tuple of inputs. Train/eval modes are restored after."""
+    """Forward latency of each ``name: (model, example)`` (a tensor or a tuple of inputs), side
+    by side as ``plan`` asks, in eval mode under ``torch.inference_mode``."""
     calls = {name: _forward(model, x) for name, (model, x) in variants.items()}
     devices = {name: _device(x) for name, (_, x) in variants.items()}
     with evaluating([model for model, _ in variants.values()]), torch.inference_mode():

@@ -110,6 +110,18 @@ def _peak(
 
 _SPARSE_HALVED = "; tensor figures are the datasheet's 'with sparsity' values halved (dense)"
 
+
+def _datasheet(product: str) -> str:
+    """The source of an Ampere-or-later entry: its datasheet page, sparse figures halved."""
+    page = f"https://www.nvidia.com/en-us/data-center/{product.lower()}/"
+    return f"NVIDIA {product} datasheet, {page}{_SPARSE_HALVED}"
+
+
+_A100 = {"tf32": 156, "fp16": 312, "bf16": 312}
+_HOPPER_SXM = {"tf32": 494.5, "fp16": 989.5, "bf16": 989.5}
+_P100 = "NVIDIA Tesla P100 datasheet (fp16: native half2 rate)"
+_V100 = "NVIDIA Tesla V100 datasheet, https://www.nvidia.com/en-us/data-center/v100/"
+
 KNOWN_DEVICES: dict[str, DevicePeak] = {
     "k80": _peak(
         "Tesla K80 (one GK210)",
@@ -126,34 +138,10 @@ KNOWN_DEVICES: dict[str, DevicePeak] = {
         "NVIDIA Tesla P100 datasheet (fp16: native half2 rate, no tensor cores)",
         fp16=21.2,
     ),
-    "p100-pcie-16gb": _peak(
-        "Tesla P100 PCIe 16GB",
-        9.3,
-        732,
-        "NVIDIA Tesla P100 datasheet (fp16: native half2 rate)",
-        fp16=18.7,
-    ),
-    "p100-pcie-12gb": _peak(
-        "Tesla P100 PCIe 12GB",
-        9.3,
-        549,
-        "NVIDIA Tesla P100 datasheet (fp16: native half2 rate)",
-        fp16=18.7,
-    ),
-    "v100": _peak(
-        "Tesla V100 SXM2",
-        15.7,
-        900,
-        "NVIDIA Tesla V100 datasheet, https://www.nvidia.com/en-us/data-center/v100/",
-        fp16=125,
-    ),
-    "v100-pcie": _peak(
-        "Tesla V100 PCIe",
-        14.0,
-        900,
-        "NVIDIA Tesla V100 datasheet, https://www.nvidia.com/en-us/data-center/v100/",
-        fp16=112,
-    ),
+    "p100-pcie-16gb": _peak("Tesla P100 PCIe 16GB", 9.3, 732, _P100, fp16=18.7),
+    "p100-pcie-12gb": _peak("Tesla P100 PCIe 12GB", 9.3, 549, _P100, fp16=18.7),
+    "v100": _peak("Tesla V100 SXM2", 15.7, 900, _V100, fp16=125),
+    "v100-pcie": _peak("Tesla V100 PCIe", 14.0, 900, _V100, fp16=112),
     "v100s-pcie": _peak("Tesla V100S PCIe", 16.4, 1134, "NVIDIA Tesla V100S datasheet", fp16=130),
     "t4": _peak(
         "Tesla T4",
@@ -172,69 +160,15 @@ KNOWN_DEVICES: dict[str, DevicePeak] = {
         "(NVIDIA Turing architecture whitepaper)",
         fp16=28.7,
     ),
-    "a100-40gb": _peak(
-        "A100 40GB",
-        19.5,
-        1555,
-        "NVIDIA A100 datasheet, https://www.nvidia.com/en-us/data-center/a100/" + _SPARSE_HALVED,
-        tf32=156,
-        fp16=312,
-        bf16=312,
-    ),
-    "a100-80gb": _peak(
-        "A100 80GB SXM",
-        19.5,
-        2039,
-        "NVIDIA A100 datasheet, https://www.nvidia.com/en-us/data-center/a100/" + _SPARSE_HALVED,
-        tf32=156,
-        fp16=312,
-        bf16=312,
-    ),
-    "a100-80gb-pcie": _peak(
-        "A100 80GB PCIe",
-        19.5,
-        1935,
-        "NVIDIA A100 datasheet, https://www.nvidia.com/en-us/data-center/a100/" + _SPARSE_HALVED,
-        tf32=156,
-        fp16=312,
-        bf16=312,
-    ),
-    "l4": _peak(
-        "L4",
-        30.3,
-        300,
-        "NVIDIA L4 datasheet, https://www.nvidia.com/en-us/data-center/l4/" + _SPARSE_HALVED,
-        tf32=60,
-        fp16=121,
-        bf16=121,
-    ),
-    "h100-sxm": _peak(
-        "H100 SXM",
-        67.0,
-        3350,
-        "NVIDIA H100 datasheet, https://www.nvidia.com/en-us/data-center/h100/" + _SPARSE_HALVED,
-        tf32=494.5,
-        fp16=989.5,
-        bf16=989.5,
-    ),
+    "a100-40gb": _peak("A100 40GB", 19.5, 1555, _datasheet("A100"), **_A100),
+    "a100-80gb": _peak("A100 80GB SXM", 19.5, 2039, _datasheet("A100"), **_A100),
+    "a100-80gb-pcie": _peak("A100 80GB PCIe", 19.5, 1935, _datasheet("A100"), **_A100),
+    "l4": _peak("L4", 30.3, 300, _datasheet("L4"), tf32=60, fp16=121, bf16=121),
+    "h100-sxm": _peak("H100 SXM", 67.0, 3350, _datasheet("H100"), **_HOPPER_SXM),
     "h100-pcie": _peak(
-        "H100 PCIe",
-        51.0,
-        2000,
-        "NVIDIA H100 datasheet, https://www.nvidia.com/en-us/data-center/h100/" + _SPARSE_HALVED,
-        tf32=378,
-        fp16=756.5,
-        bf16=756.5,
+        "H100 PCIe", 51.0, 2000, _datasheet("H100"), tf32=378, fp16=756.5, bf16=756.5
     ),
-    "h200": _peak(
-        "H200 SXM",
-        67.0,
-        4800,
-        "NVIDIA H200 datasheet, https://www.nvidia.com/en-us/data-center/h200/" + _SPARSE_HALVED,
-        tf32=494.5,
-        fp16=989.5,
-        bf16=989.5,
-    ),
+    "h200": _peak("H200 SXM", 67.0, 4800, _datasheet("H200"), **_HOPPER_SXM),
 }
 
 # What torch.cuda.get_device_name() reports for each entry, after _normalise (full match).

@@ -1,10 +1,8 @@
 """Energy of a CUDA device from NVML's counter: joules over windows, read at their edges.
 
 ``nvmlDeviceGetTotalEnergyConsumption`` is the whole board's energy since the driver loaded
-(Volta and later), the counter Zeus reads; it moves in steps, so a window of at least
-:data:`MIN_WINDOW_S` is what it measures well. ``pynvml`` (package ``nvidia-ml-py``) is optional
-and imported only for a CUDA device: without it, or on a device NVML cannot read,
-:func:`open_meter` gives None and the run measures no energy.
+(Volta and later); it moves in steps, so it measures windows of :data:`MIN_WINDOW_S` or more.
+``pynvml`` (package ``nvidia-ml-py``) is optional: without it no energy is measured.
 """
 
 from __future__ import annotations
@@ -77,9 +75,8 @@ class Energy:
 
 
 def open_meter(device: torch.device, nvml: ModuleType | Any = None) -> EnergyMeter | None:
-    """A meter of ``device``'s board, or None where its energy cannot be read: not a CUDA
-    device, no ``pynvml``, no NVML driver, or a counter NVML does not support. Says why in one
-    DEBUG line. ``nvml`` stands in for the ``pynvml`` module (default: imported here)."""
+    """A meter of ``device``'s board, or None (why in one DEBUG line) where its energy cannot be
+    read. ``nvml`` stands in for the ``pynvml`` module (default: imported here)."""
     if device.type != "cuda":
         return None
     if nvml is None:
@@ -103,9 +100,8 @@ def open_meter(device: torch.device, nvml: ModuleType | Any = None) -> EnergyMet
 
 
 def _handle(nvml: ModuleType | Any, device: torch.device) -> Any:
-    """NVML's handle of the board behind torch's ``device``. torch numbers only the devices
-    ``CUDA_VISIBLE_DEVICES`` shows, in its own order, NVML every board in PCI order: the board
-    is found by its UUID, else its PCI bus id, else by index only when NVML sees one board."""
+    """NVML's handle of the board behind torch's ``device``, by UUID, else PCI bus id, else index
+    where NVML sees one board (torch and NVML number boards differently)."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     props = torch.cuda.get_device_properties(index)
     uuid = getattr(props, "uuid", None)

@@ -26,11 +26,8 @@ Shape = Sequence[int]
 
 
 def _rnn_flops(input_shape: Shape, weights: Sequence[Shape]) -> int:
-    """2 x (time steps x batch) x (elements of the input-to-hidden and hidden-to-hidden matrices).
-
-    ``input_shape`` ends in the feature size, whatever its layout (``T x B x I``, ``B x T x I``
-    or packed ``sum(T) x I``), so the other dimensions multiply to the number of cell steps.
-    """
+    """2 x cell steps x elements of the 2-D weights; ``input_shape`` ends in the feature size
+    whatever its layout, so its other dimensions multiply to the cell steps."""
     steps = prod(input_shape[:-1])
     return 2 * steps * sum(prod(w) for w in weights if len(w) == 2)
 
@@ -83,11 +80,8 @@ MISSING_RULES = {
 
 @dataclass(frozen=True)
 class FlopCount:
-    """FLOPs (2 x MAC) of one pass over a batch, in total and by module and by operator.
-
-    ``by_module`` maps module paths (``features.0``; ``""`` is the whole model) to the FLOPs of
-    everything run inside that module, so a parent includes its children. A count with the
-    backward pass carries its ``forward`` half, read off the same pass before backward ran.
+    """FLOPs (2 x MAC) of one pass over a batch, in total, by module path (``""``: the whole
+    model; a parent includes its children) and by operator; with backward, its ``forward`` half.
     """
 
     total: int
@@ -131,10 +125,8 @@ def _changed_buffers_restored(saved: list[tuple[torch.Tensor, torch.Tensor]]) ->
 def count_flops(model: nn.Module, example: Any, with_backward: bool = False) -> FlopCount:
     """FLOPs of ``model(example)`` (and of its backward with ``with_backward``), batch included.
 
-    Runs in eval mode, restores any buffer the pass wrote (QAT observers), and the backward pass
-    uses ``torch.autograd.grad``, so no ``.grad`` is touched and no gradient hook (DDP's
-    all-reduce) fires: the model is left as it was. With ``with_backward`` the result's
-    ``forward`` is the forward pass's count, taken before backward: one pass gives both.
+    The model is left as it was: eval mode, buffers restored, and ``torch.autograd.grad`` touches
+    no ``.grad`` and fires no gradient hook (DDP's all-reduce).
     """
     args = example if isinstance(example, tuple) else (example,)
     batch = tensors_in(args)[0].shape[0]

@@ -27,12 +27,8 @@ class LatencyStats:
 def measure_latency(
     model: nn.Module, example: Any, rounds: int = 20, warmup: int = 3
 ) -> LatencyStats:
-    """Time ``model(example)`` in eval mode under ``torch.inference_mode``.
-
-    Each call is a measurement point, so CUDA is synchronised after every call; the median is
-    the figure to quote on a shared machine. ``example`` may be a tensor or a tuple of inputs.
-    The model's train/eval mode is restored afterwards.
-    """
+    """Time ``model(example)`` (a tensor or a tuple of inputs) call by call, in eval mode under
+    ``torch.inference_mode``."""
     if rounds < 1:
         raise ValueError(f"rounds={rounds} must be at least 1")
     args = example if isinstance(example, tuple) else (example,)

@@ -69,8 +69,7 @@ def _sized_flops_per_s(
     budget_s: float,
 ) -> tuple[float, int]:
     """FLOP/s of the work ``make(size)`` returns (with its FLOPs), and the size used: the
-    first of ``sizes`` whose call takes an eighth of the budget, to run at full rate and still
-    fit the repeats in the budget."""
+    first of ``sizes`` whose call takes an eighth of the budget."""
     for size in sizes:
         work, flops = make(size)
         if _best_seconds(work, device, 0.0, min_repeats=1) >= budget_s / 8:
@@ -93,9 +92,8 @@ def _gemm_flops_per_s(device: torch.device, budget_s: float) -> tuple[float, int
 def _conv_flops_per_s(
     device: torch.device, channels: int, size: int, budget_s: float
 ) -> tuple[float, int]:
-    """fp32 3x3 convolution FLOP/s (2 x MAC) and the batch used, in inference mode through
-    ``F.conv2d``: the kernels (mkldnn, cuDNN) a model's conv layers run, as the roofline times
-    them."""
+    """fp32 3x3 convolution FLOP/s (2 x MAC) and the batch used, through ``F.conv2d`` in
+    inference mode: the kernels a model's conv layers run."""
     import torch
     import torch.nn.functional as F
 
@@ -130,17 +128,12 @@ def measure_peak(
 ) -> DevicePeak:
     """Measured fp32 compute peak and copy bandwidth of ``device``, cached across runs.
 
-    The compute peak is the best of an fp32 GEMM and 3x3 convolutions (``CONV_SHAPES``): a roof
-    must bound every layer, and mkldnn's convolutions can beat its GEMM on a CPU. A third of
-    ``seconds`` each for GEMM, convolutions and copy, at torch's current thread count and matmul
-    precision. The record (``cache_dir/<host>__<device>__<threads>threads__<MEASURED>.json``)
-    keeps the load average it was taken under; a later call reads it unless the 1-minute load is
-    now lower by more than ``RELOAD_LOAD_DROP``: other work only lowers a measured peak.
+    The compute peak is the best of an fp32 GEMM and 3x3 convolutions: a roof must bound every
+    layer, and mkldnn's convolutions can beat its GEMM on a CPU. A record is read back unless the
+    1-minute load is now lower by more than ``RELOAD_LOAD_DROP`` (load only lowers a peak).
 
     Args:
-        device: the device to measure.
-        cache_dir: where records are kept.
-        seconds: the benchmarks' budget.
+        seconds: the benchmarks' budget, a third each for GEMM, convolutions and copy.
         refresh: measure even if a record exists.
     """
     import torch
@@ -231,9 +224,7 @@ def raise_roof(
     peak: DevicePeak, points: Sequence[RooflinePoint], precision: str = "32-true"
 ) -> DevicePeak:
     """``peak`` lifted so that no timed point lies above it, each lift named in ``name`` and
-    ``source``: the last resort for a measured roof a point still beats after measuring again.
-    The compute roof rises to the fastest point, the bandwidth to the highest bytes/s a point
-    under the slope implies (its data stayed in cache); a roof below a point tells nothing."""
+    ``source``: the last resort for a measured roof a point still beats after measuring again."""
     compute, bandwidth = peak.peak_for_precision(precision), peak.memory_bytes_per_s
     timed = [p for p in points if p.flops_per_s and p.intensity > 0]
     fastest = max(timed, key=lambda p: p.flops_per_s or 0.0, default=None)

@@ -51,11 +51,8 @@ def optimizer_state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tens
 
 
 class SavedActivations:
-    """Context manager recording what autograd saves for backward during a forward pass.
-
-    Activations are the saved tensors that are not parameters, each storage counted once: the
-    feature maps study 4 says dominate training memory. ``bytes`` is valid after the block.
-    """
+    """Context manager recording what autograd saves for backward during a forward pass: the
+    saved tensors that are not parameters, each storage once, in ``bytes`` after the block."""
 
     def __init__(self, model: nn.Module) -> None:
         self.exclude = {p.untyped_storage().data_ptr() for p in model.parameters()}

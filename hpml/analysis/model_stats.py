@@ -22,11 +22,8 @@ def nonzero_param_count(model: nn.Module) -> int:
 def state_dict_bytes(model: nn.Module) -> int:
     """Bytes of ``torch.save(model.state_dict(), "model.pt")``: the file a user would ship.
 
-    Saved for real, so buffers, masks left by pruning, packed quantised weights and the zip
-    container's own overhead are all counted; but first under ``torch.serialization.skip_data``,
-    where torch lays the file out as ever and seeks over each storage's bytes instead of writing
-    them: the same size to the byte (the tests check it), in milliseconds for a large model.
-    torch refuses quantised tensors there; those (small, int8) models are saved in full.
+    Saved under ``torch.serialization.skip_data`` (the same size, without writing the storages);
+    quantised models, which it refuses, are saved in full.
     """
     state = model.state_dict()
     with tempfile.TemporaryDirectory() as tmp:

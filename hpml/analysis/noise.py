@@ -1,10 +1,9 @@
 """Noise on the machine while a run is timed: who else used the CPU, and whether to trust it.
 
-A :class:`NoiseProbe` spans each timed window and sums the CPU time other processes took
-(system-wide busy time less this run's own process trees) and CPU steal, as shares of wall time
-x logical CPUs, and keeps the largest 1-minute load average (recorded, never judged: it counts
-this run's own threads). :func:`judge` applies :class:`NoiseRule`, whose defaults rest on the
-measurements in docs/metrics.md#noise.
+A :class:`NoiseProbe` sums, over timed windows, the CPU time other processes took and CPU steal,
+as shares of wall time x logical CPUs, and keeps the largest 1-minute load average (recorded,
+never judged: it counts this run's own threads). :func:`judge` applies :class:`NoiseRule`
+(defaults: docs/metrics.md#noise).
 """
 
 from __future__ import annotations
@@ -61,14 +60,14 @@ class NoiseShares:
 
 def busy_seconds(times: object) -> float:
     """Busy CPU seconds of a ``psutil.cpu_times()`` result: all but idle, iowait, steal and guest
-    (guest time is counted inside user on Linux, steal is not this machine's work)."""
+    (counted inside user on Linux)."""
     idle = ("idle", "iowait", "steal", "guest", "guest_nice")
     return sum(getattr(times, f) for f in times._fields if f not in idle)  # type: ignore[attr-defined]
 
 
 def tree_cpu_seconds(pids: Iterable[int]) -> float:
-    """CPU seconds of the processes ``pids`` and all their descendants, each counted once: user
-    and system time, with the times of their children already reaped (``children_*``)."""
+    """User and system CPU seconds of the processes ``pids`` and all their descendants (reaped
+    children included), each counted once."""
     seen: set[int] = set()
     total = 0.0
     for pid in pids:
@@ -97,10 +96,7 @@ def read_cpu(pids: Iterable[int]) -> CpuReading:
 
 class NoiseProbe:
     """Sums other processes' CPU time, steal and the load average over the windows it is open.
-
-    ``pids``: the run's own processes (default this one); under DDP on one node every rank's, so
-    the other ranks do not count as noise.
-    """
+    ``pids``: the run's own processes (default this one; under DDP every rank's on the node)."""
 
     def __init__(self, pids: Iterable[int] | None = None) -> None:
         self.pids = tuple(pids) if pids is not None else (os.getpid(),)
@@ -154,10 +150,8 @@ def judge(
     steps: int,
     rule: NoiseRule,
 ) -> str | None:
-    """Why the run's timings are unreliable by ``rule``, or None when nothing exceeded a limit.
-
-    Every limit exceeded is named, ``; ``-joined, each as figure and limit.
-    """
+    """Why the run's timings are unreliable by ``rule`` (every limit exceeded, ``; ``-joined), or
+    None."""
     reasons = []
     if shares is not None and shares.other_cpu_pct > rule.max_other_cpu_pct:
         reasons.append(

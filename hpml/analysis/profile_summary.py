@@ -1,10 +1,8 @@
 """Execution summary of a profiled window: where the step time went, in shares that sum to 100%.
 
-Every instant of the profiled steps is given to the highest-priority activity running then, the
-rule of the PyTorch profiler's TensorBoard plugin ("step time breakdown"), so the categories
-never double count. On CUDA: kernel > memcpy > memset > runtime (CUDA API calls) > data loading >
-CPU execution (operators) > other. On CPU: data loading > operator compute > framework overhead
-(inside hpml's step regions but in no operator: Python, Lightning) > other.
+Every instant of the profiled steps goes to the highest-priority activity running then (the
+PyTorch profiler TensorBoard plugin's rule), in the order of ``CUDA_CATEGORIES`` or
+``CPU_CATEGORIES``; framework overhead is time in hpml's step regions but in no operator.
 """
 
 from __future__ import annotations
@@ -29,11 +27,8 @@ def _clip(intervals: Iterable[Interval], window: Interval) -> list[Interval]:
 def breakdown(
     window: Interval, categories: Sequence[tuple[str, Iterable[Interval]]]
 ) -> dict[str, float]:
-    """Seconds of ``window`` owned by each category (highest priority first) and ``other``.
-
-    A sweep over the sorted span edges, keeping how many spans of each category are open:
-    O(n log n) in the number of spans, so a GPU window's tens of thousands of events are quick.
-    """
+    """Seconds of ``window`` owned by each category (highest priority first) and ``other``:
+    a sweep over the sorted span edges."""
     names = [name for name, _ in categories]
     edges: list[tuple[float, int, int]] = []  # (time, +1 opens / -1 closes, category)
     for index, (_, spans) in enumerate(categories):
@@ -78,11 +73,8 @@ def _is_device_range(event) -> bool:
 
 
 def summarise_events(events: Iterable, cuda: bool) -> dict[str, float]:
-    """Shares (percent) of the profiled steps' time per category, from ``profiler.events()``.
-
-    The window is the span of the ``ProfilerStep*`` regions that ``profiler.step()`` records;
-    on CUDA with their device copies, so it ends when the device finishes the last step's work.
-    """
+    """Shares (percent) of the profiled steps' time per category, from ``profiler.events()``,
+    over the span of the ``ProfilerStep*`` regions (on CUDA with their device copies)."""
     events = list(events)
     steps = [_span(e) for e in events if e.name.startswith("ProfilerStep")]
     if not steps:

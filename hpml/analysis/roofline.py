@@ -1,18 +1,11 @@
 """Roofline analysis: arithmetic intensity and achieved FLOP/s of each layer and of the model.
 
-Conventions (every number below follows them):
-
-- FLOPs: ``hpml.analysis.flops.count_flops``, 2 x multiply-accumulate, conv and matmul only
-  (element-wise layers count 0 and so sit at intensity 0: pure data movement).
-- Bytes: the *minimum* a layer must move if nothing stays in cache between layers: the tensors it
-  is given and returns, its parameters and buffers, summed over calls, measured with forward
-  hooks on leaf modules over one batch. The model's bytes are the sum over its leaf layers (large
-  activations round-trip DRAM, so this is what profilers' DRAM bytes come close to); functional
-  ops outside leaf modules (a residual add) are not hooked and left out.
-- Intensity = FLOPs / bytes (FLOP/byte); performance = FLOPs / seconds (FLOP/s).
-- Times: best of a few inference passes after one warm-up. Per-layer times come from forward
-  hooks, which on CUDA synchronise the device and make small layers look slower than they are;
-  the model's time is a whole forward pass without hooks.
+- FLOPs: :func:`hpml.analysis.flops.count_flops` (element-wise layers sit at intensity 0).
+- Bytes: the *minimum* a layer moves if nothing stays in cache between layers: its inputs,
+  outputs, parameters and buffers, summed over calls (forward hooks on leaf modules); the model's
+  are the sum over its leaves (functional ops outside leaf modules are left out).
+- Times: best of a few inference passes after one warm-up. Per-layer hooks synchronise CUDA,
+  making small layers look slower; the model's time is a whole forward pass without hooks.
 """
 
 from __future__ import annotations
@@ -143,11 +136,8 @@ def _device_of(model: nn.Module, example: Any) -> torch.device:
 
 
 def layer_seconds(model: nn.Module, example: Any, passes: int = 3) -> dict[str, float]:
-    """Seconds each leaf module takes per forward pass, best of ``passes`` (after a warm-up).
-
-    Times run from a forward pre-hook to the forward hook (``perf_counter``; the device is
-    synchronised in both on CUDA, which perturbs what it measures: see the module docstring).
-    """
+    """Seconds each leaf module takes per forward pass, best of ``passes`` (after a warm-up),
+    from its forward pre-hook to its forward hook (module docstring)."""
     device = _device_of(model, example)
     starts: dict[str, float] = {}
     current: dict[str, float] = {}
@@ -205,10 +195,7 @@ def analyse(
     model: nn.Module, example: Any, timing_passes: int = 3, flops: FlopCount | None = None
 ) -> RooflineAnalysis:
     """Roofline points of ``model(example)``: one per leaf layer that ran, and the model's.
-
-    ``flops`` (from ``count_flops(model, example)``) is counted here if not given. With
-    ``timing_passes=0`` nothing is timed (and a model on the meta device can be analysed).
-    """
+    ``flops`` is counted here if not given; ``timing_passes=0`` times nothing (meta models)."""
     if flops is None:
         flops = count_flops(model, example)
     moved = layer_bytes(model, example)

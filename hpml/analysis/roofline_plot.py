@@ -1,8 +1,7 @@
 """How roofline points are shown: a CSV with units in its header, a one-line roof, the plot.
 
-The roofline callback (one run's layers) and ``python -m hpml.report.roofline`` (many runs on one
-plot) share these; the points themselves, and the conventions behind their numbers, come from
-``hpml.analysis.roofline``. matplotlib is imported only when a plot is drawn.
+Shared by the roofline callback and ``python -m hpml.report.roofline``; matplotlib is imported
+only when a plot is drawn.
 """
 
 from __future__ import annotations
@@ -61,9 +60,7 @@ ON_ROOF = 1 + 1e-9
 def above_roof(
     points: list[RooflinePoint], peak: DevicePeak, precision: str = "32-true"
 ) -> list[tuple[RooflinePoint, str]]:
-    """Timed points above the roof at their intensity, each with why it can be: under a
-    measured flat roof, faster than the micro-benchmarks; under the slope, data that stayed in
-    cache; above a datasheet roof, a timing error (per-layer hooks, a clock's resolution)."""
+    """Timed points above the roof at their intensity, each with why it can be."""
     measured = is_measured(peak)
     above = []
     for p in points:
@@ -123,10 +120,8 @@ def roofline_figure(
 ) -> tuple[Figure, dict[int, Artist]]:
     """Log-log roofline with ``points`` on it, and the artist drawn for each point, by index.
 
-    Timed points sit at their achieved FLOP/s (filled), untimed ones hollow on the roof; colour
-    says memory- or compute-bound; points of intensity 0 are left out (log axes). Points above
-    the roof (:func:`above_roof`) are named in a note. matplotlib's ``Figure`` directly, never
-    pyplot: no display, no global state, safe in callbacks and threads.
+    Timed points are filled at their FLOP/s, untimed ones hollow on the roof; points above the
+    roof are named in a note. A bare ``Figure``, never pyplot: safe in callbacks and threads.
     """
     import numpy as np
     from matplotlib.figure import Figure

@@ -11,10 +11,7 @@ from collections.abc import Sequence
 
 def round_order(names: Sequence[str], index: int, group: int = 1) -> list[str]:
     """Variants in round ``index``: each round starts one variant later (A B, B A, A B, ...).
-
-    With ``group`` > 1, each run of ``group`` consecutive names (the two sides of one ratio)
-    stays together: the groups rotate, and so does the order within each, so a ratio's sides
-    run back to back in every round, each going first in turn.
+    With ``group`` > 1, runs of ``group`` names (a ratio's sides) rotate together, and within.
     """
     sets = [list(names[start : start + group]) for start in range(0, len(names), group)]
     shift = index % len(sets)

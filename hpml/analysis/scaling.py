@@ -1,9 +1,7 @@
 """Batch-size scaling (Skyline-style): fit step time and memory against batch size, predict others.
 
-Both are modelled as straight lines in the batch size ``B``: step time ``a + b B`` (``a``: fixed
-per-step cost, launches and framework; ``b``: per-sample compute) and memory ``c + d B`` (``c``:
-weights, gradients, optimiser state; ``d``: activations per sample). Throughput then follows as
-``B / (a + b B)`` and the largest batch that fits a memory capacity as ``floor((M - c) / d)``.
+Both are straight lines in the batch size ``B``: step time ``a + b B`` (a fixed cost per step,
+compute per sample) and memory ``c + d B`` (weights, gradients and optimiser state; activations).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Spread, confidence intervals and verdicts: what turns timings into a finding.
 
 Non-parametric throughout (Hoefler & Belli, SC'15): timings on a shared machine are skewed and
-heavy-tailed, so a finding is a median with a distribution-free interval. :func:`median_ci` is
-the order-statistic interval of a median; :func:`ratio_ci` the ratio of two groups' medians by a
-seeded bootstrap resampling both together; :func:`verdict` reads a speed-up's interval.
+heavy-tailed, so a finding is a median with a distribution-free interval.
 """
 
 from __future__ import annotations
@@ -54,11 +52,8 @@ def cv_pct(values: Sequence[float]) -> float:
 
 
 def median_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
-    """The median of ``values`` and its order-statistic interval [x_(k), x_(n-k+1)].
-
-    ``k`` is the largest rank whose interval still covers the median with probability
-    ``confidence``: P(k <= B <= n-k) for B ~ Binomial(n, 1/2). Where even [min, max] covers less
-    (n < 6 at 95%), the interval is [min, max] and ``coverage`` says how much it covers.
+    """The median of ``values`` and its order-statistic interval [x_(k), x_(n-k+1)], ``k`` the
+    largest rank still covering ``confidence``; where even [min, max] covers less, [min, max].
     """
     if not values:
         raise ValueError("median_ci needs at least one value")
@@ -76,8 +71,7 @@ def median_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> Interv
 
 @functools.cache
 def _rank(n: int, confidence: float) -> int:
-    """The ``k`` of :func:`median_ci` for ``n`` values (1 where none reaches ``confidence``):
-    cached, as side-by-side timing asks it after every round."""
+    """The ``k`` of :func:`median_ci` for ``n`` values (1 where none reaches ``confidence``)."""
     best = 1
     for k in range(1, n // 2 + 1):
         if _coverage(n, k) < confidence:
@@ -99,9 +93,8 @@ def ratio_ci(
     resamples: int = 2000,
     seed: int = 0,
 ) -> Interval:
-    """median(numerator) / median(denominator) with a percentile-bootstrap interval, for two
-    independent groups (one config's replicates against another's), both resampled. With one
-    value on either side the interval is the point, ``coverage`` 0: within noise."""
+    """median(numerator) / median(denominator) with a seeded percentile-bootstrap interval, for
+    two independent groups; with one value on either side the point, ``coverage`` 0."""
     if not numerator or not denominator:
         raise ValueError("ratio_ci needs values on both sides")
     point = statistics.median(numerator) / statistics.median(denominator)
@@ -119,14 +112,13 @@ def ratio_ci(
 
 
 def verdict(interval: Interval, noisy: bool = False, margin: float = 0.0) -> str:
-    """``faster`` when the whole interval of a speed-up (before / after, higher is faster) lies
-    above ``1 + margin``, ``slower`` when below ``1 - margin``, ``within noise`` otherwise, or
-    when it rests on fewer than two values, or a side was measured under noise (``noisy``).
+    """``faster`` when the whole interval of a speed-up (before / after) lies above
+    ``1 + margin``, ``slower`` when below ``1 - margin``, else (or on fewer than two values, or
+    ``noisy``) ``within noise``.
 
     Args:
         margin: the smallest difference called one: 0 inside a run, where both sides share every
-            round; between groups run at different times, repeats share their own time's state
-            and the interval misses that spread (asv's ``factor`` does the same).
+            round; above 0 between groups run at different times (as asv's ``factor``).
     """
     if noisy or interval.n < 2:
         return WITHIN_NOISE

@@ -22,10 +22,9 @@ def synchronized_now(device: torch.device) -> float:
 class StepStats:
     """Steady-state statistics of a run of steps (warm-up steps excluded).
 
-    Throughput is per step: a step's samples over its *cycle*, the time from the previous
-    step's end to its own end (the wait for its batch plus the step), so data loading stays
-    counted; the median and IQR of those are the figures, robust to the odd stalled step that
-    moves a window's samples-over-seconds. Step times are the steps alone, waits excluded.
+    Throughput is the median over steps of samples over *cycle* (previous step's end to its own:
+    the wait for its batch plus the step), robust to the odd stalled step. Step times exclude
+    the waits.
     """
 
     steps: int
@@ -64,9 +63,8 @@ class _Mark:
 class StepTimer:
     """Times steps and the gaps between them, where the loop waits for the next batch.
 
-    The measured window runs from the end of the last warm-up step (or the start of the first
-    step, without warm-up) to the end of the last step. On CUDA its edges and each step are
-    CUDA events, read only in ``stats()``, so the GPU is never synchronised while it trains.
+    The window runs from the end of the last warm-up step (or the first step's start) to the end
+    of the last step. On CUDA the marks are events read only in ``stats()``.
     """
 
     def __init__(self, device: torch.device, warmup_steps: int) -> None:
@@ -136,9 +134,8 @@ class StepTimer:
         return [start.seconds_until(stop) for start, stop in self.steps[self.warmup :]]
 
     def cycle_seconds(self) -> list[float]:
-        """Each step after warm-up from the previous step's end to its own: its wait for data
-        and the step. Without warm-up the first has no previous end: its step alone, as the
-        window starts there. The cycles add up to the window."""
+        """Each step after warm-up from the previous step's end (the first without warm-up: its
+        start) to its own: the cycles add up to the window."""
         marks = self.steps
         return [
             (marks[i - 1][1] if i else marks[i][0]).seconds_until(marks[i][1])
@@ -146,10 +143,9 @@ class StepTimer:
         ]
 
     def utilisation_pct(self, steady: list[float], seconds: float) -> float:
-        """Busy time over the window's wall time, percent, capped at 100 (threads beyond
-        torch's pool can push it past). CPU: this process's CPU time over wall time x torch's
-        intra-op threads. CUDA: the steps' spans on the GPU timeline over the window, idle
-        bubbles inside a step included (``profile/kernel_pct`` is the kernel-only share)."""
+        """Busy time over the window's wall time, percent, at most 100. CPU: process CPU time over
+        wall time x torch's threads. CUDA: the steps' spans on the GPU timeline, bubbles included.
+        """
         if self.device.type == "cuda":
             busy = sum(steady) / seconds
         else:

@@ -1,7 +1,3 @@
-"""hpml's benchmark suite (``python -m hpml.bench``, ``make bench``).
-
-Each case measures its variants side by side in one process and reports ratios, because on a
-shared machine absolute times from separate runs are not comparable. ``harness`` holds the
-generic rounds and statistics; one module per case (``overhead``); the registry and CLI live in
-``__main__``.
-"""
+"""hpml's benchmark suite (``python -m hpml.bench``, ``make bench``): each case measures its
+variants side by side in one process and reports ratios (:mod:`hpml.bench.harness`); one module
+per case, the registry and CLI in ``__main__``."""

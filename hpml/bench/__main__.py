@@ -88,11 +88,11 @@ def parse_args(argv: Sequence[str], cases: Mapping[str, Case] = CASES) -> argpar
 
 
 class UnknownCase(ValueError):
-    """A ``--case`` that is not in the registry; the message names the valid ones."""
+    """A ``--case`` that is not in the registry."""
 
 
 def select_cases(names: Sequence[str] | None, cases: Mapping[str, Case]) -> list[str]:
-    """The cases asked for, in the order asked and once each; all when none was asked for."""
+    """The cases asked for, in order and once each; all when none was."""
     if not names:
         return list(cases)
     for name in names:
@@ -124,9 +124,7 @@ COLUMNS: tuple[tuple[str, Callable[[CaseResult, RatioSummary], str]], ...] = (
 
 
 def table(results: Sequence[CaseResult]) -> str:
-    """One row per ratio: its spread over rounds, the median's interval and verdict, the goal,
-    and what each side measured; a case's closing line says when its rounds were too few for
-    95% intervals."""
+    """One row per ratio (:data:`COLUMNS`), then a line per case: how it ran, under what load."""
     rows = [[heading for heading, _ in COLUMNS]]
     rows += [
         [cell(result, s) for _, cell in COLUMNS] for result in results for s in result.summaries
@@ -179,7 +177,7 @@ def main(
     cases: Mapping[str, Case] = CASES,
     bench_dir: Path = BENCH_DIR,
 ) -> list[CaseResult]:
-    """Run the selected cases in turn; print the table and where the JSON went."""
+    """Run the selected cases in turn; print where the JSON went, and the table."""
     args = parse_args(sys.argv[1:] if argv is None else argv, cases)
     try:
         names = select_cases(args.case, cases)

@@ -1,13 +1,9 @@
 """Case ``activations``: what keeping fewer activation bytes costs a training step (study 4).
 
-Variants, each a copy of one VGG11-CIFAR trained at batch ``BATCH``: ``keep`` (autograd keeps
-what it saves, float32), ``checkpoint`` (every stage recomputed in backward:
-:func:`hpml.optimize.activations.checkpointed`) and ``bf16`` (saved float32 tensors stored as
-bfloat16: ``Bf16SavedTensors``). Each round: the median milliseconds of ``steps`` training
-steps after ``warmup`` untimed ones, and the bytes autograd saved in one step
-(:class:`hpml.analysis.memory.SavedActivations`, a run's ``memory/activations_bytes``).
-Ratios: step time variant / keep (the cost) and saved bytes keep / variant (the reduction). No
-goals: the trade is the result.
+Copies of one VGG11-CIFAR train with autograd keeping what it saves (``keep``), every stage
+recomputed in backward (``checkpoint``), or saved tensors stored as bfloat16 (``bf16``).
+Ratios: step time variant / keep (the cost) and saved bytes keep / variant (the reduction);
+no goals: the trade is the result.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""The device a bench case measures on: the GPU where torch sees one, else the CPU.
-
-Not a setting of the bench (``Settings`` is how much to run, the same for every case): most
-cases measure hpml's CPU-side cost and ignore the GPU. The cases that time a model on a device
-(``train_speed``, ``prune``) take this one; ``CUDA_VISIBLE_DEVICES=`` gives their CPU figures on
-a GPU host.
-"""
+"""The device a bench case times a model on (``train_speed``, ``prune``): the GPU where torch
+sees one, else the CPU; ``CUDA_VISIBLE_DEVICES=`` gives their CPU figures on a GPU host."""
 
 from __future__ import annotations
 

@@ -1,17 +1,11 @@
 """Case ``fuse``: what a fused training array (``fuse=array``, HFTA) buys over serial training.
 
-For N = 2, 4, 8, 16 members of one model (member i built after seeding ``SEED + i``, as its job
-would be), two variants train fresh copies on one shared batch, as an lr sweep's members read
-the same data: ``fused``, :class:`hpml.fused.array.FusedArray`'s own ``training_step`` under a
-barebones ``Trainer`` (so ``manual_backward`` and ``optimizers()`` work as under ``fit``), and
-``serial``, each member's ``training_step``, backward and optimiser step, one after another.
-Models: the study-3 VAE and VGG11-CIFAR with batch norm (:func:`vae_member`, :func:`vgg_member`).
-
-A step time is the median timed step (serially, the sum of the members' medians); both
-variants seed every member's first step alike, so its summed loss (``first_step_loss``) agrees.
-On CPU the VGG warms up one step and times ``max(1, steps // N)``: full steps at every size
-would take minutes a round. The ratio is fused / serial samples/s per (model, N); goal: the VAE
-at N = 8 reaches HFTA's lower bound on a GPU. CPU figures are in docs/fused-arrays.md.
+For N = 2, 4, 8, 16 members of one model (the study-3 VAE and VGG11-CIFAR with batch norm), two
+variants train fresh copies on one shared batch, as an lr sweep's members read the same data:
+``fused``, :class:`hpml.fused.array.FusedArray`'s ``training_step`` under a barebones
+``Trainer``, and ``serial``, each member's ``training_step``, backward and optimiser step in
+turn. The ratio is fused / serial samples/s per (model, N); goal: the VAE at N = 8 reaches
+HFTA's lower bound on a GPU. CPU figures are in docs/fused-arrays.md.
 """
 
 from __future__ import annotations
@@ -32,6 +26,7 @@ import torch
 from torch import Tensor
 
 from hpml.analysis.timing import synchronized_now
+from hpml.bench.device import bench_device, device_name
 from hpml.bench.harness import CaseResult, Measurement, Ratio, Report, Settings, run_case
 from hpml.data.spec import DataSpec
 from hpml.fused.array import FusedArray
@@ -64,13 +59,13 @@ CIFAR = DataSpec("image", (3, 32, 32), 10)
 
 
 def vae_member(index: int) -> HpmlModule:
-    """Member ``index`` of an Adam lr sweep: 1e-4 x 1.25^index (2.8e-3 for the 16th)."""
+    """Member ``index`` of an Adam lr sweep: 1e-4 x 1.25^index."""
     optimizer = partial(torch.optim.Adam, lr=1e-4 * 1.25**index)
     return VAEModule(partial(VAE, hidden=400, latent=20), MNIST, optimizer)
 
 
 def vgg_member(index: int) -> HpmlModule:
-    """Member ``index`` of an SGD lr sweep: 0.01 x 1.15^index (0.081 for the 16th)."""
+    """Member ``index`` of an SGD lr sweep: 0.01 x 1.15^index."""
     lr = 0.01 * 1.15**index
     optimizer = partial(torch.optim.SGD, lr=lr, momentum=0.9, weight_decay=5e-4)
     net = partial(vgg, depth=11, layout="cifar", batch_norm=True)
@@ -92,8 +87,8 @@ def vgg11(batch_size: int) -> Family:
 
 
 def pristine(family: Family, count: int) -> list[HpmlModule]:
-    """Members 0 to ``count - 1``, member i built after seeding ``SEED + i``, as its job would
-    be; variants train copies, so every round and variant starts from the same weights."""
+    """Members 0 to ``count - 1``, member i built after seeding ``SEED + i`` as its job would
+    be; variants train copies, so every round starts from the same weights."""
     built = []
     for index in range(count):
         torch.manual_seed(SEED + index)
@@ -117,8 +112,8 @@ def quiet_barebones() -> Iterator[None]:
 
 
 def attached(module: L.LightningModule, device: torch.device) -> L.LightningModule:
-    """``module`` on ``device`` with its optimisers, driven by a barebones ``Trainer`` as under
-    ``fit``: ``manual_backward``, ``optimizers()`` and the precision plugin's hooks work."""
+    """``module`` on ``device`` with its optimisers under a barebones ``Trainer``, so that
+    ``manual_backward`` and ``optimizers()`` work as under ``fit``."""
     accelerator = "cuda" if device.type == "cuda" else "cpu"
     trainer = L.Trainer(barebones=True, accelerator=accelerator, devices=1, logger=False)
     module.to(device)
@@ -161,16 +156,12 @@ def measure(
     threads: int | None = None,
 ) -> Measurement:
     """One variant (``fused`` or ``serial``) training copies of ``members``: its throughput, its
-    median step and the summed loss of the first step, which counts as the first warm-up step
-    and draws its noise (the VAE's sampling) from the same seed in both variants.
+    median step (serially, the sum of the members' medians) and the summed loss of the first
+    step, a warm-up step whose noise (the VAE's sampling) both variants draw from one seed.
 
     Args:
-        family: the model and its batch.
         members: the pristine members, copied before training.
-        mode: :data:`FUSED` or :data:`SERIAL`.
-        steps: timed steps.
-        warmup: untimed steps before them, the first step among them.
-        device: where the members train.
+        warmup: untimed steps before the timed ones, the first step among them.
         threads: torch's intra-op threads where given (another case may have changed them).
     """
     if threads is not None:
@@ -214,16 +205,15 @@ def variant_name(family: Family, size: int, mode: str) -> str:
 def schedule(
     family: Family, size: int, settings: Settings, device: torch.device
 ) -> tuple[int, int]:
-    """Timed and warm-up steps (the first step is always a warm-up step): the settings', but on
-    CPU the VGG takes only its first step as warm-up and ``steps // size`` timed steps."""
+    """Timed and warm-up steps: the settings', but on CPU the VGG (full steps at every size
+    would take minutes a round) warms up one step and times ``steps // size``."""
     if device.type == "cuda" or family.name == "VAE":
         return settings.steps, max(settings.warmup, 1)
     return max(1, settings.steps // size), 1
 
 
 def ratio(family: Family, size: int, steps: int, on_gpu: bool) -> Ratio:
-    """Fused / serial samples/s of ``size`` members; the goal only for the VAE at N = 8 on a
-    GPU (on CPU its row says the goal is the GPU's, and judges nothing)."""
+    """Fused / serial samples/s of ``size`` members; a goal for the VAE at N = 8 on a GPU only."""
     timed = f"{steps} timed step{'' if steps == 1 else 's'}"
     label = f"{family.name} N={size} samples/s (batch {family.batch_size}, {timed})"
     goal = GOAL_VAE_N8 if family.name == "VAE" and size == 8 else None
@@ -235,7 +225,7 @@ def ratio(family: Family, size: int, steps: int, on_gpu: bool) -> Ratio:
 
 def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> CaseResult:
     torch.set_num_threads(settings.threads)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = bench_device()
     on_gpu = device.type == "cuda"
     families = (vae(), vgg11(32 if on_gpu else CPU_CNN_BATCH))
     variants: dict[str, Callable[[], Measurement]] = {}
@@ -251,7 +241,7 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
                 )
             ratios.append(ratio(family, size, steps, on_gpu))
     notes = {
-        "device": torch.cuda.get_device_name(device) if on_gpu else "cpu",
+        "device": device_name(device),
         "torch": torch.__version__,
         "batch_size": {family.name: family.batch_size for family in families},
         "steps_per_variant_and_round": timed,

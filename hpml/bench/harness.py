@@ -1,12 +1,9 @@
 """Side-by-side rounds: the variants of a case interleaved in one process, ratios paired per round.
 
-On a shared machine the load swings wall-clock within minutes, so numbers taken in separate runs
-cannot be compared. Here every round runs each variant once, the order rotates each round
-(A B, B A, ...: :func:`hpml.analysis.rounds.round_order`, shared with the in-run comparisons) so
-neither always meets the cache and load the other left, and a ratio is taken within a round
-before the rounds are summarised (min / median / max, and the median's 95% order-statistic
-interval with its verdict, as hpml's in-run comparisons give theirs: :mod:`hpml.analysis.stats`).
-Pure Python: no torch, Lightning or Hydra, so the arithmetic is tested without measuring anything.
+Load on a shared machine swings wall-clock within minutes, so each round runs every variant
+once in rotating order (:func:`hpml.analysis.rounds.round_order`) and a ratio is taken within a
+round, then summarised as hpml's in-run comparisons are (:mod:`hpml.analysis.stats`). Pure
+Python: the arithmetic is tested without measuring anything.
 """
 
 from __future__ import annotations
@@ -53,8 +50,7 @@ class Round:
 def interleave(
     variants: Mapping[str, Variant], rounds: int, report: Report | None = None, group: int = 1
 ) -> list[Round]:
-    """Run every variant once per round in rotating order (:func:`round_order`, ``group``);
-    ``report(round, name, m)`` after each."""
+    """Run every variant once per round in rotating order (:func:`round_order`, ``group``)."""
     if not variants:
         raise ValueError("interleave needs at least one variant")
     names = list(variants)
@@ -72,12 +68,9 @@ def interleave(
 
 @dataclass(frozen=True)
 class Ratio:
-    """``numerator / denominator`` of measurement ``key``, with the median's goal if it has one:
-    at least ``goal``, or at most where ``at_most`` (a cost: wall time against a baseline's).
-
-    ``speedup``: the ratio is before / after of a time (``key`` a duration, ``numerator`` the
-    baseline), so its verdict reads ``faster`` or ``slower`` as an in-run comparison's does;
-    any other ratio reads ``above 1`` or ``below 1`` (which side that favours is its own)."""
+    """``numerator / denominator`` of measurement ``key``; the median's goal is at least
+    ``goal``, or at most where ``at_most``. ``speedup``: before / after of a time, whose verdict
+    reads ``faster`` or ``slower``; any other ratio reads ``above 1`` or ``below 1``."""
 
     metric: str
     key: str
@@ -91,7 +84,7 @@ class Ratio:
 
 @dataclass(frozen=True)
 class RatioSummary:
-    """One ratio per round (paired: both sides saw the same stretch of load) and their spread."""
+    """One ratio per round (both sides saw the same stretch of load) and their spread."""
 
     ratio: Ratio
     values: tuple[float, ...]
@@ -112,7 +105,6 @@ class RatioSummary:
 
     @property
     def meets_goal(self) -> bool | None:
-        """Whether the median reaches the goal; None when the ratio has no goal."""
         if self.ratio.goal is None:
             return None
         if self.ratio.at_most:
@@ -121,16 +113,14 @@ class RatioSummary:
 
     @property
     def interval(self) -> Interval:
-        """The median of the per-round ratios and its order-statistic interval (95%; with fewer
-        than :func:`rounds_for_95` rounds [min, max], its ``coverage`` saying how much less)."""
+        """The median of the per-round ratios and its order-statistic interval (95%, or
+        [min, max] with fewer than :func:`rounds_for_95` rounds)."""
         from hpml.analysis.stats import median_ci
 
         return median_ci(self.values)
 
     @property
     def verdict(self) -> str:
-        """``within noise`` when the interval contains 1 or rests on one round; otherwise
-        ``faster``/``slower`` for a speed-up, ``above 1``/``below 1`` for any other ratio."""
         from hpml.analysis.stats import FASTER, WITHIN_NOISE, verdict
 
         said = verdict(self.interval)
@@ -181,7 +171,6 @@ def fmt(value: float) -> str:
 
 
 def summarize(ratio: Ratio, rounds: Sequence[Round]) -> RatioSummary:
-    """Per-round ``numerator / denominator`` of ``ratio.key`` over ``rounds``."""
     if not rounds:
         raise ValueError("summarize needs at least one round")
     tops = [r.measurements[ratio.numerator][ratio.key] for r in rounds]
@@ -192,12 +181,6 @@ def summarize(ratio: Ratio, rounds: Sequence[Round]) -> RatioSummary:
         statistics.median(tops),
         statistics.median(bottoms),
     )
-
-
-def load_average() -> tuple[float, float, float]:
-    """1, 5 and 15 minute load averages: how busy the shared machine was around a case."""
-    one, five, fifteen = os.getloadavg()
-    return one, five, fifteen
 
 
 @dataclass(frozen=True)
@@ -237,20 +220,18 @@ def run_case(
     notes: Mapping[str, Any] | None = None,
     group: int = 1,
 ) -> CaseResult:
-    """Interleave ``variants`` for ``settings.rounds`` rounds and summarise ``ratios``.
+    """Interleave ``variants`` for ``settings.rounds`` rounds and summarise ``ratios``, with
+    the machine's load averages before and after.
 
     Args:
-        case: the case's name.
         variants: name -> a call that measures the variant once.
-        ratios: the ratios of the variants' measurements to summarise.
-        settings: rounds, steps and threads.
         report: told each measurement as it is taken (progress), if given.
         notes: what else the JSON records (device, versions, sizes).
         group: variants run back to back as a group (:func:`round_order`).
     """
-    load_before, start = load_average(), time.perf_counter()
+    load_before, start = os.getloadavg(), time.perf_counter()
     rounds = interleave(variants, settings.rounds, report, group)
-    seconds, load_after = time.perf_counter() - start, load_average()
+    seconds, load_after = time.perf_counter() - start, os.getloadavg()
     return CaseResult(
         case,
         settings,

@@ -1,10 +1,9 @@
 """Case ``overhead``: what ``hpml.train`` costs over a hand-written PyTorch loop.
 
-A is ``hpml.train.train`` as a user runs it: Lightning, the default callbacks (the performance
-monitor included) and an MLflow run with system metrics. B is the plain loop on the same net,
-data, batch, seed and optimiser. Both time their steps with the same ``StepTimer`` and warm-up, so
-the throughput ratio A / B is like for like; the goal is at least 0.98. Process CPU time over the
-same window gives a second ratio that time-slicing on a busy machine disturbs less.
+A is ``hpml.train.train`` as a user runs it (default callbacks, an MLflow run with system
+metrics); B the plain loop on the same net, data, batch, seed and optimiser. Both time their
+steps with the same ``StepTimer`` and warm-up; goal: throughput A / B at least 0.98, on the
+wall clock and in process CPU time (which time-slicing on a busy machine disturbs less).
 """
 
 from __future__ import annotations
@@ -39,8 +38,7 @@ CPU_METRIC = metric("bench", "cpu_time", S)
 
 
 def ratios(numerator: str, denominator: str) -> tuple[Ratio, ...]:
-    """Throughput ``numerator`` / ``denominator`` on the wall clock and in process CPU time;
-    goal: at least 0.98."""
+    """Throughput ``numerator`` / ``denominator`` on the wall clock and in CPU time; goal 0.98."""
     return (
         Ratio("throughput (wall)", THROUGHPUT, "samples/s", numerator, denominator, goal=0.98),
         Ratio(
@@ -50,38 +48,25 @@ def ratios(numerator: str, denominator: str) -> tuple[Ratio, ...]:
 
 
 class CpuWindow(L.Callback):
-    """Process CPU seconds over the performance monitor's window, logged as ``bench/cpu_time_s``.
-
-    The window runs from the end of the last warm-up step to the end of the last step, as the
-    ``StepTimer``'s does; listed after ``callbacks.perf``, this callback's edges follow the
-    monitor's by microseconds. Process CPU time counts every thread, MLflow's system-metrics
-    sampler included: a cost users pay.
-    """
+    """Process CPU seconds over the performance monitor's window (end of the last warm-up step
+    to end of the last step), logged as ``bench/cpu_time_s``; every thread counts, MLflow's
+    system-metrics sampler included: a cost users pay."""
 
     def __init__(self, warmup_steps: int) -> None:
         self.warmup_steps = warmup_steps
         self.start: float | None = None
         self.stop = 0.0
 
-    def on_train_batch_start(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
-        if batch_idx == 0 and self.warmup_steps == 0:
+    def on_train_batch_start(self, *args: Any) -> None:
+        if args[-1] == 0 and self.warmup_steps == 0:  # batch_idx
             self.start = time.process_time()
 
-    def on_train_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-    ) -> None:
+    def on_train_batch_end(self, *args: Any) -> None:
         self.stop = time.process_time()
-        if batch_idx + 1 == self.warmup_steps:
+        if args[-1] + 1 == self.warmup_steps:  # batch_idx
             self.start = self.stop
 
-    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_train_epoch_end(self, _: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.start is not None:
             pl_module.log(CPU_METRIC, self.stop - self.start, on_epoch=True)
 
@@ -116,19 +101,18 @@ def compose_in(root: Path, job: Sequence[str]) -> DictConfig:
 
 
 def compose_config(settings: Settings, root: Path, extra: Sequence[str] = ()) -> DictConfig:
-    """The bench job's config, outputs and store under ``root``; ``extra`` overrides come last."""
+    """The bench job's config under ``root``; ``extra`` overrides come last."""
     return compose_in(root, [*overrides(settings, root), *extra])
 
 
 def quiet_lightning() -> None:
-    """Without Lightning's "GPU available: ..." lines on every job."""
+    """Without Lightning's "GPU available: ..." lines."""
     for name in ("lightning.pytorch", "lightning.fabric"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def train_quietly(cfg: DictConfig, settings: Settings) -> dict[str, float]:
-    """``hpml.train.train(cfg)`` at the bench's threads, its prints and warnings (advice,
-    deprecations) kept out of the table; what it returns."""
+    """``hpml.train.train(cfg)`` at the bench's threads, its prints and warnings kept out."""
     from hpml.train import train
 
     torch.set_num_threads(settings.threads)
@@ -199,7 +183,6 @@ def run_hand_loop(cfg: DictConfig, settings: Settings) -> Measurement:
 
 
 def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> CaseResult:
-    """Interleave A and B for ``settings.rounds`` rounds in this process."""
     root = (bench_dir / "hpml").resolve()
     cfg = compose_config(settings, root)
     quiet_lightning()

@@ -1,11 +1,8 @@
 """Case ``parallel_sweep``: the same 4-job sweep on Hydra's basic launcher and on joblib.
 
-Each variant is a whole ``python -m hpml.train -m ...`` command as a user types it, timed from
-start to exit: the basic launcher runs the jobs one after another in one process; joblib runs
-``n_jobs=2`` at once in reused worker processes (torch threads per job sized to cores / 2). The
-sweep ratio basic / joblib on wall time is the speed-up a user sees (goal 1.6). The
-start-up variants run the same 4 jobs with nothing to fit or test, so their time per job is what
-a launcher and a job's start (imports, store, run, config) cost before any training.
+Each variant is a whole ``python -m hpml.train -m ...`` command, timed from start to exit:
+the basic launcher runs the jobs in turn, joblib two at once in reused workers. The start-up
+variants fit and test nothing: their time per job is what a launch costs before training.
 """
 
 from __future__ import annotations
@@ -78,7 +75,6 @@ def run_sweep(settings: Settings, root: Path, name: str) -> Measurement:
 
 
 def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> CaseResult:
-    """Interleave the four sweeps for ``settings.rounds`` rounds."""
     root = (bench_dir / "parallel_sweep").resolve()
     root.mkdir(parents=True, exist_ok=True)
     variants = {name: (lambda n=name: run_sweep(settings, root, n)) for name in LAUNCHERS}

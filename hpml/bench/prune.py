@@ -1,15 +1,9 @@
 """Case ``prune``: inference latency of pruned models against the unpruned ones, side by side.
 
-Variants, timed in eval mode under ``torch.inference_mode`` (:func:`measure_latency`), on the
-GPU where torch sees one (:mod:`hpml.bench.device`, batch ``CUDA_BATCH_SIZE``), else the CPU;
-the nets are pruned on the CPU, then moved:
-
-- VGG11-CIFAR unpruned, 50% of every conv's filters removed physically (L1 filter norms; the
-  classifier keeps its 10 outputs), and 50% L1 masks folded into the weights (what a user would
-  ship: no shape changes, so dense kernels do the same work and no goal);
-- study 1's LSTM unpruned, and half its hidden units removed by hpml's LSTM pruner.
-
-Ratios are unpruned / pruned latency, paired within each round (:mod:`hpml.bench.harness`).
+On :func:`hpml.bench.device.bench_device` (nets pruned on the CPU, then moved): VGG11-CIFAR
+unpruned, with half of every conv's filters removed (L1 norms), and with 50% L1 masks folded
+into the weights (same shapes, so no goal); study 1's LSTM unpruned and with half its hidden
+units removed. Ratios are unpruned / pruned latency.
 """
 
 from __future__ import annotations

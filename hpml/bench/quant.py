@@ -1,22 +1,11 @@
 """Case ``quant``: what int8 and compilation buy at inference on CPU, side by side.
 
-Variants, each built (and quantised or compiled) once before the rounds, so no round pays for it:
-
-- VGG11-CIFAR fp32, static int8 (``hpml.optimize.quant``, per-channel, calibrated on 8 batches
-  of random images), ``torch.compile`` as ``compile=torch_compile`` runs it on CPU (freezing,
-  ``channels_last``; compile time in the notes, never in a ratio) and TorchScript trace +
-  freeze, the baseline study 1 measured; the convolution operators each compiled variant calls
-  are printed (``conv kernels:``) beside both models' profiler tables (:func:`profile_tables`),
-  why docs/quantisation-compilation.md;
-- VGG11-CIFAR physically pruned to 50% of each conv's output channels, then static int8;
-- torchvision's ResNet18 fp32 and static int8 through PT2E (its residual add has no eager int8
-  kernel); its size is the converted graph's state dict;
-- the LSTM classifier at study 1's scale fp32 and dynamic int8 (LSTM, Linear, embedding).
-
-Each variant, each round: median milliseconds of ``steps`` forward calls at batch ``BATCH``
-(``hpml.analysis.latency``) and the bytes of its saved state dict; with one thread also the
-calling thread's median CPU milliseconds per call (:func:`cpu_ms`). Ratios are fp32 / variant,
-larger is better: the speed-up, and the size reduction (the inverse of a size goal).
+Variants, each built (quantised, compiled) once before the rounds: VGG11-CIFAR fp32, static
+int8, ``torch.compile`` as ``compile=torch_compile`` runs it on CPU and TorchScript trace +
+freeze (their conv operators and profiler tables printed: docs/quantisation-compilation.md);
+VGG11 pruned to half its channels, then static int8; ResNet18 fp32 and static int8 through PT2E;
+study 1's LSTM fp32 and dynamic int8. Each round times ``steps`` forward calls at batch
+``BATCH`` and weighs the state dict; ratios are fp32 / variant (speed-up, size reduction).
 """
 
 from __future__ import annotations
@@ -77,9 +66,8 @@ RATIOS = (
 
 
 def cpu_ms(model: nn.Module, example: Any, steps: int) -> float:
-    """Median CPU milliseconds of this thread per ``model(example)`` call (inference mode): with
-    one torch thread every kernel runs on it, so this is the model's cost without the time a
-    neighbour's load kept it waiting for a core."""
+    """Median CPU milliseconds of this thread per ``model(example)`` call: with one torch thread
+    the model's cost without the time a neighbour's load kept it waiting for a core."""
     times = []
     with torch.inference_mode():
         for _ in range(steps):
@@ -114,8 +102,7 @@ def pruned_int8(vgg: nn.Module, calibration: list[torch.Tensor]) -> nn.Module:
 
 def profile_tables(models: dict[str, nn.Module], images: torch.Tensor, calls: int = 3) -> str:
     """torch.profiler's operator table (self CPU time, top rows) of each model over ``calls``
-    forward passes after one untimed: where eager and compiled inference spend their time, the
-    evidence behind the torch.compile speed-up whatever this machine's rounds measure."""
+    forward passes after an untimed one: where eager and compiled inference spend their time."""
     from torch.profiler import ProfilerActivity, profile
 
     parts = []

@@ -1,14 +1,9 @@
 """Case ``side_by_side``: what timing before and after side by side costs a study's job.
 
-Both variants run one job of study 3 (``experiment=vae_pruning``: physical L1 pruning to 0.5)
-in this process through ``hpml.train.train``, as a sweep's job runs: ``side by side`` at the
-measurement defaults (``conf/base/measure.yaml``: rounds of the unpruned and pruned nets
-alternating, more while the speed-up's interval is wide and the budget lasts), and ``one
-round``, the least a before/after can time (``prune.latency_rounds=1``, no budget).
-
-The ratio is the job's wall time, side by side / one round, after one untimed job (the first in
-a process pays for imports); goal: at most 1.15. Each job's own speed-up at batch 1 is noted, to
-show both measured something.
+Both variants run one job of study 3 (``experiment=vae_pruning``) through ``hpml.train.train``:
+``side by side`` at the measurement defaults (``conf/base/measure.yaml``), and ``one round``,
+the least a before/after can time. The ratio is their wall time, after one untimed job that
+pays for the imports; each job's own speed-up is noted, to show both measured something.
 """
 
 from __future__ import annotations
@@ -62,8 +57,7 @@ def compose(root: Path, extra: Sequence[str]) -> DictConfig:
 
 
 def run_job(root: Path, extra: Sequence[str], settings: Settings) -> Measurement:
-    """Wall seconds of one ``train`` call (its MLflow run included), and its own speed-up as
-    its run logged it."""
+    """Wall seconds of one ``train`` call, and the speed-up its run logged."""
     import mlflow
 
     cfg = compose(root, extra)
@@ -76,7 +70,6 @@ def run_job(root: Path, extra: Sequence[str], settings: Settings) -> Measurement
 
 
 def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> CaseResult:
-    """Interleave the two variants for ``settings.rounds`` rounds in this process."""
     root = (bench_dir / "hpml").resolve()
     quiet_lightning()
     variants = {

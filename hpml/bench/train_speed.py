@@ -1,31 +1,11 @@
 """Case ``train_speed``: what compiled training, channels_last and mixed precision buy per step.
 
-Variants, each its own copy of one VGG11-CIFAR (same initial weights) with its own SGD optimiser,
-trained on the same random batch, on the GPU where torch sees one (:mod:`hpml.bench.device`),
-else the CPU; ``BATCH`` images on the CPU, ``CUDA_BATCH`` on a GPU (enough work per step to time):
-
-- ``eager``: fp32, contiguous (NCHW) tensors, as ``python -m hpml.train`` runs by default;
-- ``compiled``: the training step's net through ``hpml.optimize.compile.training`` (what
-  ``compile.train=true`` runs), compiled and warmed up before the rounds (inductor cache under
-  ``.bench/inductor_train``; seconds in the notes, never in a ratio);
-- ``channels_last``: net and batch in NHWC, what ``model.channels_last=true`` does;
-- ``bf16 autocast``: forward and loss under Lightning's ``bf16-mixed`` precision plugin
-  (``torch.autocast(device, torch.bfloat16)``, weights and optimiser in fp32), what
-  ``trainer=bf16`` runs;
-- ``fp16 autocast`` (CUDA only): Lightning's ``16-mixed`` plugin, what ``trainer=fp16`` runs:
-  fp16 autocast and its ``torch.amp.GradScaler`` (loss scaled before backward, gradients
-  unscaled, the step skipped on overflow, the scale updated).
-
-Each variant, each round: ``warmup`` untimed steps, then the median time of ``steps`` steps
-(forward, cross-entropy, backward, SGD update), and the samples per second it gives. On the CPU
-each step is timed by the host clock; on a GPU by CUDA events recorded between steps, the device
-synchronised only before and after the block, so the host queues step after step as in training.
-Ratios are eager / variant step time, so larger is better (CPU figures: docs/metrics.md).
-
-A CPU without bf16 instructions (no AVX512-BF16 or AMX: the ``cpu_bf16_native`` note) runs bf16
-convolutions through oneDNN's reference paths, many times slower than fp32, so there the bf16
-variant is not in the rounds: one step of it is timed once, after a warm-up step, and reported
-in the notes beside an eager step timed alike. On a GPU bf16 is always in the rounds.
+Each variant trains its own copy of one VGG11-CIFAR on the same random batch, on
+:func:`hpml.bench.device.bench_device`, as hpml runs it: ``eager``; ``compiled``
+(``compile.train=true``); ``channels_last``; ``bf16 autocast`` (``trainer=bf16``); on a GPU
+``fp16 autocast`` with its ``GradScaler``. Ratios are eager / variant step time (CPU figures:
+docs/metrics.md). A CPU without bf16 instructions runs bf16 convolutions through slow
+reference paths, so there one bf16 step is timed once, beside an eager step, in the notes.
 """
 
 from __future__ import annotations
@@ -86,9 +66,6 @@ def trainer_step(
     """One optimiser step of ``net`` on the batch (SGD with momentum, cross-entropy).
 
     Args:
-        net: the network trained.
-        images: the batch's inputs.
-        labels: the batch's classes.
         context: made afresh around forward and loss each step (autocast).
         scaler: where given, the gradient scaling Lightning's ``16-mixed`` plugin does.
     """
@@ -113,8 +90,8 @@ def trainer_step(
 
 def step_seconds(step: Callable[[], None], steps: int, device: torch.device) -> list[float]:
     """Seconds of each of ``steps`` calls of ``step``: host clock on the CPU; on a GPU, CUDA
-    events between steps (each the span from the previous step's end to its own on the device),
-    synchronised before and after the block only."""
+    events between steps, synchronised before and after the block only, so the host queues
+    step after step as in training."""
     if device.type != "cuda":
         times = []
         for _ in range(steps):
@@ -146,7 +123,7 @@ def variant(
 
 
 def once_ms(step: Callable[[], None]) -> float:
-    """Milliseconds of one step after one untimed step."""
+    """Milliseconds of one step after an untimed one."""
     step()
     start = time.perf_counter()
     step()
@@ -154,8 +131,7 @@ def once_ms(step: Callable[[], None]) -> float:
 
 
 def step_kernels(step: Callable[[], None]) -> tuple[str, ...]:
-    """The convolution operators (forward and backward) one training step calls, as
-    ``torch.profiler`` names them, after one untimed step."""
+    """The convolution operators one training step calls, after an untimed one."""
     from torch.profiler import ProfilerActivity, profile
 
     step()
@@ -166,7 +142,6 @@ def step_kernels(step: Callable[[], None]) -> tuple[str, ...]:
 
 
 def copy_of(net: nn.Module) -> nn.Module:
-    """A fresh VGG11-CIFAR with ``net``'s weights, on ``net``'s device."""
     other = CifarVGG(11).to(next(net.parameters()).device).train()
     other.load_state_dict(net.state_dict())
     return other
@@ -182,8 +157,7 @@ def bf16_native() -> bool:
 
 
 def device_notes(device: torch.device) -> dict[str, object]:
-    """What the figures depend on besides the variants: the CPU's bf16 instructions, or the
-    GPU's CUDA and fp32 settings (cuDNN convolutions may run in TF32)."""
+    """The CPU's bf16 instructions, or the GPU's CUDA and fp32 (TF32) settings."""
     if device.type != "cuda":
         return {"cpu_bf16_native": bf16_native()}
     return {

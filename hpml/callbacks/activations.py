@@ -1,9 +1,9 @@
 """When to trade activation memory for time: around every training step, from the first one on.
 
 How is up to :mod:`hpml.optimize.activations`. It applies inside the module's ``training_step``
-(wrapped for the fit, then put back), so ``memory/activations_bytes`` measures it and validation,
-test and the after-fit steps run the model as built. Tags: ``hpml.activations.method`` and
-``hpml.activations.modules``.
+(one of its ``step_contexts`` for the fit, then removed), so ``memory/activations_bytes``
+measures it and validation, test and the after-fit steps run the model as built. Tags:
+``hpml.activations.method`` and ``hpml.activations.modules``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from torch import nn
 from hpml.callbacks.base import HpmlCallback
 from hpml.callbacks.logging import set_tags
 from hpml.errors import ConfigError
+from hpml.models.base import HpmlModule
 from hpml.optimize.activations import Bf16SavedTensors, Stage, checkpointed, resolve
 
 METHODS = ("checkpoint", "bf16")
@@ -33,7 +34,8 @@ class Activations(HpmlCallback):
             raise ConfigError("modules", modules, "null: only method=checkpoint takes modules")
         self.method = method
         self.modules = None if modules is None else [str(m) for m in modules]
-        self._wrapped: L.LightningModule | None = None
+        self._module: HpmlModule | None = None
+        self._entered: Any = None
 
     def stages(self, model: nn.Module) -> list[Stage]:
         """The stages checkpointed in ``model`` (none for bf16); unknown names raise here,
@@ -45,17 +47,11 @@ class Activations(HpmlCallback):
             return checkpointed(model, stages)
         return Bf16SavedTensors(model)
 
-    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_fit_start(self, trainer: L.Trainer, pl_module: HpmlModule) -> None:
         stages = self.stages(pl_module)
-        step = pl_module.training_step
-
-        @functools.wraps(step)
-        def training_step(*args: Any, **kwargs: Any) -> Any:
-            with self.context(pl_module, stages):
-                return step(*args, **kwargs)
-
-        pl_module.training_step = training_step
-        self._wrapped = pl_module
+        self._entered = functools.partial(self.context, pl_module, stages)
+        pl_module.step_contexts.append(self._entered)
+        self._module = pl_module
         set_tags(
             trainer,
             {
@@ -64,13 +60,13 @@ class Activations(HpmlCallback):
             },
         )
 
-    def _unwrap(self) -> None:
-        if self._wrapped is not None:
-            del self._wrapped.training_step
-            self._wrapped = None
+    def _remove(self) -> None:
+        if self._module is not None:
+            self._module.step_contexts.remove(self._entered)
+            self._module = None
 
     def on_fit_end(self, *_: Any) -> None:
-        self._unwrap()
+        self._remove()
 
     def on_exception(self, *_: Any) -> None:
-        self._unwrap()
+        self._remove()

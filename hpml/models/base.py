@@ -1,12 +1,14 @@
 """What every hpml LightningModule shares: a net built from the data, optimiser from config.
 
-Callbacks may use what these classes declare and nothing else: a model's ``net`` and
-``example_input(batch_size)``, a fused array's ``members`` and ``frozen`` (:class:`ArrayModule`).
+Callbacks may use what these classes declare and nothing else: a model's ``net``,
+``example_input(batch_size)`` and ``step_contexts`` (what its training steps run inside), a fused
+array's ``members`` and ``frozen`` (:class:`ArrayModule`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, ExitStack
 from typing import Any, ClassVar
 
 import lightning as L
@@ -33,6 +35,9 @@ class HpmlModule(L.LightningModule):
 
     modality: ClassVar[str]
     net: nn.Module
+    step_contexts: list[Callable[[], AbstractContextManager[Any]]]
+    """Entered around each training step, in order: a callback that changes how the step
+    runs (activation checkpointing, bf16 saved tensors) adds one for the fit and removes it."""
 
     def __init__(
         self,
@@ -54,6 +59,7 @@ class HpmlModule(L.LightningModule):
                 "channels_last", channels_last, f"false for {data.modality} data (images only)"
             )
         self.data_spec = data
+        self.step_contexts = []
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         try:
             self.net = self.build_net(net, data)
@@ -89,7 +95,10 @@ class HpmlModule(L.LightningModule):
         return x.contiguous(memory_format=self.memory_format), y
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
-        return self._step(batch, "train")
+        with ExitStack() as stack:
+            for context in self.step_contexts:
+                stack.enter_context(context())
+            return self._step(batch, "train")
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         return self._step(batch, "val")

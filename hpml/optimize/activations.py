@@ -1,15 +1,9 @@
 """Activation memory (study 4, ECHO/Gist): recompute stages, or store saved activations in bf16.
 
-Plain PyTorch, usable without Lightning or Hydra:
-
-- :func:`checkpointed` recomputes chosen stages in backward (``torch.utils.checkpoint``,
-  ``use_reentrant=False``): autograd keeps only each stage's input, and the stage runs twice.
-- :class:`Bf16SavedTensors` stores every float32 tensor autograd saves for backward as bfloat16
-  (``torch.autograd.graph.saved_tensors_hooks``) and casts it back when backward needs it: a lossy,
-  Gist-like encoding that halves those bytes for one cast each way.
-
-Stages are named relative to the module given (``net.features`` on a LightningModule,
-``features`` on the net); ``name[a:b]`` is children ``a`` to ``b - 1`` of the Sequential ``name``.
+Plain PyTorch: :func:`checkpointed` recomputes chosen stages in backward (autograd keeps only
+each stage's input); :class:`Bf16SavedTensors` stores float32 tensors saved for backward as
+bfloat16 (a lossy, Gist-like encoding). Stages are named relative to the module given;
+``name[a:b]`` is children ``a`` to ``b - 1`` of the Sequential ``name``.
 """
 
 from __future__ import annotations
@@ -73,10 +67,9 @@ def _sequential_stages(name: str, seq: nn.Sequential) -> list[Stage]:
 
 
 def default_stages(model: nn.Module) -> list[Stage]:
-    """Whole stages: each Sequential found below ``model`` (not inside another) cut after its
-    pooling layers (VGG and AlexNet blocks, ResNet's ``layer1``..``layer4``). A net with none
-    (LSTM, VAE) gets its parameterised top-level layers: where a single layer keeps more than its
-    input (an LSTM's gates) that saves memory, elsewhere only time is spent."""
+    """Whole stages: each outermost Sequential below ``model`` cut after its pooling layers (VGG
+    blocks, ResNet's ``layer1``..``layer4``); a net with none (LSTM, VAE) gets its parameterised
+    top-level layers."""
 
     def walk(prefix: str, module: nn.Module) -> list[Stage]:
         found: list[Stage] = []
@@ -185,9 +178,8 @@ def _segmented(seq: nn.Sequential, spans: list[tuple[int, int]]) -> Any:
 
 @contextmanager
 def checkpointed(model: nn.Module, stages: Sequence[Stage]) -> Iterator[None]:
-    """Within the block, every stage's forward runs under ``torch.utils.checkpoint``; modules
-    are patched in place (instance ``forward``), so state-dict keys and hooks stay as they are,
-    and put back on exit. Backward after the block still recomputes: checkpoint kept the code."""
+    """Within the block, every stage's forward runs under ``torch.utils.checkpoint``: instance
+    ``forward`` patched in place (state-dict keys and hooks unchanged), put back on exit."""
     named = dict(model.named_modules())
     spans: dict[str, list[tuple[int, int]]] = {}
     wholes = []
@@ -213,13 +205,11 @@ def checkpointed(model: nn.Module, stages: Sequence[Stage]) -> Iterator[None]:
 
 class Bf16SavedTensors:
     """Context manager: float32 tensors autograd saves for backward are stored as bfloat16 and
-    cast back to float32 when backward unpacks them (Gist's lossy encoding, ECHO's trade).
+    cast back when backward unpacks them.
 
-    Parameters pass untouched (a bf16 copy would add memory, not save it) and so do other
-    dtypes (pooling indices, masks). One tensor saved by several ops is encoded once. Hooks
-    already in force when the block starts (a measurement of saved bytes) see the encoded
-    tensors: torch only runs the innermost pair, so this one calls the enclosing pair itself,
-    read with torch's private ``_top_saved_tensors_default_hooks`` as torch.utils.checkpoint does.
+    Parameters and other dtypes pass untouched; a tensor saved by several ops is encoded once.
+    Hooks already in force (a measurement of saved bytes) see the encoded tensors: torch runs
+    only the innermost pair, so this one calls the enclosing pair itself.
     """
 
     def __init__(self, model: nn.Module | None = None, dtype: torch.dtype = torch.bfloat16) -> None:

@@ -1,11 +1,6 @@
-"""``python -m hpml.report``: a sweep's (or any runs') report, as HTML and Markdown.
-
-It shows the runs side by side (the config keys and environment keys that differ, metrics with
-their units, failed runs marked) and the plots their data allows, writes ``report.html`` (one
-file that opens offline) and ``report.md`` with ``figures/*.svg``, prints their paths, and logs
-them to the sweep's parent run (artifacts ``report/``) so they open from the MLflow UI. Runs may
-come from several stores; ``--by KEY`` compares runs equal but for KEY, ``--baseline`` a sweep
-with an earlier one, and ``--fail-on slower`` exits 1 where a config got slower (CI).
+"""``python -m hpml.report``: a sweep's (or any runs') report, as HTML and Markdown, logged to
+the sweep's parent run (artifacts ``report/``); ``--by``, ``--baseline`` and ``--fail-on`` compare
+runs, for CI too.
 """
 
 from __future__ import annotations
@@ -119,11 +114,8 @@ def chosen(stores: Stores, args: argparse.Namespace) -> tuple[list[Run], Run | N
         if not runs:
             raise HpmlError(f"no run matches --filter {args.filter!r} in {stores.where}")
         return runs, None
-    if args.runs:
-        return [stores.run(run_id) for run_id in args.runs], None
-    parent = stores.sweep(args.sweep or "last", args.experiment)
-    runs = stores.jobs(parent)
-    if args.baseline:
+    runs, parent = stores.select(args.sweep, args.runs, args.experiment)
+    if args.baseline and parent is not None:
         base = stores.sweep(args.baseline)
         if base.info.run_id == parent.info.run_id:
             raise HpmlError(f"--baseline {args.baseline} is the sweep itself")
@@ -151,13 +143,10 @@ def build(
     by_seed: bool = False,
     by: Compared | None = None,
 ) -> Report:
-    """The report of ``runs``: table, plots, learning curves (their histories fetched with a
-    progress bar on a terminal), fused members against their twins, repeats of a config
-    summarised as one, every comparison with its verdict.
+    """The report of ``runs``: table, plots, learning curves, fused members against their
+    twins, repeats of a config summarised as one, every comparison with its verdict.
 
     Args:
-        client: the store the runs are read from, or several.
-        runs: the report's runs.
         parent: their sweep's parent run, None for runs chosen one by one.
         serial: more runs to find the fused members' serial twins among (``--twin``).
         by_seed: keep runs of different seeds apart (default: repeats of one config).
@@ -166,7 +155,7 @@ def build(
     from tqdm import tqdm
 
     from hpml.names import VAL_LOSS
-    from hpml.report import figures, fused, groups, roofline, search, studies, table
+    from hpml.report import figures, fused, groups, pairs, roofline, search, studies, table
     from hpml.report.comparisons import in_run
     from hpml.report.environment import is_env
     from hpml.report.header import header as page_header
@@ -220,7 +209,7 @@ def build(
     summary += f", in {stores.where}; swept: {', '.join(swept) or 'nothing'}."
     if (order := run_order(runs, by_seed)) is not None:
         summary += f" {order}"
-    lead = by.table() if by is not None else None
+    lead = pairs.table(by.pairs, by.key, by.alone, by.title) if by is not None else None
     return Report(
         title,
         summary,
@@ -236,7 +225,6 @@ def build(
 
 
 def _experiment(stores: Stores, runs: list[Run]) -> str:
-    """The MLflow experiment(s) the runs belong to, by name."""
     found = {(stores.of(run), run.info.experiment_id): None for run in runs}
     return ", ".join(dict.fromkeys(client.get_experiment(i).name for client, i in found))
 
@@ -283,8 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def failed(args: argparse.Namespace, by: Compared | None) -> int:
-    """``--fail-on slower``: 1 where a compared config got slower beyond ``--threshold`` over
-    its whole interval, each named on one line (stderr); else 0."""
+    """``--fail-on slower``: 1 where a compared config got slower, each named on stderr."""
     from hpml.report.regression import slower
 
     if args.fail_on != "slower" or by is None:

@@ -1,14 +1,8 @@
-"""How a report draws: matplotlib figures rendered to SVG text whose points carry tooltips.
-
-SVG because it scales, embeds in one HTML file with no script, and is a static image as it
-is. Hovering a point shows its run and config: each point is its own artist with an id, and
-an SVG ``<title>`` (the browser's tooltip) is put inside that element. Figures are built on
-``matplotlib.figure.Figure`` directly, never pyplot: no global state, nothing to close.
-
-What every figure shares is here too: numbers in human units (:func:`scaled`: MB, GFLOP/s),
-a log axis where values span more than 10x (:func:`log_if_wide`), and, when rendered, tick
-labels in plain numbers (no offset or ``1e6`` multiplier) that are turned or thinned where
-they would overlap.
+"""How a report draws: matplotlib figures rendered to SVG whose points carry tooltips (an SVG
+``<title>`` inside each point's element: no script, one HTML file), built on
+``matplotlib.figure.Figure``, never pyplot; and what every figure shares: human units
+(:func:`scaled`), log axes where values span more than 10x (:func:`log_if_wide`), plain tick
+labels that do not overlap (:func:`tidy`).
 """
 
 from __future__ import annotations
@@ -64,9 +58,8 @@ def run_label(run: Run, keys: list[str]) -> str:
 
 def distinct_labels(runs: Sequence[Run], keys: list[str], named: bool = True) -> list[str]:
     """Short names that tell the runs apart on an axis or in a legend: each run's values of
-    the swept keys (``prune=fpgm, amount=0.8``; ``fpgm, 0.8`` unless ``named``), its run name
-    where nothing is swept, and its job (``job 3``) appended where two would read the same
-    (repeats of one config)."""
+    the swept keys (``prune=fpgm, amount=0.8``; ``fpgm, 0.8`` unless ``named``), else its run
+    name, and its job (``job 3``) where two would read the same."""
     from hpml.report.table import short_name, value
 
     found = [
@@ -101,8 +94,7 @@ def human(value: float, counted: str = "B") -> str:
 
 def scaled(name: str, values: Sequence[float]) -> tuple[float, str]:
     """``(divisor, axis label)`` that show metric ``name``'s ``values`` in a human unit:
-    ``prune_after/size_bytes`` at 2e6 gives ``(1e6, "prune_after/size (MB)")``; units without
-    a prefix (ms, samples/s, %) read as :func:`hpml.names.label` names them."""
+    ``prune_after/size_bytes`` at 2e6 gives ``(1e6, "prune_after/size (MB)")``."""
     unit = unit_of(name)
     if unit not in PREFIXED:
         return 1.0, label(name)
@@ -118,8 +110,7 @@ def plain(value: float, _position: object = None) -> str:
 
 def log_if_wide(ax: Axes, which: str, values: Sequence[float]) -> bool:
     """Make axis ``which`` (``"x"`` or ``"y"``) logarithmic when ``values`` are positive and
-    span more than 10x, where a linear axis squashes the small ones flat; ticks at 1, 2 and
-    5 x 10^k (10^k only beyond 3 decades), labelled as plain numbers. Whether it did."""
+    span more than 10x, ticks at 1, 2 and 5 x 10^k (10^k beyond 3 decades). Whether it did."""
     finite = [v for v in values if math.isfinite(v)]
     if not finite or min(finite) <= 0 or max(finite) <= 10 * min(finite):
         return False
@@ -135,8 +126,7 @@ def log_if_wide(ax: Axes, which: str, values: Sequence[float]) -> bool:
 
 
 def ticks_at(ax: Axes, which: str, values: Sequence[float], log2: bool = False) -> None:
-    """Ticks of axis ``which`` exactly at ``values`` (batch sizes, say), plain numbers, on a
-    base-2 log scale if ``log2``."""
+    """Ticks of axis ``which`` exactly at ``values``, on a base-2 log scale if ``log2``."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     axis = ax.xaxis if which == "x" else ax.yaxis
@@ -149,8 +139,7 @@ def ticks_at(ax: Axes, which: str, values: Sequence[float], log2: bool = False) 
 
 def _fits(boxes: list[Any], rotation: float, gap: float = 2.0) -> bool:
     """Whether tick labels whose level boxes are ``boxes`` stay apart turned by ``rotation``
-    degrees: level, neighbours' boxes must not meet; turned, two parallel labels lie
-    ``spacing x sin(rotation)`` apart, which must exceed a line's height."""
+    degrees (turned, two labels lie ``spacing x sin(rotation)`` apart)."""
     boxes = sorted(boxes, key=lambda b: b.x0)
     if rotation == 0:
         return all(a.x1 + gap <= b.x0 for a, b in itertools.pairwise(boxes))
@@ -161,10 +150,8 @@ def _fits(boxes: list[Any], rotation: float, gap: float = 2.0) -> bool:
 
 
 def tidy(fig: MplFigure) -> None:
-    """Plain tick numbers (no offset, no ``1e6`` above the axis: units carry the scale) and
-    x tick labels that do not overlap: level if they fit, else turned 30, 45 or 90 degrees,
-    and where even upright they collide, only every second one shown (numbers: the axis
-    still reads) or, for names, a smaller font."""
+    """Plain tick numbers (units carry the scale) and x tick labels that do not overlap: level
+    if they fit, else turned 30, 45 or 90 degrees, else every second number or smaller names."""
     from matplotlib.ticker import ScalarFormatter
 
     for ax in fig.axes:

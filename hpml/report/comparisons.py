@@ -1,13 +1,10 @@
 """One comparison the report draws, with its verdict (:class:`Comparison`, a row of
 ``tables/comparisons.csv``), and the before/after comparisons a run's callbacks logged.
 
-*In-run*: a run's before/after of a step (prune, quant, compile, any other) at batch N, as its
-callback timed them side by side: ``S/speedup_b<N>_x`` with ``..._ci_low_x``,
-``..._ci_high_x``, ``..._rounds_count`` and the tag ``hpml.verdict.S.speedup_b<N>``. A run that
-logged no interval (older runs: only the speed-up, or only the two latencies) is ``within
-noise`` with n=1: its ratio stands alone, never as a finding. It keeps its interval's verdict on
-a noisy run (tag ``hpml.noisy``): each round timed both sides back to back, so the load hit both
-and widened the interval instead (a cell says "a run noisy").
+*In-run*: a step's before/after at batch N as its callback timed them side by side
+(``S/speedup_b<N>_x``, its interval, rounds and the tag ``hpml.verdict.S.speedup_b<N>``). A run
+that logged no interval is ``within noise`` with n=1. A noisy run keeps its interval's verdict:
+each round timed both sides back to back, so the load widened the interval instead.
 """
 
 from __future__ import annotations
@@ -53,7 +50,6 @@ class Comparison:
 
     @property
     def timed_side_by_side(self) -> bool:
-        """Whether its sides were timed in alternating rounds with an interval (in-run)."""
         return self.ci_low is not None and self.ci_high is not None and self.n >= 2
 
     @property
@@ -65,7 +61,6 @@ class Comparison:
         return int(self.measure.rsplit("_b", 1)[1].split("_", 1)[0])
 
     def row(self) -> list[object]:
-        """Its values in the order of :data:`COLUMNS`."""
         return [getattr(self, column) for column in COLUMNS]
 
     def cell(self) -> str:

@@ -1,7 +1,5 @@
-"""Every table of a report as CSV beside it (``tables/<name>.csv``), for a researcher's own
-analysis: plain numbers at full precision (units in the column names, none in cells), empty
-for what a run did not log. ``tables/comparisons.csv`` holds every comparison the report draws
-(:data:`hpml.report.comparisons.COLUMNS`), one row each."""
+"""Every table of a report as CSV beside it (``tables/<name>.csv``): plain numbers at full
+precision, units in the column names, empty for what a run did not log."""
 
 from __future__ import annotations
 
@@ -23,8 +21,7 @@ _GROUPED = re.compile(r"^-?\d{1,3}(,\d{3})+$")  # a count as table.number groups
 
 
 class Tabled(Protocol):
-    """What the CSV files hold of a report (:class:`hpml.report.page.Report`, which writes them
-    through :func:`write`: named by its parts, so this module does not import the page back)."""
+    """What the CSV files hold of a :class:`hpml.report.page.Report`, which imports this."""
 
     keys: list[str]
     columns: list[str]
@@ -59,8 +56,7 @@ def slug(title: str) -> str:
 
 
 def write(folder: Path, report: Tabled) -> list[Path]:
-    """``runs.csv``, one file per table of ``report`` and ``comparisons.csv`` in
-    ``folder/tables``."""
+    """``runs.csv``, a file per table of ``report`` and ``comparisons.csv`` in ``folder/tables``."""
     out = folder / FOLDER
     out.mkdir(parents=True, exist_ok=True)
     runs = [

@@ -1,10 +1,6 @@
 """Where a run ran, as the report reads it: the environment keys (``env.device``, ...) and the
-store a run was read from.
-
-A run's environment is part of what it is: runs on another device, CPU, thread count, torch or
-CUDA version, or hpml commit are never repeats of one another (:data:`SPLITS`). The host is
-shown but does not split (a SLURM sweep over identical nodes keeps its repeats), nor does the
-MLflow store a run was read from (two files brought from two machines): :data:`SHOWN`.
+store a run was read from. Runs in another environment are never repeats (:data:`SPLITS`); the
+host and the store are shown but split nothing (:data:`SHOWN`).
 """
 
 from __future__ import annotations
@@ -56,9 +52,8 @@ def differing(runs: Sequence[Run]) -> list[str]:
 
 
 def summary(runs: Sequence[Run]) -> str:
-    """``env.cpu_threads = 1, 2; env.commit = <first>, <second>``: each differing
-    environment key with its values (the store left to its own line); empty where the runs
-    share one environment."""
+    """``env.cpu_threads = 1, 2; env.commit = <first>, <second>``: each differing environment
+    key but the store, with its values."""
     parts = []
     for key in [k for k in differing(runs) if k != STORE]:
         values = dict.fromkeys(env_value(run, key) or "(none)" for run in runs)

@@ -1,11 +1,6 @@
-"""Fused training arrays (HFTA) beside their serial twins: a table of every member's
-quality and samples/s against the run its job would have been alone, and the samples/s of
-arrays against training their jobs one by one.
-
-A member's *serial twin* is a finished run without ``hpml.fused`` whose config equals the
-member's but for how it trained (``fuse.*``) and bookkeeping (the runs table's
-:data:`~hpml.report.table.BOOKKEEPING`: paths, Hydra, logger); values that name the run's own
-job or sweep folder (its trainer root, its checkpoints) are compared with the folder taken out.
+"""Fused training arrays (HFTA) beside their serial twins: every member's quality and samples/s
+against its *serial twin*, the finished unfused run whose config equals the member's but for
+``fuse.*`` and bookkeeping (:data:`~hpml.report.table.BOOKKEEPING`, own folders taken out).
 """
 
 from __future__ import annotations
@@ -45,8 +40,8 @@ def config(run: Run) -> frozenset[tuple[str, str]]:
 
 
 def twins(fused: Sequence[Run], candidates: Sequence[Run]) -> dict[str, Run]:
-    """Each member's serial twin among ``candidates``, by the member's run id (the newest twin
-    where several match); members without one are left out."""
+    """Each member's serial twin among ``candidates`` (the newest where several match), by the
+    member's run id."""
     serial = [
         r
         for r in candidates
@@ -61,10 +56,6 @@ def _size(run: Run) -> int:
     return int(run.data.tags[ARRAY_SIZE_TAG])
 
 
-def _cell(x: float | None) -> str:
-    return "" if x is None else number(x)
-
-
 def _quality(fused: Sequence[Run]) -> list[str]:
     """val/loss, the metric the sweep optimised, val/acc: those the members logged."""
     names = [VAL_LOSS, *(r.data.params.get("optimized_metric", VAL_LOSS) for r in fused), VAL_ACC]
@@ -72,8 +63,7 @@ def _quality(fused: Sequence[Run]) -> list[str]:
 
 
 def _speedup(run: Run, twin: Run | None, total: float | None, twin_speed: float | None) -> str:
-    """The array's total over its twin's samples/s with its verdict: one run a side gives no
-    interval, so it is ``within noise`` (n=1) until the sweeps are repeated (``replicate``)."""
+    """The array's total over its twin's samples/s with its verdict (one run a side: n=1)."""
     if total is None or not twin_speed or twin is None:
         return ""
     interval = ratio_ci([total], [twin_speed])
@@ -115,20 +105,20 @@ def table(runs: Sequence[Run], candidates: Sequence[Run] = ()) -> Table | None:
                 ("array (leader's job folder)", Path(tags.get(ARRAY_TAG, "")).name),
                 ("member", tags.get(MEMBER_TAG, "")),
                 *((k, value(run, k)) for k in keys),
-                *((name, _cell(m.get(name))) for name in quality),
-                ("samples/s per member", _cell(speed)),
+                *((name, number(m.get(name))) for name in quality),
+                ("samples/s per member", number(speed)),
                 ("array size (members)", str(_size(run))),
-                ("array total (samples/s)", _cell(total)),
+                ("array total (samples/s)", number(total)),
                 (
                     "serial twin",
                     "" if twin is None else f"{short_name(twin)} ({twin.info.run_id[:8]})",
                 ),
-                (f"twin {VAL_LOSS}", _cell(t.get(VAL_LOSS))),
+                (f"twin {VAL_LOSS}", number(t.get(VAL_LOSS))),
                 (
                     f"{VAL_LOSS} difference (fused - twin)",
-                    _cell(m[VAL_LOSS] - t[VAL_LOSS] if VAL_LOSS in m and VAL_LOSS in t else None),
+                    number(m[VAL_LOSS] - t[VAL_LOSS] if VAL_LOSS in m and VAL_LOSS in t else None),
                 ),
-                ("twin (samples/s)", _cell(twin_speed)),
+                ("twin (samples/s)", number(twin_speed)),
                 ("speed-up (x, array total / twin)", _speedup(run, twin, total, twin_speed)),
             ]
         )

@@ -1,24 +1,12 @@
 """Repeats of one config as one group, and every comparison the report draws with its verdict.
 
-A *group* is the runs whose params differ only in ``replicate`` (and ``seed``/``data.seed``,
-unless ``by_seed``), per-job bookkeeping left out: ``paths.*``, Hydra's and the logger's keys,
-any ``*dirpath*`` or ``*_dir`` param, and values naming the run's own job or sweep folder (each
-job's checkpoints and trainer root); and that ran in one environment (device, CPU, threads,
-torch, CUDA, commit: :mod:`hpml.report.environment`; the host and store do not split). Per
-group and metric: the median, its order-statistic 95% interval and n
-(:func:`hpml.analysis.stats.median_ci`).
-
-Comparisons (:class:`~hpml.report.comparisons.Comparison`, one row each of
-``tables/comparisons.csv``): a run's own before/after (:mod:`hpml.report.comparisons`), and
-*against the baseline*: every other group's throughput, step time and latency against the
-baseline group's, by :func:`~hpml.analysis.stats.ratio_ci` of their replicates' values. The
-baseline is the first group (in run order) that prunes, quantises and compiles nothing; where
-every group does one of them, the first group (finished runs only). Drawn only where the
-baseline was repeated. :func:`versus` compares any two groups the same way (``--by``,
-``--baseline``: :mod:`hpml.report.pairs`).
-
-A comparison *across runs* whose either side ran noisy (tag ``hpml.noisy`` = ``true`` on any
-run) is ``within noise`` whatever its interval says: its sides were timed at other moments.
+A *group* is the runs whose params differ only in ``replicate`` (and the seeds, unless
+``by_seed``) and per-job bookkeeping, and that ran in one environment
+(:mod:`hpml.report.environment`). Besides a run's own before/after
+(:mod:`hpml.report.comparisons`), every other group is compared *against the baseline*: the
+first group that prunes, quantises and compiles nothing (else the first finished one), where
+the baseline was repeated. A comparison across runs with a noisy side (tag ``hpml.noisy``) is
+``within noise``: its sides were timed at other moments.
 """
 
 from __future__ import annotations
@@ -66,7 +54,7 @@ def ignored(key: str, by_seed: bool = False) -> bool:
 
 def params_but(run: Run, skip: Callable[[str], bool]) -> frozenset[tuple[str, str]]:
     """``run``'s params but those ``skip`` names, its own job and sweep folders replaced by
-    placeholders (so two jobs' checkpoint paths compare equal): what makes runs the same config."""
+    placeholders (so two jobs' checkpoint paths compare equal)."""
     folders = [
         (run.data.tags.get("hpml.output_dir"), "<job>"),
         (run.data.tags.get("hpml.sweep_dir"), "<sweep>"),
@@ -113,7 +101,6 @@ class Group:
         return any(noisy(r) for r in self.runs)
 
     def values(self, name: str) -> list[float]:
-        """The finite values of metric ``name`` its runs logged."""
         found = (r.data.metrics.get(name) for r in self.runs)
         return [v for v in found if v is not None and math.isfinite(v)]
 
@@ -123,7 +110,6 @@ class Group:
 
     @cached_property
     def in_run(self) -> dict[tuple[str, int], list[Comparison]]:
-        """Its runs' in-run comparisons by (step, batch)."""
         found: dict[tuple[str, int], list[Comparison]] = {}
         for run in self.runs:
             for c in in_run(run):
@@ -131,9 +117,8 @@ class Group:
         return found
 
     def speedup(self, step: str, batch: int) -> Comparison | None:
-        """Step ``step``'s before/after at ``batch`` over the group: a single run's own; for
-        repeats, the median of their speed-ups with its interval over the repeats (n = runs)
-        and the verdict every repeat reached (:func:`_pooled`)."""
+        """Step ``step``'s before/after at ``batch``: a single run's own; for repeats, the
+        median of their speed-ups, its interval over them and their verdict (:func:`_pooled`)."""
         found = self.in_run.get((step, batch))
         if not found:
             return None
@@ -157,9 +142,9 @@ class Group:
 
 
 def _pooled(found: list[Comparison]) -> str:
-    """Repeats say ``faster`` (``slower``) only when each of them, timed side by side, said so:
-    an interval over 3-5 repeats covers 75-94% only, and repeats of a measurement that was not
-    timed side by side repeat its bias."""
+    """Repeats say ``faster`` (``slower``) only when each, timed side by side, said so: an
+    interval over few repeats covers less than 95%, and repeats not timed side by side repeat
+    their bias."""
     said = {c.verdict for c in found}
     if len(said) == 1 and all(c.timed_side_by_side for c in found):
         return said.pop()
@@ -190,7 +175,7 @@ def _label(run: Run, keys: list[str], status: str) -> str:
 
 
 def label_keys(runs: list[Run], by_seed: bool = False) -> list[str]:
-    """The differing keys that tell groups apart (a plot's series and axes)."""
+    """The differing keys that tell groups apart."""
     return [k for k in differing_keys(runs) if not ignored(k, by_seed)]
 
 
@@ -226,8 +211,7 @@ def _unoptimised(run: Run) -> bool:
 
 def against_baseline(groups: list[Group], base: Group | None) -> list[Comparison]:
     """Every other finished group against ``base`` (:func:`versus`); none where the baseline
-    ran once (separate runs are not timed side by side: without repeats no config can be told
-    apart from it, and the report draws no such comparison)."""
+    ran once (without repeats no config can be told apart from it)."""
     if base is None or len(base.runs) < 2:
         return []
     return [
@@ -242,13 +226,7 @@ def versus(other: Group, base: Group, comparison: str, margin: float = 0.0) -> l
     """``other`` against ``base`` on each speed measure both carry: the ratio of their medians
     (> 1: ``other`` faster) with :func:`~hpml.analysis.stats.ratio_ci`'s interval over their
     runs; ``within noise`` when it reaches into ``1 +- margin``, a side ran once, or a run of
-    either is noisy.
-
-    Args:
-        other: the group compared.
-        base: the group it is compared with.
-        comparison: what the comparisons are called (``tables/comparisons.csv``).
-        margin: the smallest difference, a fraction of 1, called faster or slower.
+    either is noisy. ``comparison`` names the comparisons (``tables/comparisons.csv``).
     """
     found = []
     names = sorted(

@@ -1,7 +1,5 @@
 """A report's header, read back from its runs' tags (:mod:`hpml.tracking.tags`): what ran, from
-which command and commit, on which machine and store, under what load, when. A field the runs
-share is said once; one that differs lists each value, and the environment keys that differ
-(:mod:`hpml.report.environment`) are named together."""
+which command and commit, on which machine and store, under what load, when."""
 
 from __future__ import annotations
 
@@ -43,8 +41,8 @@ def _when(runs: Sequence[Run]) -> str:
 
 
 def _load(runs: Sequence[Run]) -> str:
-    """The load average each run found at its start, other processes' CPU share during timed
-    work and the runs tagged noisy, as far as the runs recorded them."""
+    """The load average at each run's start, other processes' CPU share during timed work and
+    the runs tagged noisy."""
     parts = []
     ones = []
     for text in _tag(runs, "hpml.load_avg_1m_5m_15m"):
@@ -80,14 +78,10 @@ def _load(runs: Sequence[Run]) -> str:
 def header(
     runs: Sequence[Run], parent: Run | None, experiment: str, keys: Sequence[str]
 ) -> list[tuple[str, str]]:
-    """The page's header, ``(field, text)`` pairs read back from the runs' tags
-    (:mod:`hpml.tracking.tags`): experiment and swept keys with their values, the environment
-    keys that differ, the command, git commit, host, CPU and GPU, torch version, the store of
-    every run where they came from several, load during the sweep and its dates. A field the
-    runs did not record is left out; one that differs between runs lists each value.
+    """The page's header as ``(field, text)`` pairs. A field the runs did not record is left
+    out; one they share is said once; one that differs lists each value.
 
     Args:
-        runs: the report's runs.
         parent: their sweep's parent run, None for runs chosen one by one.
         experiment: the MLflow experiment(s) they belong to, by name.
         keys: the keys that differ between them (swept config keys and environment keys).
@@ -141,8 +135,7 @@ def header(
 
 
 def _stores(runs: Sequence[Run]) -> str:
-    """``sqlite:///a.db (6 runs); sqlite:///b.db (6 runs)``: the store of each run, where the
-    report read them from several."""
+    """``sqlite:///a.db (6 runs); sqlite:///b.db (6 runs)``, where the runs came from several."""
     stores = [env_value(run, STORE) for run in runs]
     counts = {store: stores.count(store) for store in dict.fromkeys(stores) if store}
     if len(counts) < 2:

@@ -1,11 +1,6 @@
-"""The order a sweep's runs ran in, as one sentence of the report's summary.
-
-A sweep's jobs run in the order of their ``hpml.job_num`` tag (Hydra's job number: the order the
-sweeper handed them to the launcher). hpml's sweeper (``hydra/sweeper=hpml_basic``, the
-default) interleaves repeats: replicate 0 of every config, then replicate 1, and so on, so a
-drift of the machine's speed over time spreads over the configs. Sweeps run before that, or with
-Hydra's own basic sweeper, ran each config's repeats back to back, and the sentence says so.
-Repeats are the report's (:func:`hpml.report.groups.identity`): runs of one config.
+"""The order a sweep's runs ran in (``hpml.job_num``), as one sentence of the report's summary:
+hpml's sweeper interleaves repeats (replicate 0 of every config, then 1, ...) so a drift of the
+machine's speed spreads over the configs; Hydra's basic sweeper runs them back to back.
 """
 
 from __future__ import annotations
@@ -26,9 +21,7 @@ ONE_CONFIG = "one config, its repeats in turn"
 
 
 def arrangement(runs: Sequence[Run], by_seed: bool = False) -> str:
-    """How the repeats of ``runs`` (one sweep's, in job order) were ordered: one of
-    :data:`INTERLEAVED`, :data:`BACK_TO_BACK`, :data:`IRREGULAR`, :data:`UNREPEATED`,
-    :data:`ONE_CONFIG`."""
+    """How the repeats of ``runs`` (one sweep's, in job order) were ordered: a constant above."""
     configs = [identity(run, by_seed) for run in runs]
     rounds, seen = [], {}
     for config in configs:

@@ -1,11 +1,6 @@
 """A report as one self-contained HTML page (SVG inline, no script, opens offline) and as
-Markdown with its figures as SVG files beside it.
-
-The page opens with a header (:func:`hpml.report.header.header`: what ran, from which command
-and commit, on which machine, under what load, when), so a reader can judge its numbers without
-MLflow, then the tables that lead it (``--by``: the comparison by a key). It
-fits a 1400-px window: the runs table shows its status, swept keys and headline metrics, the
-rest of its columns folded below it; numbers carry human units (MB, MFLOP), as the figures do.
+Markdown with its figures as SVG files beside it: a header (what ran, where, when), the tables
+that lead it (``--by``), the runs (headline columns shown, the rest folded), tables, figures.
 """
 
 from __future__ import annotations
@@ -25,13 +20,7 @@ from hpml.report.table import Row, number
 
 # metrics the runs table shows beside the swept keys, when the runs carry them: quality and
 # speed; every other column is folded below it
-KEY_METRICS = (
-    VAL_LOSS,
-    VAL_ACC,
-    TEST_ACC,
-    THROUGHPUT,
-    STEP_TIME,
-)
+KEY_METRICS = (VAL_LOSS, VAL_ACC, TEST_ACC, THROUGHPUT, STEP_TIME)
 SHOWN = 7  # metric columns beside the swept keys: the table fits 1400 px with a few keys
 
 STYLE = """
@@ -69,7 +58,7 @@ class Report:
     lead: list[Table] = field(default_factory=list)  # before the runs: --by, --baseline
 
     def _units(self, columns: Sequence[str]) -> list[tuple[float, str]]:
-        """Each metric column's divisor and heading in a human unit (MB, MFLOP/sample)."""
+        """Each metric column's divisor and heading in a human unit."""
         return [scaled(c, [r.metrics[c] for r in self.rows if c in r.metrics]) for c in columns]
 
     def _cells(self, row: Row, columns: Sequence[str] | None = None) -> list[str]:
@@ -86,9 +75,8 @@ class Report:
 
     @property
     def key_columns(self) -> list[str]:
-        """The runs table's shown metrics: :data:`KEY_METRICS` the runs carry and what each
-        model measured after its optimisation step (``prune_after/latency_b1_ms``), at most
-        :data:`SHOWN`; where they carry none of those, its first three columns."""
+        """The runs table's shown metrics: :data:`KEY_METRICS` and each step's ``*_after/*``
+        measures, at most :data:`SHOWN`; where the runs carry none, the first three columns."""
         shown = [c for c in KEY_METRICS if c in self.columns]
         shown += [c for c in self.columns if c.split("/", 1)[0].endswith("_after")]
         return shown[:SHOWN] or self.columns[:3]
@@ -166,8 +154,7 @@ class Report:
         return "\n".join(lines) + "\n"
 
     def write(self, folder: Path) -> tuple[Path, Path]:
-        """``report.html``, ``report.md``, ``figures/<n>.svg`` and ``tables/<name>.csv`` in
-        ``folder``."""
+        """``report.html``, ``report.md``, ``figures/*.svg`` and ``tables/*.csv`` in ``folder``."""
         (folder / "figures").mkdir(parents=True, exist_ok=True)
         for index, figure in enumerate(self.figures):
             (folder / "figures" / f"{index + 1}.svg").write_text(figure.svg)
@@ -179,15 +166,14 @@ class Report:
 
 
 def _number(value: float) -> str:
-    """A runs-table cell: :func:`~hpml.report.table.number`, with 10,000 and more grouped in
-    thousands rather than in exponent notation (``17,720``, not ``1.772e+04``)."""
+    """A runs-table cell: :func:`~hpml.report.table.number`, 10,000 and more grouped in
+    thousands (``17,720``, not ``1.772e+04``)."""
     if math.isfinite(value) and abs(value) >= 1e4:
         return f"{value:,.0f}"
     return number(value)
 
 
 def _md_rows(headings: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    """A Markdown table's lines, ``|`` in cells escaped."""
     lines = ["| " + " | ".join(headings) + " |", "|" + "|".join("---" for _ in headings) + "|"]
     return lines + ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
 

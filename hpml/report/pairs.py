@@ -1,15 +1,10 @@
-"""Runs compared by one key: ``--by KEY`` (a param, a config group, or where a run ran:
-``env.cpu_threads``, ``env.device``, ``env.commit``), and a sweep against an earlier sweep of
-the same configs (``--baseline``).
+"""Runs compared by one key (``--by KEY``: a param, a config group or an environment key), and a
+sweep against an earlier sweep of the same configs (``--baseline``).
 
 Runs equal but for KEY are *paired*: per config, one group of repeats per value of KEY, the
-first value (in numeric order where every value is a number, else as first met; the baseline
-sweep for ``--baseline``) the reference. Every other value's group is compared with the
-reference's on each speed measure both carry, as any two groups are
-(:func:`hpml.report.groups.versus`: the ratio of their medians, > 1 faster, its 95% bootstrap
-interval over their repeats, and ``faster``, ``slower`` or ``within noise``, a noisy run
-included). The table that leads the report, benchstat's shape, is :func:`table`, written as
-``tables/by_<KEY>.csv``.
+first value (numeric order where every value is a number; the baseline sweep for
+``--baseline``) the reference, which every other value is compared with
+(:func:`hpml.report.groups.versus`). :func:`table` leads the report, benchstat's shape.
 """
 
 from __future__ import annotations
@@ -66,13 +61,9 @@ class Compared:
     def comparisons(self) -> list[Comparison]:
         return [c for pair in self.pairs for c in pair.comparisons]
 
-    def table(self) -> Table | None:
-        return table(self.pairs, self.key, self.alone, self.title)
-
 
 def by_key(runs: list[Run], key: str, by_seed: bool = False, margin: float = 0.0) -> Compared:
-    """``runs`` compared by ``key`` (``--by``): a param, a config group or an environment key;
-    ``margin``: the smallest difference a verdict calls faster or slower (``--threshold``)."""
+    """``runs`` compared by ``key`` (``--by``); ``margin``: ``--threshold``."""
     if not any(value(run, key) for run in runs):
         raise HpmlError(
             f"--by {key}: no run has it (a param such as data.batch_size, a config group, or "
@@ -98,15 +89,14 @@ def by_sweep(
 
 
 def _names_key(name: str, key: str) -> bool:
-    """Whether identity entry ``name`` is ``key``: the param, its config group's option and
-    the params under the group, or the environment key."""
+    """Whether identity entry ``name`` is ``key``: the param, the config group's option and
+    params, or the environment key."""
     return name in (key, f"{CHOICE_TAG}{key}") or name.startswith(f"{key}.")
 
 
 def rest(run: Run, key: str, by_seed: bool = False, any_env: bool = False) -> frozenset:
     """A run's identity (:func:`~hpml.report.groups.identity`) but ``key``, and but every
-    environment key where ``any_env`` (two sweeps of one config on another commit or
-    machine)."""
+    environment key where ``any_env``."""
     return frozenset(
         (name, text)
         for name, text in identity(run, by_seed)
@@ -133,10 +123,7 @@ def paired(
     """The finished ``runs`` paired by ``key``, and the configs found with one value of it only.
 
     Args:
-        runs: the runs to pair.
-        key: what the pairs differ in.
         side: a run's value of ``key`` (default: :func:`~hpml.report.table.value`).
-        by_seed: keep runs of different seeds apart rather than as repeats.
         any_env: pair runs whatever their environment (two sweeps on other commits).
         reference: the value the others are compared with (default: the first).
         margin: the smallest difference a verdict calls faster or slower.
@@ -173,15 +160,13 @@ def paired(
             for other in others
         }
         pairs.append(Pair(config, sides, against))
-    pairs.sort(key=lambda pair: min(r.info.start_time or 0 for r in _runs(pair)))  # ran first
+    pairs.sort(
+        key=lambda pair: min(r.info.start_time or 0 for g in pair.sides.values() for r in g.runs)
+    )
     return pairs, alone
 
 
-def _runs(pair: Pair) -> list[Run]:
-    return [run for side in pair.sides.values() for run in side.runs]
-
-
-def table(pairs: list[Pair], key: str, alone: list[str], title: str | None = None) -> Table | None:
+def table(pairs: list[Pair], key: str, alone: list[str], title: str) -> Table | None:
     """The comparison table, benchstat's shape: a row per config, measure and value compared
     with the reference; the values' medians, the ratio with its interval, n and the verdict."""
     if not pairs:
@@ -193,14 +178,14 @@ def table(pairs: list[Pair], key: str, alone: list[str], title: str | None = Non
             for c in found:
                 medians = {pair.reference: c.before, other: c.after}
                 cells = [medians.get(v) for v in values]
-                shown = ("" if m is None else number(m) for m in cells)
+                shown = (number(m) for m in cells)
                 rows.append([pair.config, label(c.measure), *shown, c.cell()])
                 data.append([pair.config, c.measure, *cells, *c.row()[5:]])
     unpaired = (
         f" Configs with one value of {key} only, not compared: {'; '.join(alone)}." if alone else ""
     )
     return Table(
-        title or f"Compared by {key}",
+        title,
         f"Runs equal but for {key}, paired per config; each value of {key} against "
         f"{key}={values[0]} (a column per value: the median of its repeats). Ratio: the "
         f"throughput of one over the reference's, or the reference's step time or latency over "

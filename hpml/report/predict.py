@@ -20,8 +20,7 @@ STEP = {"wall": STEP_TIME, "cpu": STEP_CPU_TIME}
 def observations(
     runs: list, clock: str = "wall"
 ) -> tuple[list[int], list[float], list[float], str]:
-    """Batch sizes, step times (s, by ``clock``) and memory (bytes) of ``runs``, and which
-    memory figure was used."""
+    """Batch sizes, step times (s, by ``clock``), memory (bytes) of ``runs``, and its metric."""
     from hpml.errors import HpmlError
 
     on_cuda = all(
@@ -67,15 +66,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    from mlflow import MlflowClient
-
     from hpml.analysis.scaling import ScalingModel
     from hpml.errors import HpmlError
-    from hpml.report.runs import default_tracking_uri, select_runs
+    from hpml.report.runs import default_tracking_uri
+    from hpml.report.stores import Stores
 
     try:
-        client = MlflowClient(args.tracking_uri or default_tracking_uri())
-        runs, parent = select_runs(client, args.sweep, args.runs, args.experiment)
+        stores = Stores.open([args.tracking_uri or default_tracking_uri()])
+        runs, parent = stores.select(args.sweep, args.runs, args.experiment)
         batches, steps, memory, memory_metric = observations(runs, args.clock)
         model = ScalingModel.fit(batches, steps, memory)
     except HpmlError as exc:
@@ -100,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     largest = model.largest_batch(capacity)
     print(f"largest batch that fits {capacity:.0f} bytes: {largest}")
     if parent is not None:
-        client.log_text(parent.info.run_id, "\n".join(lines) + "\n", "predict/scaling.txt")
+        stores.of(parent).log_text(
+            parent.info.run_id, "\n".join(lines) + "\n", "predict/scaling.txt"
+        )
     return 0
 
 

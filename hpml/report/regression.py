@@ -1,11 +1,6 @@
-"""A regression check for CI (``--fail-on slower``): which configs a comparison found slower
-than their reference by more than a threshold over its whole interval.
-
-As asv's ``continuous``, for sweeps: a config fails when a speed measure's verdict is
-``slower`` and even the interval's upper end keeps less than ``1 - threshold`` of the
-reference's speed. A comparison ``within noise`` never fails, a noisy run's included
-(:func:`hpml.analysis.stats.verdict` says so whatever its interval).
-"""
+"""A regression check for CI (``--fail-on slower``), as asv's ``continuous``: a config fails
+where a speed measure is ``slower`` and even its interval's upper end keeps less than
+``1 - threshold`` of the reference's speed; ``within noise`` never fails."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """``python -m hpml.report.roofline``: MLflow runs on one roofline, each memory- or compute-bound.
 
-Each run is one point: its arithmetic intensity (``roofline/intensity_flop_per_byte``, logged by
-``hpml.callbacks.roofline.RooflineCallback``) against its achieved training FLOP/s (forward +
-backward FLOPs per sample x ``train/throughput_samples_per_s``; the timed forward pass when a
-run has no training throughput). torch, MLflow and matplotlib are imported only once the
-arguments are parsed, so ``--help`` answers at once.
+A run's point is its arithmetic intensity (``hpml.callbacks.roofline``) against its achieved
+training FLOP/s (fwd+bwd FLOPs per sample x samples/s; else its timed forward pass).
 """
 
 from __future__ import annotations
@@ -97,7 +94,7 @@ def run_point(run: Run, label: str) -> tuple[RooflinePoint, str]:
 
 
 def logged_peak(run: Run) -> DevicePeak | None:
-    """The roof the run's callback used (a measured peak, usually), from its metrics and tags."""
+    """The roof the run's callback used, from its metrics and tags."""
     m, tags = run.data.metrics, run.data.tags
     if PEAK_FP32 not in m or PEAK_BANDWIDTH not in m:
         return None
@@ -144,16 +141,14 @@ def choose_peak(choice: str | None, runs: list[Run]) -> DevicePeak:
 
 
 def run_precision(run: Run) -> str:
-    """The precision whose roof a run is drawn under: its trainer's, or fp32 for precisions
-    the device table has no figure for (64-true and the like)."""
+    """The precision whose roof a run is drawn under: its trainer's, else fp32."""
     precision = run.data.params.get("trainer.precision", "32-true")
     return precision if precision in PRECISIONS else "32-true"
 
 
 def figure(runs: list[Run], keys: list[str]) -> Figure | None:
-    """The report's roofline: every run with roofline metrics, one point each, under the roof
-    of the GPU it ran on (the device table) or the peak its callback measured (study 5); runs
-    on other devices add their device's roof, dashed."""
+    """The report's roofline: every run with roofline metrics under its device's roof; runs on
+    other devices add theirs, dashed."""
     from hpml.analysis.roofline_plot import describe_peak, roofline_figure
     from hpml.report.canvas import Canvas, Figure, run_label
 
@@ -191,7 +186,7 @@ def figure(runs: list[Run], keys: list[str]) -> Figure | None:
 
 
 def _roofs(ax: Axes, peaks: list[DevicePeak], precision: str) -> None:
-    """Each of ``peaks``' roofs, dashed, over the plot's intensities, named in its legend."""
+    """Each of ``peaks``' roofs, dashed, named in the legend."""
     from hpml.analysis.roofline import attainable_flops_per_s
 
     low, high = ax.get_xlim()
@@ -224,13 +219,12 @@ def table(rows: list[tuple[str, str, RooflinePoint, str]], peak: DevicePeak, pre
 
 
 def draw(args: argparse.Namespace) -> list[Path]:
-    from mlflow import MlflowClient
-
     from hpml.analysis.roofline_plot import describe_peak, plot_roofline
-    from hpml.report.runs import default_tracking_uri, select_runs
+    from hpml.report.runs import default_tracking_uri
+    from hpml.report.stores import Stores
 
-    client = MlflowClient(args.tracking_uri or default_tracking_uri())
-    runs, parent = select_runs(client, args.sweep, args.runs, args.experiment)
+    stores = Stores.open([args.tracking_uri or default_tracking_uri()])
+    runs, parent = stores.select(args.sweep, args.runs, args.experiment)
     lacking = [r for r in runs if INTENSITY not in r.data.metrics]
     runs = [r for r in runs if INTENSITY in r.data.metrics]
     if lacking:
@@ -258,7 +252,7 @@ def draw(args: argparse.Namespace) -> list[Path]:
     )
     if parent is not None:
         for path in paths:
-            client.log_artifact(parent.info.run_id, str(path), STAGE)
+            stores.of(parent).log_artifact(parent.info.run_id, str(path), STAGE)
     for path in paths:
         print(f"hpml: wrote {path}" + (f" (and to run {parent.info.run_id})" if parent else ""))
     return paths

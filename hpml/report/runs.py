@@ -1,4 +1,5 @@
-"""Find runs in an MLflow store the way users name them: a sweep ("last" or its parent id), ids."""
+"""Where runs are: the project root, the default store, a sweep's jobs, and the options that
+name runs as users do (a sweep, "last" or its parent id, or run ids)."""
 
 from __future__ import annotations
 
@@ -34,28 +35,6 @@ def experiment_ids(client: MlflowClient, experiment: str | None) -> list[str]:
     return [found.experiment_id]
 
 
-def sweep_parent(client: MlflowClient, sweep: str, experiment: str | None = None) -> Run:
-    """The parent run of sweep ``sweep``: ``"last"`` for the newest, or the parent's run id."""
-    if sweep != "last":
-        parent = run_by_id(client, sweep)
-        if parent.data.tags.get("hpml.sweep_parent") != "true":
-            raise HpmlError(f"run {sweep} is not a sweep's parent run (use --runs for single runs)")
-        return parent
-    parents = client.search_runs(
-        experiment_ids(client, experiment),
-        "tags.`hpml.sweep_parent` = 'true'",
-        order_by=["attributes.start_time DESC"],
-        max_results=1,
-    )
-    if not parents:
-        where = f" in experiment '{experiment}'" if experiment else ""
-        raise HpmlError(
-            f"no sweep in {client.tracking_uri}{where}: run one with "
-            "`python -m hpml.train -m ...` first"
-        )
-    return parents[0]
-
-
 def sweep_children(client: MlflowClient, parent: Run) -> list[Run]:
     """The jobs of a sweep, in job order."""
     children = client.search_runs(
@@ -66,38 +45,8 @@ def sweep_children(client: MlflowClient, parent: Run) -> list[Run]:
     return sorted(children, key=lambda r: int(r.data.tags.get("hpml.job_num", 0)))
 
 
-def run_by_id(client: MlflowClient, run_id: str) -> Run:
-    from mlflow.exceptions import MlflowException
-
-    try:
-        return client.get_run(run_id)
-    except MlflowException:
-        raise HpmlError(f"unknown run id '{run_id}' in {client.tracking_uri}") from None
-
-
-def select_runs(
-    client: MlflowClient,
-    sweep: str | None,
-    run_ids: list[str] | None,
-    experiment: str | None = None,
-) -> tuple[list[Run], Run | None]:
-    """Runs named by ``--runs`` ids, or the jobs of ``--sweep``, with the sweep's parent.
-
-    Args:
-        client: the store.
-        sweep: ``"last"`` or a sweep's parent run id (None: the last).
-        run_ids: runs to read instead of a sweep.
-        experiment: where to look for the last sweep (None: every experiment).
-    """
-    if run_ids:
-        return [run_by_id(client, run_id) for run_id in run_ids], None
-    parent = sweep_parent(client, sweep or "last", experiment)
-    return sweep_children(client, parent), parent
-
-
 def add_run_choice(parser: argparse.ArgumentParser) -> None:
-    """``--sweep`` or ``--runs``, ``--experiment`` and ``--tracking-uri``: the runs a command
-    reads, as :func:`select_runs` takes them."""
+    """``--sweep`` or ``--runs``, ``--experiment``, ``--tracking-uri``: for ``Stores.select``."""
     pick = parser.add_mutually_exclusive_group()
     pick.add_argument(
         "--sweep",

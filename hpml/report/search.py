@@ -17,9 +17,8 @@ IMPORTANCE_TAG = "hpml.optuna.importance."  # the sweeper's tags on the search's
 
 
 def axis_heights(values: list[str]) -> tuple[list[float], list[tuple[float, str]]]:
-    """Each value's height in [0, 1] on its axis, and the axis' tick labels: numbers on a
-    linear scale (log where all are positive and span 100x or more), else categories spaced
-    evenly in sorted order."""
+    """Each value's height in [0, 1] on its axis, and the axis' tick labels: numbers linear (log
+    where positive and spanning 100x), else categories evenly in sorted order."""
     try:
         numbers = [float(v) for v in values]
     except ValueError:
@@ -37,8 +36,8 @@ def axis_heights(values: list[str]) -> tuple[list[float], list[tuple[float, str]
 
 
 def parallel_coordinates(runs: list[Run], keys: list[str]) -> Figure | None:
-    """A line per run across an axis per swept key and one for the metric the sweep optimises
-    (``optimized_metric``), coloured by that metric: which settings the good runs share."""
+    """A line per run across an axis per swept key and one for ``optimized_metric``, coloured by
+    it: which settings the good runs share."""
     names = Counter(r.data.params.get("optimized_metric") for r in runs)
     name = names.most_common(1)[0][0] if names else None
     scored = [r for r in runs if name and name in r.data.metrics]

@@ -1,8 +1,6 @@
-"""Series of runs on a figure's panels: a line per series, its own colour and marker, a config
-run more than once folded into the median of its repeats with their interval as error bars.
-
-Apart from :mod:`hpml.report.figures` (the plots) because every plot draws its runs this way.
-"""
+"""Series of runs on a figure's panels, as every plot draws them: a line per series, its own
+colour and marker, a config's repeats folded into their median with their interval as error
+bars."""
 
 from __future__ import annotations
 
@@ -72,19 +70,15 @@ def series_panels(
     names: tuple[str, str],
     before: dict[str, str] | None = None,
 ) -> Canvas:
-    """Two panels, metric ``names[i]`` against ``x``, a line per ``series`` (colour and marker
-    its own, so lines drawn over each other still show), points with tips; each panel in a
-    human unit, log where its values span more than 10x. ``before`` maps a name to the
-    metric of the model before the step the x axis varies: drawn at x = 0 (the median of
-    every run's, a dashed line across) as the baseline the series start from.
+    """Two panels, metric ``names[i]`` against ``x``, a line per ``series``, points with tips;
+    each panel in a human unit, log where its values span more than 10x.
 
     Args:
-        runs: the runs drawn.
         keys: the swept keys, for each point's tip.
         x: a run's position on the x axis.
-        series: the name of a run's line; runs of one name are one line.
-        names: the metric of each panel.
-        before: a panel's metric -> the metric of the model before the step, drawn at x = 0.
+        series: the name of a run's line.
+        before: a panel's metric -> the metric of the model before the step the x axis
+            varies, drawn at x = 0 (the median of every run's, a line across).
     """
     canvas = Canvas(panels=2)
     groups: dict[str, list[Run]] = defaultdict(list)

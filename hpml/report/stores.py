@@ -1,11 +1,6 @@
-"""The MLflow stores a report reads (``--tracking-uri``, once or more), as one: runs found in
-whichever store holds them, each marked with the store it came from.
-
-Two SQLite files brought from two machines, or a server and a file: ``--filter`` searches each
-store, a sweep or run named by id is found in whichever store holds it, ``--last`` is the latest
-sweep of all. A run's store is set on it as a tag of the report's own
-(:data:`~hpml.report.environment.STORE_TAG`, never logged): the report shows it, and reads the
-run's history and artifacts back from it.
+"""The MLflow stores a report reads (``--tracking-uri``, once or more), as one: a run is found
+in whichever store holds it and marked with it (:data:`~hpml.report.environment.STORE_TAG`,
+never logged), for the report to show and to read its history and artifacts back from.
 """
 
 from __future__ import annotations
@@ -15,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from hpml.errors import HpmlError
 from hpml.report.environment import STORE_TAG
-from hpml.report.runs import experiment_ids, run_by_id, sweep_children, sweep_parent
+from hpml.report.runs import experiment_ids, sweep_children
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -28,8 +23,6 @@ class Stores:
     """One or more MLflow stores; :meth:`of` is the client of the store a run came from."""
 
     def __init__(self, clients: Sequence[MlflowClient]) -> None:
-        if not clients:
-            raise ValueError("Stores needs at least one client")
         self.clients = list(clients)
 
     @classmethod
@@ -59,8 +52,8 @@ class Stores:
         return runs
 
     def _experiments(self, client: MlflowClient, experiment: str | None) -> list[str]:
-        """The store's experiment ids (``experiment`` alone where named): none where a store
-        lacks it, an error only where every store does."""
+        """The store's experiment ids (``experiment``'s where named): an error only where every
+        store lacks it."""
         try:
             return experiment_ids(client, experiment)
         except HpmlError:
@@ -78,10 +71,12 @@ class Stores:
 
     def run(self, run_id: str) -> Run:
         """Run ``run_id`` from whichever store holds it."""
+        from mlflow.exceptions import MlflowException
+
         for client in self.clients:
             try:
-                return self.mark(client, [run_by_id(client, run_id)])[0]
-            except HpmlError:
+                return self.mark(client, [client.get_run(run_id)])[0]
+            except MlflowException:
                 continue
         raise HpmlError(f"unknown run id '{run_id}' in {self.where}")
 
@@ -89,7 +84,11 @@ class Stores:
         """A sweep's parent run: ``"last"``, the newest in any store, or by its run id."""
         if sweep != "last":
             parent = self.run(sweep)
-            return self.mark(self.of(parent), [sweep_parent(self.of(parent), sweep)])[0]
+            if parent.data.tags.get("hpml.sweep_parent") != "true":
+                raise HpmlError(
+                    f"run {sweep} is not a sweep's parent run (use --runs for single runs)"
+                )
+            return parent
         newest = []
         for client in self.clients:
             ids = self._experiments(client, experiment)
@@ -103,6 +102,16 @@ class Stores:
                 f"no sweep in {self.where}{where}: run one with `python -m hpml.train -m ...` first"
             )
         return max(newest, key=lambda run: run.info.start_time or 0)
+
+    def select(
+        self, sweep: str | None, run_ids: Sequence[str] | None, experiment: str | None = None
+    ) -> tuple[list[Run], Run | None]:
+        """Runs named by ``--runs`` ids, else the jobs of ``--sweep`` (``"last"`` or a parent run
+        id; None: the last, in ``experiment`` where named), with the sweep's parent."""
+        if run_ids:
+            return [self.run(run_id) for run_id in run_ids], None
+        parent = self.sweep(sweep or "last", experiment)
+        return self.jobs(parent), parent
 
     def jobs(self, parent: Run) -> list[Run]:
         """The jobs of sweep ``parent``, in job order, from its store."""
@@ -119,8 +128,7 @@ class Stores:
         return found
 
     def texts(self, run: Run, paths: Sequence[str]) -> dict[str, str | None]:
-        """The text of each artifact ``paths`` names of ``run``, None where it has none (each
-        folder listed once)."""
+        """The text of each artifact ``paths`` names of ``run``, None where it has none."""
         import tempfile
         from pathlib import Path
 

@@ -67,9 +67,8 @@ def value(run: Run, key: str) -> str:
 
 
 def differing_keys(runs: list[Run]) -> list[str]:
-    """What differs between the runs, sorted: the config groups whose option differs (e.g.
-    ``quant``), the config keys whose values differ other than through those options, then
-    where the runs ran (``env.cpu_threads``, the store: :mod:`hpml.report.environment`)."""
+    """What differs between the runs: the config groups whose option differs, the config keys
+    that differ other than through those options, then where the runs ran."""
     tags = {key for run in runs for key in run.data.tags if key.startswith(CHOICE_TAG)}
     groups = sorted(
         tag.removeprefix(CHOICE_TAG)
@@ -133,14 +132,15 @@ def rows(runs: list[Run]) -> tuple[list[str], list[str], list[Row]]:
 
 
 def short_name(run: Run) -> str:
-    """``job 3`` for a job of a sweep (its config is in the table's other columns), else the
-    run's name."""
+    """``job 3`` for a job of a sweep, else the run's name."""
     job = run.data.tags.get("hpml.job_num")
     return f"job {job}" if job is not None else str(run.info.run_name or run.info.run_id)
 
 
-def number(value: float) -> str:
-    """A table cell: 4 significant digits, thousands grouped for large counts."""
+def number(value: float | None) -> str:
+    """A table cell: 4 significant digits, thousands grouped for large counts; empty for None."""
+    if value is None:
+        return ""
     if value != value:  # NaN
         return "nan"
     if abs(value) >= 1e4 and float(value).is_integer():

@@ -1,7 +1,6 @@
-"""``aot_inductor``: the exported program (dynamic batch) compiled ahead of time by inductor into
-a shared library (``aoti_compile_and_package``, with inductor's ``freezing`` as chosen), packaged
-as ``workdir/model_aoti.pt2`` and loaded back: what a deployment without Python's dynamo runs.
-Its time is the export plus the C++ build."""
+"""``aot_inductor``: the exported program compiled ahead of time by inductor into a shared
+library packaged as ``workdir/model_aoti.pt2`` and loaded back: what a deployment without dynamo
+runs. Its time is the export plus the C++ build."""
 
 from __future__ import annotations
 

@@ -53,10 +53,8 @@ CompileOutput = tuple[nn.Module, Path | None]
 
 
 class Program(nn.Module):
-    """An ``nn.Module`` face for a frozen TorchScript module or an exported program's module.
-
-    Neither supports ``.train()``/``.eval()`` (a LightningModule calls both around each stage),
-    so the program is held outside the module tree and only ``forward`` reaches it.
+    """An ``nn.Module`` face for a frozen TorchScript module or an exported program's module,
+    held outside the module tree: neither supports the ``.train()``/``.eval()`` Lightning calls.
     """
 
     def __init__(self, program: Any, method: str) -> None:

@@ -20,9 +20,7 @@ DISPATCH_ONLY = frozenset(
 
 def conv_kernels(module: nn.Module, example: Any) -> tuple[str, ...]:
     """The convolution operators one forward of ``module`` on ``example`` calls, as
-    ``torch.profiler`` names them (``aten::mkldnn_convolution``, ``mkldnn::_convolution_pointwise``,
-    ``aten::_slow_conv2d_forward``, ``aten::cudnn_convolution``...); empty for a model without
-    convolutions."""
+    ``torch.profiler`` names them (``aten::mkldnn_convolution``...)."""
     from torch.profiler import ProfilerActivity, profile
 
     with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU]) as prof:

@@ -1,15 +1,10 @@
 """``torch_compile``: ``torch.compile(mode=...)`` for inference, with a fresh dynamo state and
-inductor's and triton's caches in ``workdir`` (one per run), so its time is a cold compile: the
-first call of each shape.
+inductor's caches in ``workdir``, so its time is a cold compile: the first call of each shape.
 
-``freezing`` (inductor's) treats the weights as constants: inductor folds them and, on CPU,
-pre-packs them for oneDNN (``mkldnn::_convolution_pointwise``, ReLU fused). It applies only to a
-graph compiled with grad disabled while ``torch._inductor.config.freezing`` is set at that moment,
-and dynamo recompiles whenever the grad mode differs from the traced call's; so the module
-returned, :class:`Inference`, runs every call under ``inference_mode`` with ``freezing`` patched
-in: one graph per shape, always the same path. ``channels_last`` converts the net's 4-d weights to
-NHWC (in place) and compiles a wrapper that converts 4-d inputs inside the graph, so callers keep
-feeding NCHW batches.
+``freezing`` (inductor's) folds the weights as constants and, on CPU, pre-packs them for oneDNN.
+It applies only to a graph compiled with grad disabled while the flag is set, so
+:class:`Inference` runs every call under ``inference_mode`` with ``freezing`` patched in.
+``channels_last`` converts the net's 4-d weights to NHWC and converts 4-d inputs inside the graph.
 """
 
 from __future__ import annotations
@@ -52,9 +47,8 @@ class ChannelsLast(nn.Module):
 
 
 class Inference(nn.Module):
-    """A ``torch.compile``'d module called the one way it was compiled: under ``inference_mode``
-    with inductor's ``freezing`` as chosen, so a recompile (new shape, caller under ``no_grad``
-    or with grad on) takes the same path as the first compile (module docstring)."""
+    """A ``torch.compile``'d module called the one way it was compiled (module docstring), so a
+    recompile (new shape, caller's grad mode) takes the first compile's path."""
 
     def __init__(self, compiled: nn.Module, freezing: bool) -> None:
         super().__init__()

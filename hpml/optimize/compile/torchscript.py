@@ -25,10 +25,8 @@ class Torchscript(base.Compiler):
                     check_inputs=[base.as_args(e) for e in examples[1:]] or None,
                 )
                 module = torch.jit.optimize_for_inference(torch.jit.freeze(traced))
-                with torch.inference_mode():
-                    base.run_each(
-                        module, examples, times=2
-                    )  # the executor specialises on first calls
+                with torch.inference_mode():  # the executor specialises on first calls
+                    base.run_each(module, examples, times=2)
         except Exception as exc:
             raise base.untraceable(net, self.name(), exc) from exc
         return base.Program(module, self.name()), None

@@ -1,9 +1,7 @@
 """Compile a module for training, with the compile paid before any timed step. Plain PyTorch.
 
-``compile_for_training(net, examples, workdir)`` returns ``torch.compile(net, ...)`` (sharing the
-net's parameters) after one forward and backward per batch size training will meet, so no step
-pays for compilation; the warm-up leaves the net as it found it. The eager ``net`` stays what a
-caller keeps (no ``_orig_mod.`` keys; measuring it compiles nothing more).
+The compiled module shares the net's parameters; the eager ``net`` stays what a caller keeps (no
+``_orig_mod.`` keys; measuring it compiles nothing more).
 """
 
 from __future__ import annotations
@@ -42,13 +40,9 @@ def compile_for_training(
     context: Context = nullcontext,
     cache_dir: Path | None = None,
 ) -> tuple[nn.Module, float]:
-    """``net`` compiled and warmed up on ``examples`` (one per batch size the training meets)
-    inside ``context`` (the trainer's autocast), and the seconds that took.
-
-    The warm-up leaves no trace on the run: gradients are cleared, buffers (BatchNorm's
-    statistics) restored and the random streams forked, so a seeded run draws what the eager
-    run draws (dropout inside the compiled graph still draws from inductor's own generator).
-    """
+    """``net`` compiled and warmed up (forward and backward, :func:`untouched`) on ``examples``
+    (one per batch size the training meets) inside ``context`` (the trainer's autocast), and the
+    seconds that took."""
     check_mode(mode)
     use_cache_dir(cache_dir or workdir / "inductor_cache")
     torch._dynamo.reset()
@@ -102,9 +96,8 @@ def training_speedup(
     context: Context = nullcontext,
     plan: Plan = PLAN,
 ) -> Speedup:
-    """Eager / compiled time of one training step's forward and backward on ``example``
-    (the optimiser's update is the same code on both sides), timed side by side as ``plan``
-    asks (:func:`hpml.analysis.compare.time_side_by_side`); ``net`` is left as it was."""
+    """Eager / compiled time of one training step's forward and backward on ``example``, timed
+    side by side as ``plan`` asks; ``eager`` is left as it was."""
     calls = {"eager": _step(eager, example, context), "compiled": _step(compiled, example, context)}
     with untouched(eager, [example]):
         timings = time_side_by_side(calls, plan, [str(example.device)])

@@ -25,12 +25,9 @@ from hpml.optimize.fuse.lstm import vmappable
 class FusedNets(nn.Module):
     """``nets`` (same architecture, any values) as one module whose forward runs them all.
 
-    ``forward(x, stacked)``: ``x`` is one batch every member sees (``stacked=False``) or a
-    batch per member along dim 0 (``stacked=True``); the output is the nets' output with the
-    member as its leading dim. Dropout and other random ops draw independently per member
-    (``randomness="different"``). In training mode, the members in ``keep`` keep their
-    buffers (BatchNorm's running statistics and count) unchanged; their outputs are computed
-    but meant to be unused.
+    ``forward(x, stacked, keep)``: ``x`` is one batch every member sees, or (``stacked``) a batch
+    per member along dim 0; the output has the member as its leading dim. Random ops draw
+    independently per member. In training mode, the members in ``keep`` keep their buffers.
     """
 
     def __init__(self, nets: Sequence[nn.Module]) -> None:

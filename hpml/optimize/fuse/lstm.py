@@ -23,10 +23,8 @@ SUPPORTED = "nn.LSTM (as GateLSTM), Linear, Conv, BatchNorm, Embedding, Dropout"
 class GateLSTM(nn.Module):
     """``nn.LSTM`` (bias, no projection) as per-step gate matmuls, so ``torch.func.vmap`` runs it.
 
-    Same constructor, parameter names (``weight_ih_l{k}[_reverse]`` ...), shapes, init, gate order
-    (i, f, g, o) and ``forward`` contract as ``nn.LSTM``. The input projection of a layer and
-    direction is one matmul over every time step; only the recurrent matmul loops over time.
-    Slower than the fused kernel: use it where vmap needs it, not as a general replacement.
+    Same constructor, parameter names, shapes, init, gate order (i, f, g, o) and ``forward``
+    contract as ``nn.LSTM``; slower than its fused kernel, so only for where vmap needs it.
     """
 
     def __init__(
@@ -59,16 +57,14 @@ class GateLSTM(nn.Module):
             layer_in = input_size if layer == 0 else hidden_size * self.num_directions
             for suffix in self._suffixes():
                 name = f"l{layer}{suffix}"
-                w_ih = nn.Parameter(torch.empty(gates, layer_in, **factory))
-                w_hh = nn.Parameter(torch.empty(gates, hidden_size, **factory))
-                self.register_parameter(f"weight_ih_{name}", w_ih)
-                self.register_parameter(f"weight_hh_{name}", w_hh)
-                self.register_parameter(
-                    f"bias_ih_{name}", nn.Parameter(torch.empty(gates, **factory))
-                )
-                self.register_parameter(
-                    f"bias_hh_{name}", nn.Parameter(torch.empty(gates, **factory))
-                )
+                shapes = {
+                    f"weight_ih_{name}": (gates, layer_in),
+                    f"weight_hh_{name}": (gates, hidden_size),
+                    f"bias_ih_{name}": (gates,),
+                    f"bias_hh_{name}": (gates,),
+                }
+                for key, shape in shapes.items():
+                    self.register_parameter(key, nn.Parameter(torch.empty(shape, **factory)))
         self.reset_parameters()
 
     @property
@@ -166,19 +162,16 @@ class GateLSTM(nn.Module):
 def from_lstm(lstm: nn.LSTM) -> GateLSTM:
     """A :class:`GateLSTM` of ``lstm``'s config holding a copy of its parameters, on its
     device and dtype and in its training mode: it drops in where ``lstm`` was."""
-    if lstm.proj_size or not lstm.bias:
-        raise IncompatibleError(
-            f"GateLSTM supports nn.LSTM with bias=True and proj_size=0 only, got "
-            f"bias={lstm.bias} proj_size={lstm.proj_size}"
-        )
     weight = lstm.weight_ih_l0
     gate = GateLSTM(
         lstm.input_size,
         lstm.hidden_size,
         num_layers=lstm.num_layers,
+        bias=lstm.bias,
         batch_first=lstm.batch_first,
         dropout=lstm.dropout,
         bidirectional=lstm.bidirectional,
+        proj_size=lstm.proj_size,
         device=weight.device,
         dtype=weight.dtype,
     )
@@ -187,11 +180,8 @@ def from_lstm(lstm: nn.LSTM) -> GateLSTM:
 
 
 def vmappable(module: nn.Module) -> nn.Module:
-    """``module`` with every ``nn.LSTM`` (at any depth, itself included) swapped for a GateLSTM.
-
-    Swaps in place and returns ``module`` (or the new GateLSTM if ``module`` is an ``nn.LSTM``);
-    other recurrent modules have no stand-in and are refused before anything is swapped.
-    """
+    """``module`` with every ``nn.LSTM`` (at any depth, itself included) swapped in place for a
+    GateLSTM; other recurrent modules are refused before anything is swapped."""
     for path, sub in module.named_modules():
         if isinstance(sub, UNSUPPORTED):
             where = path or "the model"

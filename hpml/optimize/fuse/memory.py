@@ -1,10 +1,9 @@
 """The memory guard of fused arrays: how many members fit the device an array trains on.
 
-One member's footprint is hpml's memory breakdown (:mod:`hpml.analysis.memory`) of a probe
-training step of the member as an array runs it (vmapped by :class:`FusedNets`, which saves
-more than the plain net: docs/fused-arrays.md#figures-behind-the-memory-guard). ``fraction`` of
-the free memory over one footprint is the array's size; a larger sweep is split into several
-arrays. ``fraction`` leaves room for what the footprint leaves out: allocator slack, workspaces.
+One member's footprint is the memory breakdown (:mod:`hpml.analysis.memory`) of a probe training
+step of the member as an array runs it (vmapped, which saves more than the plain net:
+docs/fused-arrays.md#figures-behind-the-memory-guard). ``fraction`` of the free memory over one
+footprint is the array's size; ``fraction`` leaves room for allocator slack and workspaces.
 """
 
 from __future__ import annotations
@@ -29,9 +28,8 @@ PROBE_MEMBERS = 2
 
 
 class ProbedModule(Protocol):
-    """What the guard asks of a member: an ``nn.Module`` with these, such as an hpml
-    LightningModule (:class:`hpml.models.base.HpmlModule`). Named by what it does, not by that
-    class, so ``optimize`` stays below the models that use it."""
+    """What the guard asks of a member, such as :class:`hpml.models.base.HpmlModule` (a
+    protocol, so ``optimize`` stays below the models that use it)."""
 
     net: nn.Module
 
@@ -57,11 +55,8 @@ class Footprint:
 
 
 def member_footprint(model: ProbedModule, batch_size: int) -> Footprint:
-    """The training footprint of ``model`` as one member of a fused array at ``batch_size``.
-
-    Runs a probe training step of an array of copies of ``model`` (``model`` itself is left as
-    it was) on the CPU, on zero inputs: sizes, not values, are what is measured.
-    """
+    """The training footprint of ``model`` as one member of a fused array at ``batch_size``,
+    from a probe step of copies of ``model`` on the CPU, on zero inputs."""
     probes = nn.ModuleList(copy.deepcopy(model).cpu().train() for _ in range(PROBE_MEMBERS))
     fused = FusedNets([probe.net for probe in probes])
     for probe, net in zip(probes, fused.nets, strict=True):

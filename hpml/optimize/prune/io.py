@@ -1,8 +1,7 @@
 """Save and reload pruned models with their (smaller) architecture.
 
 A physically pruned model no longer fits its class's constructor, so ``save`` pickles the whole
-module (masks folded into a copy) with ``torch.save``; its class must be importable to ``load``.
-torch-pruning's ``tp.state_dict`` cannot pickle nor restore an ``nn.LSTM``.
+module; its class must be importable to ``load``.
 """
 
 from __future__ import annotations

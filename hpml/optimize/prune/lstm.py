@@ -1,11 +1,10 @@
 """Physical pruning of ``nn.LSTM`` hidden units (and optionally embedding dimensions).
 
-torch-pruning cannot trace multi-layer LSTMs nor an LSTM fed by an embedding, so hpml slices them
-itself: hidden unit ``j`` owns rows ``j``, ``H + j``, ``2H + j``, ``3H + j`` (the four gates) of
-``weight_ih``, ``weight_hh`` and both biases, column ``j`` of ``weight_hh`` and the matching input
-column of the next layer (or of the Linear reading the LSTM, found with forward hooks, as is the
-Embedding feeding it). A unit's score is its method's score of its rows; every layer and direction
-keeps the same number of units (``nn.LSTM`` has one ``hidden_size``).
+torch-pruning cannot trace multi-layer LSTMs, so hpml slices them itself: hidden unit ``j`` owns
+rows ``j``, ``H + j``, ``2H + j``, ``3H + j`` (the four gates) of ``weight_ih``, ``weight_hh`` and
+both biases, column ``j`` of ``weight_hh`` and the matching input column of the next layer (or of
+the Linear reading the LSTM, found with forward hooks). Every layer and direction keeps the same
+number of units (``nn.LSTM`` has one ``hidden_size``).
 """
 
 from __future__ import annotations
@@ -48,10 +47,8 @@ def _gate_rows(keep: Tensor, hidden: int) -> Tensor:
 def shrink_lstm(
     lstm: nn.LSTM, keep: dict[tuple[int, int], Tensor], input_keep: Tensor | None = None
 ) -> nn.LSTM:
-    """A new LSTM with hidden units ``keep[(layer, direction)]`` and input features ``input_keep``.
-
-    All ``keep`` entries must have the same length (the new ``hidden_size``).
-    """
+    """A new LSTM with hidden units ``keep[(layer, direction)]`` (all of one length) and input
+    features ``input_keep``."""
     if lstm.proj_size:
         raise IncompatibleError(
             "physical pruning of an LSTM with proj_size is not supported; use prune.mode=mask"
@@ -105,6 +102,13 @@ def _output_columns(lstm: nn.LSTM, keep: dict[tuple[int, int], Tensor]) -> Tenso
     """Columns of the LSTM's output features that survive: the top layer's units per direction."""
     top, dirs = lstm.num_layers - 1, 2 if lstm.bidirectional else 1
     return torch.cat([keep[(top, d)] + d * lstm.hidden_size for d in range(dirs)])
+
+
+def _keep_columns(module: nn.Module, columns: Tensor) -> nn.Module:
+    """``module`` with only ``columns`` of its weight left (its input features)."""
+    with torch.no_grad():
+        module.weight = nn.Parameter(module.weight[:, columns.to(module.weight.device)].clone())
+    return module
 
 
 def _set_child(model: nn.Module, name: str, new: nn.Module) -> None:
@@ -226,18 +230,10 @@ class LSTMPruner:
             )
             columns_out = _output_columns(lstm, keep)
             new = shrink_lstm(lstm, keep, input_keep)
-            consumer = model.get_submodule(consumer_name)
-            with torch.no_grad():
-                consumer.weight = nn.Parameter(
-                    consumer.weight[:, columns_out.to(consumer.weight.device)].clone()
-                )
+            consumer = _keep_columns(model.get_submodule(consumer_name), columns_out)
             consumer.in_features = len(columns_out)
             if input_keep is not None and feeder_name is not None:
-                feeder = model.get_submodule(feeder_name)
-                with torch.no_grad():
-                    feeder.weight = nn.Parameter(
-                        feeder.weight[:, input_keep.to(feeder.weight.device)].clone()
-                    )
+                feeder = _keep_columns(model.get_submodule(feeder_name), input_keep)
                 feeder.embedding_dim = len(input_keep)
             _set_child(model, name, new)
             plans.append(plan)

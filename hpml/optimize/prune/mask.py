@@ -1,8 +1,7 @@
 """Mask pruning through ``torch.nn.utils.prune``: zeros in place, same shapes, no speed-up.
 
 Each call brings the targets to ``amount`` of the *original* weights (0.3 -> 0.6 -> 0.9 ends at
-0.9, where Lightning's ``ModelPruning`` compounds), removing only the units still missing.
-``make_permanent`` folds the masks into the weights; do it before saving.
+0.9), removing only the units still missing.
 """
 
 from __future__ import annotations
@@ -41,10 +40,8 @@ class MaskPruner:
         self.method, self.targets = method, list(targets)
 
     def prune(self, model: nn.Module, amount: float) -> dict[str, tuple[int, int]]:
-        """Bring the targets to ``amount`` of their original weights (rows, when structured).
-
-        Shapes do not change, so no layer has a new width: the result is always empty.
-        """
+        """Bring the targets to ``amount`` of their original weights (rows, when structured);
+        no width changes."""
         if self.method.global_scope:
             pairs = [(t.module(model), t.param_name) for t in self.targets]
             total = sum(getattr(m, n).numel() for m, n in pairs)
@@ -83,11 +80,8 @@ def make_permanent(model: nn.Module) -> nn.Module:
 
 
 def folded_copy(model: nn.Module) -> nn.Module:
-    """A copy of ``model`` with every mask folded into its weight; ``model`` keeps its masks.
-
-    The masked weights are recomputed without autograd first: after a forward pass in grad mode
-    they are non-leaf tensors, which ``copy.deepcopy`` refuses.
-    """
+    """A copy of ``model`` with every mask folded into its weight; ``model`` keeps its masks
+    (recomputed without autograd first: ``copy.deepcopy`` refuses non-leaf tensors)."""
     for module in model.modules():
         for hook in list(module._forward_pre_hooks.values()):
             if isinstance(hook, prune.BasePruningMethod):

@@ -1,9 +1,7 @@
 """Pruning methods, one class each: what a method ranks lowest goes first (README.md).
 
-A method says whether it removes whole rows (output channels, LSTM gate rows) or single weights,
-how mask mode zeroes a weight (a ``torch.nn.utils.prune`` method) and, when structured, how
-physical mode ranks what it cuts; the engines are shared, as torch-pruning's ``MetaPruner``
-shares one among its importances.
+A method says whether it removes whole rows or single weights, how mask mode zeroes a weight (a
+``torch.nn.utils.prune`` method) and, when structured, how physical mode ranks what it cuts.
 """
 
 from __future__ import annotations
@@ -30,22 +28,9 @@ def l2_scores(rows: Tensor) -> Tensor:
     return rows.pow(2).sum(1).sqrt()
 
 
-def fpgm_scores(rows: Tensor) -> Tensor:
-    """Summed distance of each row to the others: the lowest is nearest the geometric median."""
-    rows = rows.float().unsqueeze(0)
-    return torch.cdist(rows, rows)[0].sum(1)
-
-
-def random_scores(rows: Tensor) -> Tensor:
-    return torch.rand(rows.shape[0])
-
-
 class ScoredRows(prune.BasePruningMethod):
-    """Structured mask pruning of the rows (along ``dim``) that ``scores`` ranks lowest.
-
-    torch.nn.utils.prune ranks rows by an Ln norm or at random only; a method with its own
-    ranking (FPGM, a plug-in) masks through this class.
-    """
+    """Structured mask pruning of the rows (along ``dim``) that ``scores`` ranks lowest: for a
+    method with its own ranking (FPGM, a plug-in), beyond torch's Ln norm and random."""
 
     PRUNING_TYPE = "structured"
 
@@ -69,11 +54,8 @@ class ScoredRows(prune.BasePruningMethod):
 
 
 class RowScores:
-    """A torch-pruning group importance from a score per row of each group's root layer.
-
-    The root is the Conv/Linear whose output channels the group removes; its weight's rows
-    (dim 0) are those channels, in order.
-    """
+    """A torch-pruning group importance from a score per row of each group's root layer (the
+    Conv/Linear whose output channels the group removes)."""
 
     def __init__(self, scores: Callable[[Tensor], Tensor]) -> None:
         self.scores = scores
@@ -84,8 +66,7 @@ class RowScores:
 
 
 class Method:
-    """One pruning method; what it ranks lowest goes first. Subclass :class:`Unstructured` or
-    :class:`Structured` (the docstring of this module shows a plug-in)."""
+    """One pruning method; subclass :class:`Unstructured` or :class:`Structured`."""
 
     structured: ClassVar[bool] = False  # whole rows (channels, gate rows), else single weights
     global_scope: ClassVar[bool] = False  # mask mode ranks all targets' weights together
@@ -93,8 +74,7 @@ class Method:
 
     @property
     def name(self) -> str:
-        """How runs (the param ``prune.method``) and ``prune/layers.json`` call it: its class's
-        name in snake case (``GlobalL1Unstructured``: ``global_l1_unstructured``)."""
+        """How runs and ``prune/layers.json`` call it: its class's name in snake case."""
         return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", type(self).__name__).lower()
 
     @property
@@ -228,7 +208,7 @@ class RandomStructured(Structured):
         return {"dim": 0}
 
     def scores(self, rows: Tensor) -> Tensor:
-        return random_scores(rows)
+        return torch.rand(rows.shape[0])
 
     def channels(self) -> Any:
         return tp.importance.RandomImportance()
@@ -236,11 +216,12 @@ class RandomStructured(Structured):
 
 class FPGM(Structured):
     """Rows nearest the geometric median of their layer (He et al., CVPR 2019): the others can
-    best stand in for them. torch-pruning's ``FPGMImportance`` ranks whole groups only, so mask
-    mode ranks rows itself (:class:`ScoredRows`)."""
+    best stand in for them."""
 
     def scores(self, rows: Tensor) -> Tensor:
-        return fpgm_scores(rows)
+        """Summed distance of each row to the others: the lowest is nearest the median."""
+        rows = rows.float().unsqueeze(0)
+        return torch.cdist(rows, rows)[0].sum(1)
 
     def channels(self) -> Any:
         return tp.importance.FPGMImportance(p=2)

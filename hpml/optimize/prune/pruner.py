@@ -5,9 +5,7 @@
     report = pruner.prune(net, 0.5)      # to 50% of the original, in place; call again to go on
     pruner.finalize(net)                 # masks folded into the weights (mask mode)
 
-Physical mode removes Conv/Linear output channels (``structured.py``) or LSTM hidden units
-(``lstm.py``); mask mode zeroes weights (``mask.py``). The amount is always measured against the
-original model, so repeated calls never compound.
+The amount is always measured against the original model, so repeated calls never compound.
 """
 
 from __future__ import annotations
@@ -37,8 +35,8 @@ __all__ = ["MODES", "Engine", "PruneReport", "Pruner"]
 
 
 class Engine(Protocol):
-    """What every engine does: bring ``model`` to ``amount`` of the original, in place, and say
-    which layers changed width (``{name: (before, after)}``; empty for masks)."""
+    """Brings ``model`` to ``amount`` of the original, in place, and says which layers changed
+    width (``{name: (before, after)}``)."""
 
     def prune(self, model: nn.Module, amount: float) -> dict[str, tuple[int, int]]: ...
 
@@ -114,8 +112,8 @@ class Pruner:
         self._example: Any = None
 
     def check(self, model: nn.Module) -> list[Target]:
-        """The targets ``model`` has (a ConfigError for an entry that names nothing in it);
-        ``model`` may be on the meta device: nothing is computed."""
+        """The targets ``model`` (perhaps on the meta device) has; a ConfigError for an entry
+        that names nothing in it."""
         return resolve(model, self.targets_spec, self.exclude_spec)
 
     def attach(self, model: nn.Module, example: Any) -> list[Target]:

@@ -31,9 +31,8 @@ def steps(schedule: str, amount: float, epochs: int) -> dict[int, float]:
 
 
 def reductions(figures: Mapping[str, float]) -> dict[str, float]:
-    """``prune/flops_reduction_x`` and ``prune/size_reduction_x``: ``prune_before`` over
-    ``prune_after`` of the FLOPs per sample and of the size in ``figures`` (each left out where
-    a side is missing or zero)."""
+    """``prune/flops_reduction_x`` and ``prune/size_reduction_x``: before over after, each left
+    out where a side is missing or zero."""
     ratios = {}
     for quantity, key, unit in (
         ("fwd", "flops_reduction", FLOPS_PER_SAMPLE),

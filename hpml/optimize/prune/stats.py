@@ -15,9 +15,7 @@ from hpml.optimize.prune.targets import Target
 @dataclass(frozen=True)
 class LayerStats:
     """One targeted weight: its shape and counts now, and its size in the original model.
-
-    ``rows`` are dim-0 slices: output channels of a Conv, output features of a Linear, gate rows
-    of an LSTM weight (4 per hidden unit). ``rows_alive`` counts rows with any non-zero element.
+    ``rows`` are dim-0 slices; ``rows_alive`` counts those with any non-zero element.
     """
 
     shape_before: tuple[int, ...]

@@ -1,11 +1,10 @@
 """Physical channel pruning of Conv and Linear layers through torch-pruning's dependency graph.
 
-torch-pruning traces the model once and groups the layers whose channels go together (a conv's
-filters with the next BatchNorm and the next conv's inputs); each group is ranked by the method's
-group importance (``channels``) and the lowest channels are cut out. hpml plans the cut itself
-rather than calling ``MetaPruner.step``: counts are rounded as a user expects, no layer drops
-below ``min_channels``, a gradual schedule never compounds, and ``coupled`` layers (a VAE's
-``mu`` and ``logvar`` heads, combined where the trace does not show it) lose the same channels.
+torch-pruning groups the layers whose channels go together; each group is ranked by the method's
+group importance and its lowest channels cut. hpml plans the cut itself rather than calling
+``MetaPruner.step``: counts round as a user expects, no layer drops below ``min_channels``, a
+gradual schedule never compounds, and ``coupled`` layers (a VAE's ``mu`` and ``logvar`` heads)
+lose the same channels.
 """
 
 from __future__ import annotations
@@ -30,11 +29,10 @@ def default_coupling(model: nn.Module) -> tuple[tuple[str, ...], ...]:
 
 
 class ChannelPruner:
-    """Remove output channels of the targeted Conv/Linear layers of ``model``, in place.
+    """Remove output channels of the Conv/Linear ``layers`` of ``model``, in place.
 
-    ``layers`` are the module names to prune (other layers keep their outputs). Build it on the
-    unpruned model: ``amount`` is of its widths. ``importance`` builds the torch-pruning
-    importance that ranks the groups.
+    Build it on the unpruned model: ``amount`` is of its widths. ``importance`` builds the
+    torch-pruning importance that ranks the groups.
     """
 
     def __init__(
@@ -103,9 +101,7 @@ class ChannelPruner:
 
     def prune(self, model: nn.Module, amount: float) -> dict[str, tuple[int, int]]:
         """Cut each group to ``amount`` of its original width; ``{root: (before, after)}``.
-
-        The dependency graph was traced on the model given at construction: ``model`` must be it.
-        """
+        ``model`` must be the one traced at construction."""
         if model is not self.model:
             raise ValueError("ChannelPruner.prune got another model than the one it traced")
         scored: dict[str, tuple[Any, Tensor]] = {}
@@ -139,24 +135,16 @@ class ChannelPruner:
 
 
 def check_runs(model: nn.Module, example: Any, reference: Sequence[torch.Size]) -> None:
-    """Fail in one line if the pruned model no longer runs or its (first) output changed shape.
-
-    Only the first output is the model's output proper: a VAE also returns its latent ``mu`` and
-    ``logvar``, which pruning the latent layers shrinks on purpose.
-    """
-    was_training = model.training
-    model.eval()
+    """Fail in one line if the pruned model no longer runs or its first output changed shape
+    (a VAE's other outputs, ``mu`` and ``logvar``, shrink on purpose)."""
     try:
-        with torch.no_grad():
-            shapes = [t.shape for t in tensors_in(model(example))]
+        shapes = output_shapes(model, example)
     except Exception as exc:
         raise IncompatibleError(
             f"{type(model).__name__} no longer runs after physical pruning "
             f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]}): it hard-codes a width "
             f"the pruner changed; exclude that layer or use prune.mode=mask"
         ) from exc
-    finally:
-        model.train(was_training)
     if shapes[:1] != list(reference)[:1]:
         raise IncompatibleError(
             f"physical pruning changed {type(model).__name__}'s output shape from "

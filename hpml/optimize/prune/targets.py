@@ -1,10 +1,8 @@
 """Which weights a pruner touches: ``targets`` minus ``exclude``, named as users name them.
 
-An entry is a module type name (``Linear``, ``LSTM``), a module name or glob (``fc1``,
-``features.*``), a parameter name or glob (``lstm.weight_hh_l*``), or ``output_layer``
-(``exclude`` only: the last Linear or Conv layer registered, so the output keeps its size). Only
-weights are pruned, never biases. An entry that matches nothing, and an ``exclude`` that leaves
-nothing, are :class:`~hpml.errors.ConfigError`.
+An entry is a module type name (``Linear``), a module or parameter name or glob (``features.*``,
+``lstm.weight_hh_l*``), or ``output_layer`` (``exclude`` only: the last Linear or Conv layer).
+Only weights are pruned, never biases.
 """
 
 from __future__ import annotations

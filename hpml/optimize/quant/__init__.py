@@ -18,12 +18,12 @@ __all__ = ["OnDevice", "Quantizer", "apply_quant", "notice_once"]
 def apply_quant(
     net: nn.Module, quantizer: Quantizer, calibration: Iterable[Any] = ()
 ) -> tuple[nn.Module, float | None]:
-    """``net`` quantised after training (it may be changed in place), and the seconds the
-    quantiser spent compiling its kernels (None where it compiles nothing).
+    """``net`` quantised after training (perhaps in place), and the seconds the quantiser spent
+    compiling its kernels (None where it compiles nothing).
 
     Args:
-        quantizer: how, e.g. ``methods.static_int8(backend="pt2e")``; a QAT quantiser converts
-            the ``net`` it prepared and fine-tuned.
+        quantizer: e.g. ``methods.static_int8(backend="pt2e")``; a QAT one converts the ``net`` it
+            prepared.
         calibration: input batches, for a quantiser that ``needs_calibration``.
     """
     if quantizer.trains:

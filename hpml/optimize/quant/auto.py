@@ -1,8 +1,5 @@
-"""``static_int8`` with ``backend=auto``: eager torch.ao where it runs the net, else PT2E.
-
-Eager int8 needs no compiler (VGG, AlexNet); a net whose forward calls an op outside its modules
-(ResNet's residual add) gets PT2E. The choice is a probe of eager int8 on one batch, cached per
-architecture, made before training.
+"""``static_int8`` with ``backend=auto``: eager torch.ao where it runs the net (it needs no
+compiler), else PT2E (a forward calling an op outside its modules, such as ResNet's residual add).
 """
 
 from __future__ import annotations

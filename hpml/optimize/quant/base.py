@@ -1,8 +1,7 @@
 """The one interface every quantisation backend implements, and helpers they share.
 
 A ``Quantizer`` says how (which layers, which kernels, which device they run on); a callback
-decides when. Configs name a method (:mod:`hpml.optimize.quant.methods`) with a backend, not a
-backend's classes, so a backend can change underneath them.
+decides when.
 """
 
 from __future__ import annotations
@@ -39,13 +38,10 @@ def flag(key: str, value: Any) -> bool:
 class Quantizer(ABC):
     """Turns a float ``nn.Module`` into a quantised one.
 
-    Post-training methods: ``check`` then ``quantize`` (``calibration`` batches of inputs are used
-    by methods whose ``needs_calibration`` is true). QAT: ``check``, ``prepare_qat`` (fake-quantised
-    modules to fine-tune), train, then ``convert``. ``cuda_capable`` says whether the quantised
-    model's kernels run on CUDA; where not, callers evaluate it on CPU.
-
-    Before training, a quantiser is asked what it cannot do to the net: ``check`` (its layers),
-    ``check_inputs`` (the inputs' kind) and ``check_net`` (whether it runs the real net).
+    Post-training methods: ``quantize`` (with ``calibration`` batches where
+    ``needs_calibration``). QAT: ``prepare_qat``, train, then ``convert``. Before training,
+    ``check``, ``check_inputs`` and ``check_net`` say what it cannot do to the net.
+    ``cuda_capable``: the quantised kernels run on CUDA; where not, callers evaluate on CPU.
     """
 
     method: str
@@ -80,10 +76,9 @@ class Quantizer(ABC):
     def check_net(
         self, build_net: Callable[[], nn.Module], example: torch.Tensor, model: str = "the model"
     ) -> None:
-        """Raise a one-line ``HpmlError`` when this quantiser cannot run the net ``build_net()``
-        builds (a real CPU net, built only when asked: kernels missing, an engine this torch
-        lacks) on inputs like ``example``; ``model`` names the net (``model=`` option) for the
-        message. Nothing to check by default."""
+        """Raise a one-line ``HpmlError`` when this quantiser cannot run the CPU net
+        ``build_net()`` builds (built only when asked) on inputs like ``example``; ``model`` names
+        it in the message."""
         return None
 
     def for_net(self, net: nn.Module, example: torch.Tensor) -> Quantizer:
@@ -127,11 +122,9 @@ def _to(value: Any, device: torch.device, float32: bool = False) -> Any:
 
 
 class OnDevice(nn.Module):
-    """Runs ``module`` on ``device`` whatever device its caller's tensors are on.
-
-    Inputs go to ``device`` (floats as float32, autocast off), outputs come back to the caller's
-    device. ``.to()``/``.cuda()`` on a parent leave ``module`` where it is: a CPU-only quantised
-    model stays on CPU inside a LightningModule that a GPU trainer moves around.
+    """Runs ``module`` on ``device`` (floats as float32, autocast off) whatever device its
+    caller's tensors are on, outputs back on the caller's; ``.to()`` on a parent leaves it there,
+    so a CPU-only quantised model stays on CPU inside a module a GPU trainer moves around.
     """
 
     def __init__(self, module: nn.Module, device: torch.device | str) -> None:

@@ -1,8 +1,7 @@
 """hpml's quantisation methods, one function each: the ``_target_`` of a ``conf/quant/`` option.
 
-Each takes the option's knobs (``method`` among them, the name runs record) and returns the
-:class:`~hpml.optimize.quant.base.Quantizer` of the backend it picks (``auto``: the first that
-has the method; for ``static_int8``, per net). Which layers each backend quantises: README.md.
+Each takes the option's knobs and returns the :class:`~hpml.optimize.quant.base.Quantizer` of the
+backend it picks (``auto``: the first that has the method; for ``static_int8``, per net).
 """
 
 from __future__ import annotations
@@ -26,6 +25,12 @@ def own_method(method: str, methods: tuple[str, ...]) -> str:
             "quant=<option>)",
         )
     return method
+
+
+def flags(**values: bool) -> None:
+    """A ConfigError for the first of ``values`` that is not true or false."""
+    for key, value in values.items():
+        flag(key, value)
 
 
 def pick(method: str, backend: str, engines: Engines) -> Quantizer:
@@ -67,8 +72,7 @@ def static_int8(
     """Calibrated int8 weights and activations: eager ``torch_ao`` or the ``pt2e`` graph;
     ``auto`` takes eager where its int8 model runs the net, else PT2E."""
     own_method(method, ("static_int8",))
-    for key, value in (("per_channel", per_channel), ("fuse", fuse), ("compile", compile)):
-        flag(key, value)
+    flags(per_channel=per_channel, fuse=fuse, compile=compile)
 
     from hpml.optimize.quant.auto import AutoStatic
     from hpml.optimize.quant.pt2e import PT2EStatic
@@ -88,9 +92,7 @@ def qat(
 ) -> Quantizer:
     """Quantisation-aware training: fake-quantised fine-tuning, then int8 (``torch_ao``)."""
     own_method(method, ("qat",))
-    for key, value in (("per_channel", per_channel), ("fuse", fuse)):
-        flag(key, value)
-
+    flags(per_channel=per_channel, fuse=fuse)
     return pick(method, backend, {"torch_ao": lambda: torch_ao.QAT(engine, per_channel, fuse)})
 
 

@@ -1,10 +1,8 @@
 """Backend ``pt2e``: static int8 of a whole traced graph (torchao's PT2E flow, x86 CPU kernels).
 
 Eager mode replaces modules, so an op written in ``forward`` (ResNet's ``out += identity``) has
-no int8 kernel. PT2E quantises the graph ``torch.export`` captures (strict, batch dynamic):
-``prepare_pt2e`` with ``X86InductorQuantizer``, calibration, ``convert_pt2e``; ``torch.compile``
-with inductor freezing then turns the quantize/dequantize patterns into oneDNN int8 kernels
-(``compile=False`` runs the reference graph: same numbers, slower than fp32).
+no int8 kernel; PT2E quantises the graph ``torch.export`` captures, and ``torch.compile`` with
+inductor freezing turns it into oneDNN int8 kernels (``compile=False``: the slow reference graph).
 """
 
 from __future__ import annotations
@@ -21,12 +19,8 @@ from hpml.optimize.quant.torch_ao import STATIC_LAYERS
 
 
 def drop_unused_state(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """Delete parameters and buffers no node of the graph reads any more.
-
-    ``convert_pt2e`` adds the int8 weights (and conv biases with batch norm folded in) as new
-    buffers but leaves the float originals registered: the state dict would hold both, larger
-    than the fp32 model. What remains is what the graph runs on.
-    """
+    """Delete parameters and buffers no node of the graph reads any more: ``convert_pt2e``
+    leaves the float originals beside the int8 weights, and the state dict would hold both."""
     used = {str(node.target) for node in graph_module.graph.nodes if node.op == "get_attr"}
     names = [name for name, _ in graph_module.named_parameters()]
     names += [name for name, _ in graph_module.named_buffers()]
@@ -48,11 +42,8 @@ def batch_example(batch: Any) -> tuple[Any, ...]:
 
 
 class Int8Graph(nn.Module):
-    """The converted int8 graph as an inference-only module, compiled with freezing by default.
-
-    Inductor reads ``freezing`` whenever it compiles (a new shape compiles again), so it is set
-    around every call, not process-wide. ``train()``/``eval()`` only set the flag: the graph was
-    exported in eval mode. The state dict is the graph's alone.
+    """The converted int8 graph as an inference-only module, compiled with freezing by default
+    (set around every call: a new shape compiles again). ``train()``/``eval()`` only set the flag.
     """
 
     def __init__(self, graph: torch.fx.GraphModule, compile: bool = True) -> None:
@@ -107,10 +98,8 @@ class PT2EStatic(Quantizer):
         return drop_unused_state(convert_pt2e(prepared))
 
     def quantize(self, net: nn.Module, calibration: Iterable[Any] = ()) -> nn.Module:
-        """The converted graph as an :class:`Int8Graph`; when ``compile``, its first call (on the
-        first calibration batch's shape) is timed in ``compile_time_s``: a cold compile unless
-        inductor's on-disk cache (``TORCHINDUCTOR_CACHE_DIR``, the process's) already holds the
-        same graph from an earlier job, when it is the cache's load time."""
+        """The converted graph as an :class:`Int8Graph`; when ``compile``, its first call is timed
+        in ``compile_time_s`` (a cache's load time where inductor's on-disk cache holds it)."""
         calibration = list(calibration)
         int8 = Int8Graph(self.convert(net, calibration), self.compile)
         if self.compile:

@@ -1,9 +1,6 @@
-"""Backend ``torch_ao``: ``torch.ao.quantization`` in eager mode, int8 kernels for x86/ARM CPUs.
-
-Dynamic int8 (Linear, LSTM, GRU; embeddings weight-only), static int8 (fused conv+bn+relu and
-linear+relu, calibrated, per-channel weights, wrapped in quant/dequant stubs) and QAT (the same
-layout with fake quantisation, fine-tuned, then converted). Deprecated upstream in favour of
-torchao, it still gives int8 conv kernels on CPU; the notice is logged once per process.
+"""Backend ``torch_ao``: ``torch.ao.quantization`` in eager mode, int8 kernels for x86/ARM CPUs:
+dynamic int8, static int8 (fused, calibrated, wrapped in quant/dequant stubs) and QAT.
+Deprecated upstream in favour of torchao, it still gives int8 conv kernels on CPU.
 """
 
 from __future__ import annotations
@@ -50,11 +47,8 @@ def use_engine(engine: str) -> None:
 
 
 def fusable_groups(net: nn.Module) -> list[list[str]]:
-    """Qualified names of conv-bn-relu, conv-bn, conv-relu and linear-relu runs in Sequentials.
-
-    Only consecutive children of an ``nn.Sequential`` are fused: there the data flow between them
-    is known without tracing the model.
-    """
+    """Qualified names of conv-bn-relu, conv-bn, conv-relu and linear-relu runs in Sequentials
+    (where the data flow is known without tracing the model)."""
     groups: list[list[str]] = []
     for prefix, module in net.named_modules():
         if not isinstance(module, nn.Sequential):
@@ -195,12 +189,8 @@ _PROBED: dict[tuple[Any, ...], str | None] = {}
 
 
 def eager_static_problem(engine: Static, net: nn.Module, example: torch.Tensor) -> str | None:
-    """Why eager static int8 cannot run ``net`` (None when it can).
-
-    Learnt by quantising a copy of ``net`` and running it on ``example``: only that shows whether
-    every op its forward calls has an int8 kernel. Cached per architecture, input shape and
-    settings, so the check before training and the callback's choice pay for one probe.
-    """
+    """Why eager static int8 cannot run ``net`` (None when it can): a quantised copy run on
+    ``example``, cached per architecture, input shape and settings."""
     key = (repr(net), tuple(example.shape[1:]), engine.engine, engine.per_channel, engine.fuse)
     if key not in _PROBED:
         _PROBED[key] = _probe(Static(engine.engine, engine.per_channel, engine.fuse), net, example)

@@ -42,7 +42,7 @@ def batch_scaling(runs: list[Run], keys: list[str]) -> Figure | None:
 
 def time_shares(runs: list[Run], keys: list[str]) -> Figure | None:
     """Where a profiled training step's time went, by category, against batch size: stacked
-    bars, a panel per other config (data copies shrink as batches grow)."""
+    bars, a panel per other config."""
     key = "data.batch_size"
     names = {c: metric("profile", c, PCT) for c in CATEGORIES}
     profiled = [

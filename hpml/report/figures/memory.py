@@ -24,8 +24,8 @@ MEMORY_PARTS = ("weights", "gradients", "optimizer_state", "activations")
 
 
 def memory(runs: list[Run], keys: list[str]) -> Figure | None:
-    """Stacked bars of the first training step's tensors, by part, per run, and beside them
-    the tensors' total against the process's peak."""
+    """Stacked bars of the first training step's tensors by part, per run, and beside them the
+    tensors' total against the peak."""
     names = [metric("memory", part, BYTES) for part in MEMORY_PARTS]
     measured = [r for r in runs if all(n in r.data.metrics for n in names)]
     if not measured:

@@ -22,8 +22,7 @@ def pareto(
 ) -> list[int]:
     """Indices of the points no other beats (lower is better in both): j beats i when it is no
     larger and no slower, and smaller or faster. ``faster(i, j)``: +1 when j's y is really below
-    i's, -1 when really above, 0 when the difference is within noise (a tie); by default the
-    numbers decide."""
+    i's, -1 above, 0 within noise; by default the numbers decide."""
 
     def ahead(i: int, j: int) -> int:
         if faster is not None:
@@ -43,9 +42,7 @@ def pareto(
 
 def latency_size(runs: list[Run], keys: list[str]) -> Figure | None:
     """Latency at batch 1 against size for every variant measured before and after pruning,
-    quantisation or compilation, a config's repeats pooled, the Pareto front marked; each
-    variant its own colour and marker, named in the legend (method, sparsity)."""
-
+    quantisation or compilation, a config's repeats pooled, the Pareto front marked."""
     variants: dict[tuple[tuple[str, ...], str, str], list[Run]] = defaultdict(list)
     for run in runs:
         config = tuple(value(run, k) for k in keys)
@@ -69,8 +66,8 @@ def latency_size(runs: list[Run], keys: list[str]) -> Figure | None:
     order = list(variants)
 
     def faster(i: int, j: int) -> int:
-        """Whether variant j's latency is really below i's: the step's side-by-side verdict
-        for a before/after of one config, else the repeats' ratio interval."""
+        """Whether j's latency is really below i's: the step's side-by-side verdict for one
+        config's before/after, else the repeats' ratio interval."""
         (ci, si, wi), (cj, sj, wj) = order[i], order[j]
         if (ci, si) == (cj, sj) and wi != wj:
             said = Group("", tuple(variants[order[i]])).speedup(si, 1)
@@ -139,9 +136,8 @@ def latency_size(runs: list[Run], keys: list[str]) -> Figure | None:
 
 
 def _variant(run: Run, keys: list[str], step: str, when: str) -> str:
-    """A legend's name for a run's model ``when`` (before, after) ``step``: ``prune:
-    l1_structured, 80 %`` after, ``before prune`` (the same model for every pruner) before,
-    each with the run's values of the other swept keys."""
+    """A legend's name for a run's model ``when`` ``step``: ``prune: l1_structured, 80 %``
+    after, ``before prune`` before, each with the run's values of the other swept keys."""
     others = [f"{k}={value(run, k)}" for k in keys if k != step and not k.startswith(f"{step}.")]
     if when == BEFORE:
         return ", ".join([f"before {step}", *others])

@@ -1,6 +1,5 @@
-"""The report's tables, from what hpml's callbacks logged: each only where runs carry it, one
-module a table; every caption states each number's convention and every speed-up its interval
-and verdict."""
+"""The report's tables, from what hpml's callbacks logged, one module a table, each drawn only
+where runs carry its data."""
 
 from hpml.report.studies.baseline import against_baseline
 from hpml.report.studies.before_after import before_after

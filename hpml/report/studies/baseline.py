@@ -17,8 +17,8 @@ def against_baseline(comparisons: list[Comparison], base: Group | None) -> Table
         [
             c.comparison.split(" vs baseline ", 1)[0],
             label(c.measure),
-            number(c.before) if c.before is not None else "",
-            number(c.after) if c.after is not None else "",
+            number(c.before),
+            number(c.after),
             c.cell(),
         ]
         for c in comparisons

@@ -21,8 +21,7 @@ from hpml.report.studies.cells import (
 
 
 def before_after(groups: list[Group], _: ReadText) -> Table | None:
-    """Study 1: every variant a config measured before and after pruning, quantisation or
-    compilation: size, latency with the speed-up's verdict, and validation quality."""
+    """Study 1: every variant a config measured before and after an optimisation step."""
     steps = [
         s
         for s in STEPS

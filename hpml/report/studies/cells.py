@@ -1,9 +1,5 @@
-"""What the studies' tables share: :class:`Table`, and cells of a group of repeats.
-
-Repeats of one config (:mod:`hpml.report.groups`) collapse into one row: a number that varies
-between them reads ``median [low, high]``, its order-statistic 95% interval (fewer than 6
-repeats: [min, max], its own coverage said), and the row says its n. A row is built as
-``(heading, cell)`` records, so a heading never drifts from its cell.
+"""What the studies' tables share: :class:`Table`, and cells of a group of repeats, a row built
+as ``(heading, cell)`` records so a heading never drifts from its cell.
 """
 
 from __future__ import annotations
@@ -43,9 +39,8 @@ VERDICTS = (
 
 @dataclass(frozen=True)
 class Table:
-    """A report table with its conventions, and preformatted texts shown folded under it;
-    ``name`` names its CSV (``tables/<name>.csv``), ``data`` its plain columns and rows there
-    (default: the cells shown)."""
+    """A report table, and preformatted texts shown folded under it; ``name`` names its CSV
+    (``tables/<name>.csv``), ``data`` its plain columns and rows there (default: the cells)."""
 
     title: str
     caption: str
@@ -72,8 +67,7 @@ def spread(values: Sequence[float]) -> str:
 
 
 def runs_cell(group: Group) -> str:
-    """``3 (75% intervals): job 0, job 3, job 6``: a row's n, the coverage of its intervals
-    (set by n alone), and its runs."""
+    """``3 (75% intervals): job 0, job 3, job 6``: a row's n, its intervals' coverage, its runs."""
     n = len(group.runs)
     if n == 1:
         return group.names
@@ -104,20 +98,9 @@ def latency_cells(group: Group, step: str) -> list[tuple[str, str]]:
     return cells
 
 
-def speedups(group: Group, step: str) -> list[Comparison]:
-    """The speed-ups a group's runs timed for ``step``, by batch size."""
-    batches = sorted(b for s, b in group.in_run if s == step)
-    return [c for b in batches if (c := group.speedup(step, b)) is not None]
-
-
 def batches(groups: list[Group], steps: Sequence[str]) -> list[int]:
     """The batch sizes any group timed a step's before/after at: a speed-up column each."""
     return sorted({b for g in groups for s, b in g.in_run if s in steps})
-
-
-def speedup_cells(found: list[Comparison], batches: list[int]) -> list[tuple[str, str]]:
-    by_batch = {c.batch: c.cell() for c in found}
-    return [(f"speed-up b{b} (x, before/after)", by_batch.get(b, "")) for b in batches]
 
 
 def param(group: Group, key: str) -> str:
@@ -125,14 +108,12 @@ def param(group: Group, key: str) -> str:
 
 
 def median(group: Group, name: str) -> float | None:
-    """A group's median of metric ``name`` for a CSV cell."""
     ci = group.interval(name)
     return None if ci is None else ci.median
 
 
 def b1_data(group: Group, step: str, found: list[Comparison]) -> list[tuple[str, object]]:
-    """The CSV's batch-1 columns of ``step``: latency before and after, the speed-up, its
-    interval, n and verdict."""
+    """The CSV's batch-1 columns of ``step``: latencies, the speed-up, its interval, verdict."""
     b1 = next((c for c in found if c.batch == 1), None)
     said = (None,) * 5 if b1 is None else (b1.ratio, b1.ci_low, b1.ci_high, b1.n, b1.verdict)
     latencies = [(f"latency_b1_{w}_ms", median(group, latency(side(step, w)))) for w in SIDES]
@@ -144,7 +125,8 @@ def timing(
 ) -> tuple[list[tuple[str, str]], list[tuple[str, object]]]:
     """``step``'s timing as shown (latency at batch 1 before and after, a speed-up per batch
     of ``batches``) and as the CSV holds it (:func:`b1_data`)."""
-    found = speedups(group, step)
-    return [*latency_cells(group, step), *speedup_cells(found, batches)], b1_data(
-        group, step, found
-    )
+    timed = sorted(b for s, b in group.in_run if s == step)
+    found = [c for b in timed if (c := group.speedup(step, b)) is not None]
+    cells = {c.batch: c.cell() for c in found}
+    shown = [(f"speed-up b{b} (x, before/after)", cells.get(b, "")) for b in batches]
+    return [*latency_cells(group, step), *shown], b1_data(group, step, found)

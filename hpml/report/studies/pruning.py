@@ -57,12 +57,8 @@ def _amount(group: Group) -> float:
 
 
 def pruning(groups: list[Group], text: ReadText) -> Table | None:
-    """Study 3: one row per pruned config (its repeats collapsed), by pruner and sparsity.
-
-    Args:
-        groups: the report's groups of repeats; those that pruned are shown.
-        text: reads a run's artifact (the layer widths and ``print(model)``).
-    """
+    """Study 3: one row per pruned group, by pruner and sparsity; ``text`` reads a run's
+    artifacts (layer widths, ``print(model)``)."""
     pruned = [g for g in groups if any(fwd_flops(PRUNED) in r.data.metrics for r in g.runs)]
     if not pruned:
         return None
