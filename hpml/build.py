@@ -1,10 +1,8 @@
 """The one place a job's parts are built from its composed config, each once, typed.
 
-In order: the data module and callbacks (:func:`build_parts`, before the run opens: validation
-checks these very objects), the model once seeded and its data prepared (:func:`build_model`:
-it needs the data read), the trainer once the runs give it loggers (:func:`build_trainer`). The
-entry point builds the logger group first (a refused job is recorded). A fused array builds each
-member so and wraps them (:mod:`hpml.fused`). Importing this is cheap.
+Data module and callbacks come first (:func:`build_parts`: validation checks these very objects),
+then the model once its data is prepared (:func:`build_model`), then the trainer once the runs
+give it loggers (:func:`build_trainer`). Importing this is cheap.
 """
 
 from __future__ import annotations
@@ -34,12 +32,9 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Parts:
-    """What a job's config builds before its run opens (:func:`build_parts`), each part once.
-
-    A part whose constructor raised is None (no callbacks: empty), what it raised in
-    ``refused`` under its config group: validation reports it unless its checks of the values,
-    which name the key, already refused them (a constructor given a bad value may raise
-    anything)."""
+    """What a job's config builds before its run opens, each part once. A part whose
+    constructor raised is None (no callbacks: empty), what it raised in ``refused`` under its
+    config group, for validation to report."""
 
     datamodule: HpmlDataModule | None
     callbacks: list[L.Callback]
@@ -67,11 +62,8 @@ class Assembled:
 
 
 def build(group: str, node: DictConfig, **kwargs: Any) -> Any:
-    """Instantiate config group ``group``, passing live objects (data spec, callbacks) as-is.
-
-    The config becomes a partial first, so ``kwargs`` never pass through OmegaConf; errors come
-    back with the group's name in their keys.
-    """
+    """Instantiate config group ``group``, passing live objects (data spec, callbacks) as-is
+    through a partial, so ``kwargs`` never pass through OmegaConf."""
     try:
         return hydra.utils.instantiate(node, _partial_=True)(**kwargs)
     except InstantiationException as exc:

@@ -57,11 +57,8 @@ def registered_options(group: str) -> set[str] | None:
 
 
 def unknown_option(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
-    """A one-line message for the first ``group=option`` whose option has no config file.
-
-    Hydra's own message spans a dozen lines with its search path; this names the bad value and
-    the valid ones. Sweeps (``model=vgg11,lstm``) are checked value by value.
-    """
+    """A one-line message for the first ``group=option`` whose option has no config file,
+    naming the valid ones (Hydra's spans a dozen lines)."""
     overrides = [a for a in args if not a.startswith("-") and "=" in a]
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
@@ -154,11 +151,8 @@ def hoist_flags(args: list[str]) -> list[str]:
 
 
 def check_args(args: list[str]) -> None:
-    """Exit with status 2 and one line if the overrides cannot make a config.
-
-    Hydra would say the same in a dozen lines after its banner; this says it before any job
-    (or any job of a sweep) starts.
-    """
+    """Exit with status 2 and one line, before any job starts, if the overrides cannot make a
+    config."""
     if any(a in ("--help", "-h", "--hydra-help", "--info", "-i") for a in args):
         return
     from hpml.validate.store import unwritable_root

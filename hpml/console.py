@@ -1,9 +1,7 @@
 """What a run prints: upstream noise dropped where it is raised, a progress bar only on a terminal.
 
-Each known upstream warning or log record is dropped by a filter that names its exact message,
-so any other one still shows; ``hpml.verbose=true`` keeps them all. A line logged while the bar is
-drawn starts on a line of its own (:class:`BarSafeHandler`). Runs without a bar log one line per
-epoch instead (``hpml.callbacks.epoch_summary``).
+Each known upstream warning or log record is dropped by a filter naming its exact message, so
+any other still shows; ``hpml.verbose=true`` keeps them all.
 """
 
 from __future__ import annotations

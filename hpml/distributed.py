@@ -1,13 +1,10 @@
 """One job across the processes of Lightning's DDP: one MLflow run, one Hydra folder.
 
-Lightning's ``ddp`` strategy runs the command again for each extra device (``LOCAL_RANK=1,
-...``); run again, hpml would compose anew, open a run per rank and restart a sweep. So
-:func:`hand_off` writes the job's resolved config, run id and checkpoint into its folder and names
-it in ``HPML_DDP_JOB``, which those processes inherit; started with it, ``python -m hpml.train``
-(:func:`handed_job`) trains the job as a follower, without Hydra or a run of its own. When the job
-ends, what the launch changed in this process is undone, so the next job of a sweep starts
-processes of its own. Processes a cluster starts itself (``srun``, ``torchrun``) whose rank is not
-zero (:func:`launched_rank`) follow too.
+Lightning's ``ddp`` strategy runs the command again for each extra device; run again, hpml
+would compose anew and open a run per rank. So :func:`hand_off` writes the job's resolved config,
+run id and checkpoint into its folder, named in ``HPML_DDP_JOB``, and those processes follow the
+job (:func:`handed_job`) without Hydra or a run of their own. Ranks other than zero that a cluster
+starts itself (:func:`launched_rank`) follow too.
 """
 
 from __future__ import annotations
@@ -100,11 +97,8 @@ def hand_off(
     ckpt_path: str | None,
 ) -> Iterator[None]:
     """Let the processes ``trainer`` will start follow this job; undo the launch afterwards.
-
-    The job's torch threads are shared out among the processes of this machine
-    (``OMP_NUM_THREADS``, which they inherit), so they do not oversubscribe its cores. The file
-    holds the resolved config, credentials included: readable by its owner only, removed with
-    the job.
+    Torch threads are shared out among the processes so they do not oversubscribe the cores;
+    the file holds credentials, so only its owner reads it, and it goes with the job.
 
     Args:
         cfg: the job's config, resolved into the file.
@@ -155,11 +149,8 @@ def hand_off(
 
 def end_followers(trainer: Any, stop: bool) -> None:
     """Wait for the processes Lightning started to finish the job, within ``FOLLOWER_EXIT_S``;
-    with ``stop`` (the job failed here) terminate them, and kill them after ``STOP_S``.
-
-    Lightning's watcher of those processes SIGKILLs this one as soon as any exits non-zero, as
-    a stopped one does; it would take the job's run, and the rest of a sweep, with it. Emptied
-    of processes, it ends on its next look (every 5 s).
+    with ``stop`` terminate them, and kill them after ``STOP_S``. They are taken from
+    Lightning's watcher, which would SIGKILL this process (and its run) when one exits non-zero.
     """
     launched = getattr(getattr(trainer.strategy, "launcher", None), "procs", None)
     if not launched:

@@ -12,12 +12,9 @@ class HpmlError(Exception):
 
 
 def one_line(exc: BaseException) -> str:
-    """``Type: message`` on a single line, for tags and terminals.
-
-    Here rather than in ``hpml.tracking.run`` so reporting a failure never imports torch. An
-    error raised in a DataLoader worker comes back with the worker's traceback in its message:
-    only the original error's last line is kept.
-    """
+    """``Type: message`` on a single line, for tags and terminals; of an error raised in a
+    DataLoader worker, only the original error's last line. Here so reporting never imports
+    torch."""
     text = str(exc)
     if "\nOriginal Traceback (most recent call last):" in text:
         last = text.rstrip().splitlines()[-1]  # "<module>.<Type>: <message>"

@@ -1,10 +1,7 @@
 """One lifecycle for a job of N >= 1 members, once their parts are built and checked.
 
-:func:`run_members` opens one run per member under the sweep's parent, completes the parts
-(:func:`assemble`: each member's model, then the trainer, :mod:`hpml.build`; several members
-wrapped into one fused array, :mod:`hpml.fused`), fits and tests, and closes the runs.
-:func:`follow` is the same steps for a DDP rank other than zero, which opens no run.
-``hpml.train`` is the entry point around it.
+:func:`run_members` opens one run per member, completes the parts, fits, tests and closes the
+runs; :func:`follow` is the same steps for a DDP rank other than zero, which opens no run.
 """
 
 from __future__ import annotations
@@ -46,10 +43,8 @@ def fit_and_test(
     ckpt_path: str | None,
     check: Callable[[], None] = lambda: None,
 ) -> dict[str, float]:
-    """``cfg.fit`` then ``cfg.test`` with what :func:`assemble` made; the metrics they left.
-
-    ``check`` runs between the two (a stop signal taken after fit's last check ends it there).
-    """
+    """``cfg.fit`` then ``cfg.test`` with what :func:`assemble` made, ``check`` between them;
+    the metrics they left."""
     trainer, model, datamodule = parts.trainer, parts.model, parts.datamodule
     metrics: dict[str, float] = {}
     if cfg.fit:
@@ -66,13 +61,8 @@ def run_members(
     tracker: Any, members: Sequence[Member]
 ) -> tuple[list[dict[str, float]], list[Any]]:
     """Train checked ``members`` as one job, one run each under the sweep's parent: one member
-    is a single job, several a fused array (:mod:`hpml.fused`) trained with the first one's
-    trainer config. Each member's final metrics and its run, in order.
-
-    Each run ends as the job ended: FINISHED, FAILED with the error, or KILLED by Ctrl-C or
-    SIGTERM; an array member whose loss stopped being finite returns NaN as its optimised
-    metric (its serial job would have logged NaN), tagged with the step.
-    """
+    is a single job, several a fused array. Each member's final metrics and its run, in order; an
+    array member whose loss stopped being finite returns NaN, tagged with the step."""
     from hpml.distributed import hand_off, processes, starts_processes
     from hpml.fused import members as fused
     from hpml.tracking.stop import StopOnSignals

@@ -17,9 +17,8 @@ Num = int | float
 @dataclass(frozen=True)
 class Range:
     """A finite number (an integer where the annotated type is ``int``) within the bounds given
-    (``ge``/``gt`` below, ``le``/``lt`` above, as annotated-types names them). ``null``: what
-    null means, where it is allowed. ``inf`` and ``nan`` are never accepted (``nan`` fails every
-    comparison, so it would pass ``not value < low``)."""
+    (``ge``/``gt`` below, ``le``/``lt`` above); never ``inf`` nor ``nan``. ``null``: what null
+    means, where it is allowed."""
 
     ge: Num | None = None
     gt: Num | None = None

@@ -1,11 +1,8 @@
 """``python -m hpml.train``: compose once, build once, validate, run, return.
 
-Hydra composes the config once; :func:`job_parts` builds the parts once (:mod:`hpml.build`) and
-checks them (:mod:`hpml.validate`); :func:`hpml.lifecycle.run_members` opens one run per member
-under the sweep's parent, completes the parts, fits, tests and closes the runs. A single run is
-one member; a fused array (``fuse=array``, :mod:`hpml.fused`, whose launcher calls
-:func:`array_task`) is several, wrapped into one module. Everything heavy is imported inside
-the functions, so ``--help`` and config errors answer at once.
+A single run is one member of :func:`hpml.lifecycle.run_members`; a fused array (``fuse=array``,
+whose launcher calls :func:`array_task`) is several. Heavy imports stay inside the functions, so
+``--help`` and config errors answer at once.
 """
 
 from __future__ import annotations
@@ -34,8 +31,7 @@ from hpml.validate import check
 
 
 def hydra_job() -> HydraJob | None:
-    """What Hydra knows of the job in progress, None outside Hydra. The one read of Hydra's
-    global ``HydraConfig`` besides ``main``'s: tracking and validation get its values passed."""
+    """What Hydra knows of the job in progress, None outside Hydra."""
     return HydraJob.of(HydraConfig.get()) if HydraConfig.initialized() else None
 
 
@@ -54,18 +50,16 @@ def tracker_of(cfg: DictConfig, job: HydraJob | None = None) -> Any:
 
 
 def job_parts(cfg: DictConfig, job: HydraJob | None) -> Parts:
-    """Job ``cfg``'s parts, built once (:func:`hpml.build.build_parts`) and checked
-    (:func:`hpml.validate.check`); raises what refuses it."""
+    """Job ``cfg``'s parts, built once and checked; raises what refuses it."""
     parts = build_parts(cfg)
     check(parts, cfg, job)
     return parts
 
 
 def train(cfg: DictConfig) -> dict[str, float]:
-    """Fit and test the configured model inside one MLflow run; return the final metrics.
-
-    A refused job of a sweep is recorded as a FAILED child of the sweep so its page lists every
-    job; a refused single run leaves no run."""
+    """Fit and test the configured model inside one MLflow run; return the final metrics. A
+    refused sweep job is recorded as a FAILED child of the sweep; a refused single run leaves
+    no run."""
     job = hydra_job()
     tracker = tracker_of(cfg, job)
     try:
@@ -87,9 +81,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
 
 
 def array_task(members: list[Member]) -> list[float | None]:
-    """What :func:`main` is for one job, for a fused array's ``members`` (the fused
-    launcher's, :mod:`hpml.fused.launch`): a failure is one line, recorded in every member's
-    folder and run; each member's optimised metric (NaN for a failed array)."""
+    """:func:`main` for a fused array's ``members``: each member's optimised metric (NaN for
+    a failed array, whose one line is recorded in every member's folder and run)."""
     cfg, job = members[0].cfg, members[0].job
     try:
         results, _ = run_members(tracker_of(cfg), members)
@@ -105,12 +98,8 @@ def array_task(members: list[Member]) -> list[float | None]:
 
 
 def compose_job(overrides: list[str], output_dir: Path) -> DictConfig:
-    """The job config ``@hydra.main`` would hand ``main``, composed in-process (tests, benches).
-
-    ``compose`` leaves the runtime fields a launched job gets unset; ``train`` reads the output
-    dir, job name and mode from them, so they are filled in, and HydraConfig is set for the
-    ``${hydra:...}`` interpolations.
-    """
+    """The job config ``@hydra.main`` would hand ``main``, composed in-process, with the
+    runtime fields ``train`` reads filled in and HydraConfig set."""
     from hydra import compose, initialize_config_dir
     from omegaconf import open_dict
 
@@ -129,11 +118,8 @@ def compose_job(overrides: list[str], output_dir: Path) -> DictConfig:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
-    """Hydra task: a failed job prints one line; a sweep records it and goes on to the next job.
-
-    A process a cluster started for a rank other than zero (``srun``, ``torchrun``) follows rank
-    zero's job (:mod:`hpml.distributed`), which opens the run and records how the job ended.
-    """
+    """Hydra task: a failed job prints one line; a sweep records it and goes on. A process a
+    cluster started for a rank other than zero follows rank zero's job."""
     from hpml.distributed import launched_rank
 
     if launched_rank() != 0:
@@ -153,13 +139,10 @@ def main(cfg: DictConfig) -> float | None:
 
 
 def follow_handed_job() -> bool:
-    """Follow the job Lightning started this process for, if it did (:mod:`hpml.distributed`):
-    its config comes from the job's folder, not from the command line it repeats.
-
-    Ctrl-C reaches every process of the terminal: rank zero stops the job, then this one. A
-    failure here is logged and reported in one line, and the process still exits 0: Lightning
-    SIGKILLs rank zero when a rank it started exits otherwise, losing the job's run, while
-    rank zero, which records the run, fails on its own at its next collective call.
+    """Follow the job Lightning started this process for, if it did, with the config from
+    the job's folder. Ctrl-C is left to rank zero; a failure is reported in one line and the
+    process still exits 0, as Lightning SIGKILLs rank zero (and its run) when a rank it started
+    exits otherwise.
     """
     import signal
 

@@ -1,8 +1,6 @@
 """A job may share its process with jobs before it (joblib's reused workers, tests): leave it
-nothing they changed. :func:`start_job` puts back what the process had before its first job
-(torch's thread count, the quantisation engine, the inductor cache, an active MLflow run), then
-gives torch ``threads`` intra-op threads (null: the process's first count). Every job seeds
-itself."""
+nothing they changed. :func:`start_job` puts back what the process had before its first job,
+then gives torch ``threads`` intra-op threads (null: the process's first count)."""
 
 from __future__ import annotations
 

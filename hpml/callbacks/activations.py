@@ -1,13 +1,9 @@
 """When to trade activation memory for time: around every training step, from the first one on.
 
-How is up to :mod:`hpml.optimize.activations`: ``checkpoint`` recomputes the chosen stages in
-backward, ``bf16`` stores what autograd saves as bfloat16. Either applies inside the module's
-``training_step`` (one of its ``step_contexts`` for the fit, then removed), so it is in force
-for the step the memory breakdown measures: ``memory/activations_bytes`` is what autograd
-really saved, the step-time metrics carry the cost, and validation, test and the after-fit steps
-run the model as built.
-
-Tags: ``hpml.activations.method`` and ``hpml.activations.modules`` (the stages checkpointed).
+How is up to :mod:`hpml.optimize.activations`. It applies inside the module's ``training_step``
+(one of its ``step_contexts`` for the fit, then removed), so ``memory/activations_bytes``
+measures it and validation, test and the after-fit steps run the model as built. Tags:
+``hpml.activations.method`` and ``hpml.activations.modules``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """What an hpml callback may tell the lifecycle, each with a default that works in every mode.
 
-Lightning asks a callback for hooks only; hpml's lifecycle also asks how it runs in a fused
-array (:class:`~hpml.callbacks.in_array.InArray`), what it refuses in a model before training,
-and which stages of the net it recomputes. :class:`HpmlCallback` declares these with defaults, so
-a callback that overrides none of them trains in a single run and makes a fused sweep run one job
-at a time; a plain ``lightning.Callback`` is taken as saying nothing, and its sweep runs one job
-at a time after one line naming it.
+Beyond Lightning's hooks: how it runs in a fused array, what it refuses in a model before
+training, and which stages of the net it recomputes. A plain ``lightning.Callback`` is taken as
+saying nothing, and its sweep runs one job at a time after one line naming it.
 """
 
 from __future__ import annotations

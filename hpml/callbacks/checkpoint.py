@@ -1,10 +1,8 @@
 """Last and best checkpoints at training epoch ends, after the performance monitor's windows.
 
-Saving on ``on_train_epoch_end`` (``save_on_train_epoch_end``) keeps checkpoint I/O out of the
-timed figures: Lightning runs checkpoint callbacks after every other callback's hook, so
-``callbacks.perf`` has closed its epoch window before the file is written, and the next window
-opens only at the next epoch start. (Saving on ``on_validation_end``, Lightning's default when
-validation runs mid-epoch, would land inside ``train/epoch_time_s``.)
+Saving on ``on_train_epoch_end`` keeps checkpoint I/O out of the timed figures: Lightning runs
+checkpoint callbacks after every other callback's hook, so ``callbacks.perf`` has closed its
+epoch window before the file is written.
 """
 
 from __future__ import annotations
@@ -21,10 +19,9 @@ from hpml.callbacks.in_array import InArray
 class EpochCheckpoint(ModelCheckpoint, HpmlCallback):
     """``ModelCheckpoint`` whose ``last.ckpt`` is the latest epoch, best or not, and can move.
 
-    Lightning 2.6 writes ``last.ckpt`` only when a top-k checkpoint was saved at the same step,
-    so with ``save_top_k=1`` it would be the best epoch, not the last one, and a resume would
-    go back in time. A resumed run writes into its own output folder, and keeps the best score
-    it had (Lightning would forget it there and write a worse epoch to ``best.ckpt``).
+    Lightning writes ``last.ckpt`` only with a top-k save at the same step, which would make a
+    resume go back in time. A resumed run writes into its own output folder and keeps its best
+    score.
     """
 
     # in a fused array: an array keeps no checkpoints (a sweep started again restarts its members)

@@ -1,11 +1,8 @@
 """When to compile: after fit, before test, so the test stage runs (and times) the compiled model.
 
-How is :func:`hpml.optimize.compile.apply_compile`'s: a copy of the eager net is compiled for
-batch 1 and batch N (``latency_batch_size``), checked against eager, and the two are timed side
-by side. Never slower by default: where a batch size's verdict is ``slower``, the run keeps the
-eager model and says so in one line (``force=true`` deploys the compiled one anyway). With
-``train=true`` the training step is compiled too (:mod:`hpml.callbacks.compile_train`). Metrics,
-tags and artifacts: docs/quantisation-compilation.md.
+How is :func:`hpml.optimize.compile.apply_compile`'s. Where a batch size's verdict is
+``slower``, the run keeps the eager model and says so in one line (``force=true`` deploys the
+compiled one anyway). Metrics, tags and artifacts: docs/quantisation-compilation.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """``compile.train=true``: the training step compiled, kept only where it is faster.
 
-At train start, before any epoch is timed, the net is compiled and warmed up on each batch size
-the training loader yields (:func:`hpml.optimize.compile.training.compile_for_training`), then
-eager and compiled steps are timed side by side; unless that verdict is ``faster`` (or
-``force``), the run trains eagerly. The compiled module is swapped in for training batches only,
-so everything else (FLOPs, validation, checkpoints, the compile after fit) sees the eager net.
-Metrics and tags: docs/quantisation-compilation.md.
+At train start the net is compiled, warmed up and timed side by side with eager steps; unless
+that verdict is ``faster`` (or ``force``), the run trains eagerly. The compiled module serves
+training batches only, so everything else sees the eager net. Metrics and tags:
+docs/quantisation-compilation.md.
 """
 
 from __future__ import annotations

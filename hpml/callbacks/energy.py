@@ -1,12 +1,9 @@
 """Joules per sample of each stage's epoch, for the speed monitor, from the board's counter.
 
-Apart from :mod:`hpml.callbacks.perf` because it is its own concern: the window is the stage's
-epoch, between the two edges where the monitor has already synchronised the GPU (so the counter
-covers the work queued in it, whatever the host ran ahead), and a training epoch leaves its
-validation out, as ``train/epoch_time_s`` does. Whole-board energy, idle not subtracted. Under DDP
-the job's: joules, watts and samples summed over the ranks' devices. On a fused array the board's
-joules are the whole array's, per sample of every member's samples (samples x array size).
-Nothing is logged where the counter cannot be read (:func:`~hpml.analysis.energy.open_meter`).
+The window is the stage's epoch, between edges where the monitor has synchronised the GPU; a
+training epoch leaves its validation out. Whole-board energy, idle not subtracted; under DDP
+summed over the ranks' devices; on a fused array per sample of every member. Nothing is logged
+where the counter cannot be read.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """One line per epoch when there is no progress bar: what a log file, CI or SLURM output needs.
 
-Without a terminal the bar is off (``hpml.console.progress_bar``); this callback then logs
-``epoch 1/2  train/loss 0.6931  val/loss 0.6925  val/acc 0.5100  3.2 s`` at each training epoch's
-end (validation included, as Lightning runs it inside the epoch) and one ``test`` line. With a
-bar it stays silent: the bar shows the same numbers.
+Logs ``epoch 1/2  train/loss 0.6931  val/loss 0.6925  val/acc 0.5100  3.2 s`` at each training
+epoch's end and one ``test`` line; with a bar it stays silent.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """FLOPs per sample and the peaks MFU is against, for the speed monitor.
 
-Apart from :mod:`hpml.callbacks.perf` because it is its own concern: counted once on one sample
-and again only when the parameter shapes change (physical pruning between stages); a quantised or
-compiled net keeps the fp32 count (MFU's convention). Peaks: the datasheet's for the trainer's
-precision, and the best of GEMM and convolution micro-benchmarks, cached per host.
+Counted on one sample, again only when the parameter shapes change. Peaks: the datasheet's for
+the trainer's precision, and the best of measured GEMM and convolution peaks, cached per host.
 """
 
 from __future__ import annotations
@@ -43,11 +41,8 @@ class FlopBudget:
         return metrics
 
     def count(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """FLOPs per sample on one sample, again whenever the parameter shapes changed since.
-
-        Physical pruning changes them between stages. A quantised or compiled net keeps no
-        parameters in the module tree: it keeps the fp32 model's count (MFU's convention).
-        """
+        """FLOPs per sample on one sample, again whenever the parameter shapes changed since;
+        a quantised or compiled net keeps the fp32 count (MFU's convention)."""
         shapes = tuple((name, tuple(p.shape)) for name, p in pl_module.named_parameters())
         if shapes == self.counted_shapes or (not shapes and self.per_sample):
             return

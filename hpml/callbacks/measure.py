@@ -1,12 +1,9 @@
 """Before/after measurements of one variant of a model, shared by every optimisation callback.
 
 Pruning, quantisation and compilation measure through :func:`compare` so their numbers compare:
-one set of latency settings (:class:`~hpml.callbacks.measure_settings.Settings`, also
-``conf/base/measure.yaml``), one judge of quality (what the model measures of a validation
-batch, the variant in place of ``pl_module.net``), and the
-two sides timed side by side in rounds of A B, B A, ... (:mod:`hpml.analysis.compare`), never
-"before" at one moment and "after" at another. The metrics (``S_before/``, ``S_after/``, ``S/``
-speed-ups with their interval and verdict): docs/metrics.md#before-and-after.
+one set of latency settings, one judge of quality (the model's validation step with the variant
+in place of ``pl_module.net``), the two sides timed side by side in alternating rounds. The
+metrics: docs/metrics.md#before-and-after.
 """
 
 from __future__ import annotations
@@ -41,11 +38,8 @@ STOP_WORDS = {NARROW: "narrow", BUDGET: "budget spent", FIXED: "rounds fixed"}
 
 
 def on_trainer_device(trainer: L.Trainer, pl_module: L.LightningModule) -> torch.device:
-    """Put ``pl_module`` back on the device the trainer runs it on, and return that device.
-
-    Lightning's teardown moves the module to the CPU before ``on_fit_end``: a callback that
-    measures or converts the trained net there would do it on the CPU of a GPU run, and hand
-    ``trainer.test`` a net made for the CPU, which it then moves to the GPU."""
+    """Put ``pl_module`` back on the trainer's device, and return that device: Lightning's
+    teardown moves it to the CPU before ``on_fit_end``, where callbacks measure and convert."""
     device = trainer.strategy.root_device
     if pl_module.device != device:
         pl_module.to(device)
@@ -160,12 +154,8 @@ def latencies(
 def size_and_quality(
     trainer: L.Trainer, pl_module: HpmlModule, settings: Settings, side: Side
 ) -> dict[str, float]:
-    """Size and validation quality of ``side``, without latency: what a net whose shapes did
-    not change since it was timed still needs (pruning's fine-tuned net).
-
-    For quality the side's net stands in for ``pl_module.net``, behind :class:`OnDevice` when
-    it runs on another device than the module (an int8 model on CPU inside a CUDA run).
-    """
+    """Size and validation quality of ``side``, without latency; its net stands in for
+    ``pl_module.net``, behind :class:`OnDevice` when it runs on another device."""
     size = state_dict_bytes(side.net) if side.size_bytes is None else side.size_bytes
     found = {metric(side.stage, "size", BYTES): float(size)}
     judged = side.net if side.device == pl_module.device else OnDevice(side.net, side.device)

@@ -1,6 +1,5 @@
-"""The measurement knobs every optimisation callback takes (``conf/base/measure.yaml``: its
-``latency_*`` and ``eval_batches``), declared once: their ranges, :class:`Settings`, and the
-base class :class:`OptimizationStep` that takes them."""
+"""The measurement knobs every optimisation callback takes (``conf/base/measure.yaml``),
+declared once: their ranges, :class:`Settings`, and the base class :class:`OptimizationStep`."""
 
 from __future__ import annotations
 
@@ -27,10 +26,8 @@ Clock = Literal["auto", "wall", "thread_cpu"]
 
 @dataclass(frozen=True)
 class Settings:
-    """How a variant is measured: latency at batch 1 and ``batch_size``, timed side by side in
-    at least ``rounds`` rounds of about ``min_run_time_s`` seconds per variant, then until the
-    speed-up's interval is at most ``ci_width`` of its median wide or ``budget_s`` seconds are
-    spent, per batch size, on ``clock`` (:class:`hpml.analysis.compare.Plan`); quality on
+    """How a variant is measured: latency at batch 1 and ``batch_size``, timed side by side
+    until the speed-up's interval is narrow enough or the budget spent; quality on
     ``eval_batches`` validation batches (``None``: all of them)."""
 
     batch_size: int

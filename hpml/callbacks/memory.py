@@ -27,14 +27,9 @@ PARTS = ("weights", "gradients", "optimizer_state", "activations")
 
 class MemoryBreakdown(HpmlCallback):
     """Measures the first training step of the run and logs ``memory/<part>_bytes`` for
-    weights, gradients, optimiser state and activations (what autograd saved for backward, each
-    storage once), ``memory/training_total_bytes`` (their sum: a lower bound of what training
-    holds, before allocator slack and workspaces) and ``memory/peak_bytes``.
-
-    Also a stacked bar of the parts (``memory/breakdown.png``) and, on CUDA with
-    ``cuda_snapshot``, the allocator's memory snapshot (``memory/cuda_snapshot.pickle``, for
-    pytorch.org/memory_viz).
-    """
+    weights, gradients, optimiser state and activations (what autograd saved, each storage once),
+    their sum ``memory/training_total_bytes`` (a lower bound) and ``memory/peak_bytes``, a bar
+    chart ``memory/breakdown.png`` and, on CUDA with ``cuda_snapshot``, the allocator's snapshot."""
 
     # in a fused array: left out, as it measures one net's step (the memory guard sizes arrays)
     in_array: ClassVar[InArray] = InArray.NOT_IN_ARRAYS
@@ -100,7 +95,7 @@ class MemoryBreakdown(HpmlCallback):
 
     @staticmethod
     def _plot(trainer: L.Trainer, parts: dict[str, int], label: str) -> None:
-        """One stacked bar in MiB: the picture study 4 draws for each model."""
+        """One stacked bar of the parts, in MiB."""
         import matplotlib
 
         matplotlib.use("Agg")

@@ -14,19 +14,14 @@ from hpml.names import BYTES, COUNT, FLOPS_PER_SAMPLE, member_named, metric
 
 
 class ModelStats(HpmlCallback):
-    """Logs ``model/params_count``, ``model/trainable_params_count``, ``model/nonzero_params_count``
-    and ``model/size_bytes`` (bytes of the saved state dict), plus ``print(model)`` as an artifact.
-
-    Measured again at the end of ``test`` (as ``model_final/...``) so that anything that changed the
-    model during the run (pruning, quantisation) shows before and after. On a fused array each
-    member's, in its own run (:class:`MemberStats`).
-    """
+    """Logs ``model/params_count``, ``model/trainable_params_count``,
+    ``model/nonzero_params_count``, ``model/size_bytes`` and ``print(model)`` as an artifact; again
+    after ``test`` as ``model_final/...``, so changes made during the run show."""
 
     in_array: ClassVar[InArray] = InArray.PER_MEMBER
 
     def for_members(self, size: int) -> list[L.Callback]:
-        """What does this callback's work on an array of ``size`` members: one
-        :class:`MemberStats` for them all."""
+        """One :class:`MemberStats` for an array's members."""
         return [MemberStats()]
 
     def stats(self, module: L.LightningModule, stage: str) -> dict[str, float]:
@@ -54,10 +49,8 @@ class ModelStats(HpmlCallback):
 
 
 class MemberStats(ModelStats):
-    """Each member's ``model/*`` counts and size in its own run, as a serial run's
-    :class:`ModelStats` logs them, and its forward and forward+backward FLOPs per sample
-    (2 x MAC), which the speed monitor would count for all members at once on an array (its
-    ``for_members`` turns its count off there)."""
+    """Each member's ``model/*`` counts and size in its own run, and its forward and
+    forward+backward FLOPs per sample, which the speed monitor leaves to it on an array."""
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         from hpml.analysis.flops import count_flops

@@ -1,12 +1,9 @@
 """Optuna trial pruning from inside a job: report each validation, stop when the pruner says.
 
-optuna-integration's ``PyTorchLightningPruningCallback`` needs the live ``Trial`` object, which
-exists only in the sweeper's process, and raises ``TrialPruned`` out of ``fit``, which would end
-hpml's run FAILED. Here the trial is reopened from the study's storage by the study name and
-trial number the sweeper gives the job (``callbacks.optuna_pruning.{study_name,trial}``), and
-a pruned trial stops like an early stop: the run ends FINISHED with what it measured, tagged
-``hpml.optuna.state=PRUNED``; the trial records the epoch (``pruned_at_epoch``), which the
-sweeper reads to tell the study.
+optuna-integration's callback needs the live ``Trial`` (only in the sweeper's process) and would
+end the run FAILED. Here the trial is reopened from the study's storage, and a pruned trial stops
+like an early stop: the run ends FINISHED, tagged ``hpml.optuna.state=PRUNED``, and the trial
+records ``pruned_at_epoch`` for the sweeper.
 """
 
 from __future__ import annotations

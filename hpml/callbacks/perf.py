@@ -37,16 +37,12 @@ log = logging.getLogger(__name__)
 
 
 class PerformanceMonitor(HpmlCallback):
-    """Speed, memory, FLOP/s and MFU of training and inference, as Composer's speed monitor does.
+    """Speed, memory, FLOP/s and MFU of training and inference.
 
-    Medians and IQRs over the timed steps after ``warmup_steps`` rather than a window's mean, so
-    one stalled step does not move the figure; the wait for each batch stays in the cycle, so
-    data loading is counted; the GPU is synchronised only at the edges of a window. FLOPs are
-    counted once per run (``count_flops``). One noise probe spans every timed window and tags
-    the run ``hpml.noisy`` by ``noise``'s limits (:class:`~hpml.analysis.noise.NoiseRule`).
-    Under DDP the figures are the job's (:mod:`hpml.callbacks.ranks`); on a fused array it runs
-    once, each member counting its own FLOPs. Every metric, its unit and convention:
-    docs/metrics.md.
+    Medians and IQRs over the timed steps after ``warmup_steps``, so one stalled step does not
+    move the figure; the wait for each batch stays in the cycle. A noise probe spans every timed
+    window and tags the run ``hpml.noisy`` by ``noise``'s limits. Under DDP the figures are the
+    job's. Every metric, its unit and convention: docs/metrics.md.
     """
 
     in_array: ClassVar[InArray] = InArray.ONCE
@@ -154,8 +150,7 @@ class PerformanceMonitor(HpmlCallback):
         return metrics | self.budget.metrics(stage, summed, trainer.world_size)
 
     def _rates(self, stage: str) -> Rates | None:
-        """This rank's samples/s, FLOP/s and MFU over the stage's timed cycles, each cycle's by
-        Lightning's ``Throughput``, their medians by hpml (:mod:`hpml.callbacks.rates`)."""
+        """This rank's samples/s, FLOP/s and MFU over the stage's timed cycles."""
         timer = self.timers[stage]
         samples = timer.samples[timer.warmup :]
         flops, peaks = self.budget.per_sample.get(stage), self.budget.peaks

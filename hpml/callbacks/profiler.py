@@ -1,12 +1,9 @@
 """``profile=torch``: torch.profiler over a window of training steps, with labelled step regions.
 
-Only the steps the schedule selects are recorded (study 2 profiled sampled steps, not epochs).
-Each step is cut into regions named ``hpml/data`` (waiting for the batch), ``hpml/forward``,
-``hpml/zero_grad``, ``hpml/backward`` and ``hpml/optimizer_step`` (record_function ranges, and
-NVTX ranges on CUDA so Nsight Systems and Compute line up). When a window closes its artifacts
-go to MLflow under ``profiler/window_<n>/``: the Chrome/Perfetto trace, key-averages tables
-(top-k by self CPU time, self device time and memory, and grouped by input shape) as text and
-CSV, and the execution summary, also logged as ``profile/<category>_pct`` metrics.
+Each step is cut into ``hpml/data``, ``hpml/forward``, ``hpml/zero_grad``, ``hpml/backward`` and
+``hpml/optimizer_step`` ranges (NVTX too on CUDA). Each closed window's trace, key-averages
+tables and execution summary go to MLflow under ``profiler/window_<n>/``, the summary also as
+``profile/<category>_pct`` metrics.
 """
 
 from __future__ import annotations
@@ -88,13 +85,8 @@ def _csv(averages: Any) -> str:
 
 class TorchProfilerWindow(HpmlCallback):
     """Profiles training steps ``skip_first + wait + warmup`` onwards for ``active`` steps,
-    ``repeat`` times (0: until training ends), with ``torch.profiler``'s schedule.
-
-    ``row_limit`` rows per table. ``record_shapes``, ``profile_memory``, ``with_flops`` and
-    ``with_stack`` are torch.profiler's own switches; ``nvtx`` adds NVTX ranges on CUDA;
-    ``trace`` logs each window's Chrome/Perfetto trace (tens of MB on a GPU), false keeps only
-    the tables and the execution summary.
-    """
+    ``repeat`` times (0: until training ends), with ``torch.profiler``'s schedule and switches;
+    ``nvtx`` adds NVTX ranges on CUDA, ``trace=false`` keeps only the tables and summary."""
 
     def __init__(
         self,

@@ -1,9 +1,8 @@
 """When to prune, and what it did: the ``prune`` config group's callback.
 
-How to prune is :mod:`hpml.optimize.prune` (plain PyTorch); this callback only decides when
-(``before_fit``, ``after_fit``, ``gradual``), rebuilds the optimisers after physical pruning,
-folds masks in before test and anything saved, and measures the net before and after side by
-side (an unpruned deep copy, held until the last step). Metrics and artifacts: docs/pruning.md.
+How is :mod:`hpml.optimize.prune`; this decides when, rebuilds the optimisers after physical
+pruning, folds masks in before test, and measures the net before and after. Metrics and
+artifacts: docs/pruning.md.
 """
 
 from __future__ import annotations
@@ -120,13 +119,7 @@ class Prune(OptimizationStep):
         if self.schedule != "before_fit":
             trainer.fit_loop.max_epochs = epochs + self.finetune_epochs
 
-    def check_model(
-        self,
-        pl_module: L.LightningModule,
-        build_net: Callable[[], nn.Module],
-        input_shape: Sequence[int],
-        name: str,
-    ) -> None:
+    def check_model(self, pl_module: L.LightningModule, *_: Any) -> None:
         """Every ``targets`` and ``exclude`` entry names something in the net."""
         try:
             self.pruner.check(pl_module.net)

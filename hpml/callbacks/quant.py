@@ -1,11 +1,8 @@
 """When to quantise: after fit for post-training methods, around a final fine-tune for QAT.
 
-How is :func:`hpml.optimize.quant.apply_quant`'s, with the quantiser the option's ``quantizer``
-node builds (a partial called with the option's other keys). Quantisers change the net they are
-given, so this callback keeps a float copy (for QAT, taken when fake quantisation starts) and
-measures both side by side on the same batches (:mod:`hpml.callbacks.measure`); int8 kernels
-exist for CPU only, so a GPU run evaluates the quantised net on CPU and tags why. Metrics, tags
-and artifacts: docs/quantisation-compilation.md.
+Quantisers change the net they are given, so this keeps a float copy and measures both side by
+side; int8 kernels exist for CPU only, so a GPU run evaluates the quantised net on CPU and tags
+why. Metrics, tags and artifacts: docs/quantisation-compilation.md.
 """
 
 from __future__ import annotations

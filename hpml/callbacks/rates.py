@@ -1,14 +1,6 @@
 """Each timed cycle's samples/s, FLOP/s and MFU by Lightning's ``Throughput``; hpml's median and
-IQR over the cycles.
-
-:func:`cycle_rates` gives Lightning's :class:`~lightning.fabric.utilities.throughput.Throughput`
-the end of every timed cycle of a stage (the wait for a batch plus its step) with a window of two
-updates, so each of its figures is one cycle's. hpml reports the median over cycles with its IQR
-(one stalled step moves a window's mean, not the median), MFU in percent against the datasheet's
-and a measured peak (:mod:`hpml.analysis.devices`, :mod:`hpml.analysis.measured_peak`), and each
-rank's figures as its own (:mod:`hpml.callbacks.perf` sums the ranks'); no ``items_per_sec``:
-hpml's batches carry no lengths.
-"""
+IQR over the cycles (one stalled step moves a window's mean, not the median), MFU against the
+datasheet's and a measured peak, each rank's figures its own."""
 
 from __future__ import annotations
 
@@ -37,11 +29,8 @@ def cycle_rates(
     flops_per_sample: float | None = None,
     peaks: Mapping[str, float] | None = None,
 ) -> Rates | None:
-    """Each cycle's rates by Lightning's ``Throughput``; their medians (and the samples/s IQR).
-
-    ``samples[i]`` were processed in ``cycles[i]`` seconds. MFU is given for each of ``peaks``
-    (FLOP/s of one device) when ``flops_per_sample`` is known. None without cycles.
-    """
+    """Each cycle's rates by Lightning's ``Throughput`` (``samples[i]`` in ``cycles[i]``
+    seconds); their medians, MFU for each of ``peaks``. None without cycles."""
     if not cycles:
         return None
     counted = flops_per_sample is not None

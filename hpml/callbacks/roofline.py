@@ -49,11 +49,9 @@ log = logging.getLogger(__name__)
 class RooflineCallback(HpmlCallback):
     """Arithmetic intensity and achieved FLOP/s of every layer and of the model, at fit start.
 
-    Once, on ``pl_module.example_input(batch_size)`` inside the trainer's precision context, so
-    autocast's dtypes are the ones measured. The roof is ``device``'s datasheet (a
-    ``KNOWN_DEVICES`` key; None: the run's GPU) or a peak measured and cached under ``cache_dir``;
-    a measured roof a timed point beats is measured again, then raised to the best point, and
-    the log and plot say so. Metrics, artifacts and conventions: docs/profiling.md.
+    Once, inside the trainer's precision context, so autocast's dtypes are measured. The roof is
+    ``device``'s datasheet (None: the run's GPU) or a peak measured and cached under ``cache_dir``.
+    Metrics, artifacts and conventions: docs/profiling.md.
     """
 
     def __init__(
@@ -123,9 +121,8 @@ class RooflineCallback(HpmlCallback):
     def _bounding(
         self, peak: DevicePeak, analysis: RooflineAnalysis, device: torch.device, precision: str
     ) -> DevicePeak:
-        """A measured roof that no timed point beats: measured again (now, at this thread count)
-        when one does, and raised to the best point if one still does (``raise_roof``, labelled).
-        Datasheet roofs are kept: a point above one is reported, not obeyed."""
+        """A measured roof that a timed point beats is measured again, then raised to the best
+        point (labelled); a datasheet roof is kept."""
         points = [*analysis.layers, analysis.model]
         above = above_roof(points, peak, precision)
         if not above:

@@ -31,18 +31,11 @@ def infer_mode(name: str) -> Mode:
 class TimeToTarget(HpmlCallback):
     """``train/time_to_target_s`` and ``train/epochs_to_target_count``, once, when met.
 
-    The clock starts at ``on_train_start`` (after Lightning's sanity validation, a check of the
-    loop rather than training) and is read at ``on_validation_end`` of the first validation
-    whose ``metric`` meets ``value`` (``>=`` for ``mode=max``, ``<=`` for ``min``), once
-    Lightning has reduced the epoch's metric. Everything between counts, as in MLPerf's time to
-    train: training epochs, every validation (the met one included), checkpoints written at
-    earlier epochs' ends, compilation. The epoch count is that validation's epoch, from 1.
-    A target never met logs neither metric; the tag ``hpml.target.met`` says ``false`` then
-    (``true`` when met) beside ``hpml.target`` (``val/acc >= 0.9``). ``stop=true`` ends
-    training after the epoch that met it (``trainer.should_stop``, as early stopping does).
-    Rank zero's metric decides under DDP, so every rank stops together. A resumed fit measures
-    nothing: its clock would miss the time before the interruption. On a fused array each
-    member has its own (:class:`MemberTimeToTarget`).
+    The clock runs from ``on_train_start`` to the end of the first validation whose ``metric``
+    meets ``value``, everything between counting, as in MLPerf's time to train. Tags
+    ``hpml.target`` and ``hpml.target.met``; ``stop=true`` ends training after that epoch. Rank
+    zero's metric decides under DDP; a resumed fit measures nothing (its clock would miss the time
+    before the interruption).
     """
 
     in_array: ClassVar[InArray] = InArray.PER_MEMBER
@@ -153,10 +146,8 @@ class TimeToTarget(HpmlCallback):
 
 
 class MemberTimeToTarget(TimeToTarget):
-    """:class:`TimeToTarget` of member ``member`` of a fused array (:mod:`hpml.fused.array`):
-    its ``fused<i>/`` metric decides, its run gets the figures and tags, and ``stop=true``
-    freezes that member alone, as its serial job would have stopped; the array stops once every
-    member has."""
+    """:class:`TimeToTarget` of member ``member`` of a fused array: its ``fused<i>/`` metric
+    decides, its run gets the figures, and ``stop=true`` freezes that member alone."""
 
     def __init__(self, member: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -27,12 +27,8 @@ DIGEST_CHARS = 8  # MLflow's advice for a dataset digest
 
 def files_digest(root: Path, files: Iterable[Path], content_bytes: int = CONTENT_BYTES) -> str:
     """A digest of ``files``: their paths relative to ``root`` and sizes, and their content up to
-    ``content_bytes`` in all, in path order.
-
-    Copies of the same files digest alike wherever they lie and whatever their times. Each file
-    costs one stat, so an ImageNet-size folder costs seconds; past ``content_bytes`` a change that
-    keeps a file's name and size goes unseen.
-    """
+    ``content_bytes`` in all, in path order, so copies digest alike wherever they lie. Past
+    ``content_bytes`` a change that keeps a file's name and size goes unseen."""
     digest, budget = hashlib.sha256(), content_bytes
     for relative, path in sorted((path.relative_to(root).as_posix(), path) for path in files):
         size = path.stat().st_size
@@ -59,13 +55,9 @@ def files_under(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
 
 @dataclass(frozen=True)
 class DataDescription:
-    """What a run's data is, for a tracker's record of it (MLflow's dataset input).
-
-    Data read from files has their ``path`` (a folder or a file) and a digest of the files read
-    (:func:`files_digest`); generated data has its ``generator`` (the class) and the ``config``
-    that decides every sample, and a digest of that config. The digest is of the data, not of the
-    slice a run takes (``limit``, splits and transforms are params of the run).
-    """
+    """What a run's data is, for MLflow's dataset input: read data's ``path`` and a digest of
+    the files, or generated data's ``generator`` and the ``config`` that decides every sample, and
+    a digest of that config. The digest is of the data, not of the slice a run takes."""
 
     name: str
     digest: str
@@ -93,11 +85,8 @@ class DataDescription:
 
 
 class HpmlDataModule(L.LightningDataModule):
-    """Base of hpml's datasets: subclasses set ``train_set``/``val_set``/``test_set`` in ``setup``.
-
-    ``limit`` caps every split at that many samples (the first ones, so runs stay comparable),
-    for quick runs on real data.
-    """
+    """Base of hpml's datasets: subclasses set ``train_set``/``val_set``/``test_set`` in ``setup``;
+    ``limit`` caps every split at its first that many samples."""
 
     def __init__(
         self,
@@ -146,11 +135,9 @@ class HpmlDataModule(L.LightningDataModule):
         return dataset
 
     def _loader(self, dataset: Dataset | None, split: str, shuffle: bool) -> DataLoader:
-        """Shuffled from ``seed``'s own generator: a job's data order is its seed's alone, not
-        what else drew from the global generator first (a fused array's members build N nets
-        before the first batch, and each must read its serial twin's order). Under DDP
-        Lightning's DistributedSampler shuffles instead, from the job's ``seed``, which
-        ``data.seed`` follows by default."""
+        """Shuffled from ``seed``'s own generator, so a job's data order is its seed's alone (a
+        fused array's members each read their serial twin's order); under DDP Lightning's
+        DistributedSampler shuffles instead."""
         return DataLoader(
             self._limited(dataset, split),
             batch_size=self.batch_size,

@@ -40,10 +40,9 @@ def _standardise() -> list[Transform]:
 class ImageFolderDataModule(HpmlDataModule):
     """ImageNet-style folders: ``data_dir/train/<class>/*.JPEG`` and ``data_dir/val/<class>/*``.
 
-    val/ serves as both the val and the test split: ImageNet's test labels are not public, so
-    reported ImageNet accuracy is val accuracy. The class count is read from train/.
-    ``train_transforms`` and ``eval_transforms`` (None: the ImageNet recipe at ``image_size``)
-    must end in ``image_size`` square tensors, the shape models are built for.
+    val/ serves as both the val and the test split (ImageNet's test labels are not public); the
+    class count is read from train/. Transforms (None: the ImageNet recipe) must end in
+    ``image_size`` square tensors.
     """
 
     HINT = (

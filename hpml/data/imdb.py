@@ -41,12 +41,9 @@ def tokenize(text: str) -> list[str]:
 
 
 def convert_aclimdb(root: str | Path, csv_path: str | Path) -> int:
-    """Write the Stanford ``root/aclImdb/{train,test}/{pos,neg}/*.txt`` files as one CSV.
-
-    Both official halves go in (hpml draws its own seeded split); ``unsup/`` has no labels and is
-    skipped. Files are read in sorted order so the CSV is the same on every machine. Returns the
-    number of reviews written.
-    """
+    """Write the Stanford ``root/aclImdb/{train,test}/{pos,neg}/*.txt`` files as one CSV, in
+    sorted order so it is the same on every machine (``unsup/`` has no labels); return the number
+    of reviews written."""
     base, csv_path = Path(root) / "aclImdb", Path(csv_path)
     folders = [
         (base / half / folder, label)

@@ -54,10 +54,8 @@ class Prototypes(NamedTuple):
 
 @lru_cache(maxsize=4)
 def prototypes(num_classes: int, channels: int, size: int, seed: int) -> Prototypes:
-    """Each class's figure, a polyline through STROKES + 1 random points, its pen colour and,
-    for colour images, its backdrop: a coarse 4x4 random grid upsampled smoothly, a scene's
-    layout that a CNN picks up within its first steps, as the figure's shape takes it longer.
-    Cached (read-only tensors): every job of a sweep run in one process draws the same classes."""
+    """Each class's figure (a polyline through STROKES + 1 random points), pen colour and, for
+    colour images, a coarse 4x4 backdrop; cached, so a sweep's jobs in one process draw the same."""
     generator = torch.Generator().manual_seed(seed)
     points = (torch.rand(num_classes, STROKES + 1, 2, generator=generator) * 2 - 1) * 0.6
     strokes = torch.cat([points[:, :-1], points[:, 1:]], dim=2)
@@ -91,10 +89,9 @@ def distance_field(strokes: Tensor, size: int) -> Tensor:
 
 
 class SyntheticImages(Dataset):
-    """Images in [0, 1]: the label's figure, moved, turned, scaled and drawn with a pen width of
-    the sample's own, in the class colour on the class's backdrop in the sample's light, plus
-    noise. Sample ``i`` is generated from seed ``seed + i``, so a split is the same on every run
-    and in every worker, yet costs real CPU time per item like a decoded dataset would."""
+    """Images in [0, 1]: the label's figure, moved, turned, scaled and pen-sized per sample on the
+    class's backdrop, plus noise. Sample ``i`` comes from seed ``seed + i``: the same on every run
+    and in every worker."""
 
     def __init__(
         self,

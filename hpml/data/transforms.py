@@ -19,12 +19,8 @@ EXPECTED = "a non-empty list of transforms, each a {_target_: torchvision.transf
 
 
 def transform_list(key: str, value: Sequence[Transform] | None, default: list[Transform]) -> list:
-    """``value`` as a list of callables (``default`` when None), else a ConfigError naming ``key``.
-
-    Hydra hands over the list it instantiated; a string, a mapping, an empty list (the loader
-    would get PIL images it cannot batch) or an entry that is not a transform is the config's
-    mistake, refused when the data module is built rather than by the DataLoader mid-epoch.
-    """
+    """``value`` as a list of callables (``default`` when None), else a ConfigError naming
+    ``key``, refused when the data module is built rather than by the DataLoader mid-epoch."""
     if value is None:
         return default
     if isinstance(value, str | bytes) or not isinstance(value, Sequence):
@@ -44,12 +40,8 @@ def pipeline(
     then: Sequence[Transform] = (),
 ) -> T.Compose:
     """The transforms of ``value`` (then ``then``), checked on ``sample``, a blank image in the
-    dataset's format, to give the float ``shape`` tensor the model is built for.
-
-    A list without ``ToTensor``, or cropping to another size, would otherwise fail in the
-    DataLoader or the model's first layer mid-run; this refuses it while the config is
-    validated. The global RNGs are restored, so the probe leaves a seeded run's draws unchanged.
-    """
+    dataset's format, to give the float ``shape`` tensor the model is built for; the global RNGs
+    are restored, so the probe leaves a seeded run's draws unchanged."""
     steps = transform_list(key, value, default)
     composed = T.Compose([*steps, *then])
     state = random.getstate()

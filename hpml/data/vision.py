@@ -109,10 +109,9 @@ class _UnverifiedCIFAR10(datasets.CIFAR10):
 class CIFAR10DataModule(HpmlDataModule):
     """CIFAR-10 from the pickled ``cifar-10-batches-py`` folder under ``data_dir``.
 
-    val is ``val_fraction`` of the 50k training images (seeded by ``seed``); test is the official
-    test batch. ``verify=False`` skips the md5 checks, for subsets or re-encoded copies.
-    ``train_transforms`` (None: crop, flip, standardise) applies to train only,
-    ``eval_transforms`` (None: standardise) to val and test.
+    val is ``val_fraction`` of the training images (seeded); test is the official test batch.
+    ``verify=False`` skips the md5 checks. ``train_transforms`` (None: crop, flip, standardise)
+    applies to train only, ``eval_transforms`` (None: standardise) to val and test.
     """
 
     def __init__(
@@ -205,10 +204,9 @@ class CIFAR10DataModule(HpmlDataModule):
 class MNISTDataModule(HpmlDataModule):
     """MNIST from the uncompressed idx files in ``data_dir/MNIST/raw``.
 
-    Pixels stay in [0, 1] by default because a Bernoulli VAE reads them as probabilities;
-    ``normalize=True`` standardises them for classifiers (a switch, as the VAE's refusal of
-    standardised pixels names it). val is held out from the 60k train set. ``train_transforms``
-    and ``eval_transforms`` (None: ``ToTensor`` alone) run before ``normalize``.
+    Pixels stay in [0, 1] by default, as a Bernoulli VAE reads them as probabilities;
+    ``normalize=True`` standardises them for classifiers. val is held out from the train set;
+    transforms (None: ``ToTensor``) run before ``normalize``.
     """
 
     def __init__(

@@ -1,12 +1,9 @@
 """A fused training array as one LightningModule: N members of one family trained together.
 
-Each member is an ordinary :class:`~hpml.models.base.HpmlModule` built from its own job's
-config: its optimiser and scheduler (its own learning rate, weight decay, momentum, betas), its
-loss and metrics come from it unchanged. Only the forward pass is shared
-(:class:`~hpml.optimize.fuse.array.FusedNets`): one vmapped call, then each member scores its
-slice. The members' losses are summed for one backward; as no parameter is shared, each member
-gets exactly its own gradient, then its own optimiser steps. Optimisation is manual because
-Lightning's automatic loop drives one optimiser.
+Each member is an ordinary :class:`~hpml.models.base.HpmlModule` of its own job, its optimiser,
+scheduler, loss and metrics unchanged. Only the forward pass is shared (one vmapped call); the
+losses are summed for one backward, each member getting exactly its own gradient as no parameter
+is shared. Optimisation is manual: Lightning's automatic loop drives one optimiser.
 
 Metrics are logged as ``fused<i>/<stage>/<name>``; :class:`~hpml.tracking.logger.MemberLogger`
 files them in member i's run under ``<stage>/<name>``, as a serial run names them.
@@ -31,17 +28,10 @@ class FusedArray(ArrayModule):
     (``shared_data``: their data and its order are the same) or a list with one ``(x, y)`` per
     member (their seeds differ).
 
-    ``frozen`` holds the members done training: they no longer step, log nor update their
-    BatchNorm statistics while the others train on; their fit is over, so they are not
-    validated either, and they are still tested, as a stopped serial job is. A member is
-    frozen when its training loss stops being finite (a diverging learning rate must not end
-    its array) or when its target stops it
-    (:class:`~hpml.callbacks.target.MemberTimeToTarget`). ``diverged`` tells the first reason
-    apart: member index -> the trainer's ``global_step`` (optimiser steps taken) when its
-    training loss was first non-finite; its keys are a subset of ``frozen``.
-
-    Each member's scheduler, if any, steps once per epoch without a metric (the only kind
-    supported: others raise :class:`~hpml.errors.IncompatibleError` when the fit starts)."""
+    ``frozen`` holds the members done training (training loss no longer finite, or target
+    reached): they no longer step, log nor validate, and are still tested, as a stopped serial
+    job is. ``diverged``: member index -> the ``global_step`` when its training loss was first
+    non-finite. Schedulers must step once per epoch without a metric."""
 
     def __init__(self, members: Sequence[HpmlModule], shared_data: bool = True) -> None:
         super().__init__()

@@ -1,11 +1,9 @@
 """A Hydra launcher that trains a sweep's same-shaped jobs as fused arrays (``fuse=array``).
 
-It composes every job's config as Hydra's basic launcher does, asks :func:`hpml.fused.plan.plan`
-which jobs fuse, and runs each array through :meth:`FusedLauncher.train` inside one ``run_job``
-(the first member's folder holds the array's log). The other members get their own folder,
-Hydra's record of their config and a ``JobReturn`` with their own metric, so sweepers and
-callbacks see every job as if it had run alone. Jobs that do not fuse run one by one, exactly as
-under the basic launcher. ``parts`` and ``train`` are hpml.train's, wired in by the Hydra plugin
+Each array runs inside the first member's ``run_job``; every other member gets its own folder,
+Hydra's record of its config and a ``JobReturn`` with its own metric, so sweepers and callbacks
+see every job as if it had run alone. Jobs that do not fuse run as under the basic launcher.
+``parts`` and ``train`` are hpml.train's, wired in by the Hydra plugin
 (``hydra_plugins/hpml_fused_launcher``): this package sits below the lifecycle it launches.
 """
 
@@ -42,13 +40,11 @@ class FusedLauncher(Launcher):
     arrays. A subclass says how a job is checked and how an array trains (the plugin's shim)."""
 
     def parts(self, cfg: DictConfig, job: HydraJob) -> Parts:
-        """The parts of job ``cfg``, built once and checked (:func:`hpml.train.job_parts`);
-        raises when it is refused (the job then runs alone and fails with its own line)."""
+        """The parts of job ``cfg``, built once and checked; raises when it is refused."""
         raise NotImplementedError
 
     def train(self, members: list[Member]) -> list[float | None]:
-        """Each member's optimised metric once ``members`` (with their parts) trained
-        as one array (:func:`hpml.train.array_task`)."""
+        """Each member's optimised metric once ``members`` trained as one array."""
         raise NotImplementedError
 
     def __init__(self) -> None:
@@ -129,9 +125,8 @@ class FusedLauncher(Launcher):
         return result
 
     def _admitted(self, config: DictConfig) -> bool:
-        """Whether the job may join an array: its parts are built and pass hpml's validation
-        (a refused job runs alone, as under the basic launcher, and fails there with its own
-        line). Its folder, Hydra's record of it and its task config are made here, once."""
+        """Whether the job may join an array: its parts build and pass validation (a refused
+        job runs alone and fails there with its own line)."""
         try:
             task, job = task_config(placed(config)), HydraJob.of(config.hydra)
             parts = self.parts(task, job)
@@ -141,12 +136,8 @@ class FusedLauncher(Launcher):
         return True
 
     def _array(self, configs: list[DictConfig], indices: list[int]) -> dict[int, JobReturn]:
-        """Train ``configs`` as one array; a JobReturn for each, keyed by its job index.
-
-        The array runs as the first member's job (run_job: its folder, log and Hydra callbacks);
-        that job returns its own metric to the callbacks, the others' come back through
-        ``values``, and each other member gets its own job start and end callbacks.
-        """
+        """Train ``configs`` as one array, run as the first member's job; a JobReturn for
+        each, keyed by its job index, the others' metrics coming back through ``values``."""
         assert self.hydra_context is not None and self.task_function is not None
         members = [self.members.pop(config.hydra.job.num) for config in configs]
         nums = ", ".join(str(config.hydra.job.num) for config in configs)
@@ -215,9 +206,8 @@ def on_cpu(config: DictConfig) -> bool:
 
 
 def member_model(cfg: DictConfig) -> tuple[Any, int]:
-    """Job ``cfg``'s model as its job builds it, and its batch size, before any job runs: the
-    memory guard's probe. The data module gives its planned spec, so no data file is read (an
-    IMDB vocabulary at its cap: the probe errs large)."""
+    """Job ``cfg``'s model and batch size for the memory guard's probe, from the data's
+    planned spec, so no data file is read."""
     from hpml.build import build
 
     datamodule = build("data", cfg.data)
@@ -225,10 +215,8 @@ def member_model(cfg: DictConfig) -> tuple[Any, int]:
 
 
 def capacity(configs: list[DictConfig]) -> int | None:
-    """Members per array: ``fuse.max_members``, else as many as the memory guard fits
-    (:mod:`hpml.optimize.fuse.memory`: the first job's footprint against the free memory of the
-    device the array trains on). None: no cap, for a job whose model cannot be built (the
-    array's build then fails and is reported as the job's failure)."""
+    """Members per array: ``fuse.max_members``, else as many as the memory guard fits. None:
+    no cap, for a job whose model cannot be built (the array's build then reports it)."""
     fuse = configs[0].fuse
     if fuse.get("max_members"):
         return int(fuse.max_members)

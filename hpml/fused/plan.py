@@ -1,12 +1,9 @@
 """Which jobs of a sweep can train as one fused array (``fuse=array``), and if not, why.
 
 Jobs fuse when their configs differ only in keys that keep every tensor's shape (the patterns
-of ``fuse.fusable``: learning rate, weight decay, momentum, betas, dropout, seed, ...) and the
-array can do all they ask. Each callback's class says how it runs in an array (its ``in_array``,
-:class:`~hpml.callbacks.base.HpmlCallback`), read here off the class its ``_target_`` names: one
-that says nothing, or says it runs only in a job of its own, keeps the jobs apart. Anything
-else runs the normal way, one job at a time, after one line saying which key, setting or
-callback kept them apart: a sweep is never refused for asking to fuse.
+of ``fuse.fusable``) and each callback's class says it can run in an array (its ``in_array``).
+Anything else runs one job at a time, after one line saying which key, setting or callback kept
+them apart: a sweep is never refused for asking to fuse.
 """
 
 from __future__ import annotations
@@ -58,9 +55,8 @@ def processes(trainer: DictConfig) -> int:
 
 
 def unfusable_callback(cfg: DictConfig) -> str | None:
-    """A callback job ``cfg`` sets (the ``callbacks`` group's, then each of ``callback_groups``)
-    that keeps its sweep from fusing, as ``<label> is set, and <why>``: its class cannot be
-    imported, says nothing of arrays, or runs only in a job of its own. Nothing is built."""
+    """A callback job ``cfg`` sets that keeps its sweep from fusing, as ``<label> is set, and
+    <why>``, read off its class without building it."""
     from hydra.utils import get_object
 
     from hpml.callbacks.base import declared, qualified, undeclared
@@ -133,12 +129,13 @@ def plan(
     capacity: Callable[[], int | None] | None = None,
     admit: Callable[[int], bool] | None = None,
 ) -> Plan:
-    """How to run ``configs`` (every job of one launch), ``capacity()`` members per array at
-    most (the memory guard's figure; None: no limit). ``admit(index)``, asked once the jobs
-    could fuse, says whether that job may join an array (the launcher validates it: a refused
-    job runs alone and fails with its own line, as under the basic launcher, and the rest
-    fuse). ``capacity`` is called only after that, once jobs are to fuse: a sweep that runs one
-    by one never builds a model to measure it."""
+    """How to run ``configs`` (every job of one launch).
+
+    Args:
+        admit: whether job ``index`` may join an array (a refused job runs alone).
+        capacity: members per array at most (None: no limit); called only once jobs are to
+            fuse, so a sweep that runs one by one never builds a model to measure it.
+    """
     everyone = list(range(len(configs)))
     fuse = configs[0].get("fuse") or {}
     if fuse.get("mode") != "array":
@@ -179,9 +176,8 @@ def plan(
 
 
 def unfused_note(cfg: DictConfig, launcher: str | None, multirun: bool) -> str | None:
-    """Why ``fuse=array`` cannot act on this job, when it cannot: a single run (nothing to fuse
-    with) or a sweep under another launcher (the command line's ``hydra/launcher=...`` wins
-    over the one ``fuse=array`` selects)."""
+    """Why ``fuse=array`` cannot act on this job, when it cannot: a single run, or a sweep
+    under another launcher."""
     if (cfg.get("fuse") or {}).get("mode") != "array":
         return None
     if not multirun:

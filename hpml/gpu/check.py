@@ -1,11 +1,9 @@
 """``python3 -m hpml.gpu.check --out DIR``: hpml's CUDA paths run and measured on a GPU machine.
 
-Runs under the machine's own ``python3`` and torch: it stops in one line where there is no CUDA,
-before installing anything; else it installs the wheel kit, puts hpml on the path and runs the
-parts of :mod:`hpml.gpu.parts` in priority order, each under its own time budget. After every part
-it rewrites ``DIR`` (``summary.md``, ``summary.json``, ``mlflow.db``, ``reports.tar.gz``,
-``logs.tar.gz``), so a check cut short still returns what it measured. Module level is standard
-library only: torch is imported only to ask for CUDA, mlflow once the kit is installed.
+Stops in one line where there is no CUDA; else installs the wheel kit and runs the parts of
+:mod:`hpml.gpu.parts` in priority order, each under its own time budget, rewriting ``DIR`` after
+every part so a check cut short still returns what it measured. Module level is standard
+library only.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """The GPU kit: the wheels hpml needs on a GPU machine that has torch but not the rest.
 
-The machine (Python 3.12, torch, torchvision, Lightning, torchmetrics, numpy, ...; no index to
-download from) lacks Hydra, OmegaConf, MLflow's tracking store and torch-pruning. ``build`` fetches
-their wheels here, for the machine's Python, into one folder that travels with the working tree;
-``install`` puts them, with no index and no resolver, into a folder the machine puts on
-``PYTHONPATH``. ``check`` proves the kit complete before it travels: a fresh virtual environment
-of the machine's own packages plus the kit (built for the Python running the check) runs a short
-``hpml.train`` job and the run is read back from its MLflow store.
-
-Standard library only, at module level and below: this runs under a bare ``python3``.
+``build`` fetches the wheels the machine lacks (Hydra, OmegaConf, MLflow's tracking store,
+torch-pruning) into one folder that travels with the working tree; ``install`` puts them, with
+no index and no resolver, into a folder on ``PYTHONPATH``; ``check`` proves the kit complete by
+running a short ``hpml.train`` job in a fresh virtual environment. Standard library only.
 
     python -m hpml.gpu.kit build [--folder .gpu-kit] [--python-version 3.12]
     python3 -m hpml.gpu.kit install --folder .gpu-kit --target DIR   # on the GPU machine
@@ -65,11 +60,7 @@ def pip(python: str, *args: str, quiet: bool = True) -> None:
 
 def build(folder: Path | str, python_version: str = "3.12", *, python: str = sys.executable) -> int:
     """Fetch the kit's wheels for CPython ``python_version`` on x86-64 Linux into ``folder``;
-    return their total size in bytes.
-
-    A wheel already there at the kit's version is kept, so a rebuild downloads only what
-    changed; any other wheel (another version, a package since dropped, another Python's) is
-    removed, so the folder holds the kit and nothing else."""
+    return their total size in bytes. Wheels at the kit's version are kept, any other removed."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     stamp = folder / STAMP
@@ -170,11 +161,10 @@ def missing_module(output: str) -> str | None:
 
 
 def check(folder: Path | str = CHECK_FOLDER, *, python: str = sys.executable) -> str:
-    """Prove the kit complete: a twin kit built for the running Python, installed into a
-    folder on ``PYTHONPATH`` of a virtual environment holding only the GPU machine's packages,
-    runs ``hpml.train`` (hpml itself on ``PYTHONPATH``, not installed) into a fresh SQLite
-    store, from which a FINISHED run with metrics is read back. Returns the line that says so;
-    raises ``RuntimeError`` naming what failed."""
+    """Prove the kit complete: built for the running Python and installed beside only the GPU
+    machine's packages, it runs ``hpml.train`` into a fresh store, from which a FINISHED run with
+    metrics is read back. Returns the line that says so; raises ``RuntimeError`` naming what
+    failed."""
     folder = Path(folder).resolve()
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     kit = folder / f"kit-{version}"

@@ -1,10 +1,8 @@
 """The parts of the GPU check, in priority order: each a few real hpml commands, a time budget,
-and the rows it adds to the summary, read back from the check's MLflow store.
+and the rows it adds to the summary (:mod:`hpml.gpu.rows`).
 
-Commands are argument lists: ``{python}`` is the interpreter running the check, ``{ncu}`` Nsight
-Compute's command line, ``{work}`` the check's work folder and ``{gpu_tests}`` the test files
-that hold GPU tests (the others may import what a GPU machine lacks, optuna say). A part's rows
-say what ran and what it measured (:mod:`hpml.gpu.rows`).
+Commands are argument lists with ``{python}``, ``{ncu}``, ``{work}`` and ``{gpu_tests}`` (the
+test files that hold GPU tests) filled in.
 """
 
 from __future__ import annotations

@@ -28,10 +28,9 @@ PROGRESS_BAR = ("loss", "acc")
 class HpmlModule(L.LightningModule):
     """Base LightningModule: ``net`` is a partial that the family completes from ``data``.
 
-    Families say which ``modality`` they eat, so a model given the wrong data fails at once
-    with both names, not deep inside a forward pass. ``channels_last`` stores the net's 4-d
-    weights and every image batch NHWC (``torch.channels_last``), the layout oneDNN and cuDNN
-    convolutions prefer, so no layout conversion runs around each convolution.
+    Families say which ``modality`` they eat, so a model given the wrong data fails at once with
+    both names. ``channels_last`` stores 4-d weights and image batches NHWC, the layout oneDNN and
+    cuDNN convolutions prefer.
     """
 
     modality: ClassVar[str]

@@ -40,11 +40,8 @@ class Classifier(HpmlModule):
 
 
 def check_input_fits(net: Callable[..., nn.Module], data: DataSpec, name: str) -> None:
-    """Fail early, naming the image sizes that work, when ``net`` cannot take the data's images.
-
-    Runs on the meta device (:mod:`hpml.models.input_fit`): no memory, no compute, milliseconds
-    even for VGG16 at 224x224.
-    """
+    """Fail early, naming the image sizes that work, when ``net`` cannot take the data's
+    images (on the meta device: no memory, no compute)."""
     channels, height, width = data.input_shape
     size = min(height, width)
     with torch.device("meta"):

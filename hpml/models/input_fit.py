@@ -1,11 +1,8 @@
 """Which square image sizes a network takes, found by shape-only passes on the meta device.
 
-A pass on the meta device allocates nothing and computes nothing, so probing a VGG16 at 224x224
-costs milliseconds. Two questions are asked of a net at a size: does it run at all (a fixed
-``Linear`` after the convolutions only takes one feature-map size), and does it run *as laid
-out*: an adaptive pool that has to enlarge its input (torchvision's 7x7 pool fed a 1x1 map) means
-the image is smaller than the layout was built for, and the classifier reads copies of the same
-few features.
+Two questions are asked of a net at a size: does it run at all, and does it run *as laid out*:
+an adaptive pool that has to enlarge its input means the image is smaller than the layout was
+built for, and the classifier reads copies of the same few features.
 """
 
 from __future__ import annotations
@@ -61,11 +58,9 @@ def probe(net: nn.Module, channels: int, size: int) -> Pass:
 
 
 def size_range(fits: Callable[[int], bool]) -> tuple[int, int | None] | None:
-    """The sizes ``fits`` accepts around the first candidate it accepts: (smallest, largest), the
-    largest None when it still fits at ``MAX_SIZE``; None when no candidate fits.
-
-    Assumes the accepted sizes are one interval, as they are for plain conv nets.
-    """
+    """The sizes ``fits`` accepts around the first candidate it accepts: (smallest, largest),
+    the largest None when it still fits at ``MAX_SIZE``; None when no candidate fits. Assumes the
+    accepted sizes are one interval, as they are for plain conv nets."""
     start = next((size for size in CANDIDATES if fits(size)), None)
     if start is None:
         return None

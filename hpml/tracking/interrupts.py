@@ -1,7 +1,6 @@
 """Whether a job is ending by a stop signal (Ctrl-C, SIGTERM), so its run ends KILLED, not FAILED.
 
-:class:`hpml.tracking.stop.StopOnSignals` registers each job in progress in :data:`active`; the
-run asks :func:`interrupted`. Both import this module, neither the other's.
+A leaf both :mod:`hpml.tracking.stop` (which registers jobs in :data:`active`) and the run import.
 """
 
 from __future__ import annotations

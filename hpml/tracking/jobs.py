@@ -1,8 +1,5 @@
-"""A job's verdict on disk, beside its outputs: how a sweep counts failures from any process.
-
-Under joblib or submitit, jobs run in other processes (or machines) than the sweep's callback,
-and a job may die before it has an MLflow run; a small file in each job's folder survives both.
-"""
+"""A job's verdict on disk, beside its outputs: how a sweep counts failures from any process,
+even of a job that died before it had an MLflow run."""
 
 from __future__ import annotations
 

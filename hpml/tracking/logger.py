@@ -22,10 +22,8 @@ class AttachedMLFlowLogger(MLFlowLogger):
     """Logs metrics into an existing run and leaves its status to the run's owner (Lightning's
     ``finalize`` would mark it FINISHED before ``test`` and before a failure is recorded).
 
-    Checkpoints go to the run's artifacts (``checkpoints/<file>``) as soon as they are written,
-    so a job killed outright still leaves its last epoch; files larger than
-    ``checkpoint_max_bytes`` stay on disk only (None: no cap, 0: never uploaded). Their paths on
-    disk are tags, which ``resume=<run id>`` reads first.
+    Checkpoints go to ``checkpoints/<file>`` as soon as they are written, unless larger than
+    ``checkpoint_max_bytes`` (None: no cap, 0: never); their paths on disk are tags for ``resume``.
     """
 
     def __init__(self, *args: Any, checkpoint_max_bytes: int | None = None, **kwargs: Any) -> None:

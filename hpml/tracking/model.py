@@ -1,10 +1,8 @@
-"""The trained net as an MLflow model (``logger.log_model=true``), for
-``mlflow.pytorch.load_model("runs:/<run id>/model")`` and MLflow's model registry.
+"""The trained net as an MLflow model (``logger.log_model=true``).
 
-What is logged is the LightningModule's ``net`` as the run leaves it (pruned, quantised,
-compiled): the net is what predicts; the whole LightningModule is in ``checkpoints/``. The
-format is MLflow's ``pt2`` (torch.export: no pickle, any batch size) when torch.export can take
-the net, else ``pickle``; the tag ``hpml.model_format`` says which.
+The LightningModule's ``net`` as the run leaves it (pruned, quantised, compiled), in MLflow's
+``pt2`` format when torch.export can take it, else ``pickle``; the tag ``hpml.model_format``
+says which.
 """
 
 from __future__ import annotations
@@ -49,13 +47,9 @@ def export_problem(net: nn.Module, example: Tensor) -> str | None:
 
 
 def log_model(net: nn.Module, example: Tensor) -> str:
-    """Log ``net`` to the active run, with ``example`` as its input example; return the format.
-
-    The net goes to the CPU first (a ``pt2`` archive cannot change device when loaded) in eval
-    mode (what a logged model is for). Nets with several outputs (the VAE) get the example as a
-    tensor: MLflow then gives a ``pt2`` model no pyfunc flavour, which serves one output tensor
-    only, and so does not warn that the example fails it.
-    """
+    """Log ``net`` to the active run, on the CPU in eval mode, with ``example`` as its input
+    example; return the format. Nets with several outputs get the example as a tensor, so MLflow
+    gives them no pyfunc flavour (which serves one output only)."""
     net = net.cpu().eval()
     problem = export_problem(net, example)
     serialization_format = "pt2" if problem is None else "pickle"

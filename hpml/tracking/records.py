@@ -65,11 +65,8 @@ def split_paths(
 
 def log_config(cfg: DictConfig, job: HydraJob | None, resumed: bool = False) -> None:
     """The resolved config as params (its paths as tags) and as a file, plus Hydra's own record
-    of the job (none with ``hydra.output_subdir=null``, which tells Hydra to keep none).
-
-    A resumed run keeps the params it has (MLflow refuses changed values) and gains new ones;
-    each resume's config goes under ``config/resumed_<time>/``.
-    """
+    of the job. A resumed run keeps its params (MLflow refuses changed values), gains new ones, and
+    files each resume's config under ``config/resumed_<time>/``."""
     resolved = redact_config(
         OmegaConf.to_container(cfg, resolve=True), OmegaConf.to_container(cfg, resolve=False)
     )

@@ -45,12 +45,8 @@ def redact_config(resolved: Any, raw: Any) -> Any:
 
 
 class RedactingFilter(logging.Filter):
-    """Masks URI credentials in what a handler writes, tracebacks included.
-
-    MLflow's own messages carry the tracking URI whole (``API request to
-    http://user:password@host/... failed``): while a server is away they reach the terminal
-    through its system-metrics warnings and hpml's "could not record" lines.
-    """
+    """Masks URI credentials in what a handler writes, tracebacks included: MLflow's own
+    messages carry the tracking URI whole."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()

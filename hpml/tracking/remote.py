@@ -1,9 +1,8 @@
 """Tracking servers fail fast and lose nothing: a bounded preflight, then retries sized by hpml.
 
-Left to itself MLflow retries an unreachable server silently for minutes. :func:`prepare` runs
-before any run starts: it checks the URI's form, sends one request with a short bound, and sizes
-MLflow's retries (``logger.retry_s``, :mod:`hpml.tracking.retries`) so that a server that goes
-away mid-run pauses the logging call until it is back instead of losing the metrics.
+:func:`prepare` runs before any run starts: it checks the URI's form, sends one request with a
+short bound, and sizes MLflow's retries so a server that goes away mid-run pauses the logging
+call until it is back instead of losing the metrics.
 """
 
 from __future__ import annotations
@@ -72,10 +71,8 @@ def prepare(tracker: TrackerSettings, patience: float = 1) -> None:
 
 
 def check_uri(tracking_uri: str) -> str:
-    """The scheme of ``tracking_uri`` if MLflow can keep runs there, else a one-line ConfigError.
-
-    An in-memory SQLite store is refused too: its runs vanish when the process ends.
-    """
+    """The scheme of ``tracking_uri`` if MLflow can keep runs there (not in memory), else a
+    one-line ConfigError."""
 
     def invalid(hint: str = "") -> ConfigError:
         return ConfigError("logger.tracking_uri", redact_text(str(tracking_uri)), VALID_URIS + hint)
@@ -110,12 +107,9 @@ def check_uri(tracking_uri: str) -> str:
 
 
 def preflight(tracking_uri: str, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> None:
-    """One request to an ``http(s)://`` store, without retries, answered within ``timeout_s``.
-
-    The request runs in a daemon thread so the bound holds whatever blocks (a name lookup is not
-    covered by socket timeouts). Other stores are checked for form only: SQLite is a local file
-    and databricks and databases go through their own clients.
-    """
+    """One request to an ``http(s)://`` store, without retries, answered within ``timeout_s``
+    (in a daemon thread, so the bound holds even for a name lookup). Other stores are checked for
+    form only."""
     if check_uri(tracking_uri) not in ("http", "https"):
         return
     # imported here, outside the bound: on a crowded machine these imports alone can take

@@ -1,9 +1,8 @@
 """``resume=<run id>`` and ``resume=last``: continue a stopped run, in the same MLflow run.
 
-The run's own overrides (its ``hpml.command`` tag) apply first and the new command's after them,
-so ``resume=<id> trainer.max_epochs=...`` extends it. Training restarts from ``last.ckpt`` (the
-last finished epoch; Lightning restores epoch and step, so metric steps continue). A job of a
-sweep requeued after preemption finds its unfinished run in its folder and continues it.
+The run's own overrides apply first and the new command's after them, so ``resume=<id>
+trainer.max_epochs=...`` extends it; training restarts from ``last.ckpt``. A requeued sweep job
+finds its unfinished run in its folder and continues it.
 """
 
 from __future__ import annotations
@@ -42,11 +41,8 @@ def _key(override: str) -> str:
 
 
 def merge_overrides(recorded: list[str], given: list[str]) -> list[str]:
-    """The run's own overrides, less those ``given`` sets again (given ones win), then ``given``.
-
-    A given ``key=value`` replacing a recorded ``+key=...`` becomes ``++key=value``: the key
-    exists only because the recorded override added it.
-    """
+    """The run's own overrides, less those ``given`` sets again, then ``given``; a given
+    ``key=value`` replacing a recorded ``+key=...`` becomes ``++key=value``."""
     from hpml.tracking.redact import MASK
 
     keys = {_key(arg) for arg in given if "=" in arg and not arg.startswith("-")}
@@ -205,10 +201,8 @@ def checkpoint_file(client: Any, run: Any, download_dir: Path) -> str:
 
 
 def resume_args(args: list[str]) -> list[str]:
-    """``args`` with the resumed run's own overrides put first and ``resume=last`` made an id.
-
-    Exits with status 2 and one ``hpml: error:`` line when ``resume=`` names nothing resumable.
-    """
+    """``args`` with the resumed run's own overrides put first and ``resume=last`` made an id;
+    exits with status 2 and one line when ``resume=`` names nothing resumable."""
     import sys
 
     value = requested(args)

@@ -1,7 +1,5 @@
-"""How long MLflow retries a request to the tracking server, and when a run stops waiting:
-``configure_retries`` sizes MLflow's retries from ``logger.retry_s``; once a request has waited
-that long, ``fail_fast_if_server_gone`` lets what the run still has to record be tried once, and
-``undo_fail_fast`` gives the next job its retries back."""
+"""How long MLflow retries a request to the tracking server (``logger.retry_s``), and when a
+run that lost its server stops waiting."""
 
 from __future__ import annotations
 
@@ -40,10 +38,9 @@ def retries_for(retry_s: float) -> int:
 def configure_retries(retry_s: float) -> int:
     """Make MLflow retry every request to the server for about ``retry_s`` seconds.
 
-    A metric logged while the server is away then waits (training pauses) and lands once it is
-    back; an outage longer than the window fails the run in one line instead of hanging. Applies
-    to Lightning's logger, hpml's own calls and MLflow's system-metrics thread alike, since all go
-    through MLflow's HTTP client, which reads these variables at each request.
+    A metric logged while the server is away then waits and lands once it is back; a longer outage
+    fails the run in one line instead of hanging. MLflow's HTTP client reads these variables at each
+    request, so this covers every caller.
     """
     retries = retries_for(retry_s)
     try:
@@ -81,11 +78,8 @@ def server_gone(exc: BaseException) -> bool:
 
 
 def fail_fast_if_server_gone(exc: BaseException) -> None:
-    """Let a run that lost its server end now, not after one more retry window per record.
-
-    Once a request has waited out ``logger.retry_s``, the failure tag, traceback, job log and
-    final status that follow would each wait as long again; they are tried once instead.
-    """
+    """Let a run that lost its server end now: once a request has waited out the retry window,
+    what follows is tried once instead of waiting as long again."""
     if server_gone(exc) and not _before_fail_fast:
         _before_fail_fast.append(os.environ.get(RETRIES_VARIABLE))
         os.environ[RETRIES_VARIABLE] = "0"

@@ -104,14 +104,14 @@ class MlflowTracker:
         tags: Sequence[dict[str, str]],
         record: Record,
     ) -> Iterator[list[TrackedRun]]:
-        """One run per member (config, Hydra's job or None), each a child of its sweep's
-        parent, if any, open while the job trains; one member is a single job.
+        """One run per member, each a child of its sweep's parent if any, open while the job
+        trains; each ends FINISHED, FAILED or KILLED, one's failure to close never keeping
+        another open.
 
-        ``resume``: per member, the id of a stopped run to reopen instead of a fresh one.
-        ``tags``: per member, tags beyond the environment's and Hydra's. As each run ends,
-        ``record(run, trained)`` records what it made (``trained``: the job ended well), then
-        the failure, if any, and the job's log; each ends FINISHED, FAILED, or KILLED by a stop
-        signal, one's failure to close never keeping another open.
+        Args:
+            resume: per member, the id of a stopped run to reopen instead of a fresh one.
+            tags: per member, tags beyond the environment's and Hydra's.
+            record: ``record(run, trained)`` logs what a run made as it ends.
         """
         mlflow.set_tracking_uri(self.tracking_uri)
         aside = len(members) > 1
@@ -156,9 +156,8 @@ class MlflowTracker:
         tags: dict[str, str],
         member: int | None,
     ) -> TrackedRun:
-        """Start (or reopen) a job's run with its tags under its sweep's parent. A run that
-        cannot start is recorded as a FAILED run, if the store works, so no job leaves no
-        trace."""
+        """Start (or reopen) a job's run under its sweep's parent; one that cannot start is
+        recorded as a FAILED run, if the store works."""
         tags = {**environment_tags(), **hydra_tags(job), **tags}
         run_name = self.run_name or default_run_name(job)
         try:
@@ -194,8 +193,7 @@ class MlflowTracker:
                 mlflow.end_run("RUNNING")  # set aside, open: _end ends it
 
     def _monitor(self, run_id: str, resumed: bool) -> Any:
-        """MLflow's system metrics for a run set aside, as an active run samples them (a
-        reopened run's continue its steps)."""
+        """MLflow's system metrics for a run set aside, as an active run samples them."""
         from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
         monitor = SystemMetricsMonitor(
@@ -249,11 +247,8 @@ class MlflowTracker:
         tags: dict[str, str],
         exc: BaseException,
     ) -> None:
-        """A FAILED run for a job whose own run could not start, so no job leaves no trace.
-
-        In a sweep it goes under the parent, in the parent's experiment: the job's own
-        experiment may be what failed.
-        """
+        """A FAILED run for a job whose own run could not start; in a sweep under the parent,
+        in the parent's experiment (the job's own may be what failed)."""
         client = self.client()
         record = _sweep_record_or_none(job)
         if record is not None:
@@ -274,11 +269,8 @@ class MlflowTracker:
 
 
 def sweep_record(job: HydraJob | None) -> dict[str, str] | None:
-    """The sweep's parent run (``run_id``, ``experiment_id``), as ``MlflowSweepCallback`` wrote
-    it into the sweep dir; None outside a sweep.
-
-    A job of a sweep without that record fails rather than log a stray top-level run.
-    """
+    """The sweep's parent run (``run_id``, ``experiment_id``) from the sweep dir; None outside
+    a sweep. A sweep job without it fails rather than log a stray top-level run."""
     if job is None or job.sweep is None:
         return None
     path = Path(job.sweep.dir) / PARENT_FILE

@@ -1,11 +1,8 @@
 """SIGTERM (SLURM preemption, ``kill``) and SIGINT (Ctrl-C) end a run KILLED, never RUNNING.
 
-During ``fit`` and ``test`` both go through Lightning's SIGTERM handler: the current batch
-finishes and ``SIGTERMException`` is raised at the next loop boundary, so neither a checkpoint
-nor an epoch's metrics are cut short. Outside them the handler raises ``Terminated`` or
-KeyboardInterrupt at once. The run ends KILLED, the command says how to resume and exits 128 +
-the signal number; later signals are ignored; in a sweep the parent ends KILLED and no further
-job starts.
+During ``fit`` and ``test`` both go through Lightning's SIGTERM handler, so the current batch,
+checkpoint and epoch metrics finish first; outside them the stop is raised at once. The command
+says how to resume and exits 128 + the signal number; in a sweep no further job starts.
 """
 
 from __future__ import annotations
@@ -34,9 +31,8 @@ class Terminated(SIGTERMException):
 class StopOnSignals:
     """Context of one job: installs the handlers, and turns a stop into one line and an exit code.
 
-    ``job`` places it in its sweep (None outside Hydra), whose parent run a stop ends too.
-    ``run_id``, ``trainer`` and ``resumed_from`` are filled in as the job gets them; they say
-    which run stopped and which checkpoint it can resume from.
+    ``job`` places it in its sweep, whose parent run a stop ends too; ``run_id``, ``trainer`` and
+    ``resumed_from`` are filled in as the job gets them.
     """
 
     def __init__(self, job: HydraJob | None) -> None:
@@ -113,10 +109,9 @@ class StopOnSignals:
 
 
 def _end_sweep(job: HydraJob | None) -> None:
-    """A stopped job of a sweep run in this very process (basic launcher) stops the sweep: its
-    parent run ends KILLED too (Hydra's end-of-sweep callback, which would end it, does not run
-    after a SystemExit). A job in a process of its own (joblib, submitit: preempted, requeued)
-    leaves the sweep to go on."""
+    """A stopped job of a sweep run in this very process stops the sweep, its parent run
+    ending KILLED (Hydra's end-of-sweep callback does not run after a SystemExit); a job in a
+    process of its own leaves the sweep to go on."""
     try:
         record = sweep_record(job)
         if record is not None and record.get("process") == this_process():

@@ -69,11 +69,8 @@ def is_locked_error(exc: BaseException) -> bool:
 
 
 def retry_locked(action: Callable[[], T], retries: int = LOCKED_RETRIES) -> T:
-    """Run ``action``, again with jittered backoff while SQLite says the database is locked.
-
-    SQLite's busy timeout does not cover every case: a reader upgrading to a writer gets
-    ``database is locked`` at once when another process writes, so sweeps in parallel need this.
-    """
+    """Run ``action``, again with jittered backoff while SQLite says the database is locked
+    (its busy timeout does not cover a reader upgrading to a writer)."""
     for attempt in range(retries):
         try:
             return action()

@@ -77,10 +77,8 @@ def stop_sweep(message: str) -> None:
 class MlflowSweepCallback(Callback):
     """Creates the parent run when a multirun starts and closes it with its children's verdict.
 
-    Each job (possibly another process, under joblib or submitit) finds the parent's id in
-    ``<sweep dir>/mlflow_parent_run.json``. If the parent cannot be created the sweep stops before
-    any job. It ends FAILED if any job failed (by its MLflow run, its ``hpml_job.json`` record or
-    its return value) and the command then exits 1 so scripts notice.
+    Each job finds the parent's id in ``<sweep dir>/mlflow_parent_run.json``. The parent ends FAILED
+    if any job failed, and the command then exits 1 so scripts notice.
     """
 
     def __init__(self) -> None:

@@ -89,14 +89,9 @@ class TrackedRun:
         best_effort(mlflow.set_tag, key, value)
 
     def log_model(self, net: Any, datamodule: HpmlDataModule) -> None:
-        """With ``logger.log_model``: the trained ``net`` (:mod:`hpml.tracking.model`), while
-        the run is active.
-
-        A failure warns and is the tag ``hpml.model_error``, and the run still ends FINISHED, as
-        MLflow's autologging does: the run's metrics and checkpoints (weights included) are its
-        result, and a sweep should not count a trained job as failed, nor lose its metric to the
-        sweeper, because its net would not serialise.
-        """
+        """With ``logger.log_model``: the trained ``net``, while the run is active. A failure
+        warns and is the tag ``hpml.model_error``; the run still ends FINISHED, as its metrics and
+        checkpoints are its result."""
         if not self.logs_model:
             return
         from hpml.tracking import model as logged_model

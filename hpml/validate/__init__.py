@@ -1,12 +1,9 @@
 """Refuse, before training, what the config and the parts it built show to be impossible.
 
-:func:`check` reads the parts :func:`hpml.build.build_parts` built, before the MLflow run
-starts, one line per problem. In order: values against their declared ranges and types
-(:mod:`~hpml.validate.knobs`), then what a constructor refused; the model, built on the meta
-device, against the data and the steps that will transform it (:mod:`~hpml.validate.fit`); the
-trainer against this machine (:mod:`~hpml.validate.machine`) and the store's directory
-(:mod:`~hpml.validate.store`). Data files are looked for only when the config is refused
-anyway, so the one answer lists them too. Importing this package is cheap.
+:func:`check` reads the built parts before the MLflow run starts, one line per problem: values
+against their declared ranges and types, what a constructor refused, the model against the data
+and the steps that will transform it, the trainer against this machine and the store's
+directory. Importing this package is cheap.
 """
 
 from __future__ import annotations
@@ -23,9 +20,7 @@ from hpml.hydra_job import HydraJob
 def check(parts: Parts, cfg: DictConfig, job: HydraJob | None) -> None:
     """Raise an :class:`~hpml.errors.HpmlError` for what cannot work in job ``cfg`` with its
     built ``parts``: one problem, or several as :class:`~hpml.errors.Problems`, so one try shows
-    all a user must fix. Checks that build on one another stop at the first failure in their
-    chain; the machine and the store are checked either way. ``job`` (None outside Hydra) gives
-    the options the user chose (``model=lstm``) that refusals name."""
+    all a user must fix. ``job`` (None outside Hydra) gives the options refusals name."""
     from hpml.validate import knobs, machine, store
 
     problems: list[HpmlError] = list(knobs.problems(cfg))
@@ -57,11 +52,9 @@ def check(parts: Parts, cfg: DictConfig, job: HydraJob | None) -> None:
 
 
 def check_model(parts: Parts, cfg: DictConfig, job: HydraJob | None) -> None:
-    """The model against the data, then the steps that will transform it, each check built on
-    the one before (the first failure ends them).
-
-    The model is built here on the meta device from the data's planned spec: the job's own
-    model needs its data prepared (read or downloaded), which waits until the config passed."""
+    """The model against the data, then the steps that will transform it, the first failure
+    ending them. The model is built on the meta device from the data's planned spec, as the job's
+    own needs its data prepared."""
     import torch
 
     from hpml.callbacks.base import HpmlCallback

@@ -1,12 +1,8 @@
 """The model against its data and against the steps that will transform it, before training.
 
-Everything here runs on a model built on the meta device (no memory, no compute). The steps that
-transform the model are asked what they cannot do to it (their own ``check_model``, no table of
-methods here); eager int8's check quantises a freshly built CPU copy of the net and runs it once
-on one batch: that is the only way to learn whether eager-mode int8 has
-kernels for every op the net's forward calls (a residual ``out += identity`` has none;
-``quant.backend=auto`` then quantises through PT2E instead), and it costs a second or two, once,
-instead of a whole training run that fails at its end.
+Everything here runs on a model built on the meta device. The steps that transform the model are
+asked what they cannot do to it (their own ``check_model``); eager int8's check runs a quantised
+CPU copy of the net once, the only way to learn whether it has kernels for every op.
 """
 
 from __future__ import annotations
@@ -42,13 +38,9 @@ def model_name(cfg: DictConfig, job: HydraJob | None) -> str:
 
 
 def check_layout(cfg: DictConfig, spec: DataSpec, name: str) -> None:
-    """Refuse images of a size the net's ``layout`` was not built for, naming both fixes.
-
-    Applies to nets configured with ``model.net.layout`` whose builder's module lists its
-    ``LAYOUTS``; a layout takes the sizes at which its net runs as laid out (see
-    :mod:`hpml.models.input_fit`). A net that takes no size at all (wrong channel count) is left
-    to the model's own check, which says so.
-    """
+    """Refuse images of a size the net's ``layout`` was not built for, naming both fixes (nets
+    whose builder lists ``LAYOUTS``; a net that takes no size at all is left to the model's own
+    check)."""
     net_cfg = cfg.model.get("net")
     if spec.modality != "image" or not net_cfg or "layout" not in net_cfg:
         return
@@ -138,13 +130,8 @@ def built_for_data(
     cfg: DictConfig, job: HydraJob | None, spec: DataSpec, build_on: Callable[[DataSpec], Any]
 ) -> Any:
     """``build_on(spec)``, the model built for the data; a model/data clash named by the options
-    the user chose (``model=lstm``, ``data=synthetic``) and the data options that would fit.
-
-    Which fit is found by building the model on each data option's planned spec (meta device,
-    no files read), so it follows the models' own checks (modality, channels) and new options.
-    A clash the chosen option's own defaults do not have comes from a ``data.*`` value, which
-    the model's own message names (``data.normalize=false``): that message is kept.
-    """
+    the user chose and the data options that would fit, found by building the model on each data
+    option's planned spec. A clash from a ``data.*`` value keeps the model's own message."""
     wanted = getattr(get_object(cfg.model._target_), "modality", spec.modality)
     clash = None
     if wanted == spec.modality:

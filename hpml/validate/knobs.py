@@ -1,11 +1,8 @@
 """Ranges of config values, and the pass that checks them with their types before any build.
 
-A knob's range is declared where the knob is: on the parameter of the class or function its
-config's ``_target_`` names, as ``Annotated[int, Range(ge=1)]`` (:mod:`hpml.ranges`), read here
-from the target's type hints. ``RANGES`` holds only the knobs no constructor of hpml takes: the
-top-level keys, Lightning's Trainer and profilers, torch's optimisers and schedulers, the fuse
-group. A wrong value would otherwise surface deep in Lightning or torch, mid-run. Types come from
-the same signatures (:mod:`.signatures`).
+A knob's range is declared on the parameter its config's ``_target_`` names
+(:mod:`hpml.ranges`); ``RANGES`` holds only the knobs no constructor of hpml takes (top-level
+keys, Lightning's Trainer and profilers, torch's optimisers and schedulers, the fuse group).
 """
 
 from __future__ import annotations

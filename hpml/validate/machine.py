@@ -1,10 +1,8 @@
 """The trainer's accelerator, devices, nodes and strategy against what this machine has.
 
-More than one device runs Lightning's DDP, a process per device that hpml hands its job to
-(:mod:`hpml.distributed`). On CPU a device is a process: at most one per core. Strategies that
-spawn or fork their processes from inside ``fit`` are refused: their processes would not run
-hpml's job, only a copy of the trainer. More than one node needs a cluster that starts the
-processes of every node (SLURM's ``srun``, ``torchrun``): outside one they would wait forever.
+On CPU a device is a process: at most one per core. Strategies that spawn or fork inside ``fit``
+are refused (their processes would not run hpml's job), and so are several nodes outside a
+cluster that starts every node's processes.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Config group options as a user types them (``data=mnist``), and what each option sets.
 
-A refusal names what the user typed (``model=lstm``, ``trainer=fp16``) and the options that would
-work instead. Which work is found by building each option's own config, read from ``conf/``, so
-an option added there is judged as soon as it exists, with no table of what fits what to keep.
+A refusal names what the user typed and the options that would work instead, found by building
+each option's own config from ``conf/``, so a new option is judged as soon as it exists.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Types a config value must have: what the signature of its ``_target_`` declares.
 
-The classes and functions a config instantiates say in their type hints what each argument is,
-so ``model.optimizer.lr=foo`` is refused by the ``float`` that ``torch.optim.SGD`` declares, and
-``trainer.max_epoch=3`` by Lightning's Trainer having no such argument, before either is called.
-Hints a config value cannot be judged by (callables, protocols, tensors) let the value through.
+So ``model.optimizer.lr=foo`` is refused by the ``float`` ``torch.optim.SGD`` declares, and
+``trainer.max_epoch=3`` by the Trainer having no such argument, before either is called. Hints a
+value cannot be judged by (callables, protocols, tensors) let it through.
 """
 
 from __future__ import annotations
@@ -29,12 +28,8 @@ def locate(path: str) -> Any:
 
 
 def hints(target: Any) -> tuple[dict[str, Any], set[str], bool]:
-    """Type hints of ``target``'s arguments (``Annotated`` kept: a range rides on it), their
-    names, and whether it takes ``**kwargs``.
-
-    Classes pass ``**kwargs`` up to their bases (hpml's data modules, Lightning's callbacks), so
-    the bases' ``__init__`` are read too, the most derived first.
-    """
+    """Type hints of ``target``'s arguments (``Annotated`` kept), their names, and whether it
+    takes ``**kwargs``; the bases' ``__init__`` are read too, the most derived first."""
     functions = (
         [c.__init__ for c in inspect.getmro(target) if "__init__" in vars(c)]
         if inspect.isclass(target)
@@ -78,11 +73,8 @@ def _each_hint(function: Any) -> dict[str, Any]:
 
 
 def _matches(value: Any, hint: Any) -> bool:
-    """Whether a config value (plain Python, resolved) can be what ``hint`` declares.
-
-    A ``_target_`` node becomes whatever its target builds (a transform in a list of them), so
-    it fits any hint; :func:`check_types` judges its own arguments.
-    """
+    """Whether a config value (plain Python, resolved) can be what ``hint`` declares; a
+    ``_target_`` node fits any hint, its own arguments judged by :func:`check_types`."""
     if isinstance(value, dict) and "_target_" in value:
         return True
     if typing.get_origin(hint) is typing.Annotated:

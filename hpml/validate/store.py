@@ -1,8 +1,7 @@
 """Where hpml writes (the project root, a local store, its artifacts) can be written.
 
-Checked by creating and removing a file rather than by ``os.access``, which says yes to root on a
-read-only mount or a filesystem such as /sys. Imports nothing heavy: ``hpml.cli`` checks the
-project root with it before Hydra starts.
+Checked by creating and removing a file, as ``os.access`` says yes to root on a read-only mount.
+Imports nothing heavy: ``hpml.cli`` uses it before Hydra starts.
 """
 
 from __future__ import annotations
