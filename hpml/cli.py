@@ -5,6 +5,9 @@ Imports nothing heavy: ``--help`` and bad group names answer before torch is loa
 
 from __future__ import annotations
 
+import ast
+import difflib
+import importlib.util
 import logging
 import sys
 from pathlib import Path
@@ -148,6 +151,44 @@ BARE_FLAGS = (
 def hoist_flags(args: list[str]) -> list[str]:
     """``model=lstm -m a=1`` -> ``-m model=lstm a=1``: flags anywhere, as users type them."""
     return [a for a in args if a in BARE_FLAGS] + [a for a in args if a not in BARE_FLAGS]
+
+
+def trainer_arguments() -> list[str]:
+    """The argument names of ``lightning.Trainer``, read from its source (importing Lightning
+    costs seconds)."""
+    spec = importlib.util.find_spec("lightning")
+    source = Path(spec.submodule_search_locations[0]) / "pytorch" / "trainer" / "trainer.py"
+    for node in ast.walk(ast.parse(source.read_text())):
+        if isinstance(node, ast.FunctionDef) and node.name == "__init__":
+            return [a.arg for a in node.args.args[1:] + node.args.kwonlyargs]
+    return []
+
+
+def trainer_overrides(args: list[str], conf_dir: Path = CONF_DIR) -> list[str]:
+    """``trainer.<name>=...`` for any argument of ``lightning.Trainer``: those
+    ``conf/trainer/default.yaml`` leaves out are added (``++``), so they need no ``+``; a name
+    Lightning does not take exits with one line."""
+    from omegaconf import OmegaConf
+
+    listed = set(OmegaConf.load(conf_dir / "trainer" / "default.yaml"))
+    known: list[str] = []
+    out = []
+    for arg in args:
+        key, equals, _ = arg.partition("=")
+        name = key.removeprefix("trainer.")
+        if not equals or name == key or "." in name or name in listed:
+            out.append(arg)
+            continue
+        known = known or trainer_arguments()
+        if name not in known:
+            close = difflib.get_close_matches(name, known, 1)
+            hint = f" (did you mean trainer.{close[0]}?)" if close else ""
+            print(
+                f"hpml: error: {key} is not an argument of lightning.Trainer{hint}", file=sys.stderr
+            )
+            raise SystemExit(2)
+        out.append(f"++{arg}")
+    return out
 
 
 def check_args(args: list[str]) -> None:

@@ -19,7 +19,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from hpml.build import CONF_DIR, Member, Parts, build, build_parts
-from hpml.cli import check_args, hoist_flags, report_failure
+from hpml.cli import check_args, hoist_flags, report_failure, trainer_overrides
 from hpml.console import compare_hint, quiet_upstream
 from hpml.errors import HpmlError
 from hpml.hydra_job import HydraJob
@@ -167,7 +167,7 @@ def follow_handed_job() -> bool:
 
 
 if __name__ == "__main__" and not follow_handed_job():
-    sys.argv[1:] = hoist_flags(sys.argv[1:])
+    sys.argv[1:] = trainer_overrides(hoist_flags(sys.argv[1:]))
     sys.argv[1:] = resume_args(sys.argv[1:])  # resume=<run id>: that run's overrides first
     check_args(sys.argv[1:])
     main()

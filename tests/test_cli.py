@@ -56,3 +56,21 @@ def test_flags_may_come_anywhere_among_overrides():
         "data.batch_size=32,64",
     ]
     assert hoist_flags(["--cfg", "job", "a=1"]) == ["--cfg", "job", "a=1"]
+
+
+def test_every_trainer_argument_is_set_without_a_plus(tmp_path):
+    """Lightning's own signature is the independent count; a value not in the YAML reaches
+    the Trainer."""
+    import inspect
+
+    import hydra
+    import lightning as L
+
+    from hpml.cli import trainer_arguments, trainer_overrides
+    from hpml.train import compose_job
+
+    assert set(trainer_arguments()) == set(inspect.signature(L.Trainer).parameters)
+    args = trainer_overrides(["trainer.max_steps=3", "trainer.max_epochs=2", "model=lstm"])
+    assert args == ["++trainer.max_steps=3", "trainer.max_epochs=2", "model=lstm"]
+    trainer = hydra.utils.instantiate(compose_job(args, tmp_path).trainer, logger=False)
+    assert (trainer.max_steps, trainer.max_epochs) == (3, 2)

@@ -22,7 +22,8 @@ from tests.conftest import run_module
 ARG_CASES = {
     "unknown_model": (["model=resnet9000"], ["unknown model 'resnet9000'", "vgg11"]),
     "unknown_optimizer": (["model/optimizer=adamw"], ["'adamw' for model/optimizer=", "adam"]),
-    "key_typo": (["trainer.max_epoch=3"], ["trainer.max_epoch", "+trainer.max_epoch=3"]),
+    "key_typo": (["data.batch_sise=3"], ["data.batch_sise", "+data.batch_sise=3"]),
+    "trainer_key_typo": (["trainer.max_epoch=3"], ["trainer.max_epoch", "trainer.max_epochs?"]),
     # options of hpml's conf/ and those Hydra's plugins register, in one list
     "unknown_launcher": (
         ["-m", "hydra/launcher=slrum"],
@@ -36,10 +37,10 @@ ARG_CASES = {
 def test_overrides_that_make_no_config_exit_2(
     args: list[str], expected: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from hpml.cli import check_args
+    from hpml.cli import check_args, trainer_overrides
 
     with pytest.raises(SystemExit) as exit_info:
-        check_args(args)
+        check_args(trainer_overrides(args))
     assert exit_info.value.code == 2
     assert_names(error_line(capsys.readouterr().err), expected)
 
