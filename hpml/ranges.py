@@ -74,3 +74,4 @@ Steps = Annotated[int, Range(ge=0)]  # how many steps (batches, passes), none al
 Seed = Annotated[int, SEED_RANGE]
 Positive = Annotated[float, Range(gt=0)]
 NonNegative = Annotated[float, Range(ge=0)]
+Percent = Annotated[float, Range(ge=0, le=100)]  # a share of a whole

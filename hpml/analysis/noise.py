@@ -8,6 +8,7 @@ never judged: it counts this run's own threads). :func:`judge` applies :class:`N
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Iterable
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 import psutil
 
 from hpml.errors import ConfigError
-from hpml.ranges import NonNegative, Steps
+from hpml.ranges import NonNegative, Percent, Steps
 
 OTHER_CPU, STEAL, STEP_TIME_CV = "other_cpu_pct", "steal_pct", "step_time_cv_pct"
 
@@ -25,16 +26,23 @@ OTHER_CPU, STEAL, STEP_TIME_CV = "other_cpu_pct", "steal_pct", "step_time_cv_pct
 class NoiseRule:
     """When a run's timings are unreliable: any one limit exceeded is enough."""
 
-    max_other_cpu_pct: NonNegative = 15.0
-    max_steal_pct: NonNegative = 10.0
+    max_other_cpu_pct: Percent = 15.0  # of wall time x CPUs
+    max_steal_pct: Percent = 10.0
     max_step_time_cv_pct: NonNegative = 50.0
     min_steps: Steps = 10  # the CV of fewer timed steps is not judged
 
     def __post_init__(self) -> None:
         for name in ("max_other_cpu_pct", "max_steal_pct", "max_step_time_cv_pct", "min_steps"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-                raise ConfigError(f"noise.{name}", value, "a number >= 0")
+            share = name in ("max_other_cpu_pct", "max_steal_pct")
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not 0 <= value <= (100 if share else math.inf)
+            ):
+                raise ConfigError(
+                    f"noise.{name}", value, "a number in [0, 100]" if share else "a number >= 0"
+                )
 
 
 @dataclass(frozen=True)

@@ -89,6 +89,10 @@ class Prune(OptimizationStep):
                 method = method()
             except ConfigError as exc:
                 raise exc.under("method") from exc
+        if targets is not None and not list(targets):
+            raise ConfigError(
+                "targets", [], "at least one module name or type, or null: the defaults"
+            )
         self.pruner = Pruner(
             method,
             mode,

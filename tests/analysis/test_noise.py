@@ -110,10 +110,11 @@ def test_judge_names_each_figure_and_its_limit():
     assert judge(None, None, 0, rule) is None
 
 
-@pytest.mark.parametrize("value", [-1, float("nan"), "high", True])
-def test_a_limit_must_be_a_non_negative_number(value):
+@pytest.mark.parametrize("value", [-1, float("nan"), "high", True, 150])
+def test_a_share_limit_must_be_a_percentage(value):
     with pytest.raises(ConfigError) as raised:
         NoiseRule(max_steal_pct=value)
     assert str(raised.value.under("callbacks.perf")) == (
-        f"callbacks.perf.noise.max_steal_pct={value!r} is invalid: expected a number >= 0"
+        f"callbacks.perf.noise.max_steal_pct={value!r} is invalid: expected a number in [0, 100]"
     )
+    NoiseRule(max_step_time_cv_pct=150)  # a spread, not a share: above 100% is possible

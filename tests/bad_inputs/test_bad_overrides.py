@@ -28,6 +28,11 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
         ["prune.exclude=42", "a list of strings or null"],
     ),
     "limit_negative": (["data.limit=-5"], ["data.limit=-5", "a positive integer"]),
+    "prune_targets_empty": (
+        ["prune=l1_structured", "prune.targets=[]"],
+        ["prune.targets=[]", "at least one module"],
+    ),
+    "share_over_100": (["callbacks.perf.noise.max_other_cpu_pct=150"], ["=150", "100]"]),
     "max_epochs_negative": (
         ["trainer.max_epochs=-3"],
         ["trainer.max_epochs=-3", "an integer >= -1"],
