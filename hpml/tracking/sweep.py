@@ -55,14 +55,16 @@ def swept_keys(config: DictConfig) -> list[str]:
 
 
 def sweep_name(config: DictConfig, now: float | None = None) -> str:
-    """``<experiment>: <key> x <key> (<month-day hour:minute:second>)``: what a sweep varies,
-    the time only to tell apart sweeps of one experiment; MLflow's run ids stay the identity."""
+    """``<experiment>: <key> x <key> (<month-day hour:minute:second>)``: what a sweep varies (a
+    sweep of one job: its overrides), the time only to tell apart sweeps of one experiment;
+    MLflow's run ids stay the identity."""
     experiment = (
         config.hydra.runtime.choices.get("experiment")
         or OmegaConf.select(config, "logger.experiment_name")
         or "sweep"
     )
-    keys = " x ".join(swept_keys(config)) or "no swept key"
+    overrides = OmegaConf.select(config, "hydra.overrides.task") or []
+    keys = " x ".join(swept_keys(config)) or " ".join(overrides) or "defaults"
     stamp = time.strftime("%m-%d %H:%M:%S", time.localtime(now))
     return f"{experiment}: {keys[:200]} ({stamp})"
 
@@ -193,7 +195,8 @@ class MlflowSweepCallback(Callback):
                 f"failed job folders in {sweep_dir}: {', '.join(failed_dirs) or 'none'}"
             )
         name = record.get("run_name") or "sweep"
-        summary = f"hpml: sweep {name} ({record['run_id']}): {len(children)} runs, {failed} failed"
+        runs = f"{len(children)} run{'' if len(children) == 1 else 's'}"
+        summary = f"hpml: sweep {name} ({record['run_id']}): {runs}, {failed} failed"
         if stopped:
             summary += ", stopped before its end (the error above)"
         if failed_dirs:

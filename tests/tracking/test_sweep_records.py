@@ -56,6 +56,9 @@ def test_a_sweep_is_named_after_its_experiment_and_swept_keys(root, tmp_path: Pa
         ["model=lstm"], ["model=lstm", "data.batch_size=16,32", "seed=range(3)"], tmp_path / "p"
     )
     assert sweep_name(plain, noon) == "hpml: data.batch_size x seed (05-14 12:00:07)"
+    # one job: named after its overrides
+    one = sweep_config(["model=lstm"], ["model=lstm", "prune=l2_structured"], tmp_path / "o")
+    assert sweep_name(one, noon) == "hpml: model=lstm prune=l2_structured (05-14 12:00:07)"
 
 
 def test_a_sweep_hydra_ends_early_still_closes_its_parent_and_says_where_to_look(
