@@ -146,4 +146,4 @@ def test_a_requeued_sweep_job_continues_its_own_run(root, client):
     assert len([r for r in runs if r.data.tags.get("hpml.sweep_parent") == "true"]) == 1
     steps = [m.step for m in client.get_metric_history(child.info.run_id, "train/loss")]
     assert sorted(steps) == [(e + 1) * STEPS_PER_EPOCH - 1 for e in range(EPOCHS)]
-    assert "1 runs, 0 failed" in again.stderr
+    assert "1 run, 0 failed" in again.stderr
