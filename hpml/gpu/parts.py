@@ -77,14 +77,14 @@ def parts() -> list[Part]:
     report2 = py("hpml.report", "--last", "--experiment", "gpu_study2", "--out", "{work}/study2")
     report5 = py("hpml.report.roofline", "--experiment", "gpu_study5", "--out", "{work}/study5")
     return [
-        Part("default", 50, (default,), default_rows),
-        Part("study2", 95, (study2, report2), study2_rows),
+        Part("default", 60, (default,), default_rows),
+        Part("study2", 110, (study2, report2), study2_rows),
         Part("study5", 40, (study5, report5), roofline_rows),
         Part("nvtx", 30, (nvtx,), nvtx_rows),
-        Part("fused", 50, (fused, bench_fuse), fused_rows),
+        Part("fused", 70, (fused, bench_fuse), fused_rows),
         Part(
             "optimise",
-            150,
+            160,
             (
                 train("gpu_optimise", *one_epoch, "prune=l1_structured"),
                 train("gpu_optimise", *one_epoch, "quant=static_int8"),
