@@ -209,23 +209,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         "command": "python3 -m hpml.gpu.check " + " ".join(argv or sys.argv[1:]),
     }
     names = {"python": sys.executable, "ncu": ncu() or "", "work": str(work)}
+    bench, started = REPO / ".bench" / "results", time.time()
     done: dict[str, list[Row]] = {}
     outputs: dict[str, str] = {}
     for part in chosen:
-        started = time.monotonic()
+        part_start = time.monotonic()
         outputs[part.name] = run_part(part, env, names, deadline, logs)
         try:
-            store = Store(read_store(uri), str(work), outputs)
+            store = Store(read_store(uri), str(work), outputs, str(bench), started)
             done[part.name] = part.rows(store)
         except Exception as error:  # a part's rows must not stop the next part
             done[part.name] = [Row(part.name, "failed", f"reading its runs: {error!r}")]
-        print(f"hpml: gpu check: {part.name} in {time.monotonic() - started:.0f} s", flush=True)
+        print(f"hpml: gpu check: {part.name} in {time.monotonic() - part_start:.0f} s", flush=True)
         write_summary(out, header, done)
         if (work / "mlflow.db").exists():
             shutil.copy(work / "mlflow.db", out / "mlflow.db")
         jobs = [f for f in (work / "multirun", work / "outputs") if f.exists()]
         pack(out, "logs.tar.gz", [logs, *jobs], (".log",))
-        reports = [work / "study2", work / "study5", work / "mlartifacts", REPO / ".bench/results"]
+        reports = [work / "study2", work / "study5", work / "mlartifacts", bench]
         pack(out, "reports.tar.gz", [f for f in reports if f.exists()], REPORT_SUFFIXES)
     print((out / "summary.md").read_text() if (out / "summary.md").exists() else "no summary")
     return 0 if all(r.ran != "failed" for rows in done.values() for r in rows) else 1

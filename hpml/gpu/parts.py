@@ -79,7 +79,7 @@ def parts() -> list[Part]:
     return [
         Part("default", 60, (default,), default_rows),
         Part("study2", 110, (study2, report2), study2_rows),
-        Part("study5", 40, (study5, report5), roofline_rows),
+        Part("study5", 60, (study5, report5), roofline_rows),
         Part("nvtx", 30, (nvtx,), nvtx_rows),
         Part("fused", 70, (fused, bench_fuse), fused_rows),
         Part(

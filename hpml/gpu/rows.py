@@ -6,9 +6,11 @@ as hpml logged them (``<name>_ci_low_x`` / ``_ci_high_x`` beside ``<name>_x``).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -23,11 +25,15 @@ class Row:
 
 @dataclass
 class Store:
-    """The runs of the check's MLflow store by experiment name, and the check's work folder."""
+    """The runs of the check's MLflow store by experiment name, the check's work folder, the
+    parts' output, and the bench's results folder with the time the check started (results
+    written before it are an earlier check's)."""
 
     runs: Mapping[str, Sequence[Any]]  # experiment -> mlflow Run objects (children and singles)
     work: str
     outputs: dict[str, str] = field(default_factory=dict)  # part -> its commands' output
+    bench: str = ""
+    since: float = 0.0  # seconds since the epoch
 
     def of(self, experiment: str) -> list[Any]:
         """The experiment's runs that trained: a sweep's children and single runs, not parents."""
@@ -200,7 +206,7 @@ def fused_rows(store: Store) -> list[Row]:
         )
     ]
     ratio = re.compile(r"N=(8|16) samples/s")
-    return [*rows, _printed(store, "fused", "fused vs serial (bench fuse)", ratio.search)]
+    return [*rows, bench_row(store, "fuse", "fused vs serial (bench fuse)", ratio.search)]
 
 
 def optimise_rows(store: Store) -> list[Row]:
@@ -224,13 +230,29 @@ def optimise_rows(store: Store) -> list[Row]:
             )
         )
     path = "AMP, channels_last, compiled training (bench train_speed)"
-    return [*rows, _printed(store, "optimise", path, lambda line: "training step speed-up" in line)]
+    return [*rows, bench_row(store, "train_speed", path, lambda metric: "speed-up" in metric)]
 
 
-def _printed(store: Store, part: str, path: str, keep: Callable[[str], object]) -> Row:
-    """A row of the lines ``part``'s commands printed that ``keep`` picks: a bench's ratios."""
-    lines = [line.strip() for line in store.outputs.get(part, "").splitlines() if keep(line)]
-    return Row(path, "yes" if lines else "no", "; ".join(lines) or "no ratio printed")
+def bench_row(store: Store, case: str, path: str, keep: Callable[[str], object]) -> Row:
+    """A row of the ratios of bench ``case`` (its results JSON) whose metric ``keep`` picks,
+    each as ``metric ratio [low, high] (n, coverage, verdict)`` with its goal where it has one."""
+    file = Path(store.bench) / f"{case}.json"
+    if not file.is_file() or file.stat().st_mtime < store.since:
+        return Row(path, "no", "no results written")
+    found = []
+    for r in json.loads(file.read_text())["ratios"]:
+        if not keep(r["metric"]):
+            continue
+        goal = (
+            ""
+            if r["goal"] is None
+            else f", goal {r['goal']:g}: {'met' if r['meets_goal'] else 'not met'}"
+        )
+        found.append(
+            f"{r['metric']}: {r['median']:.2f}x [{r['ci_low']:.2f}, {r['ci_high']:.2f}] "
+            f"(n={len(r['values'])}, {r['ci_coverage']:.0%} interval, {r['verdict']}{goal})"
+        )
+    return Row(path, "yes" if found else "no", "; ".join(found) or "no ratio written")
 
 
 def nvtx_rows(store: Store) -> list[Row]:
@@ -251,8 +273,11 @@ def nvtx_rows(store: Store) -> list[Row]:
 
 def pytest_rows(store: Store) -> list[Row]:
     out = store.outputs.get("pytest", "")
-    summary = re.findall(r"=+ (.*(?:passed|failed|skipped|error).*) =+", out)
-    ok = summary and "failed" not in summary[-1] and "error" not in summary[-1]
+    # pytest -q ends with a bare "16 passed, 32 warnings in 50.02s"; without -q it is framed by =
+    summary = re.findall(
+        r"^=* ?(\d+ (?:passed|failed|skipped|errors?|deselected)\b.*?) ?=*$", out, re.M
+    )
+    ok = summary and not re.search(r"failed|error|skipped", summary[-1])  # none skip on a GPU
     return [
         Row("pytest -m gpu", "yes" if ok else "failed", summary[-1] if summary else "no summary")
     ]

@@ -9,9 +9,10 @@ import time
 import pytest
 import torch
 
+from hpml.bench.harness import Ratio, Settings, run_case, write_json
 from hpml.gpu import check
 from hpml.gpu.parts import Part, parts
-from hpml.gpu.rows import Row, Store, comparisons
+from hpml.gpu.rows import Row, Store, bench_row, comparisons, pytest_rows
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
@@ -97,3 +98,25 @@ def test_store_of_keeps_trained_runs_not_sweep_parents(client):
     store = Store(check.read_store(client.tracking_uri), ".")
     assert {r.info.run_id for r in store.of("gpu_default")} == {*children, single}
     assert store.of("gpu_study2") == []
+
+
+def test_pytest_row_reads_the_quiet_summary_and_refuses_a_skip():
+    quiet = "................\n16 passed, 32 warnings in 50.02s\n\n[exit 0]"
+    framed = "===== 14 passed, 2 skipped in 3.10s =====\n"
+    assert pytest_rows(Store({}, ".", {"pytest": quiet}))[0] == Row(
+        "pytest -m gpu", "yes", "16 passed, 32 warnings in 50.02s"
+    )
+    assert pytest_rows(Store({}, ".", {"pytest": framed}))[0].ran == "failed"
+
+
+def test_bench_row_reads_the_bench_results_of_this_check_with_goal_and_interval(tmp_path):
+    variants = {"fused": lambda: {"samples_per_s": 3.0}, "serial": lambda: {"samples_per_s": 2.0}}
+    ratio = Ratio("VAE N=8 samples/s", "samples_per_s", "samples/s", "fused", "serial", goal=2.4)
+    write_json(run_case("fuse", variants, [ratio], Settings(rounds=3)), tmp_path)
+    store = Store({}, ".", {}, str(tmp_path), since=time.time() - 60)
+    row = bench_row(store, "fuse", "fused vs serial", lambda metric: "N=8" in metric)
+    assert row.ran == "yes"
+    assert row.measured.startswith("VAE N=8 samples/s: 1.50x [1.50, 1.50] (n=3, ")
+    assert row.measured.endswith("goal 2.4: not met)")
+    later = Store({}, ".", {}, str(tmp_path), since=time.time() + 60)  # an earlier check's file
+    assert bench_row(later, "fuse", "fused vs serial", bool).ran == "no"
