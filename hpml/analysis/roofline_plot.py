@@ -112,6 +112,11 @@ def plot_roofline(
     return paths
 
 
+def _plain(value: float) -> str:
+    """A log axis's tick as a plain number: ``1,000,000``, ``0.01``, never ``1e+06``."""
+    return f"{value:,.0f}" if value >= 1 else f"{value:.3g}"
+
+
 def roofline_figure(
     points: list[RooflinePoint],
     peak: DevicePeak,
@@ -151,8 +156,9 @@ def roofline_figure(
     ax.axvline(ridge, color="grey", linestyle=":", linewidth=1)
     ax.annotate(
         f"ridge {ridge:.3g} FLOP/byte",
-        (ridge, y_lo),
-        xytext=(4, 4),
+        (ridge, 1.0),
+        xycoords=("data", "axes fraction"),  # at the top: the legend sits at the bottom
+        xytext=(4, -12),
         textcoords="offset points",
         fontsize=8,
         color="grey",
@@ -216,9 +222,9 @@ def roofline_figure(
     ax.set_ylim(y_lo, max([compute, *heights]) * 3)  # a noisy measured peak can be beaten
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     # GFLOP/s as plain numbers: 10^9 to 10^15 FLOP/s read as 1 to 1,000,000, not as powers
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / 1e9:,.6g}"))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _plain(v / 1e9)))
     ax.yaxis.set_minor_formatter(NullFormatter())
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.6g}"))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: _plain(v)))
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_ylabel("performance (GFLOP/s, 2 x MAC)")
     ax.set_title(title or f"Roofline on {peak.name}", fontsize=11)

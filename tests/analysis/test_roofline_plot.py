@@ -5,6 +5,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from dataclasses import replace
 
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.image import imread
 
 from hpml.analysis.devices import KNOWN_DEVICES
@@ -67,3 +68,17 @@ def test_plot_names_the_points_above_its_roof_and_why():
     raised = replace(V100, name="V100, raised to the best point")
     legend = roofline_figure([under], raised)[0].axes[0].get_legend()
     assert "(raised to the best point)" in legend.get_texts()[0].get_text()
+
+
+def test_ticks_are_plain_numbers_and_the_ridge_label_clears_the_legend():
+    h100 = KNOWN_DEVICES["h100-sxm"]
+    point = RooflinePoint("conv", 4e13, 1e11, 0.1)  # 400 TFLOP/s: the axis reaches 10^6 GFLOP/s
+    fig, _ = roofline_figure([point], h100)
+    ax = fig.axes[0]
+    FigureCanvasAgg(fig).draw()
+    ticks = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    assert "1,000,000" in ticks and not any("e+" in t for t in ticks)
+    renderer = fig.canvas.get_renderer()
+    (ridge,) = [t for t in ax.texts if t.get_text().startswith("ridge")]
+    legend = ax.get_legend().get_window_extent(renderer)
+    assert not ridge.get_window_extent(renderer).overlaps(legend)
