@@ -13,6 +13,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpml.names import (
+    BYTES,
+    FORWARD_ACHIEVED,
+    INTENSITY,
+    J_PER_SAMPLE,
+    MFU_MEASURED,
+    PCT,
+    PEAK_BANDWIDTH,
+    PEAK_MEMORY,
+    RIDGE,
+    SAMPLES_PER_S,
+    THROUGHPUT,
+    VAL_ACC,
+    metric,
+)
+
+THROUGHPUT_IQR = metric("train", "throughput_iqr", SAMPLES_PER_S)
+MFU_TABLE = metric("train", "mfu_table", PCT)
+ENERGY = {stage: metric(stage, "energy", J_PER_SAMPLE) for stage in ("train", "test")}
+
 
 @dataclass(frozen=True)
 class Row:
@@ -94,32 +114,32 @@ def default_rows(store: Store) -> list[Row]:
             Row(
                 f"default run, {precision} ({t.get('hpml.device', '?')})",
                 ok,
-                f"train {_num(m.get('train/throughput_samples_per_s'))} samples/s "
-                f"(IQR {_num(m.get('train/throughput_iqr_samples_per_s'))}); "
-                f"peak {_mib(m.get('train/peak_memory_bytes'))} "
+                f"train {_num(m.get(THROUGHPUT))} samples/s "
+                f"(IQR {_num(m.get(THROUGHPUT_IQR))}); "
+                f"peak {_mib(m.get(PEAK_MEMORY))} "
                 f"({t.get('hpml.peak_memory_source', '?')}); "
-                f"MFU {_num(m.get('train/mfu_table_pct'), '.1f', '%')} of datasheet, "
-                f"{_num(m.get('train/mfu_measured_pct'), '.1f', '%')} of measured peak; "
-                f"val/acc {_num(m.get('val/acc'), '.3f')}",
+                f"MFU {_num(m.get(MFU_TABLE), '.1f', '%')} of datasheet, "
+                f"{_num(m.get(MFU_MEASURED), '.1f', '%')} of measured peak; "
+                f"val/acc {_num(m.get(VAL_ACC), '.3f')}",
             )
         )
         breakdown = ", ".join(
-            f"{part} {_mib(m.get(f'memory/{part}_bytes'))}"
+            f"{part} {_mib(m.get(metric('memory', part, BYTES)))}"
             for part in ("weights", "gradients", "optimizer_state", "activations")
         )
         rows.append(
             Row(
                 f"memory breakdown, {precision}",
-                ok if "memory/weights_bytes" in m else "no",
+                ok if metric("memory", "weights", BYTES) in m else "no",
                 breakdown,
             )
         )
         rows.append(
             Row(
                 f"energy, {precision}",
-                "yes" if "train/energy_j_per_sample" in m else "no",
-                f"train {_num(m.get('train/energy_j_per_sample'), '.4f', ' J/sample')}, "
-                f"test {_num(m.get('test/energy_j_per_sample'), '.4f', ' J/sample')} "
+                "yes" if ENERGY["train"] in m else "no",
+                f"train {_num(m.get(ENERGY['train']), '.4f', ' J/sample')}, "
+                f"test {_num(m.get(ENERGY['test']), '.4f', ' J/sample')} "
                 "(NVML board energy, idle included)",
             )
         )
@@ -131,9 +151,9 @@ def _shares(runs: Iterable[Any], category: str) -> dict[tuple[str, int], float]:
         (
             r.data.params.get("model.name", r.data.tags.get("hpml.choice.model", "?")),
             int(r.data.params.get("data.batch_size", 0)),
-        ): r.data.metrics[f"profile/{category}_pct"]
+        ): r.data.metrics[metric("profile", category, PCT)]
         for r in runs
-        if f"profile/{category}_pct" in r.data.metrics
+        if metric("profile", category, PCT) in r.data.metrics
     }
 
 
@@ -172,10 +192,10 @@ def roofline_rows(store: Store) -> list[Row]:
     rows = []
     for run in store.of("gpu_study5"):
         m = run.data.metrics
-        intensity = m.get("roofline/intensity_flop_per_byte")
-        achieved = m.get("roofline/forward_achieved_flops_per_s")
-        ridge = m.get("roofline/ridge_flop_per_byte")
-        bandwidth = m.get("roofline/peak_memory_bandwidth_bytes_per_s")
+        intensity = m.get(INTENSITY)
+        achieved = m.get(FORWARD_ACHIEVED)
+        ridge = m.get(RIDGE)
+        bandwidth = m.get(PEAK_BANDWIDTH)
         if None in (intensity, achieved, ridge, bandwidth):
             rows.append(Row(f"study 5 roofline, {run.info.run_name}", "failed", "no roofline"))
             continue
