@@ -108,15 +108,32 @@ def check_mnist(folder: Path, files: tuple[str, ...]) -> None:
         counts[split] = (count, path)
 
 
+UNREADABLE_IMAGE = (OSError, ValueError, Image.DecompressionBombError)
+
+
+def _unreadable_image(path: str | Path, exc: BaseException) -> HpmlError:
+    return HpmlError(
+        f"{path} is not a readable image ({_short(exc)}): expected a JPEG or PNG "
+        "file; replace or delete it"
+    )
+
+
 def load_image(path: str) -> Image.Image:
     """torchvision's loader (RGB), with an unreadable file named in one line."""
     try:
         return default_loader(path)
-    except (OSError, ValueError, Image.DecompressionBombError) as exc:
-        raise HpmlError(
-            f"{path} is not a readable image ({_short(exc)}): expected a JPEG or PNG "
-            f"file; replace or delete it"
-        ) from None
+    except UNREADABLE_IMAGE as exc:
+        raise _unreadable_image(path, exc) from None
+
+
+def image_dimensions(path: str | Path) -> tuple[int, int]:
+    """``(width, height)`` of the image at ``path``, from its header alone (no pixel is
+    decoded), with an unreadable file named in one line as :func:`load_image` names it."""
+    try:
+        with Image.open(path) as image:
+            return image.size
+    except UNREADABLE_IMAGE as exc:
+        raise _unreadable_image(path, exc) from None
 
 
 def empty_class_folder(root: Path) -> Path | None:
