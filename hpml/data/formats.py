@@ -3,20 +3,26 @@
 
 from __future__ import annotations
 
+import lzma
 import pickle
 import struct
+import tarfile
+import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from PIL import Image
 from torchvision.datasets.folder import IMG_EXTENSIONS, default_loader
+from torchvision.datasets.utils import extract_archive
 
 from hpml.errors import HpmlError
 
 REDOWNLOAD = "delete it and set data.download=true"
 CIFAR_BATCH = "a pickled dict with 'data' (N x 3072 uint8 pixels) and 'labels' (N class ids)"
 CIFAR_META = "a pickled dict with 'label_names'"
+UNREADABLE_ARCHIVE = (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError, zlib.error)
 IDX = {2051: ("images", (28, 28)), 2049: ("labels", ())}  # MNIST's idx magic numbers
 
 
@@ -108,15 +114,32 @@ def check_mnist(folder: Path, files: tuple[str, ...]) -> None:
         counts[split] = (count, path)
 
 
+UNREADABLE_IMAGE = (OSError, ValueError, Image.DecompressionBombError)
+
+
+def _unreadable_image(path: str | Path, exc: BaseException) -> HpmlError:
+    return HpmlError(
+        f"{path} is not a readable image ({_short(exc)}): expected a JPEG or PNG "
+        "file; replace or delete it"
+    )
+
+
 def load_image(path: str) -> Image.Image:
     """torchvision's loader (RGB), with an unreadable file named in one line."""
     try:
         return default_loader(path)
-    except (OSError, ValueError, Image.DecompressionBombError) as exc:
-        raise HpmlError(
-            f"{path} is not a readable image ({_short(exc)}): expected a JPEG or PNG "
-            f"file; replace or delete it"
-        ) from None
+    except UNREADABLE_IMAGE as exc:
+        raise _unreadable_image(path, exc) from None
+
+
+def image_dimensions(path: str | Path) -> tuple[int, int]:
+    """``(width, height)`` of the image at ``path``, from its header alone (no pixel is
+    decoded), with an unreadable file named in one line as :func:`load_image` names it."""
+    try:
+        with Image.open(path) as image:
+            return image.size
+    except UNREADABLE_IMAGE as exc:
+        raise _unreadable_image(path, exc) from None
 
 
 def empty_class_folder(root: Path) -> Path | None:
@@ -130,3 +153,14 @@ def empty_class_folder(root: Path) -> Path | None:
             if next(images, None) is None:
                 return folder
     return None
+
+
+def extract(archive: Path, root: Path, expected: str) -> None:
+    """Extract ``archive`` into ``root`` with torchvision, a damaged archive (truncated, not
+    gzip, not tar) named in one line with what it should be, ``expected``."""
+    try:
+        extract_archive(str(archive), str(root))
+    except (*UNREADABLE_ARCHIVE, lzma.LZMAError) as exc:
+        raise HpmlError(
+            f"{archive} cannot be extracted ({_short(exc)}): expected {expected}; {REDOWNLOAD}"
+        ) from None

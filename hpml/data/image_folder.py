@@ -1,9 +1,12 @@
 """ImageNet-style class folders on disk (train/ and val/), with the transforms papers use by
-default (``train_transforms``/``eval_transforms`` in the config replace them). Missing folders,
-mismatched class lists and empty class folders are one-line errors naming the path."""
+default, for photos and for small images alike (``train_transforms``/``eval_transforms`` in the
+config replace them). Missing folders, mismatched class lists, empty class folders and unreadable
+images are one-line errors naming the path; images smaller than ``image_size`` are upsampled only
+after a line that says so."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,23 +17,35 @@ from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes
 
 from hpml.data.base import DataDescription, HpmlDataModule, files_under
 from hpml.data.formats import empty_class_folder, load_image
+from hpml.data.image_sizes import ImageSizes, upsampling_note
 from hpml.data.spec import DataSpec
-from hpml.data.transforms import ResizeForCenterCrop, Transform, pipeline, value_range
+from hpml.data.transforms import (
+    SMALL_IMAGE,
+    Transform,
+    eval_resize,
+    pipeline,
+    train_crop,
+    value_range,
+)
 from hpml.errors import DatasetNotFoundError, HpmlError, positive_int
+
+log = logging.getLogger(__name__)
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
-def imagenet_train_transforms(size: int) -> list[Transform]:
-    """A random crop of random area and aspect, resized to ``size``, flipped half the time, then
-    standardised: the torchvision reference recipe (conf/data/imagenet.yaml's train_transforms)."""
-    return [T.RandomResizedCrop(size), T.RandomHorizontalFlip(), *_standardise()]
+def folder_train_transforms(size: int, small_image: int = SMALL_IMAGE) -> list[Transform]:
+    """The random crop of :func:`~hpml.data.transforms.train_crop` (ImageNet's above
+    ``small_image`` px, CIFAR-10's at or under), a flip half the time, then standardised:
+    conf/data/imagenet.yaml's train_transforms."""
+    return [train_crop(size, small_image), T.RandomHorizontalFlip(), *_standardise()]
 
 
-def imagenet_eval_transforms(size: int) -> list[Transform]:
-    """The short side resized to ``size * 256 / 224``, the centre ``size`` square, standardised."""
-    return [ResizeForCenterCrop(size), T.CenterCrop(size), *_standardise()]
+def folder_eval_transforms(size: int, small_image: int = SMALL_IMAGE) -> list[Transform]:
+    """The short side resized (to ``size * 256 / 224`` above ``small_image`` px, to ``size`` at
+    or under), the centre ``size`` square, standardised."""
+    return [eval_resize(size, small_image), T.CenterCrop(size), *_standardise()]
 
 
 def _standardise() -> list[Transform]:
@@ -41,8 +56,8 @@ class ImageFolderDataModule(HpmlDataModule):
     """ImageNet-style folders: ``data_dir/train/<class>/*.JPEG`` and ``data_dir/val/<class>/*``.
 
     val/ serves as both the val and the test split (ImageNet's test labels are not public); the
-    class count is read from train/. Transforms (None: the ImageNet recipe) must end in
-    ``image_size`` square tensors.
+    class count is read from train/. Transforms (None: ImageNet's recipe above ``small_image``
+    px, CIFAR-10's at or under) must end in ``image_size`` square tensors.
     """
 
     HINT = (
@@ -53,19 +68,23 @@ class ImageFolderDataModule(HpmlDataModule):
     def __init__(
         self,
         image_size: int = 224,
+        small_image: int = SMALL_IMAGE,
         train_transforms: Sequence[Transform] | None = None,
         eval_transforms: Sequence[Transform] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         size = self.image_size = positive_int("image_size", image_size)
+        small = positive_int("small_image", small_image)
         # photos come in every size: probe with one that is neither square nor image_size
         sample, shape = Image.new("RGB", (size + 13, size + 7)), (3, size, size)
+        train_default = folder_train_transforms(size, small)
+        eval_default = folder_eval_transforms(size, small)
         self.train_transform = pipeline(
-            "train_transforms", train_transforms, imagenet_train_transforms(size), sample, shape
+            "train_transforms", train_transforms, train_default, sample, shape
         )
         self.eval_transform = pipeline(
-            "eval_transforms", eval_transforms, imagenet_eval_transforms(size), sample, shape
+            "eval_transforms", eval_transforms, eval_default, sample, shape
         )
         self._classes: list[str] | None = None
 
@@ -137,6 +156,10 @@ class ImageFolderDataModule(HpmlDataModule):
                 f"{', '.join(IMG_EXTENSIONS[:3])}... files in every class folder of train/ and "
                 "val/; add images or delete the folder from both"
             ) from err
+        sizes = ImageSizes.sample([path for path, _ in train.samples])
+        note = upsampling_note(train_dir, sizes, self.image_size)
+        if note is not None:
+            log.warning(note)
         self.train_set, self.val_set, self.test_set = train, val, val
 
 

@@ -18,9 +18,10 @@ from urllib.error import URLError
 
 import torch
 from torch.utils.data import TensorDataset
-from torchvision.datasets.utils import download_and_extract_archive
+from torchvision.datasets.utils import download_url
 
 from hpml.data.base import DataDescription, HpmlDataModule
+from hpml.data.formats import REDOWNLOAD, extract
 from hpml.data.spec import DataSpec
 from hpml.errors import ConfigError, DatasetNotFoundError, HpmlError, positive_int
 
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 
 URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
 MD5 = "7c2ac02c03563afcf9b574c7e56c153a"
+ARCHIVE = "the gzipped tar of the Stanford aclImdb reviews (aclImdb/{train,test}/{pos,neg}/*.txt)"
 LABELS = {"negative": 0, "positive": 1}
 SPECIALS = ("<pad>", "<unk>")
 PAD, UNK = 0, 1
@@ -60,10 +62,21 @@ def convert_aclimdb(root: str | Path, csv_path: str | Path) -> int:
         writer.writerow(["review", "sentiment"])
         for folder, label in folders:
             for path in sorted(folder.glob("*.txt")):
-                writer.writerow([path.read_text(encoding="utf-8"), label])
+                writer.writerow([_review(path), label])
                 count += 1
     os.replace(partial, csv_path)  # a half-written CSV must never look like a finished one
     return count
+
+
+def _review(path: Path) -> str:
+    """One aclImdb review file's text; a file that is not UTF-8 is named in one line."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise HpmlError(
+            f"{path} is not UTF-8 text ({err.reason} at byte {err.start}): expected one aclImdb "
+            f"review; delete the aclImdb folder beside it and set data.download=true"
+        ) from None
 
 
 def read_reviews(path: Path) -> tuple[list[str], list[int]]:
@@ -183,10 +196,17 @@ class IMDBDataModule(HpmlDataModule):
         if not self.download:
             raise DatasetNotFoundError("IMDB CSV", self.csv_path, self.HINT)
         log.info("downloading %s", URL)
-        try:
-            download_and_extract_archive(URL, self.data_dir, md5=MD5)
-        except (URLError, OSError, RuntimeError) as err:
+        archive = self.data_dir / Path(URL).name
+        try:  # an archive already there is kept if its md5 matches, fetched again if not
+            download_url(URL, self.data_dir, md5=MD5)
+        except (URLError, OSError) as err:
             raise HpmlError(f"downloading {URL} failed: {' '.join(str(err).split())}") from err
+        except RuntimeError as err:  # torchvision's "File not found or corrupted."
+            raise HpmlError(
+                f"{archive}, downloaded from {URL}, fails its md5 check (expected {MD5}): "
+                f"expected {ARCHIVE}; {REDOWNLOAD}"
+            ) from err
+        extract(archive, self.data_dir, ARCHIVE)
         count = convert_aclimdb(self.data_dir, self.csv_path)
         log.info("wrote %d reviews to %s", count, self.csv_path)
 

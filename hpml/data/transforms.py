@@ -1,6 +1,6 @@
 """Image transforms given in the config: lists of torchvision transforms that Hydra instantiates
 (``train_transforms``, ``eval_transforms``), so a dataset whose images must not be flipped or
-cropped says so in its config."""
+cropped says so in its config; and the crops that suit an image size, small or large."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from torchvision import transforms as T
 from hpml.errors import ConfigError
 
 Transform = Callable[[Any], Any]
+SMALL_IMAGE = 64  # px: Tiny ImageNet's size; CIFAR-10 (32) and MNIST (28) are under it
 EXPECTED = "a non-empty list of transforms, each a {_target_: torchvision.transforms.<Name>} node"
 
 
@@ -91,3 +92,24 @@ class ResizeForCenterCrop(T.Resize):
 
     def __init__(self, crop_size: int, crop_fraction: float = 0.875, **kwargs: Any) -> None:
         super().__init__(int(crop_size / crop_fraction), **kwargs)
+
+
+def train_crop(size: int, small_image: int = SMALL_IMAGE) -> Transform:
+    """The random crop that trains a model on ``size`` px squares.
+
+    Above ``small_image`` px, ImageNet's ``RandomResizedCrop``: 8-100% of a photo's area, which
+    at 32 px can leave a few pixels of a digit. At or under it, CIFAR-10's recipe (``RandomCrop(32,
+    padding=4)``) at any size: the short side resized to ``size``, then a ``size`` square of the
+    image padded by ``size // 8`` on every side, so at least 7/8 of the square's width and of its
+    height (77% of its area) is the image's own.
+    """
+    if size > small_image:
+        return T.RandomResizedCrop(size)
+    return T.Compose([T.Resize(size), T.RandomCrop(size, padding=size // 8)])
+
+
+def eval_resize(size: int, small_image: int = SMALL_IMAGE) -> Transform:
+    """The resize before a ``size`` px centre crop: ImageNet's ``size * 256 / 224`` short side
+    above ``small_image`` px (a photo's border is mostly background), ``size`` itself at or under
+    it (a small image's border holds what it shows, and :func:`train_crop` trains on it whole)."""
+    return ResizeForCenterCrop(size) if size > small_image else T.Resize(size)

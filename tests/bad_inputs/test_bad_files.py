@@ -128,8 +128,11 @@ def damage_folder(root: Path, how: str) -> list[str]:
     if how == "empty_class":
         (base / "train" / "n03").mkdir()
         (base / "val" / "n03").mkdir()
-    elif how.startswith("unreadable"):
+    elif how == "unreadable":  # found by setup, which reads a sample of image headers
         (base / "train" / "n02" / "n02_1.JPEG").write_bytes(b"\xff\xd8\xff not really a jpeg")
+    elif how == "unreadable_in_worker":  # header whole, pixels cut short: found when read
+        jpeg = base / "train" / "n02" / "n02_1.JPEG"
+        jpeg.write_bytes(jpeg.read_bytes()[:-10])
     elif how == "classes":
         write_jpegs(base, {"val": {"n09": 1}})
     workers = ["data.num_workers=1"] if how == "unreadable_in_worker" else []

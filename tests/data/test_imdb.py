@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import logging
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -220,20 +221,57 @@ def test_convert_aclimdb_missing_tree_names_the_folder(tmp_path: Path) -> None:
         convert_aclimdb(tmp_path, tmp_path / "out.csv")
 
 
+def fake_download(tmp_path: Path, calls: list, keep: int | None = None):
+    """torchvision's ``download_url`` without the network: it writes the tiny aclImdb tree as a
+    real gzipped tar where the archive goes (its first ``keep`` bytes only, if given)."""
+
+    def download_url(url: str, root: Path, md5: str) -> None:
+        calls.append((url, md5))
+        source = tmp_path / "source"
+        write_aclimdb(source)
+        Path(root).mkdir(parents=True, exist_ok=True)  # as download_url makes it
+        archive = Path(root) / Path(url).name
+        with tarfile.open(archive, "w:gz") as tar:
+            tar.add(source / "aclImdb", arcname="aclImdb")
+        if keep is not None:
+            archive.write_bytes(archive.read_bytes()[:keep])
+
+    return download_url
+
+
 def test_download_fetches_the_stanford_archive_and_converts_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    calls = []
-
-    def fake_download(url: str, download_root: Path, md5: str) -> None:
-        calls.append((url, md5))
-        write_aclimdb(Path(download_root))
-
-    monkeypatch.setattr(imdb, "download_and_extract_archive", fake_download)
-    dm = IMDBDataModule(data_dir=tmp_path, download=True, split=[0.6, 0.2, 0.2], cache=False)
+    calls: list = []
+    monkeypatch.setattr(imdb, "download_url", fake_download(tmp_path, calls))
+    data_dir = tmp_path / "data"
+    dm = IMDBDataModule(data_dir=data_dir, download=True, split=[0.6, 0.2, 0.2], cache=False)
     dm.prepare_data()
     assert calls == [(imdb.URL, imdb.MD5)]
     dm.prepare_data()  # the CSV exists now: nothing is fetched again
     assert len(calls) == 1
     dm.setup("fit")
     assert len(dm.train_set) + len(dm.val_set) + len(dm.test_set) == 5
+
+
+def test_a_truncated_archive_is_named_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(imdb, "download_url", fake_download(tmp_path, [], keep=60))
+    data_dir = tmp_path / "data"
+    with pytest.raises(HpmlError) as info:
+        IMDBDataModule(data_dir=data_dir, download=True).prepare_data()
+    message = str(info.value)
+    assert message.startswith(f"{data_dir / 'aclImdb_v1.tar.gz'} cannot be extracted (EOFError")
+    assert "expected the gzipped tar of the Stanford aclImdb reviews" in message
+    assert "data.download=true" in message and "\n" not in message
+
+
+def test_a_review_that_is_not_utf8_is_named(tmp_path: Path) -> None:
+    write_aclimdb(tmp_path)
+    bad = tmp_path / "aclImdb" / "test" / "neg" / "0_2.txt"
+    bad.write_bytes(b"fine \xff\xfe film")
+    with pytest.raises(HpmlError) as info:
+        convert_aclimdb(tmp_path, tmp_path / "out.csv")
+    assert str(info.value).startswith(f"{bad} is not UTF-8 text (invalid start byte at byte 5)")
+    assert not (tmp_path / "out.csv").exists()

@@ -1,5 +1,6 @@
 """The transform lists of conf/data/ are what the data modules hard-coded before they became
-config values, and an override of them changes what a sample becomes."""
+config values (small ImageFolder images: CIFAR-10's crop), and an override of them changes what a
+sample becomes."""
 
 from __future__ import annotations
 
@@ -45,6 +46,15 @@ def former_imagenet(size: int, train: bool) -> T.Compose:
     if train:
         return T.Compose([T.RandomResizedCrop(size), T.RandomHorizontalFlip(), *normalize])
     return T.Compose([T.Resize(int(size * 256 / 224)), T.CenterCrop(size), *normalize])
+
+
+def small_folder(size: int, train: bool) -> T.Compose:
+    """An ImageFolder at ``size`` <= 64 px: resized whole, then CIFAR-10's padded crop and flip."""
+    normalize = [T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+    if train:
+        crop = [T.RandomCrop(size, padding=size // 8), T.RandomHorizontalFlip()]
+        return T.Compose([T.Resize(size), *crop, *normalize])
+    return T.Compose([T.Resize(size), T.CenterCrop(size), *normalize])
 
 
 def former_mnist(normalize: bool) -> T.Compose:
@@ -110,8 +120,8 @@ DEFAULTS: dict[str, tuple[list[str], Callable[[], Any], T.Compose, T.Compose, Im
     "imagenet_32": (
         ["data=imagenet", "data.image_size=32"],
         lambda: ImageFolderDataModule(image_size=32),
-        former_imagenet(32, train=True),
-        former_imagenet(32, train=False),
+        small_folder(32, train=True),
+        small_folder(32, train=False),
         noise_image(48, 40),
     ),
     "mnist": (
@@ -151,10 +161,10 @@ def test_default_lists_give_the_former_tensors_draw_for_draw(composed, case: str
 
 
 def test_imagenet_eval_resize_follows_image_size(composed) -> None:
-    dm = build("data", composed(["data=imagenet", "data.image_size=64"]).data)
+    dm = build("data", composed(["data=imagenet", "data.image_size=96"]).data)
     resize, crop = dm.eval_transform.transforms[:2]
-    assert resize.size == 73 and crop.size == (64, 64)  # int(64 * 256 / 224)
-    assert dm.train_transform.transforms[0].size == (64, 64)
+    assert resize.size == 109 and crop.size == (96, 96)  # int(96 * 256 / 224)
+    assert dm.train_transform.transforms[0].size == (96, 96)
 
 
 @pytest.mark.parametrize(
