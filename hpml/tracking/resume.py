@@ -222,12 +222,14 @@ def resume_args(args: list[str]) -> list[str]:
 
 def _store_of(args: list[str]) -> tuple[Any, str]:
     """A client of the store and the experiment name that ``args`` select (only their
-    ``logger`` and ``paths`` overrides count: the rest is checked once merged with the run's)."""
+    ``logger``, ``paths`` and ``hpml`` overrides count: the rest is checked once merged with
+    the run's), output quieted as the job's will be."""
     from hydra import compose, initialize_config_dir
     from hydra.core.hydra_config import HydraConfig
     from hydra.utils import instantiate
 
     from hpml.build import CONF_DIR
+    from hpml.console import quiet_upstream
     from hpml.tracking.remote import prepare
 
     overrides = [
@@ -235,11 +237,12 @@ def _store_of(args: list[str]) -> tuple[Any, str]:
         for a in args
         if "=" in a
         and not a.startswith("-")
-        and _key(a).split(".")[0].split("/")[0] in ("logger", "paths")
+        and _key(a).split(".")[0].split("/")[0] in ("logger", "paths", "hpml")
     ]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("train", overrides=overrides, return_hydra_config=True)
     HydraConfig.instance().set_config(cfg)
+    quiet_upstream(verbose=bool(cfg.hpml.verbose))
     try:
         tracker = instantiate(cfg.logger)
         prepare(tracker)
