@@ -292,12 +292,22 @@ def restarted_run(tracker: Any, job_dir: Path) -> str | None:
 
 
 def resume_point(tracker: Any, value: Any, output_dir: Path) -> tuple[str | None, str | None]:
-    """``(run id, local last checkpoint)`` for ``resume=value``; ``(None, None)`` without one."""
+    """``(run id, local last checkpoint)`` for ``resume=value``, the checkpoint checked to load;
+    ``(None, None)`` without one."""
+    from hpml.tracking.checkpoint import unreadable_checkpoint
+
     if value is None:
         return None, None
     client = tracker.client()
     run = find_run(client, tracker.experiment_name, str(value))
     path = checkpoint_file(client, run, output_dir / "resumed_from")
+    problem = unreadable_checkpoint(Path(path))
+    if problem is not None:
+        raise ResumeError(
+            f"resume={run.info.run_id}: its last checkpoint {path} cannot be read: {problem}; "
+            "it should be the last.ckpt Lightning saved for this run: put it back, or run the "
+            "job again without resume="
+        )
     if "hpml.error" in run.data.tags:  # the stop it recorded is over; a new one records its own
         client.delete_tag(run.info.run_id, "hpml.error")
     return run.info.run_id, path

@@ -1,14 +1,19 @@
-"""Damaged files hpml reads (a tracking store): each is one line naming the file and what it
-should be, before training."""
+"""Damaged files hpml reads (a tracking store, a checkpoint to resume from): each is one line
+naming the file and what it should be, before training."""
 
 from __future__ import annotations
 
+import io
 import sqlite3
+import zipfile
 from pathlib import Path
 
 import pytest
+import torch
 
-from hpml.tracking.store import StoreError, prepare_store
+from hpml.tracking import MlflowTracker
+from hpml.tracking.resume import LAST_TAG, ResumeError, resume_point
+from hpml.tracking.store import StoreError, experiment_id, prepare_store
 from tests.bad_inputs.harness import assert_names, refused_job
 
 STORE_WANTED = ["should be an SQLite MLflow store", "move or remove it", "logger.tracking_uri="]
@@ -65,3 +70,54 @@ def test_a_damaged_store_is_one_line_naming_it(
         str(caught.value), [f"the MLflow store {store} cannot be read", "SQLite: database disk"]
     )
     assert_names(str(caught.value), STORE_WANTED)
+
+
+def checkpoint_bytes() -> bytes:
+    """A checkpoint as Lightning writes one: ``torch.save`` of a dict of state."""
+    buffer = io.BytesIO()
+    torch.save({"epoch": 1, "state_dict": {"w": torch.ones(64, 64)}}, buffer)
+    return buffer.getvalue()
+
+
+def zip_of_other_files() -> bytes:
+    """A zip archive, but not one torch.save wrote."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("notes.txt", "not a checkpoint")
+    return buffer.getvalue()
+
+
+CHECKPOINT_DAMAGE = {  # what the file holds, what the line says of it
+    "text": (lambda: b"not a checkpoint\n", "not a zip archive as torch.save writes"),
+    "truncated": (lambda: checkpoint_bytes()[:2000], "not a zip archive as torch.save writes"),
+    "other_zip": (zip_of_other_files, "torch cannot load it (RuntimeError: "),
+    "intact": (checkpoint_bytes, None),
+}
+
+
+@pytest.mark.parametrize("damage", list(CHECKPOINT_DAMAGE))
+def test_resuming_from_a_damaged_checkpoint_is_one_line_naming_it(
+    damage: str, root: Path, client
+) -> None:
+    content, why = CHECKPOINT_DAMAGE[damage]
+    run_id = client.create_run(experiment_id(client, "hpml", str(root / "art"))).info.run_id
+    checkpoint = root / "outputs" / "run" / "checkpoints" / "last.ckpt"
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.write_bytes(content())
+    client.set_tag(run_id, LAST_TAG, str(checkpoint))
+    client.set_terminated(run_id, "KILLED")
+    tracker = MlflowTracker(tracking_uri=client.tracking_uri)
+    if why is None:
+        assert resume_point(tracker, run_id, root / "resumed") == (run_id, str(checkpoint))
+        return
+    with pytest.raises(ResumeError) as caught:
+        resume_point(tracker, run_id, root / "resumed")
+    assert "\n" not in str(caught.value)
+    assert_names(
+        str(caught.value),
+        [
+            f"resume={run_id}: its last checkpoint {checkpoint} cannot be read: ",
+            why,
+            "it should be the last.ckpt Lightning saved",
+        ],
+    )
