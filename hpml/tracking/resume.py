@@ -230,6 +230,7 @@ def _store_of(args: list[str]) -> tuple[Any, str]:
 
     from hpml.build import CONF_DIR
     from hpml.console import quiet_upstream
+    from hpml.errors import config_file_problem
     from hpml.tracking.remote import prepare
 
     overrides = [
@@ -239,8 +240,14 @@ def _store_of(args: list[str]) -> tuple[Any, str]:
         and not a.startswith("-")
         and _key(a).split(".")[0].split("/")[0] in ("logger", "paths", "hpml")
     ]
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=overrides, return_hydra_config=True)
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose("train", overrides=overrides, return_hydra_config=True)
+    except Exception as exc:  # a damaged file of conf/: one line naming it
+        problem = config_file_problem(exc, [CONF_DIR])
+        if problem is None:
+            raise
+        raise HpmlError(problem) from exc
     HydraConfig.instance().set_config(cfg)
     quiet_upstream(verbose=bool(cfg.hpml.verbose))
     try:
