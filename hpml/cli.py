@@ -127,8 +127,11 @@ def composition_error(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
         with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
             compose("train", overrides=overrides)
     except Exception as exc:
+        from hpml.errors import config_file_problem
+
         text = str(exc).split("Set the environment variable HYDRA_FULL_ERROR")[0]
-        return " ".join(text.split())
+        dirs = [conf_dir, *extra_config_dirs(args)]
+        return config_file_problem(exc, dirs) or " ".join(text.split())
     return None
 
 

@@ -36,15 +36,21 @@ NOISY_WARNINGS: tuple[tuple[type[Warning], str, str], ...] = (
 # (logger, message start): log records dropped by a filter on the logger that emits them
 NOISY_RECORDS: tuple[tuple[str, str], ...] = (
     ("lightning.pytorch.utilities.rank_zero", "💡 Tip: For seamless cloud logging"),
+    # the start-up lines of every fit: hpml tags the device a run used (hpml.device)
+    ("lightning.pytorch.utilities.rank_zero", "GPU available: "),
+    ("lightning.pytorch.utilities.rank_zero", "TPU available: "),
+    ("lightning.pytorch.accelerators.cuda", "LOCAL_RANK: "),
+    # the epoch lines already say how many epochs ran (hpml.callbacks.epoch_summary)
+    ("lightning.pytorch.utilities.rank_zero", "`Trainer.fit` stopped: `max_"),
+    # a fresh SQLite store's schema, made once by hpml.tracking.store
+    ("mlflow.store.db.utils", "Creating initial MLflow database tables"),
+    ("mlflow.store.db.utils", "Updating database tables"),
+    # without GitPython, three per run: hpml records the commit itself (hpml.git_commit)
+    ("mlflow.utils.git_utils", "Failed to import Git"),
     # torchao registers an Enum with torch's pytree on import (PT2E): torch's own to settle
     ("torch.utils._pytree", "%s is an Enum subclass and is now natively supported"),
     # inductor looks for a CUDA toolkit when it compiles on CPU: nothing a CPU run lacks
     ("torch.utils.cpp_extension", "No CUDA runtime is found"),
-)
-# Dropped in every job of a sweep but its first: the same for each job of one machine.
-REPEATED_RECORDS: tuple[tuple[str, str], ...] = (
-    ("lightning.pytorch.utilities.rank_zero", "GPU available: "),
-    ("lightning.pytorch.utilities.rank_zero", "TPU available: "),
 )
 
 
@@ -63,14 +69,11 @@ _installed_warnings: list[Any] = []
 _installed_filters: list[tuple[logging.Logger, _DropRecords]] = []
 
 
-def quiet_upstream(verbose: bool = False, repeated: bool = False) -> None:
-    """Drop the known upstream noise unless ``verbose``, replacing an earlier call's filters
-    (a later ``hpml.verbose=true`` job of the same process shows everything again).
-
-    Args:
-        verbose: drop nothing.
-        repeated: a sweep's job after its first: also drop what the first job said already.
-    """
+def quiet_upstream(verbose: bool = False) -> None:
+    """Drop the known upstream noise unless ``verbose`` (drop nothing), replacing an earlier
+    call's filters: a later ``hpml.verbose=true`` job of the same process shows everything
+    again. Called before anything that can make the noise: a job's store, its trainer, a
+    sweep's parent run."""
     for item in _installed_warnings:
         if item in warnings.filters:
             warnings.filters.remove(item)
@@ -86,7 +89,7 @@ def quiet_upstream(verbose: bool = False, repeated: bool = False) -> None:
         warnings.filterwarnings("ignore", message=message, category=category, module=module)
         _installed_warnings.append(warnings.filters[0])
     by_logger: dict[str, tuple[str, ...]] = {}
-    for name, start in NOISY_RECORDS + (REPEATED_RECORDS if repeated else ()):
+    for name, start in NOISY_RECORDS:
         by_logger[name] = (*by_logger.get(name, ()), start)
     for name, starts in by_logger.items():
         logger, record_filter = logging.getLogger(name), _DropRecords(starts)

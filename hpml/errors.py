@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,3 +82,42 @@ def non_negative_int(key: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigError(key, value, "an integer >= 0")
     return value
+
+
+CONFIG_FILE_HINT = (
+    "it should be UTF-8 YAML text of config keys and values, as the files in conf/ are: fix or "
+    "restore it"
+)
+
+
+def config_file_problem(exc: BaseException, config_dirs: Iterable[Path]) -> str | None:
+    """One line naming the config file that composing a config failed to read (``exc``: what
+    Hydra raised) and what it should be, or None if ``exc`` is about no file. YAML's own errors
+    name the file; a byte that is not UTF-8 names none, so the files of ``config_dirs`` (where
+    composition looked) are read to find it."""
+    import yaml
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        problem = None
+        if isinstance(seen, yaml.MarkedYAMLError) and seen.problem_mark is not None:
+            mark = seen.problem_mark  # where the file stops being YAML
+            problem = (mark.name, f"{seen.problem} at line {mark.line + 1}:{mark.column + 1}")
+        elif isinstance(seen, yaml.reader.ReaderError):  # a character YAML never allows
+            problem = (seen.name, f"{seen.reason} at byte {seen.position}")
+        elif isinstance(seen, UnicodeDecodeError):
+            problem = undecodable(config_dirs)
+        if problem is not None:
+            return f"config file {problem[0]} cannot be read: {problem[1]}; {CONFIG_FILE_HINT}"
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def undecodable(config_dirs: Iterable[Path]) -> tuple[Path, str] | None:
+    """The first config file under ``config_dirs`` that is not UTF-8 text, and why."""
+    for path in sorted(p for folder in config_dirs for p in Path(folder).rglob("*.yaml")):
+        try:
+            path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as bad:
+            return path, f"{bad.reason} at byte {bad.start}"
+    return None

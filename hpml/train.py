@@ -36,15 +36,12 @@ def hydra_job() -> HydraJob | None:
 
 
 def tracker_of(cfg: DictConfig, job: HydraJob | None = None) -> Any:
-    """The ``logger`` group's tracker, once output is quieted (a sweep's later jobs say less)
-    and the store answers (a bad URI or a silent server: one line, before torch loads)."""
+    """The ``logger`` group's tracker, once output is quieted and the store answers (a bad URI
+    or a silent server: one line, before torch loads)."""
     from hpml.tracking.remote import SWEEP_JOB_PATIENCE, prepare
 
     in_sweep = job is not None and job.sweep is not None
-    quiet_upstream(
-        verbose=bool(OmegaConf.select(cfg, "hpml.verbose", default=False)),
-        repeated=in_sweep and job.sweep.num > 0,
-    )
+    quiet_upstream(verbose=bool(OmegaConf.select(cfg, "hpml.verbose", default=False)))
     prepare(cfg.logger, patience=SWEEP_JOB_PATIENCE if in_sweep else 1)
     return build("logger", cfg.logger)
 

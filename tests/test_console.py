@@ -146,9 +146,9 @@ def test_a_bar_safe_handler_without_a_bar_writes_as_a_stream_handler() -> None:
     assert stream.getvalue() == "plain line\n"
 
 
-@pytest.mark.parametrize("repeated", [False, True])
-def test_a_sweeps_later_jobs_leave_out_the_device_lines(repeated: bool) -> None:
-    """Lightning's "GPU available" and "TPU available" lines: in a sweep's first job only."""
+@pytest.mark.parametrize("verbose", [False, True])
+def test_lightnings_device_lines_show_only_when_verbose(verbose: bool) -> None:
+    """Lightning's "GPU available" and "TPU available" lines: hpml tags the device a run used."""
     logger = logging.getLogger("lightning.pytorch.utilities.rank_zero")
     seen: list[str] = []
     handler = logging.Handler()
@@ -156,7 +156,7 @@ def test_a_sweeps_later_jobs_leave_out_the_device_lines(repeated: bool) -> None:
     logger.addHandler(handler)
     level, logger.level = logger.level, logging.INFO
     try:
-        quiet_upstream(verbose=False, repeated=repeated)
+        quiet_upstream(verbose=verbose)
         logger.info("GPU available: False, used: False")
         logger.info("TPU available: False, using: 0 TPU cores")
         logger.info("something else")
@@ -165,7 +165,7 @@ def test_a_sweeps_later_jobs_leave_out_the_device_lines(repeated: bool) -> None:
         logger.removeHandler(handler)
         logger.level = level
     device_lines = ["GPU available: False, used: False", "TPU available: False, using: 0 TPU cores"]
-    assert seen == ([] if repeated else device_lines) + ["something else"]
+    assert seen == (device_lines if verbose else []) + ["something else"]
 
 
 def test_the_job_logs_console_handler_is_bar_safe() -> None:

@@ -222,12 +222,15 @@ def resume_args(args: list[str]) -> list[str]:
 
 def _store_of(args: list[str]) -> tuple[Any, str]:
     """A client of the store and the experiment name that ``args`` select (only their
-    ``logger`` and ``paths`` overrides count: the rest is checked once merged with the run's)."""
+    ``logger``, ``paths`` and ``hpml`` overrides count: the rest is checked once merged with
+    the run's), output quieted as the job's will be."""
     from hydra import compose, initialize_config_dir
     from hydra.core.hydra_config import HydraConfig
     from hydra.utils import instantiate
 
     from hpml.build import CONF_DIR
+    from hpml.console import quiet_upstream
+    from hpml.errors import config_file_problem
     from hpml.tracking.remote import prepare
 
     overrides = [
@@ -235,11 +238,18 @@ def _store_of(args: list[str]) -> tuple[Any, str]:
         for a in args
         if "=" in a
         and not a.startswith("-")
-        and _key(a).split(".")[0].split("/")[0] in ("logger", "paths")
+        and _key(a).split(".")[0].split("/")[0] in ("logger", "paths", "hpml")
     ]
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=overrides, return_hydra_config=True)
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose("train", overrides=overrides, return_hydra_config=True)
+    except Exception as exc:  # a damaged file of conf/: one line naming it
+        problem = config_file_problem(exc, [CONF_DIR])
+        if problem is None:
+            raise
+        raise HpmlError(problem) from exc
     HydraConfig.instance().set_config(cfg)
+    quiet_upstream(verbose=bool(cfg.hpml.verbose))
     try:
         tracker = instantiate(cfg.logger)
         prepare(tracker)
@@ -289,12 +299,22 @@ def restarted_run(tracker: Any, job_dir: Path) -> str | None:
 
 
 def resume_point(tracker: Any, value: Any, output_dir: Path) -> tuple[str | None, str | None]:
-    """``(run id, local last checkpoint)`` for ``resume=value``; ``(None, None)`` without one."""
+    """``(run id, local last checkpoint)`` for ``resume=value``, the checkpoint checked to load;
+    ``(None, None)`` without one."""
+    from hpml.tracking.checkpoint import unreadable_checkpoint
+
     if value is None:
         return None, None
     client = tracker.client()
     run = find_run(client, tracker.experiment_name, str(value))
     path = checkpoint_file(client, run, output_dir / "resumed_from")
+    problem = unreadable_checkpoint(Path(path))
+    if problem is not None:
+        raise ResumeError(
+            f"resume={run.info.run_id}: its last checkpoint {path} cannot be read: {problem}; "
+            "it should be the last.ckpt Lightning saved for this run: put it back, or run the "
+            "job again without resume="
+        )
     if "hpml.error" in run.data.tags:  # the stop it recorded is over; a new one records its own
         client.delete_tag(run.info.run_id, "hpml.error")
     return run.info.run_id, path

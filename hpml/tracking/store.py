@@ -17,7 +17,7 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from hpml.errors import HpmlError
-from hpml.validate.store import sqlite_path
+from hpml.validate.store import DAMAGED_CODES, DAMAGED_HINT, damaged_store, sqlite_path
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -38,7 +38,8 @@ def is_local(tracking_uri: str) -> bool:
 def prepare_store(tracking_uri: str) -> None:
     """Create and migrate a local SQLite store once, under an inter-process lock: MLflow creates
     its schema on first use without one, and processes starting on a fresh file at once race
-    (``table ... already exists``). MLflow caches the opened store, so later clients skip this."""
+    (``table ... already exists``). MLflow caches the opened store, so later clients skip this.
+    A file SQLite or MLflow cannot read is one line naming it."""
     path = sqlite_path(tracking_uri)
     if path is None:
         return
@@ -55,8 +56,30 @@ def prepare_store(tracking_uri: str) -> None:
             f"the MLflow store {path} is not writable; set "
             "logger.tracking_uri=sqlite:///<writable dir>/mlflow.db (or HPML_ROOT)"
         )
-    with FileLock(f"{path}.lock", timeout=LOCK_TIMEOUT_S):
-        retry_locked(lambda: MlflowClient(tracking_uri).search_experiments(max_results=1))
+    problem = damaged_store(path)
+    if problem is None:
+        with FileLock(f"{path}.lock", timeout=LOCK_TIMEOUT_S):
+            try:
+                retry_locked(lambda: MlflowClient(tracking_uri).search_experiments(max_results=1))
+            except Exception as exc:  # SQLite read the schema table, not all that MLflow reads
+                damage = sqlite_damage(exc)
+                if damage is None:
+                    raise
+                problem = f"{path} cannot be read as an SQLite database (SQLite: {damage})"
+    if problem is not None:
+        raise StoreError(
+            f"the MLflow store {problem}; it should be an SQLite MLflow store: {DAMAGED_HINT}"
+        )
+
+
+def sqlite_damage(exc: BaseException) -> BaseException | None:
+    """SQLite's own error saying a file is no database or a damaged one, however MLflow or
+    SQLAlchemy wrapped it; None for any other error."""
+    while exc is not None:
+        if getattr(exc, "sqlite_errorname", None) in DAMAGED_CODES:
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def is_locked_error(exc: BaseException) -> bool:

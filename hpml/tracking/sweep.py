@@ -18,7 +18,7 @@ from hydra.experimental.callback import Callback
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from hpml.console import compare_hint
+from hpml.console import compare_hint, quiet_upstream
 from hpml.errors import one_line
 from hpml.fused.plan import unfused_note
 from hpml.tracking.jobs import PARENT_FILE, failed_jobs, this_process
@@ -94,6 +94,8 @@ class MlflowSweepCallback(Callback):
         # The launcher sets this only when jobs start; the sweep dir and the store's path
         # interpolate `${hydra:...}` values now.
         HydraConfig.instance().set_config(config)
+        # the parent run may be the store's first: its creation as quiet as a job's
+        quiet_upstream(verbose=bool(OmegaConf.select(config, "hpml.verbose", default=False)))
         launcher = config.hydra.runtime.choices.get("hydra/launcher")
         note = unfused_note(config, launcher, multirun=True)
         if note is not None:

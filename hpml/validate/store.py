@@ -1,4 +1,5 @@
-"""Where hpml writes (the project root, a local store, its artifacts) can be written.
+"""Where hpml writes (the project root, a local store, its artifacts) can be written, and a
+local store that exists can be read as one.
 
 Checked by creating and removing a file, as ``os.access`` says yes to root on a read-only mount.
 Imports nothing heavy: ``hpml.cli`` uses it before Hydra starts.
@@ -7,13 +8,21 @@ Imports nothing heavy: ``hpml.cli`` uses it before Hydra starts.
 from __future__ import annotations
 
 import os
+import sqlite3
 import tempfile
+from contextlib import closing
 from pathlib import Path
 from urllib.parse import urlparse
 
 from hpml.errors import ConfigError
 
 STORE_HINT = "set logger.tracking_uri=sqlite:///<writable dir>/mlflow.db, or HPML_ROOT"
+DAMAGED_HINT = (
+    "move or remove it (a new store is made in its place), or set "
+    "logger.tracking_uri=sqlite:///<another file>"
+)
+# SQLite's own verdicts on a file it cannot read as a database (a busy one is not damaged)
+DAMAGED_CODES = ("SQLITE_NOTADB", "SQLITE_CORRUPT")
 
 
 def cannot_write(folder: Path) -> str | None:
@@ -40,8 +49,27 @@ def sqlite_path(tracking_uri: str) -> Path | None:
     return None if path in ("", ":memory:") else Path("/" + path.lstrip("/"))
 
 
+def damaged_store(path: Path) -> str | None:
+    """Why SQLite cannot read the existing file ``path`` as a database (a text file, truncated
+    bytes), else None: also for no file yet or an empty one, which MLflow makes a store of. Reads
+    only SQLite's schema table, as MLflow does first, so a large store costs no more."""
+    if path.is_dir():
+        return f"{path} is a directory"
+    if not path.is_file():
+        return None
+    try:
+        with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=20)) as db:
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.DatabaseError as exc:
+        if exc.sqlite_errorname not in DAMAGED_CODES:
+            return None  # busy or locked: MLflow waits and retries (hpml.tracking.store)
+        return f"{path} cannot be read as an SQLite database (SQLite: {exc})"
+    return None
+
+
 def check_store(tracking_uri: str, artifact_root: str | None) -> None:
-    """A local SQLite store, and the artifacts beside it, go where files can be written."""
+    """A local SQLite store, and the artifacts beside it, go where files can be written; an
+    existing store file is one SQLite can read."""
     path = sqlite_path(str(tracking_uri))
     if path is None:
         return
@@ -52,6 +80,10 @@ def check_store(tracking_uri: str, artifact_root: str | None) -> None:
         raise ConfigError(
             "logger.tracking_uri", tracking_uri, f"a store hpml can write: {problem}; {STORE_HINT}"
         )
+    problem = damaged_store(path)
+    if problem is not None:
+        expected = f"an SQLite MLflow store, but {problem}: {DAMAGED_HINT}"
+        raise ConfigError("logger.tracking_uri", tracking_uri, expected)
     if artifact_root and urlparse(str(artifact_root)).scheme in ("", "file"):
         problem = cannot_write(Path(str(artifact_root).removeprefix("file://")))
         if problem is not None:
