@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import re
 import select
 import subprocess
 import sys
@@ -77,8 +78,12 @@ def test_captured_output_is_quiet_with_epoch_lines_and_verbose_shows_all(root: P
     quiet, verbose = output.split("[HYDRA] \t#1 : ", 1)
     for noise in NOISE:
         assert noise not in quiet, noise
-    epochs = [line for line in quiet.splitlines() if "epoch_summary" in line]
-    assert [line.split("] - ")[1].split("  ")[0] for line in epochs] == [
+    lines = [line for line in quiet.splitlines() if line.strip()]
+    epochs = [line for line in lines if line.startswith(("epoch ", "test "))]
+    hydra = re.compile(r"\[[\d\-: ,]+\](\[HYDRA\]|$)")  # the launcher's own lines
+    others = [line for line in lines if line not in epochs and not hydra.match(line)]
+    assert all(line.startswith("hpml: ") for line in others), others  # no logger or time prefix
+    assert [line.split("  ")[0] for line in epochs] == [
         "epoch 1/2",
         "epoch 2/2",
         "test",
