@@ -3,18 +3,27 @@ state, activations saved for backward), each in bytes."""
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 
 import torch
 from torch import nn
 
+STATUS, CLEAR_REFS = Path("/proc/self/status"), Path("/proc/self/clear_refs")
+
 
 def peak_rss_bytes() -> int:
-    """Largest resident set size this process has reached (``ru_maxrss``; KiB on Linux)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak) if sys.platform == "darwin" else int(peak) * 1024
+    """Largest resident set size this process has reached: on Linux since the last
+    :func:`reset_peak_memory` (``VmHWM``), elsewhere since it began (``ru_maxrss``)."""
+    try:
+        hwm = next(line for line in STATUS.read_text().splitlines() if line.startswith("VmHWM:"))
+        return int(hwm.split()[1]) * 1024  # kB
+    except (OSError, StopIteration):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(peak) if sys.platform == "darwin" else int(peak) * 1024
 
 
 def peak_memory_bytes(device: torch.device) -> tuple[int, str]:
@@ -25,10 +34,14 @@ def peak_memory_bytes(device: torch.device) -> tuple[int, str]:
 
 
 def reset_peak_memory(device: torch.device) -> None:
-    """Start ``device``'s peak afresh from what is allocated now: CUDA's allocator statistics.
-    A no-op on CPU, whose peak RSS cannot be reset (it is the process's since it began)."""
+    """Start ``device``'s peak afresh from what is held now: CUDA's allocator statistics, or on
+    a Linux CPU the process's peak RSS (``clear_refs`` 5), so a sweep's later jobs in the same
+    process do not inherit an earlier job's peak. Elsewhere the CPU peak is the process's."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+        return
+    with contextlib.suppress(OSError):
+        CLEAR_REFS.write_text("5")
 
 
 def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:

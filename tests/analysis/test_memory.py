@@ -6,7 +6,14 @@ import pytest
 import torch
 from torch import nn
 
-from hpml.analysis.memory import SavedActivations, optimizer_state_tensors, tensor_bytes
+from hpml.analysis.memory import (
+    CLEAR_REFS,
+    SavedActivations,
+    optimizer_state_tensors,
+    peak_rss_bytes,
+    reset_peak_memory,
+    tensor_bytes,
+)
 
 
 def step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor) -> SavedActivations:
@@ -48,3 +55,13 @@ def test_saved_activations_match_a_hand_count():
 def test_views_share_storage_and_count_once():
     base = torch.zeros(100)
     assert tensor_bytes([base, base[:10], base.view(10, 10)]) == 400
+
+
+@pytest.mark.skipif(not CLEAR_REFS.exists(), reason="needs Linux's /proc/self/clear_refs")
+def test_cpu_peak_rss_starts_afresh_so_a_later_job_does_not_inherit_an_earlier_peak():
+    big = torch.ones(64 * 2**20)  # 256 MiB, freed below (an mmap'd block goes back at once)
+    big.add_(1)  # touched: resident
+    peak = peak_rss_bytes()
+    del big
+    reset_peak_memory(torch.device("cpu"))
+    assert peak_rss_bytes() < peak - 200 * 2**20

@@ -116,9 +116,10 @@ def memory(runs: list[Run], _keys: list[str]) -> Figure | None:
             else ""
         )
         + (
-            "On the CPU the peak is the process's peak resident set size (ru_maxrss): it also "
-            "holds the Python interpreter, torch's and the other libraries' code, the data "
-            "loader's batches, temporaries freed within the step and the allocator's caches. "
+            "On the CPU the peak is the process's peak resident set size (on Linux VmHWM, "
+            "reset when each stage begins): it also holds the Python interpreter, torch's and "
+            "the other libraries' code, the data loader's batches, temporaries freed within the "
+            "step and the allocator's caches. "
             if any(not s.startswith("torch.cuda") for s in sources)
             else ""
         )
