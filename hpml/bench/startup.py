@@ -51,7 +51,7 @@ def commands(settings: Settings, root: Path) -> dict[str, tuple[list[str], int]]
         HELP: ([*train, "--help"], 0),
         REFUSED: ([*train, "data.batch_size=-1"], 1),
         STEP: ([*train, *step], 0),
-        JOBLIB: ([*train, "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=1", *step], 0),
+        JOBLIB: ([*train, "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", *step], 0),
     }
 
 

@@ -62,20 +62,25 @@ def absolute(module: str, node: ast.ImportFrom) -> str:
     return ".".join([*base, *([node.module] if node.module else [])])
 
 
-def binding(module: str, name: str) -> tuple[str, ast.AST]:
-    """The top-level statement of ``module`` that binds ``name`` (the last one, as Python)."""
-    found = None
+@functools.cache
+def bindings(module: str) -> dict[str, ast.AST]:
+    """Each name ``module`` binds at its top level, to the statement that binds it last (as
+    Python would)."""
+    found: dict[str, ast.AST] = {}
     for node in parsed(module).body:
-        if isinstance(node, ast.ClassDef | ast.FunctionDef) and node.name == name:
-            found = node
-        elif isinstance(node, ast.Assign | ast.AnnAssign):
+        if isinstance(node, ast.ClassDef | ast.FunctionDef):
+            found[node.name] = node
+        elif isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(isinstance(t, ast.Name) and t.id == name for t in targets) and node.value:
-                found = node
-        elif isinstance(node, ast.Import | ast.ImportFrom) and any(
-            (a.asname or a.name.split(".")[0]) == name for a in node.names
-        ):
-            found = node
+            found.update((t.id, node) for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            found.update((a.asname or a.name.split(".")[0], node) for a in node.names)
+    return found
+
+
+def binding(module: str, name: str) -> tuple[str, ast.AST]:
+    """The top-level statement of ``module`` that binds ``name``."""
+    found = bindings(module).get(name)
     if found is None:
         raise Unknown(f"{module}.{name}")
     return module, found
@@ -158,8 +163,13 @@ def read(module: str, node: ast.ClassDef | ast.FunctionDef) -> Signature:
             (n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"),
             None,
         )
-        if init is None and node.decorator_list:
-            raise Unknown(node.name)  # a dataclass's (or attrs') generated __init__
+        assigned = any(
+            isinstance(n, ast.Assign | ast.AnnAssign)
+            and "__init__" in {t.id for t in ast.walk(n) if isinstance(t, ast.Name)}
+            for n in node.body
+        )
+        if init is None and (node.decorator_list or assigned):
+            raise Unknown(node.name)  # a dataclass's (or attrs') generated __init__, or a bound one
         if init is not None:
             found, own, open_ended = arguments(module, init)
             typed = {**found, **typed}
