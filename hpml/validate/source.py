@@ -45,6 +45,7 @@ def module_file(name: str) -> Path | None:
 
 @functools.cache
 def parsed(module: str) -> ast.Module:
+    """Module ``module``'s syntax tree, parsed once per process."""
     path = module_file(module)
     if path is None or path.suffix != ".py":
         raise Unknown(module)
