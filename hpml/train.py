@@ -27,7 +27,7 @@ from hpml.lifecycle import follow, run_members
 from hpml.tracking.jobs import write_job_status
 from hpml.tracking.redact import redact_text
 from hpml.tracking.resume import resume_args
-from hpml.validate import check
+from hpml.validate import check, check_config
 
 
 def hydra_job() -> HydraJob | None:
@@ -56,8 +56,14 @@ def job_parts(cfg: DictConfig, job: HydraJob | None) -> Parts:
 def train(cfg: DictConfig) -> dict[str, float]:
     """Fit and test the configured model inside one MLflow run; return the final metrics. A
     refused sweep job is recorded as a FAILED child of the sweep; a refused single run leaves
-    no run."""
+    no run. The config alone is judged first, before Lightning and MLflow are imported."""
     job = hydra_job()
+    try:
+        check_config(cfg)
+    except HpmlError as exc:
+        if job is not None and job.sweep is not None:
+            tracker_of(cfg, job).record_refused(cfg, job, exc)
+        raise
     tracker = tracker_of(cfg, job)
     try:
         parts = job_parts(cfg, job)

@@ -48,6 +48,7 @@ CASES: dict[str, Case] = {
     "activations": lazy("hpml.bench.activations"),
     "fuse": lazy("hpml.bench.fuse"),
     "side_by_side": lazy("hpml.bench.side_by_side"),
+    "startup": lazy("hpml.bench.startup"),
 }
 
 

@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 
 from hpml.data.spec import DataSpec
 from hpml.errors import ConfigError, non_negative_int, positive_int
-from hpml.ranges import Seed
+from hpml.ranges import Count, Seed, Steps
 
 # Bytes of file content a digest reads: all of CIFAR-10, MNIST or the IMDB CSV; of an
 # ImageNet-size folder, the first files only.
@@ -91,8 +91,8 @@ class HpmlDataModule(L.LightningDataModule):
     def __init__(
         self,
         data_dir: str | Path = "data",
-        batch_size: int = 64,
-        num_workers: int = 0,
+        batch_size: Count = 64,
+        num_workers: Steps = 0,
         pin_memory: bool = False,
         download: bool = False,
         limit: int | None = None,

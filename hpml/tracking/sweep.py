@@ -23,8 +23,6 @@ from hpml.errors import one_line
 from hpml.fused.plan import unfused_note
 from hpml.tracking.jobs import PARENT_FILE, failed_jobs, this_process
 from hpml.tracking.redact import redact_text
-from hpml.tracking.remote import prepare
-from hpml.tracking.store import retry_locked
 
 
 def job_failed(job_return: JobReturn) -> bool:
@@ -91,6 +89,9 @@ class MlflowSweepCallback(Callback):
         self.failed_returns += job_failed(job_return)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from hpml.tracking.remote import prepare
+        from hpml.tracking.store import retry_locked
+
         # The launcher sets this only when jobs start; the sweep dir and the store's path
         # interpolate `${hydra:...}` values now.
         HydraConfig.instance().set_config(config)
@@ -141,6 +142,8 @@ class MlflowSweepCallback(Callback):
         """The parent run of an earlier launch into the same sweep dir that did not finish,
         running again: a sweep started again where it stopped continues its parent, and its
         stopped jobs their runs (``hpml.tracking.resume.requeued_run``); None otherwise."""
+        from hpml.tracking.store import retry_locked
+
         path = sweep_dir / PARENT_FILE
         if not path.is_file():
             return None
@@ -171,6 +174,8 @@ class MlflowSweepCallback(Callback):
         """Close the parent with its children's verdict and print the sweep's summary and where
         to compare its runs; the number of failed jobs. ``stopped``: Hydra ended the sweep before
         its end, and a parent another handler closed already (a stop signal: KILLED) is left."""
+        from hpml.tracking.store import retry_locked
+
         sweep_dir = Path(str(config.hydra.sweep.dir))
         failed_dirs = failed_jobs(sweep_dir)
         try:

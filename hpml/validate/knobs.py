@@ -8,6 +8,7 @@ keys, Lightning's Trainer and profilers, torch's optimisers and schedulers, the 
 from __future__ import annotations
 
 import collections.abc as abc
+import contextlib
 import dataclasses
 import fnmatch
 import math
@@ -20,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from hpml.config_tree import leaves
 from hpml.errors import ConfigError
 from hpml.ranges import SEED_RANGE, Range
-from hpml.validate.signatures import check_types, hints, locate
+from hpml.validate.signatures import Reader, check_types, hints, imported
 
 
 class Fraction(Range):
@@ -105,22 +106,25 @@ def _record(hint: Any) -> type | None:
     )
 
 
-def declared_ranges(node: Any, path: str = "", target: Any = None) -> dict[str, Range]:
+def declared_ranges(
+    node: Any, path: str = "", target: Any = None, read: Reader = imported
+) -> dict[str, Range]:
     """``key -> Range`` for every value under ``node`` whose parameter declares a range: the
-    parameters of each ``_target_``, and the fields of a dataclass a plain mapping stands for."""
+    parameters of each ``_target_`` (as ``read`` gives them), and the fields of a dataclass a
+    plain mapping stands for."""
     found: dict[str, Range] = {}
     if isinstance(node, list):
         for index, item in enumerate(node):
-            found.update(declared_ranges(item, f"{path}.{index}"))
+            found.update(declared_ranges(item, f"{path}.{index}", read=read))
         return found
     if not isinstance(node, dict):
         return found
+    declared: dict[str, Any] = {}
     if isinstance(node.get("_target_"), str):
-        try:
-            target = locate(node["_target_"])
-        except Exception:  # signatures names an unimportable target in its own line
-            target = None
-    declared = hints(target)[0] if target is not None else {}
+        with contextlib.suppress(Exception):  # signatures names an unimportable target itself
+            declared = (read(node["_target_"]) or ({},))[0]
+    elif target is not None:
+        declared = hints(target)[0]
     for key, value in node.items():
         key_path = f"{path}.{key}" if path else str(key)
         hint = declared.get(key)
@@ -129,7 +133,7 @@ def declared_ranges(node: Any, path: str = "", target: Any = None) -> dict[str, 
             found[key_path] = declared_here
         if isinstance(value, dict | list):
             inner = _record(hint) if isinstance(value, dict) and "_target_" not in value else None
-            found.update(declared_ranges(value, key_path, inner))
+            found.update(declared_ranges(value, key_path, inner, read))
     return found
 
 
@@ -142,11 +146,11 @@ def numbers(values: list[Any]) -> abc.Iterator[float]:
             yield value
 
 
-def range_problems(resolved: dict[str, Any]) -> list[ConfigError]:
+def range_problems(resolved: dict[str, Any], read: Reader = imported) -> list[ConfigError]:
     """Every value outside its declared range, and every ``inf``/``nan`` anywhere: no knob of
     hpml, Lightning or torch takes one (an ``lr=inf`` trained to the end on NaN losses)."""
     found: dict[str, ConfigError] = {}
-    declared = declared_ranges(resolved)
+    declared = declared_ranges(resolved, read=read)
     betas = ((resolved.get("model") or {}).get("optimizer") or {}).get("betas")
     if betas is not None and not (
         isinstance(betas, abc.Sequence)
@@ -178,19 +182,20 @@ def interpolated_key(value: Any) -> str | None:
     return text[2:-1] if plain else None
 
 
-def problems(cfg: DictConfig) -> list[ConfigError]:
+def problems(cfg: DictConfig, read: Reader = imported) -> list[ConfigError]:
     """Every value outside its declared range, then the first value of each config group whose
-    type its target's signature refuses (a group's later ones are judged once it is fixed)."""
+    type its target's signature refuses (a group's later ones are judged once it is fixed);
+    signatures as ``read`` gives them (by default, their modules imported)."""
     resolved = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(resolved, dict)
     written = dict(leaves(OmegaConf.to_container(cfg, resolve=False)))
-    found = range_problems(resolved)
+    found = range_problems(resolved, read)
     refused = {problem.key for problem in found}
     # data.seed: ${seed} is refused with seed=abc: the one value the user typed is named once
     found = [p for p in found if interpolated_key(written.get(p.key)) not in refused]
     for group, node in resolved.items():
         try:
-            check_types(node, str(group))
+            check_types(node, str(group), read)
         except ConfigError as exc:
             if exc.key not in refused:
                 found.append(exc)

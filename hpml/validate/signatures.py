@@ -13,12 +13,16 @@ import inspect
 import os
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from hpml.errors import ConfigError
 
 Num = int | float
+Signature = tuple[dict[str, Any], set[str], bool]  # hints, argument names, takes **kwargs
+# a _target_'s signature; None where it is not known; raises for a target that does not exist
+Reader = Callable[[str], Signature | None]
 
 
 def locate(path: str) -> Any:
@@ -27,7 +31,12 @@ def locate(path: str) -> Any:
     return get_object(path)
 
 
-def hints(target: Any) -> tuple[dict[str, Any], set[str], bool]:
+def imported(path: str) -> Signature:
+    """The signature of ``_target_`` ``path``, its module imported."""
+    return hints(locate(path))
+
+
+def hints(target: Any) -> Signature:
     """Type hints of ``target``'s arguments (``Annotated`` kept), their names, and whether it
     takes ``**kwargs``; the bases' ``__init__`` are read too, the most derived first."""
     functions = (
@@ -168,34 +177,34 @@ def _plural(noun: str) -> str:
     )
 
 
-def check_types(node: Any, path: str) -> None:
+def check_types(node: Any, path: str, read: Reader = imported) -> None:
     """Check every ``_target_`` node under ``node`` (in lists too, named ``key.<index>``)
-    against the signature of its target."""
+    against the signature of its target, as ``read`` gives it."""
     if isinstance(node, list):
         for index, item in enumerate(node):
-            check_types(item, f"{path}.{index}")
+            check_types(item, f"{path}.{index}", read)
         return
     if not isinstance(node, dict):
         return
     target_path = node.get("_target_")
-    target = None
+    signature = None
     if isinstance(target_path, str):
         try:
-            target = locate(target_path)
+            signature = read(target_path)
         except Exception:
             raise ConfigError(
                 f"{path}._target_" if path else "_target_",
                 target_path,
                 "an importable class or function",
             ) from None
-    declared, names, open_ended = hints(target) if target is not None else ({}, set(), True)
+    declared, names, open_ended = signature or ({}, set(), True)
     for key, value in node.items():
         key_path = f"{path}.{key}" if path else str(key)
         if isinstance(value, dict | list):
-            check_types(value, key_path)
+            check_types(value, key_path, read)
             if isinstance(value, dict) and "_target_" in value:
                 continue
-        if target is None or str(key).startswith("_"):
+        if signature is None or str(key).startswith("_"):
             continue
         if key not in names and not open_ended:
             close = difflib.get_close_matches(str(key), names, n=1)

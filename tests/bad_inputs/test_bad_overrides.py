@@ -125,7 +125,7 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
     ),
     "vae_latent_zero": (["model=vae", "model.net.latent=0"], ["model.net.latent=0", ">= 1"]),
     # data knobs
-    "batch_size_zero": (["data.batch_size=0"], ["data.batch_size=0", "a positive integer"]),
+    "batch_size_zero": (["data.batch_size=0"], ["data.batch_size=0", "an integer >= 1"]),
     "batch_size_text": (["data.batch_size=abc"], ["data.batch_size='abc'", "an integer"]),
     "batch_size_float": (["data.batch_size=3.5"], ["data.batch_size=3.5", "an integer"]),
     "num_workers_negative": (["data.num_workers=-1"], ["data.num_workers=-1", ">= 0"]),
