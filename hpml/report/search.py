@@ -32,7 +32,19 @@ def axis_heights(values: list[str]) -> tuple[list[float], list[tuple[float, str]
     span = (scale(hi) - scale(lo)) or 1.0
     heights = [(scale(x) - scale(lo)) / span for x in numbers]
     ticks = [(h, f"{x:.3g}") for h, x in sorted(set(zip(heights, numbers, strict=True)))]
-    return heights, ticks if len(ticks) <= 8 else [ticks[0], ticks[-1]]
+    return heights, spaced(ticks)
+
+
+def spaced(ticks: list[tuple[float, str]], gap: float = 0.06) -> list[tuple[float, str]]:
+    """Ticks at least ``gap`` of the axis apart, so no two labels overlap (a 7 pt label is
+    about 4% of the figure's axis); the lowest and the highest are always kept."""
+    kept = ticks[:1]
+    for tick in ticks[1:]:
+        if tick[0] - kept[-1][0] >= gap:
+            kept.append(tick)
+        elif tick is ticks[-1] and len(kept) > 1:
+            kept[-1] = tick  # the highest in place of its close neighbour below
+    return kept
 
 
 def parallel_coordinates(runs: list[Run], keys: list[str]) -> Figure | None:

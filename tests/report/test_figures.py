@@ -10,7 +10,7 @@ from hpml import names
 from hpml.report.canvas import distinct_labels, fit
 from hpml.report.figures import pareto
 from hpml.report.figures.memory import MEMORY_PARTS, memory
-from hpml.report.search import axis_heights
+from hpml.report.search import axis_heights, spaced
 
 
 @pytest.mark.parametrize(
@@ -52,6 +52,14 @@ def test_parallel_axes_scale_numbers_and_space_categories() -> None:
     assert heights == pytest.approx([0.0, 1.0, 0.5])
     heights, ticks = axis_heights(["vgg11", "alexnet", "vgg11"])
     assert heights == [1.0, 0.0, 1.0] and ticks == [(0.0, "alexnet"), (1.0, "vgg11")]
+    # vgg_pruning's val/loss: 53.2 and five runs between 1.9 and 6.8, three labels apart
+    _, ticks = axis_heights(["53.21", "6.823", "2.325", "2.249", "2.08", "1.898"])
+    assert [text for _, text in ticks] == ["1.9", "6.82", "53.2"]
+    assert spaced([(0.0, "a"), (0.5, "b"), (0.97, "c"), (1.0, "d")]) == [
+        (0.0, "a"),
+        (0.5, "b"),
+        (1.0, "d"),
+    ]
     heights, ticks = axis_heights(["7", "7"])  # one value: no span to divide by
     assert heights == [0.0, 0.0] and ticks == [(0.0, "7")]
 
