@@ -23,13 +23,22 @@ from hpml.callbacks.logging import log_file, log_metrics, set_tags
 from hpml.callbacks.measure import Side, compare, latency_metrics, on_trainer_device
 from hpml.errors import ConfigError, IncompatibleError
 from hpml.names import S, X, metric
-from hpml.optimize.compile import METHODS, Compiled, apply_compile, compiler, fast_path
+from hpml.optimize.compile import (
+    METHODS,
+    UNKNOWN,
+    Compiled,
+    apply_compile,
+    compiler,
+    conv_kernels,
+    fast_path,
+)
 from hpml.optimize.compile.torch_compile import check_mode
 
 BEFORE, AFTER = "compile_before", "compile_after"
 AUTO, EAGER = "auto", "eager"
 # torch_compile last: it resets dynamo
 CANDIDATES = (EAGER, "torchscript", "export", "aot_inductor", "torch_compile")
+FREEZING = ("torch_compile", "aot_inductor")  # the methods compile.freezing applies to
 log = logging.getLogger(__name__)
 
 
@@ -119,7 +128,11 @@ class Compile(CompiledTraining):
         """``compile=auto``: every candidate that compiles within ``tolerance`` (one that fails is
         left out in one line), timed side by side at batch N; the fastest median is deployed,
         each one's latency logged and the choice said in one line."""
-        built = {EAGER: Compiled(eager, EAGER, 0.0, 0.0)} if EAGER in self.candidates else {}
+        built = {}
+        if EAGER in self.candidates:  # the net as it is, its kernels named as a method's are
+            built[EAGER] = Compiled(
+                eager, EAGER, 0.0, 0.0, None, None, conv_kernels(eager, examples[-1])
+            )
         for name in self.candidates:
             try:
                 if name != EAGER:
@@ -163,7 +176,9 @@ class Compile(CompiledTraining):
         else:
             compiled = self.variant(eager, examples, workdir)
         kernels = compiled.conv_kernels
-        if self.freezing and device.type == "cpu" and kernels and not fast_path(kernels):
+        # freezing's fast path, where the method freezes and its kernels can be seen
+        frozen = self.freezing and compiled.method in FREEZING and device.type == "cpu"
+        if frozen and kernels and UNKNOWN not in kernels and not fast_path(kernels):
             log.warning(
                 f"compile: the compiled graph calls {', '.join(kernels)}, not the pre-packed "
                 f"fast path mkldnn::_convolution_pointwise (freezing did not apply)"

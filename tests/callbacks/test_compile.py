@@ -142,14 +142,15 @@ FAST = ["compile.latency_rounds=5", "compile.latency_min_run_time_s=0.002"]
 FAST += ["compile.latency_batch_size=4", "compile.latency_budget_s=0"]
 
 
-@pytest.mark.parametrize("force", [False, True])
+@pytest.mark.parametrize(("force", "method"), [(False, "export"), (True, "torchscript")])
 def test_a_compiled_model_slower_than_eager_is_not_deployed_unless_forced(
-    force, composed, client, caplog
+    force, method, composed, client, caplog
 ):
+    """Also: TorchScript's size is its saved file's, the frozen module with its weights."""
     from hpml.train import train
 
-    slow = [SLOW, "+compile.slow=export", f"compile.force={force}"]
-    cfg = composed(["model=lstm", "compile=export", *QUICK, *FAST, *slow])
+    slow = [SLOW, f"+compile.slow={method}", f"compile.force={force}"]
+    cfg = composed(["model=lstm", f"compile={method}", *QUICK, *FAST, *slow])
     with caplog.at_level(logging.WARNING, "hpml.callbacks.compile"):
         metrics = train(cfg)
     assert "test/acc" in metrics
@@ -157,8 +158,14 @@ def test_a_compiled_model_slower_than_eager_is_not_deployed_unless_forced(
     tags, m = run.data.tags, run.data.metrics
     assert tags["hpml.verdict.compile.speedup_b4"] == "slower"
     assert m["compile/speedup_b4_x"] < 1
-    assert tags["hpml.compile.deployed"] == ("export" if force else "eager")
+    assert tags["hpml.compile.deployed"] == (method if force else "eager")
     assert tags["hpml.compile.conv_kernel"] == "none"  # an LSTM has no convolution
+    if method == "torchscript":  # the saved file, not code without its weights
+        assert m["compile_after/size_bytes"] == pytest.approx(
+            m["compile_before/size_bytes"], rel=0.01
+        )
+        names = [a.path for a in client.list_artifacts(run.info.run_id, "compile")]
+        assert names == ["compile/model.ts"]
     said = [r.getMessage() for r in caplog.records if "slower than eager" in r.getMessage()]
     assert len(said) == (0 if force else 1)
     if not force:

@@ -18,7 +18,14 @@ from hpml.errors import ConfigError, IncompatibleError
 from hpml.optimize.compile.aot_inductor import AotInductor
 from hpml.optimize.compile.base import Compiled, Compiler, as_args, max_abs_diff
 from hpml.optimize.compile.export import Export
-from hpml.optimize.compile.kernels import DISPATCH_ONLY, FAST_CONV, conv_kernels, fast_path
+from hpml.optimize.compile.kernels import (
+    DISPATCH_ONLY,
+    FAST_CONV,
+    UNKNOWN,
+    conv_kernels,
+    deployed_kernels,
+    fast_path,
+)
 from hpml.optimize.compile.torch_compile import MODES, TorchCompile
 from hpml.optimize.compile.torchscript import Torchscript
 
@@ -32,6 +39,7 @@ __all__ = [
     "FAST_CONV",
     "METHODS",
     "MODES",
+    "UNKNOWN",
     "Compiled",
     "Compiler",
     "apply_compile",
@@ -75,7 +83,6 @@ def apply_compile(
     start = time.perf_counter()
     module, artifact = method.compile(net, examples, workdir)
     seconds = time.perf_counter() - start
-    kernels = conv_kernels(module, examples[-1])
     with torch.inference_mode():
         diff = max(
             max_abs_diff(want, module(*as_args(e)))
@@ -90,5 +97,6 @@ def apply_compile(
             f"{method.name()} output of {type(net).__name__} differs from eager by {diff:.3g} "
             f"(tolerance {tolerance:g} x {max(scale, 1.0):.3g}): the model is not traceable as is"
         )
+    kernels = deployed_kernels(net, module, examples)
     size = method.size_bytes(module, artifact)
     return Compiled(module, method.name(), seconds, diff, artifact, size, kernels)

@@ -26,7 +26,8 @@ class Compiled:
     max_abs_diff: float
     artifact: Path | None = None
     size_bytes: int | None = None  # of the saved program where it is not a state dict
-    conv_kernels: tuple[str, ...] = ()  # the convolution operators the module calls
+    # the convolution operators the module calls; (kernels.UNKNOWN,) where they cannot be seen
+    conv_kernels: tuple[str, ...] = ()
 
 
 class Compiler:

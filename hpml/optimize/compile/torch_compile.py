@@ -5,6 +5,11 @@ inductor's caches in ``workdir``, so its time is a cold compile: the first call 
 It applies only to a graph compiled with grad disabled while the flag is set, so
 :class:`Inference` runs every call under ``inference_mode`` with ``freezing`` patched in.
 ``channels_last`` converts the net's 4-d weights to NHWC and converts 4-d inputs inside the graph.
+
+The net is compiled behind a :class:`Graph` compiled in place (``module.compile()``), not as a
+``torch.compile(net)`` ``OptimizedModule``: that one warns on every call made while a global
+module hook is registered (``FlopCounterMode``'s module tracker, which the speed monitor's FLOP
+count runs the deployed net under), since such a hook fires twice around it.
 """
 
 from __future__ import annotations
@@ -28,14 +33,18 @@ def check_mode(mode: str) -> str:
     return mode
 
 
-class ChannelsLast(nn.Module):
-    """Runs ``net`` on its 4-d tensor inputs in NHWC; compiled, the conversion is in the graph."""
+class Graph(nn.Module):
+    """What is compiled: ``net``, on its 4-d tensor inputs in NHWC where ``channels_last`` (the
+    conversion then in the graph). A wrapper, so compiling it in place leaves ``net`` eager."""
 
-    def __init__(self, net: nn.Module) -> None:
+    def __init__(self, net: nn.Module, channels_last: bool = False) -> None:
         super().__init__()
-        self.net = net.to(memory_format=torch.channels_last)
+        self.channels_last = channels_last
+        self.net = net.to(memory_format=torch.channels_last) if channels_last else net
 
     def forward(self, *args: Any) -> Any:
+        if not self.channels_last:
+            return self.net(*args)
         return self.net(
             *(
                 a.contiguous(memory_format=torch.channels_last)
@@ -82,13 +91,9 @@ class TorchCompile(Compiler):
     def compile(self, net: nn.Module, examples: Sequence[Any], workdir: Path) -> CompileOutput:
         use_cache_dir(self.cache_dir or workdir / "inductor_cache")
         torch._dynamo.reset()  # no graphs left from an earlier compile in this process
-        compiled = torch.compile(
-            ChannelsLast(net) if self.channels_last else net,
-            mode=self.mode,
-            dynamic=self.dynamic,
-            fullgraph=self.fullgraph,
-        )
-        module = Inference(compiled, self.freezing)
+        graph = Graph(net, self.channels_last)
+        graph.compile(mode=self.mode, dynamic=self.dynamic, fullgraph=self.fullgraph)
+        module = Inference(graph, self.freezing)
         try:
             run_each(module, examples)
         except Exception as exc:
