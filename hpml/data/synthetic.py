@@ -33,6 +33,7 @@ PEN_WIDTHS = (0.08, 0.14)  # half-widths, of the half-width: a 2-4 pixel pen at 
 LEXICON = 16  # sentiment words per class, fewer when the vocabulary is small
 FIELD_SIZE = 64  # most pixels a class's distance field has a side: 224x224 ones are upsampled
 OWN_WORDS = 0.8  # share of a sequence's sentiment words from its own class's lexicon
+OWN_COLOUR = 0.75  # share of images in their own class's colour (conf/data/synthetic.yaml)
 
 
 class Prototypes(NamedTuple):
@@ -103,7 +104,7 @@ class SyntheticImages(Dataset):
         noise: float,
         seed: int,
         templates: Prototypes,
-        own_colour: float = 1.0,
+        own_colour: float = OWN_COLOUR,
     ) -> None:
         self.size, self.shape, self.num_classes = size, shape, num_classes
         self.noise, self.seed, self.templates = noise, seed, templates
@@ -207,8 +208,8 @@ class SyntheticDataModule(HpmlDataModule):
         seq_len: int = 64,
         vocab_size: int = 2000,
         noise: NonNegative = 0.3,
-        own_colour: Annotated[float, Range(ge=0, le=1)] = 1.0,
-        signal: Annotated[float, Range(ge=0, le=1)] = 0.3,
+        own_colour: Annotated[float, Range(ge=0, le=1)] = OWN_COLOUR,
+        signal: Annotated[float, Range(ge=0, le=1)] = 0.08,
         train_samples: int = 1024,
         val_samples: int = 256,
         test_samples: int = 256,
