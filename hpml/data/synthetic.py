@@ -2,9 +2,10 @@
 
 Each image class is a figure of a few connected pen strokes in its own colour, drawn with each
 sample's own shift, rotation, scale and pen width on a background of its own: a VAE has
-low-dimensional structure to learn, a CNN shapes to find wherever they lie. Token sequences mix
-a small sentiment lexicon per class, with words of other classes as confusers, into neutral
-tokens.
+low-dimensional structure to learn, a CNN shapes to find wherever they lie. Some images may
+borrow another class's colour and backdrop, so that colour alone does not name the class and a
+classifier has shapes left to learn after its first epochs. Token sequences mix a small
+sentiment lexicon per class, with words of other classes as confusers, into neutral tokens.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ PEN_WIDTHS = (0.08, 0.14)  # half-widths, of the half-width: a 2-4 pixel pen at 
 LEXICON = 16  # sentiment words per class, fewer when the vocabulary is small
 FIELD_SIZE = 64  # most pixels a class's distance field has a side: 224x224 ones are upsampled
 OWN_WORDS = 0.8  # share of a sequence's sentiment words from its own class's lexicon
+OWN_COLOUR = 0.75  # share of images in their own class's colour (conf/data/synthetic.yaml)
 
 
 class Prototypes(NamedTuple):
@@ -90,8 +92,9 @@ def distance_field(strokes: Tensor, size: int) -> Tensor:
 
 class SyntheticImages(Dataset):
     """Images in [0, 1]: the label's figure, moved, turned, scaled and pen-sized per sample on the
-    class's backdrop, plus noise. Sample ``i`` comes from seed ``seed + i``: the same on every run
-    and in every worker."""
+    class's backdrop (another class's colour and backdrop for a ``1 - own_colour`` share), plus
+    noise. Sample ``i`` comes from seed ``seed + i``: the same on every run and in every
+    worker."""
 
     def __init__(
         self,
@@ -101,9 +104,11 @@ class SyntheticImages(Dataset):
         noise: float,
         seed: int,
         templates: Prototypes,
+        own_colour: float = OWN_COLOUR,
     ) -> None:
         self.size, self.shape, self.num_classes = size, shape, num_classes
         self.noise, self.seed, self.templates = noise, seed, templates
+        self.own_colour = own_colour
 
     def __len__(self) -> int:
         return self.size
@@ -111,8 +116,9 @@ class SyntheticImages(Dataset):
     def __getitem__(self, index: int) -> tuple[Tensor, int]:
         generator = torch.Generator().manual_seed(self.seed + index)
         label = int(torch.randint(self.num_classes, (), generator=generator))
-        # the sample's factors: angle, scale, shift x and y, pen width, background level
-        u = torch.rand(6, generator=generator).tolist()
+        # the sample's factors: angle, scale, shift x and y, pen width, background level, and
+        # whether (then which other class's) colour and backdrop it borrows
+        u = torch.rand(8, generator=generator).tolist()
         angle = (2 * u[0] - 1) * MAX_ANGLE
         scale = SCALES[0] + u[1] * (SCALES[1] - SCALES[0])
         shift_x, shift_y = ((2 * u[2] - 1) * MAX_SHIFT, (2 * u[3] - 1) * MAX_SHIFT)
@@ -135,9 +141,13 @@ class SyntheticImages(Dataset):
         ink = ink[0]
         if channels == 1:  # MNIST-like: white pen on black, nothing else
             image = ink
-        else:  # the class colour on the class's backdrop, dimmed or brightened by the light
-            background = self.templates.backdrop(label, height) * (0.6 + 0.8 * u[5])
-            image = torch.lerp(background, self.templates.colours[label].view(-1, 1, 1), ink)
+        else:  # a class colour on its backdrop, dimmed or brightened by the light
+            look = label
+            if u[6] >= self.own_colour and self.num_classes > 1:  # a confuser: another's look
+                other = int(u[7] * (self.num_classes - 1))
+                look = other + (other >= label)
+            background = self.templates.backdrop(look, height) * (0.6 + 0.8 * u[5])
+            image = torch.lerp(background, self.templates.colours[look].view(-1, 1, 1), ink)
         if self.noise > 0:
             image = image.add_(torch.randn(self.shape, generator=generator), alpha=self.noise)
         return image.clamp_(0.0, 1.0), label
@@ -182,6 +192,8 @@ class SyntheticDataModule(HpmlDataModule):
     Args:
         modality: ``image`` or ``tokens``.
         noise: std of the pixel noise added to each image.
+        own_colour: share of colour images drawn in their own class's colour on its backdrop;
+            the others borrow another class's, so below 1 only the figure's shape is a sure cue.
         signal: share of a token sequence's positions that hold sentiment words.
         train_samples: samples of the train split (``val_samples``, ``test_samples`` likewise).
         **kwargs: :class:`~hpml.data.base.HpmlDataModule`'s (batch size, seed, ...).
@@ -196,7 +208,8 @@ class SyntheticDataModule(HpmlDataModule):
         seq_len: int = 64,
         vocab_size: int = 2000,
         noise: NonNegative = 0.3,
-        signal: Annotated[float, Range(ge=0, le=1)] = 0.3,
+        own_colour: Annotated[float, Range(ge=0, le=1)] = OWN_COLOUR,
+        signal: Annotated[float, Range(ge=0, le=1)] = 0.08,
         train_samples: int = 1024,
         val_samples: int = 256,
         test_samples: int = 256,
@@ -214,6 +227,7 @@ class SyntheticDataModule(HpmlDataModule):
         if modality == "tokens" and vocab_size < 2 * num_classes + 1:
             raise ConfigError("vocab_size", vocab_size, f"at least {2 * num_classes + 1}")
         self.noise, self.signal = float(noise), float(signal)
+        self.own_colour = float(own_colour)
         self.sizes = {
             "train": positive_int("train_samples", train_samples),
             "val": positive_int("val_samples", val_samples),
@@ -233,7 +247,12 @@ class SyntheticDataModule(HpmlDataModule):
         if self.modality == "tokens":
             knobs = {"seq_len": self.seq_len, "vocab_size": self.vocab_size, "signal": self.signal}
         else:
-            knobs = {"channels": self.channels, "image_size": self.image_size, "noise": self.noise}
+            knobs = {
+                "channels": self.channels,
+                "image_size": self.image_size,
+                "noise": self.noise,
+                "own_colour": self.own_colour,
+            }
         sizes = {f"{split}_samples": size for split, size in self.sizes.items()}
         config = {"modality": self.modality, "num_classes": self.num_classes, **knobs, **sizes}
         config["seed"] = self.seed
@@ -260,7 +279,13 @@ class SyntheticDataModule(HpmlDataModule):
             shape = (self.channels, self.image_size, self.image_size)
             splits = {
                 name: SyntheticImages(
-                    size, shape, self.num_classes, self.noise, self.seed + offsets[name], templates
+                    size,
+                    shape,
+                    self.num_classes,
+                    self.noise,
+                    self.seed + offsets[name],
+                    templates,
+                    self.own_colour,
                 )
                 for name, size in self.sizes.items()
             }

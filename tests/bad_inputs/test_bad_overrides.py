@@ -81,7 +81,7 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
         ["not 32x32", "model.net.layout=cifar", "224x224"],
     ),
     "alexnet_too_small": (
-        ["model=alexnet"],
+        ["model=alexnet", "data=synthetic"],
         ["input 32x32 is too small for alexnet", "at least 63x63", "data.image_size=224"],
     ),
     "resnet_on_one_channel": (

@@ -43,7 +43,8 @@ def test_vgg11_learns_synthetic_images():
     """18 steps of 32 images: VGG11 reaches 0.96 validation accuracy here (0.34 after 12 steps
     of 128 samples, too near the bar; 512 samples cost 2.5 times as much for no more proof)."""
     L.seed_everything(0)
-    data = SyntheticDataModule(train_samples=192, val_samples=128, batch_size=32)
+    # colour names every class here (own_colour=1): a test of learning, not of the default's margin
+    data = SyntheticDataModule(train_samples=192, val_samples=128, batch_size=32, own_colour=1.0)
     model = ImageClassifier(
         partial(vgg, depth=11), data.spec, partial(torch.optim.SGD, lr=0.02, momentum=0.9)
     )
@@ -59,6 +60,7 @@ def test_lstm_learns_synthetic_tokens():
         num_classes=2,
         seq_len=32,
         vocab_size=500,
+        signal=0.3,  # dense sentiment words: a test of learning, not of the default's ceiling
         train_samples=1024,
         val_samples=256,
         batch_size=32,

@@ -227,7 +227,7 @@ def test_unknown_model_is_one_line_listing_valid_models(root):
 
 
 def test_too_small_input_names_the_smallest_size_that_works(root):
-    result = run_cli(["model=alexnet", *QUICK], root)
+    result = run_cli(["model=alexnet", "data=synthetic", *QUICK], root)
     assert result.returncode == 1
     lines = stderr_lines(result)
     assert len(lines) == 1
