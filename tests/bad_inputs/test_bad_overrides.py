@@ -182,7 +182,7 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
     # optimiser and scheduler
     "lr_negative": (["model.optimizer.lr=-0.1"], ["model.optimizer.lr=-0.1", "> 0"]),
     "momentum_above_one": (
-        ["model.optimizer.momentum=1.5"],
+        ["model/optimizer=sgd", "model.optimizer.momentum=1.5"],
         ["model.optimizer.momentum=1.5", "[0, 1)"],
     ),
     "weight_decay_negative": (
@@ -201,7 +201,10 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
         ["model.optimizer.weight_decay=inf"],
         ["model.optimizer.weight_decay=inf", "a finite number >= 0"],
     ),
-    "momentum_nan": (["model.optimizer.momentum=nan"], ["model.optimizer.momentum=nan", "[0, 1)"]),
+    "momentum_nan": (
+        ["model/optimizer=sgd", "model.optimizer.momentum=nan"],
+        ["model.optimizer.momentum=nan", "[0, 1)"],
+    ),
     "adam_eps_inf": (
         ["model/optimizer=adam", "+model.optimizer.eps=inf"],
         ["model.optimizer.eps=inf", "a finite number > 0"],

@@ -19,7 +19,7 @@ from hpml.optimize.fuse.memory import array_capacity, free_bytes, member_footpri
 from tests.conftest import QUICK, run_cli
 
 VAE = ["model=vae"]  # Adam, synthetic MNIST at batch 128
-VGG11 = ["model=vgg11", "data.batch_size=32"]  # SGD with momentum, synthetic CIFAR
+VGG11 = ["model=vgg11", "model/optimizer=sgd", "data.batch_size=32"]  # SGD with momentum
 LSTM = ["model=lstm", "data.batch_size=3"]  # Adam; a batch the probe measures as it is
 FUSED = ["fuse=array", "fuse.force=true"]
 
