@@ -13,7 +13,7 @@ from hpml.callbacks.compile import Compile
 from hpml.errors import ConfigError
 from hpml.optimize.compile import Compiled
 from tests.callbacks.comparisons import assert_side_by_side
-from tests.conftest import QUICK
+from tests.conftest import QUICK, QUICK_BATCH
 
 
 def latest_run(client):
@@ -36,7 +36,7 @@ def test_compile_run_logs_eager_and_compiled_variants(composed, client):
         for name in (
             "size_bytes",
             "latency_b1_ms",
-            "latency_b32_ms",
+            f"latency_b{QUICK_BATCH}_ms",
             "val_acc_pct",
             "val_loss_nats",
         ):
@@ -46,7 +46,7 @@ def test_compile_run_logs_eager_and_compiled_variants(composed, client):
     assert m["compile_after/val_acc_pct"] == pytest.approx(m["compile_before/val_acc_pct"])
     assert run.data.tags["hpml.compile.method"] == method
     assert run.data.tags["hpml.compile.device"] == "cpu"
-    assert_side_by_side(run, "compile", (1, 32), rounds=3)
+    assert_side_by_side(run, "compile", (1, QUICK_BATCH), rounds=3)
     if method == "export":
         names = [a.path for a in client.list_artifacts(run.info.run_id, "compile")]
         assert names == ["compile/model.pt2"]

@@ -6,7 +6,7 @@ import pytest
 
 from hpml.errors import ConfigError
 from tests.callbacks.comparisons import assert_side_by_side
-from tests.conftest import QUICK, run_cli, stderr_lines
+from tests.conftest import QUICK, QUICK_BATCH, run_cli, stderr_lines
 
 FAST = [*QUICK, "prune.latency_rounds=2", "prune.latency_min_run_time_s=0.002"]
 FAST += ["prune.latency_budget_s=0"]  # exactly 2 rounds
@@ -41,7 +41,7 @@ def test_after_fit_physical_logs_before_after_final_and_fine_tunes(composed, cli
     assert abs(m["prune_after/row_sparsity_pct"] - 50) < 1
     assert m["prune_after/params_count"] < m["prune_before/params_count"]
     assert m["prune/flops_reduction_x"] > 1.9
-    assert_side_by_side(run, "prune", (1, 32), rounds=2)
+    assert_side_by_side(run, "prune", (1, QUICK_BATCH), rounds=2)
     assert run.data.tags["hpml.compare.prune.devices"] == "cpu vs cpu"
     assert "prune_final/latency_b1_ms" not in m  # fine-tuning changes no shape: after's speed
     assert "prune_layer/fc1.weight_row_sparsity_pct" in m

@@ -10,9 +10,15 @@ from hpml.callbacks.quant import choose_device
 from hpml.errors import ConfigError
 from hpml.optimize.quant.methods import static_int8, weight_only_int8
 from tests.callbacks.comparisons import assert_side_by_side
-from tests.conftest import QUICK, run_cli, stderr_lines
+from tests.conftest import QUICK, QUICK_BATCH, run_cli, stderr_lines
 
-SIZE_LATENCY = ("size_bytes", "latency_b1_ms", "latency_b32_ms", "val_acc_pct", "val_loss_nats")
+SIZE_LATENCY = (
+    "size_bytes",
+    "latency_b1_ms",
+    f"latency_b{QUICK_BATCH}_ms",
+    "val_acc_pct",
+    "val_loss_nats",
+)
 
 
 def test_cpu_only_kernels_fall_back_to_cpu_when_cuda_is_requested():
@@ -64,7 +70,7 @@ def test_quant_run_on_a_cuda_trainer_without_cuda_falls_back_and_tags(
     assert tags["hpml.quant.backend"] == "torch_ao"
     assert tags["hpml.quant.device_before"] == "cpu"
     assert tags["hpml.quant.device_after"] == "cpu"
-    assert_side_by_side(run, "quant", (1, 32), rounds=3)
+    assert_side_by_side(run, "quant", (1, QUICK_BATCH), rounds=3)
     assert tags["hpml.compare.quant.devices"] == "cpu vs cpu"
     assert (
         "kernels run on CPU only: evaluated on cpu instead of cuda:0" in tags["hpml.quant.fallback"]
@@ -140,5 +146,5 @@ def test_static_int8_resnet18_goes_through_pt2e_with_before_and_after(composed, 
             assert f"{stage}/{name}" in m, f"{stage}/{name}"
     assert m["quant_after/size_bytes"] <= 0.27 * m["quant_before/size_bytes"]
     assert m["quant/compile_time_s"] > 0
-    assert_side_by_side(run, "quant", (1, 32), rounds=2)
+    assert_side_by_side(run, "quant", (1, QUICK_BATCH), rounds=2)
     assert "test/acc" in m

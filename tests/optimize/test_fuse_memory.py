@@ -16,7 +16,7 @@ from hpml.fused.launch import capacity, member_model
 from hpml.fused.plan import plan
 from hpml.optimize.fuse.array import member_output
 from hpml.optimize.fuse.memory import array_capacity, free_bytes, member_footprint
-from tests.conftest import QUICK, run_cli
+from tests.conftest import QUICK, QUICK_BATCH, run_cli
 
 VAE = ["model=vae"]  # Adam, synthetic MNIST at batch 128
 VGG11 = ["model=vgg11", "model/optimizer=sgd", "data.batch_size=32"]  # SGD with momentum
@@ -140,7 +140,7 @@ def test_a_small_memory_fraction_splits_a_cli_sweep(root, composed):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     (guard,) = [line for line in result.stdout.splitlines() if "memory guard:" in line]
-    assert f"one member trains in {member / 2**20:.1f} MiB (batch 32)" in guard
+    assert f"one member trains in {member / 2**20:.1f} MiB (batch {QUICK_BATCH})" in guard
     fits = int(re.search(r"fits (\d+)$", guard).group(1))
     assert 1 <= fits <= 3
     client = MlflowClient(f"sqlite:///{root}/mlflow.db")

@@ -68,7 +68,11 @@ def test_report_of_a_sweep_with_a_failed_job(root):
         "+callbacks.fail._target_=tests.helpers.FailAtEpoch",
         "+callbacks.fail.epoch=${hydra:job.num}",
     ]
-    sweep = run_cli(["-m", "model=vae", *QUICK, "data.batch_size=16,32,64", *fail], root)
+    # 128 samples: two steps at batch 64, one after the throughput's warm-up step
+    sweep = run_cli(
+        ["-m", "model=vae", *QUICK, "data.train_samples=128", "data.batch_size=16,32,64", *fail],
+        root,
+    )
     assert sweep.returncode == 1, sweep.stderr[-3000:]
     result = report(root, "--last")
     assert result.returncode == 0, result.stderr[-3000:]

@@ -19,7 +19,7 @@ from hpml.models.nets.lstm import LSTMClassifier
 from hpml.models.nets.vgg import vgg
 from hpml.tracking.model import export_problem
 from hpml.tracking.resume import LAST_TAG
-from tests.conftest import QUICK, run_cli
+from tests.conftest import QUICK, QUICK_SAMPLES, run_cli
 from tests.real_data import write_imagenet, write_real_data
 
 # a few batches of each split: enough to train, test and log a model
@@ -167,7 +167,7 @@ def test_vgg_is_logged_as_pt2_and_loads_back_as_the_trained_net(
     assert (dataset.name, dataset.source_type) == ("synthetic_image", "code")
     source = json.loads(dataset.source)["tags"]
     assert source["mlflow.source.name"] == "hpml.data.synthetic.SyntheticDataModule"
-    assert (source["train_samples"], source["seed"]) == (128, 42)
+    assert (source["train_samples"], source["seed"]) == (QUICK_SAMPLES, 42)
     assert dataset.digest == SyntheticDataModule(**source_knobs(source)).description().digest
 
     logged = mlflow.pytorch.load_model(f"runs:/{run.info.run_id}/model")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import QUICK, cli_env, options, run_cli, stderr_lines
+from tests.conftest import QUICK, QUICK_BATCH, cli_env, options, run_cli, stderr_lines
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +47,7 @@ def test_single_run_is_recorded_with_params_metrics_tags_and_artifacts(root, cli
         run.data.tags["hpml.output_dir"]
     )
     assert params["model._target_"] == "hpml.models.vae.VAEModule"
-    assert params["data.batch_size"] == "32"
+    assert params["data.batch_size"] == str(QUICK_BATCH)
     assert params["data.channels"] == "1"  # the VAE picked MNIST-shaped synthetic data
 
     metrics = run.data.metrics
