@@ -50,7 +50,10 @@ server: $(STAMP)  ## a tracking server for a team (foreground): DB=postgresql://
 	$(BIN)/mlflow server --backend-store-uri '$(DB)' --artifacts-destination '$(ARTIFACTS)' \
 		--serve-artifacts --host $(HOST) --port $(PORT) --workers $(WORKERS)
 
+# Byte-compiled first: where PYTHONDONTWRITEBYTECODE is set, each run the tests start would
+# compile hpml's sources again.
 test: $(STAMP)
+	$(BIN)/python -m compileall -q hpml tests
 	$(BIN)/pytest -q -n 3 --dist worksteal --durations=20
 
 lint: $(STAMP)  ## ruff, then the layers of pyproject.toml's [tool.importlinter]: imports point down
