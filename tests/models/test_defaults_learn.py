@@ -43,6 +43,7 @@ def test_every_family_in_conf_is_covered():
     assert {o for o in options("model") if not o.startswith("vgg")} <= set(FAMILIES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
 def test_default_lowers_val_loss(family: str, composed, client) -> None:
     from hpml.train import train
