@@ -56,13 +56,9 @@ NO_CUDA = "needs a CUDA device: torch.cuda.is_available() is False"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``slow`` run first, each file's in their order, so that no minute-long
-    end-to-end run starts last while the other workers have nothing left to do.
-
-    Tests marked ``gpu`` are skipped, saying why, where torch sees no CUDA device: the one
+    """Tests marked ``gpu`` are skipped, saying why, where torch sees no CUDA device: the one
     place that decides it, so a GPU test needs only ``@pytest.mark.gpu``. ``pytest -m gpu``
     runs them on a GPU host; ``make test`` collects them and skips them on a CPU one."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu:
         return
