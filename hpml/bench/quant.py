@@ -26,6 +26,7 @@ from hpml.models.nets.lstm import LSTMClassifier
 from hpml.models.nets.vgg import CifarVGG
 from hpml.optimize.compile import apply_compile, conv_kernels, fast_path
 from hpml.optimize.compile.torch_compile import TorchCompile
+from hpml.optimize.compile.torchscript import Torchscript
 from hpml.optimize.quant.methods import dynamic_int8, static_int8
 
 BATCH = 32
@@ -135,7 +136,7 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
     frozen = TorchCompile(freezing=True, channels_last=True)
     compiled = apply_compile(vgg_copy, frozen, [images], bench_dir / "inductor")
     compile_s = time.perf_counter() - start
-    scripted = apply_compile(vgg, "torchscript", [images], bench_dir / "torchscript")
+    scripted = apply_compile(vgg, Torchscript(), [images], bench_dir / "torchscript")
 
     resnet = torchvision.models.resnet18(num_classes=10).eval()
     resnet_copy = torchvision.models.resnet18(num_classes=10).eval()

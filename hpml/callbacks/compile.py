@@ -24,20 +24,18 @@ from hpml.callbacks.measure import Side, compare, latency_metrics, on_trainer_de
 from hpml.errors import ConfigError, IncompatibleError
 from hpml.names import S, X, metric
 from hpml.optimize.compile import (
-    METHODS,
     UNKNOWN,
     Compiled,
+    Method,
     apply_compile,
     compiler,
-    conv_kernels,
     fast_path,
+    method_class,
 )
 from hpml.optimize.compile.torch_compile import check_mode
 
 BEFORE, AFTER = "compile_before", "compile_after"
-AUTO, EAGER = "auto", "eager"
-# torch_compile last: it resets dynamo
-CANDIDATES = (EAGER, "torchscript", "export", "aot_inductor", "torch_compile")
+AUTO, EAGER = "auto", "eager"  # the method tag of compile=auto; the deployed tag of none
 FREEZING = ("torch_compile", "aot_inductor")  # the methods compile.freezing applies to
 log = logging.getLogger(__name__)
 
@@ -46,8 +44,11 @@ class Compile(CompiledTraining):
     """Compile the LightningModule's ``net`` with ``method`` after fit (see the module).
 
     Args:
-        method: a method of :data:`hpml.optimize.compile.METHODS`, or ``auto``: the fastest of
-            ``candidates`` (``eager`` among them: the net as it is).
+        method: the :class:`~hpml.optimize.compile.Compiler` to use (its class, or a partial of
+            it: the option's ``method._target_``), built with the knobs below it takes; None:
+            the fastest of ``candidates``, measured side by side (``compile=auto``).
+        candidates: methods as ``method``, weighed where ``method`` is None (``Eager`` among
+            them: the net as it is); the other options give none.
         mode, dynamic, fullgraph: ``torch.compile``'s.
         tolerance: outputs must match eager within this times the largest eager output.
         train: also compile the training step (:mod:`hpml.callbacks.compile_train`).
@@ -60,7 +61,8 @@ class Compile(CompiledTraining):
 
     def __init__(
         self,
-        method: str,
+        method: Method | None,
+        candidates: Sequence[Method],
         mode: str = "default",
         dynamic: bool | None = None,
         fullgraph: bool = False,
@@ -70,16 +72,16 @@ class Compile(CompiledTraining):
         channels_last: bool = False,
         force: bool = False,
         cache_dir: str | None = None,
-        candidates: Sequence[str] = CANDIDATES,
         **measure: Any,
     ) -> None:
         super().__init__(**measure)
-        if method not in (*METHODS, AUTO):
-            raise ConfigError("method", method, f"one of {', '.join((*METHODS, AUTO))}")
-        for name in candidates:
-            if name not in (EAGER, *METHODS):
-                raise ConfigError("candidates", name, f"each one of {', '.join((EAGER, *METHODS))}")
-        self.candidates = tuple(candidates)
+        self.method_name = AUTO if method is None else method_class(method).name()
+        try:
+            self.candidates = {method_class(c).name(): c for c in candidates}
+        except ConfigError as exc:
+            raise ConfigError("candidates", exc.value, exc.expected) from exc
+        if method is None and not candidates:
+            raise ConfigError("candidates", [], "at least one method, with method null (auto)")
         self.method, self.mode, self.dynamic, self.fullgraph = method, mode, dynamic, fullgraph
         check_mode(mode)
         self.tolerance = tolerance
@@ -105,7 +107,7 @@ class Compile(CompiledTraining):
             self._compile(trainer, pl_module)
 
     def variant(
-        self, eager: nn.Module, examples: list[Any], workdir: Path, method: str | None = None
+        self, eager: nn.Module, examples: list[Any], workdir: Path, method: Method | None = None
     ) -> Compiled:
         """``eager`` compiled by ``method`` (default: this callback's) and its options (a copy:
         channels_last converts the net it is given in place)."""
@@ -129,14 +131,9 @@ class Compile(CompiledTraining):
         left out in one line), timed side by side at batch N; the fastest median is deployed,
         each one's latency logged and the choice said in one line."""
         built = {}
-        if EAGER in self.candidates:  # the net as it is, its kernels named as a method's are
-            built[EAGER] = Compiled(
-                eager, EAGER, 0.0, 0.0, None, None, conv_kernels(eager, examples[-1])
-            )
-        for name in self.candidates:
+        for name, method in self.candidates.items():
             try:
-                if name != EAGER:
-                    built[name] = self.variant(eager, examples, workdir / name, name)
+                built[name] = self.variant(eager, examples, workdir / name, method)
             except IncompatibleError as exc:
                 log.warning(f"compile=auto: {name} left out: {exc}")
         if not built:
@@ -171,7 +168,7 @@ class Compile(CompiledTraining):
         workdir = Path(trainer.default_root_dir) / "compile"
         sizes = (1, self.settings.batch_size)
         examples = [pl_module.example_input(b).to(device) for b in sizes]
-        if self.method == AUTO:
+        if self.method is None:
             compiled = self._choose(trainer, pl_module, eager, examples, workdir)
         else:
             compiled = self.variant(eager, examples, workdir)
@@ -213,12 +210,12 @@ class Compile(CompiledTraining):
             },
         )
         tags = {
-            "hpml.compile.method": self.method,
+            "hpml.compile.method": self.method_name,
             "hpml.compile.device": str(device),
             "hpml.compile.conv_kernel": ",".join(kernels) or "none",
             "hpml.compile.deployed": compiled.method if deploy else EAGER,
         }
-        if "torch_compile" in (self.method, compiled.method):
+        if "torch_compile" in (self.method_name, compiled.method):
             tags |= {
                 "hpml.compile.mode": self.mode,
                 "hpml.compile.freezing": str(self.freezing).lower(),

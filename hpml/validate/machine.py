@@ -145,7 +145,7 @@ def check_processes(cfg: DictConfig, processes: int) -> None:
     steps = [
         ("prune.mode", OmegaConf.select(cfg, "prune.mode"), "physical", "mask"),
         ("quant.method", OmegaConf.select(cfg, "quant.method"), "qat", "a post-training method"),
-        ("compile.method", OmegaConf.select(cfg, "compile.method"), None, "none"),
+        ("compile.method", compile_method(cfg), None, "none"),
     ]
     for key, value, refused, valid in steps:
         if value is not None and (refused is None or value == refused):
@@ -155,6 +155,14 @@ def check_processes(cfg: DictConfig, processes: int) -> None:
                 f"{valid} with {processes} DDP processes (trainer.devices x num_nodes): it "
                 "replaces parameters DDP has wrapped; run it with trainer.devices=1",
             )
+
+
+def compile_method(cfg: DictConfig) -> str | None:
+    """The compile step's method as configured (its ``_target_``; ``auto`` where it chooses),
+    None where there is no compile step."""
+    if OmegaConf.select(cfg, "compile._target_") is None:
+        return None
+    return OmegaConf.select(cfg, "compile.method._target_") or "auto"
 
 
 def check_trainer_option(cfg: DictConfig, job: HydraJob | None) -> int:

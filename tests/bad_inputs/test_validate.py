@@ -80,7 +80,10 @@ def test_all_devices_are_accepted_where_the_accelerator_has_them(devices: str, c
             "prune.mode='physical' is invalid: expected mask with 2 DDP processes",
         ),
         (["trainer=ddp_cpu", "quant=qat"], "quant.method='qat' is invalid"),
-        (["trainer=ddp_cpu", "compile=torchscript"], "compile.method='torchscript' is invalid"),
+        (
+            ["trainer=ddp_cpu", "compile=torchscript"],
+            "compile.method='hpml.optimize.compile.torchscript.Torchscript' is invalid",
+        ),
         (
             ["trainer=ddp_cpu", "trainer.devices=4096"],
             "trainer.devices=4096 is invalid: expected at most",

@@ -12,6 +12,8 @@ from torch import nn
 from hpml.callbacks.compile import Compile
 from hpml.errors import ConfigError
 from hpml.optimize.compile import Compiled
+from hpml.optimize.compile.export import Export
+from hpml.optimize.compile.torchscript import Torchscript
 from tests.callbacks.comparisons import assert_side_by_side
 from tests.conftest import QUICK, QUICK_BATCH
 
@@ -60,6 +62,47 @@ def test_unknown_compile_mode_is_a_config_error(composed):
         build("compile", cfg.compile)
 
 
+@pytest.mark.parametrize(
+    ("overrides", "refusal"),
+    [
+        (["compile=export", "compile.method._target_=torch.nn.Identity"], r"compile\.method="),
+        (["compile=auto", "compile.candidates=[]"], r"compile\.candidates=\[\] is invalid"),
+        (
+            ["compile=auto", "compile.candidates=[{_target_:torch.nn.Identity,_partial_:true}]"],
+            r"compile\.candidates='Identity' is invalid: expected a Compiler class",
+        ),
+    ],
+)
+def test_a_method_that_is_not_a_compiler_is_a_config_error(overrides, refusal, composed):
+    """A method is found by its `_target_`, as prune's and quant's are: one that names no
+    Compiler class, or an auto with no candidate, is refused naming the key."""
+    from hpml.build import build
+
+    with pytest.raises(ConfigError, match=refusal):
+        build("compile", composed(overrides).compile)
+
+
+def test_every_compile_option_names_its_method_by_target(composed):
+    """Each option's method is the class its `_target_` names, and its tag is that class's name
+    (the option's file name)."""
+    from hpml.build import build
+    from tests.conftest import options
+
+    for option in options("compile"):
+        if option == "none":
+            continue
+        callback = build("compile", composed([f"compile={option}"]).compile)
+        assert callback.method_name == option
+    auto = build("compile", composed(["compile=auto"]).compile)
+    assert list(auto.candidates) == [
+        "eager",
+        "torchscript",
+        "export",
+        "aot_inductor",
+        "torch_compile",
+    ]
+
+
 @pytest.mark.slow
 def test_compiled_training_follows_eager_and_logs_compile_time_apart(
     composed, client, inductor_cache
@@ -77,7 +120,11 @@ def test_compiled_training_follows_eager_and_logs_compile_time_apart(
     train(composed(small))
     eager = latest_run(client)
     # torchscript after fit keeps the test short; the training step is torch.compile'd
-    compile_train = ["compile=torch_compile", "compile.method=torchscript", "compile.train=true"]
+    compile_train = [
+        "compile=torch_compile",
+        f"compile.method._target_={Torchscript.__module__}.Torchscript",
+        "compile.train=true",
+    ]
     # force: this test checks the compiled step's curve, whatever it measured against eager
     compile_train += ["compile.force=true", f"compile.cache_dir={inductor_cache}"]
     compile_train += ["compile.latency_budget_s=0"]  # the 9 rounds, no more
@@ -177,7 +224,10 @@ def test_auto_deploys_the_fastest_candidate_not_the_slowed_one(composed, client,
     latency logged with its spread, export chosen, said in one line, and deployed."""
     from hpml.train import train
 
-    auto = ["compile=auto", "compile.candidates=[torchscript,export]", "compile.force=true"]
+    candidates = ",".join(
+        f"{{_target_:{c.__module__}.{c.__name__},_partial_:true}}" for c in (Torchscript, Export)
+    )
+    auto = ["compile=auto", f"compile.candidates=[{candidates}]", "compile.force=true"]
     cfg = composed(["model=lstm", *auto, SLOW, "+compile.slow=torchscript", *QUICK, *FAST])
     with caplog.at_level(logging.INFO, "hpml.callbacks.compile"):
         train(cfg)

@@ -1,4 +1,5 @@
-"""Plug-ins by config: a pruning method and a quantiser, each added as one YAML and one class in
+"""Plug-ins by config: a pruning method, a quantiser and a compile method, each added as one YAML
+and one class in
 files this test writes outside the project (an extra config search path, a module on sys.path),
 are listed by ``--help``, validated (a bad knob refused in one line, the net checked by the
 object itself) and run to a finished MLflow run, with no file of the project edited."""
@@ -17,12 +18,13 @@ from tests.conftest import QUICK, REPO, pythonpath, run_cli
 
 MODULE = "hpml_plugin_example"
 CODE = '''
-"""A pruning method and a quantiser from outside hpml."""
+"""A pruning method, a quantiser and a compile method from outside hpml."""
 
 import torch
 from torch import nn
 
 from hpml.errors import ConfigError, IncompatibleError
+from hpml.optimize.compile import Compiler
 from hpml.optimize.prune import Structured
 from hpml.optimize.quant import Quantizer
 
@@ -65,6 +67,16 @@ class LinearInt8(Quantizer):
         return torch.ao.quantization.quantize_dynamic(
             net.cpu().eval(), self.wide(net), dtype=torch.qint8
         )
+
+
+class Traced(Compiler):
+    """torch.jit.trace on the largest example, nothing frozen or saved."""
+
+    def __init__(self, check_trace: bool = True) -> None:
+        self.check_trace = check_trace
+
+    def compile(self, net, examples, workdir):
+        return torch.jit.trace(net, examples[-1], check_trace=self.check_trace), None
 '''
 PRUNE_YAML = f"""
 # Prune the rows whose largest |weight| is smallest (a plug-in).
@@ -89,6 +101,17 @@ quantizer:
 method: linear_int8
 min_features: 1
 """
+COMPILE_YAML = f"""
+# torch.jit.trace after fit (a plug-in).
+defaults:
+  - /base/compile@_here_
+  - _self_
+
+method:
+  _target_: {MODULE}.Traced
+  check_trace: true
+force: true
+"""
 FAST = [
     *QUICK,
     "prune.latency_rounds=2",
@@ -102,11 +125,14 @@ FAST = [
 
 @pytest.fixture
 def plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """The config folder holding the two new options; their module importable."""
+    """The config folder holding the three new options; their module importable."""
     conf, code = tmp_path / "plugin_conf", tmp_path / "plugin_code"
-    for group, text in (("prune", PRUNE_YAML), ("quant", QUANT_YAML)):
+    for group, name, text in (
+        ("prune", "largest", PRUNE_YAML),
+        ("quant", "linear_int8", QUANT_YAML),
+        ("compile", "traced", COMPILE_YAML),
+    ):
         (conf / group).mkdir(parents=True)
-        name = "largest" if group == "prune" else "linear_int8"
         (conf / group / f"{name}.yaml").write_text(textwrap.dedent(text).lstrip())
     code.mkdir()
     (code / f"{MODULE}.py").write_text(CODE)
@@ -141,6 +167,7 @@ def test_listed_by_help(plugins: Path, root: Path) -> None:
     groups = dict(line.split(": ", 1) for line in listing.splitlines() if ": " in line)
     assert "largest" in groups["prune"].split(", ") and "fpgm" in groups["prune"].split(", ")
     assert "linear_int8" in groups["quant"].split(", ")
+    assert "traced" in groups["compile"].split(", ")
 
 
 @pytest.mark.parametrize(
@@ -177,12 +204,12 @@ def test_a_bad_knob_is_refused_in_one_line_before_any_run(
     assert client.search_runs([e.experiment_id for e in client.search_experiments()]) == []
 
 
-def test_a_run_with_both_finishes_in_mlflow(plugins: Path, composed, client) -> None:
+def test_a_run_with_all_three_finishes_in_mlflow(plugins: Path, composed, client) -> None:
     from hpml.train import train
 
-    cfg = composed(
-        with_plugins(plugins, "prune=largest", "prune.amount=0.5", "quant=linear_int8", *FAST)
-    )
+    steps = ["prune=largest", "prune.amount=0.5", "quant=linear_int8", "compile=traced"]
+    fast = ["compile.latency_rounds=2", "compile.latency_min_run_time_s=0.002"]
+    cfg = composed(with_plugins(plugins, *steps, *FAST, *fast, "compile.latency_budget_s=0"))
     train(cfg)
     (run,) = client.search_runs([client.get_experiment_by_name("hpml").experiment_id])
     assert run.info.status == "FINISHED"
@@ -192,4 +219,6 @@ def test_a_run_with_both_finishes_in_mlflow(plugins: Path, composed, client) -> 
     assert metrics["prune_after/params_count"] < metrics["prune_before/params_count"]
     assert metrics["quant_after/size_bytes"] < metrics["quant_before/size_bytes"]
     assert tags["hpml.quant.method"] == "linear_int8" and tags["hpml.quant.backend"] == "plugin"
-    assert "test/loss" in metrics  # tested as quantised
+    assert tags["hpml.compile.method"] == "traced" == tags["hpml.compile.deployed"]
+    assert "compile/speedup_b1_x" in metrics
+    assert "test/loss" in metrics  # tested as quantised and traced

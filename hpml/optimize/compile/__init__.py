@@ -1,13 +1,15 @@
 """Compile a model for inference in plain PyTorch: ``apply_compile(net, method, examples,
-workdir)``. One module per method (``torchscript``, ``torch_compile``, ``export``,
-``aot_inductor``); ``training.py`` compiles the training step. See README.md.
+workdir)``. One module per method, each a :class:`Compiler` (``eager``, ``torchscript``,
+``torch_compile``, ``export``, ``aot_inductor``), named by a config's ``_target_``;
+``training.py`` compiles the training step. See README.md.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +17,7 @@ import torch
 from torch import nn
 
 from hpml.errors import ConfigError, IncompatibleError
-from hpml.optimize.compile.aot_inductor import AotInductor
 from hpml.optimize.compile.base import Compiled, Compiler, as_args, max_abs_diff
-from hpml.optimize.compile.export import Export
 from hpml.optimize.compile.kernels import (
     DISPATCH_ONLY,
     FAST_CONV,
@@ -26,41 +26,48 @@ from hpml.optimize.compile.kernels import (
     deployed_kernels,
     fast_path,
 )
-from hpml.optimize.compile.torch_compile import MODES, TorchCompile
-from hpml.optimize.compile.torchscript import Torchscript
+from hpml.optimize.compile.torch_compile import MODES
 
-# ``compile.method`` and ``compile.candidates`` name methods: the classes, by their names
-METHODS: dict[str, type[Compiler]] = {
-    c.name(): c for c in (Torchscript, TorchCompile, Export, AotInductor)
-}
+# a method, as its config's `_target_` gives it: the class, or a partial of it
+Method = Callable[..., Compiler]
 
 __all__ = [
     "DISPATCH_ONLY",
     "FAST_CONV",
-    "METHODS",
     "MODES",
     "UNKNOWN",
     "Compiled",
     "Compiler",
+    "Method",
     "apply_compile",
     "compiler",
     "conv_kernels",
     "fast_path",
+    "method_class",
 ]
 
 
-def compiler(method: str, **options: Any) -> Compiler:
-    """The method called ``method``, built with those of ``options`` its constructor takes."""
-    if method not in METHODS:
-        raise ConfigError("method", method, f"one of {', '.join(METHODS)}")
-    cls = METHODS[method]
-    takes = inspect.signature(cls).parameters
-    return cls(**{k: v for k, v in options.items() if k in takes})
+def method_class(method: Method) -> type[Compiler]:
+    """The :class:`Compiler` class ``method`` builds (its name is the method's)."""
+    cls = method.func if isinstance(method, functools.partial) else method
+    if not (isinstance(cls, type) and issubclass(cls, Compiler)):
+        raise ConfigError(
+            "method",
+            getattr(cls, "__qualname__", repr(cls)),
+            "a Compiler class as `_target_` (hpml/optimize/compile/)",
+        )
+    return cls
+
+
+def compiler(method: Method, **options: Any) -> Compiler:
+    """``method`` built with those of ``options`` its constructor takes."""
+    takes = inspect.signature(method_class(method)).parameters
+    return method(**{k: v for k, v in options.items() if k in takes})
 
 
 def apply_compile(
     net: nn.Module,
-    method: Compiler | str,
+    method: Compiler,
     examples: Sequence[Any],
     workdir: Path,
     tolerance: float = 1e-3,
@@ -69,12 +76,10 @@ def apply_compile(
     each batch size to serve), with what compiling took and how far its outputs are from eager.
 
     Args:
-        method: a :class:`Compiler`, or a method's name (built with its defaults).
         workdir: where the method saves files and keeps its caches.
         tolerance: outputs must match eager within this times the largest eager output, else
             :class:`~hpml.errors.IncompatibleError`.
     """
-    method = compiler(method) if isinstance(method, str) else method
     if not examples:
         raise ValueError("apply_compile needs at least one example input")
     net.eval()

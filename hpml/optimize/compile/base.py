@@ -31,9 +31,10 @@ class Compiled:
 
 
 class Compiler:
-    """One compile method; its name (``compile.method``, tags) is its class's in snake case.
+    """One compile method; its name (tags, metric names) is its class's in snake case.
 
-    A new method is a subclass with :meth:`compile`; the options it takes are its constructor's.
+    A new method is a subclass with :meth:`compile`, named by a compile option's
+    ``method._target_``; the options it takes are its constructor's.
     """
 
     @classmethod
@@ -89,13 +90,11 @@ def run_each(module: Any, examples: Sequence[Any], times: int = 1) -> None:
 
 
 def untraceable(net: nn.Module, method: str, exc: BaseException) -> IncompatibleError:
-    from hpml.optimize.compile import METHODS
-
     text = str(exc).strip().splitlines()
     reason = f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
-    alternatives = ", ".join(f"compile={m}" for m in METHODS if m != method)
     return IncompatibleError(
-        f"{method} cannot compile {type(net).__name__}: {reason} (try {alternatives})"
+        f"{method} cannot compile {type(net).__name__}: {reason} (try another compile= "
+        "option, or compile=auto, which leaves out the methods that fail)"
     )
 
 

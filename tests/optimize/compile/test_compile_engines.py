@@ -9,6 +9,11 @@ from torch import nn
 
 from hpml.errors import IncompatibleError
 from hpml.optimize.compile import apply_compile
+from hpml.optimize.compile.aot_inductor import AotInductor
+from hpml.optimize.compile.eager import Eager
+from hpml.optimize.compile.export import Export
+from hpml.optimize.compile.torch_compile import TorchCompile
+from hpml.optimize.compile.torchscript import Torchscript
 
 
 def small_cnn() -> nn.Module:
@@ -28,26 +33,27 @@ def examples() -> list[torch.Tensor]:
     return [torch.randn(1, 3, 16, 16, generator=g), torch.randn(8, 3, 16, 16, generator=g)]
 
 
-@pytest.mark.parametrize("method", ["torchscript", "torch_compile", "export", "aot_inductor"])
+@pytest.mark.parametrize("method", [Eager, Torchscript, TorchCompile, Export, AotInductor])
 def test_compiled_outputs_equal_eager(method, tmp_path):
     net = small_cnn()
-    compiled = apply_compile(net, method, examples(), tmp_path)
+    compiled = apply_compile(net, method(), examples(), tmp_path)
+    assert compiled.method == method.name()
     assert compiled.seconds > 0
     x = torch.randn(4, 3, 16, 16)  # a batch size it was not compiled for
     with torch.inference_mode():
         torch.testing.assert_close(compiled.module(x), net(x), rtol=1e-4, atol=1e-4)
-    if method == "export":
+    if method is Export:
         assert compiled.artifact == tmp_path / "model.pt2"
         loaded = torch.export.load(compiled.artifact).module()
         with torch.inference_mode():
             torch.testing.assert_close(loaded(x), net(x), rtol=1e-4, atol=1e-4)
-    if method == "aot_inductor":  # the package loads back as the same program
+    if method is AotInductor:  # the package loads back as the same program
         assert compiled.artifact == tmp_path / "model_aoti.pt2"
         assert compiled.size_bytes == compiled.artifact.stat().st_size
         loaded = torch._inductor.aoti_load_package(str(compiled.artifact))
         with torch.inference_mode():
             torch.testing.assert_close(loaded(x), net(x), rtol=1e-4, atol=1e-4)
-    if method in ("torch_compile", "aot_inductor"):
+    if method in (TorchCompile, AotInductor):
         assert (tmp_path / "inductor_cache").is_dir()
 
 
@@ -58,10 +64,10 @@ class ReturnsText(nn.Module):
 
 def test_torchscript_on_an_untraceable_model_is_one_line(tmp_path):
     with pytest.raises(IncompatibleError) as info:
-        apply_compile(ReturnsText(), "torchscript", examples(), tmp_path)
+        apply_compile(ReturnsText(), Torchscript(), examples(), tmp_path)
     message = str(info.value)
     assert message.startswith("torchscript cannot compile ReturnsText: ")
-    assert "\n" not in message and "compile=torch_compile" in message
+    assert "\n" not in message and "try another compile= option" in message
 
 
 class BranchOnValue(nn.Module):
@@ -72,4 +78,4 @@ class BranchOnValue(nn.Module):
 def test_torchscript_that_traces_wrong_outputs_is_caught(tmp_path):
     xs = [torch.ones(1, 3), -torch.ones(2, 3)]
     with pytest.raises(IncompatibleError, match="torchscript"):
-        apply_compile(BranchOnValue(), "torchscript", xs, tmp_path)
+        apply_compile(BranchOnValue(), Torchscript(), xs, tmp_path)

@@ -15,6 +15,7 @@ from hpml.analysis.flops import count_flops
 from hpml.optimize.compile import UNKNOWN, apply_compile
 from hpml.optimize.compile.kernels import deployed_kernels
 from hpml.optimize.compile.torch_compile import TorchCompile
+from hpml.optimize.compile.torchscript import Torchscript
 from tests.optimize.compile.test_compile_engines import examples, small_cnn
 
 HOOKS_WARNING = "global hooks on modules"
@@ -41,7 +42,7 @@ def saved_bytes(net: nn.Module) -> int:
 def test_torchscript_size_is_the_saved_weights_and_its_file_loads_back(tmp_path):
     net = weighty_cnn()
     eager_bytes = saved_bytes(net)
-    compiled = apply_compile(net, "torchscript", examples(), tmp_path)
+    compiled = apply_compile(net, Torchscript(), examples(), tmp_path)
     assert compiled.artifact == tmp_path / "model.ts"
     assert compiled.size_bytes == compiled.artifact.stat().st_size
     assert compiled.size_bytes == pytest.approx(eager_bytes, rel=0.01)
@@ -53,7 +54,7 @@ def test_torchscript_size_is_the_saved_weights_and_its_file_loads_back(tmp_path)
 
 def test_torchscript_names_the_convolution_its_graph_runs(tmp_path):
     """optimize_for_inference's oneDNN convolution is a JIT operator the profiler misses."""
-    compiled = apply_compile(small_cnn(), "torchscript", examples(), tmp_path)
+    compiled = apply_compile(small_cnn(), Torchscript(), examples(), tmp_path)
     assert compiled.conv_kernels == ("prim::mkldnn_convolution",)
 
 
