@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from hpml.callbacks.base import HpmlCallback
-from hpml.callbacks.logging import log_text, set_tags
+from hpml.callbacks.logging import log_text, mlflow_loggers, set_tags
 from hpml.callbacks.measure import Side, compare, on_trainer_device
 from hpml.callbacks.measure_settings import Settings
 from hpml.errors import ConfigError, IncompatibleError, non_negative_int, positive_int
@@ -83,7 +83,7 @@ class Quantize(HpmlCallback):
             (the option's ``_partial_`` node).
         calibration_batches: training batches a calibrated method observes.
         qat_epochs: the last epochs of fit that QAT fine-tunes with fake quantisation.
-        **options: the quantiser's knobs (``method`` among them), and the measurement knobs of
+        **options: the quantiser's knobs, and the measurement knobs of
             :meth:`~hpml.callbacks.measure_settings.Settings.checked`.
     """
 
@@ -134,6 +134,8 @@ class Quantize(HpmlCallback):
         example = torch.rand_like(pl_module.example_input(2).cpu().float())
         self.quantizer = q = q.for_net(pl_module.net, example)
         set_tags(trainer, {"hpml.quant.method": q.method, "hpml.quant.backend": q.backend})
+        for logger in mlflow_loggers(trainer):  # as prune.method: the name the config leaves out
+            logger.log_hyperparams({"quant.method": q.method})
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.quantizer.trains or self.before_device is not None:

@@ -23,6 +23,7 @@ from hpml.hydra_job import HydraJob
 from hpml.models.input_fit import probe, size_range, sizes_text
 from hpml.optimize.quant.torch_ao import EAGER_INT8_MODELS as STATIC_INT8_MODELS  # noqa: F401
 from hpml.validate import options
+from hpml.validate.machine import quant_method
 
 if TYPE_CHECKING:
     from hpml.callbacks.base import HpmlCallback
@@ -98,7 +99,7 @@ def check_checkpointing(cfg: DictConfig) -> None:
         choice
         for choice, on in (
             ("compile.train=true", OmegaConf.select(cfg, "compile.train") is True),
-            ("quant=qat", OmegaConf.select(cfg, "quant.method") == "qat"),
+            ("quant=qat", quant_method(cfg) == "qat"),
         )
         if on
     ]

@@ -144,7 +144,7 @@ def check_processes(cfg: DictConfig, processes: int) -> None:
         return
     steps = [
         ("prune.mode", OmegaConf.select(cfg, "prune.mode"), "physical", "mask"),
-        ("quant.method", OmegaConf.select(cfg, "quant.method"), "qat", "a post-training method"),
+        ("quant.method", quant_method(cfg), "qat", "a post-training method"),
         ("compile.method", compile_method(cfg), None, "none"),
     ]
     for key, value, refused, valid in steps:
@@ -155,6 +155,15 @@ def check_processes(cfg: DictConfig, processes: int) -> None:
                 f"{valid} with {processes} DDP processes (trainer.devices x num_nodes): it "
                 "replaces parameters DDP has wrapped; run it with trainer.devices=1",
             )
+
+
+def quant_method(cfg: DictConfig) -> str | None:
+    """The quant step's method: its ``quant.method`` knob where the option has one, else its
+    quantiser's name (the ``_target_``'s); None where there is no quant step."""
+    target = OmegaConf.select(cfg, "quant.quantizer._target_")
+    if target is None:
+        return None
+    return OmegaConf.select(cfg, "quant.method") or str(target).rsplit(".", 1)[-1]
 
 
 def compile_method(cfg: DictConfig) -> str | None:

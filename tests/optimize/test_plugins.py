@@ -47,7 +47,7 @@ class LinearInt8(Quantizer):
     method, backend = "linear_int8", "plugin"
     supported = (nn.Linear,)
 
-    def __init__(self, method: str = "linear_int8", min_features: int = 1) -> None:
+    def __init__(self, min_features: int = 1) -> None:
         if isinstance(min_features, bool) or not isinstance(min_features, int) or min_features < 1:
             raise ConfigError("min_features", min_features, "a positive integer")
         self.min_features = min_features
@@ -98,7 +98,6 @@ _target_: hpml.callbacks.quant.Quantize
 quantizer:
   _target_: {MODULE}.LinearInt8
   _partial_: true
-method: linear_int8
 min_features: 1
 """
 COMPILE_YAML = f"""

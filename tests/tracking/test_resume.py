@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import QUICK, cli_env, run_cli
+from tests.conftest import QUICK, QUICK_BATCH, QUICK_SAMPLES, cli_env, run_cli
 
 pytestmark = pytest.mark.slow
 
 EPOCHS = 4
-STEPS_PER_EPOCH = 128 // 32  # QUICK: 128 training samples, batch 32
+STEPS_PER_EPOCH = QUICK_SAMPLES // QUICK_BATCH
 SLOW = ["+callbacks.slow._target_=tests.helpers.SlowBatches", "+callbacks.slow.seconds=0.5"]
 # Logged more than once per step by design: Lightning adds `epoch` to each logging call.
 # a run's noise figures are its figures so far: logged when fit ends and again when test ends

@@ -1,4 +1,6 @@
-"""hpml's quantisation methods, one function each: the ``_target_`` of a ``conf/quant/`` option.
+"""hpml's quantisation methods, one function each: the ``_target_`` of a ``conf/quant/`` option,
+whose name is the method's (written once: the option's ``quant.method`` is a knob only where one
+function serves two methods, ``weight_only_int8``).
 
 Each takes the option's knobs and returns the :class:`~hpml.optimize.quant.base.Quantizer` of the
 backend it picks (``auto``: the first that has the method; for ``static_int8``, per net).
@@ -45,24 +47,21 @@ def pick(method: str, backend: str, engines: Engines) -> Quantizer:
 
 
 def dynamic_int8(
-    method: str = "dynamic_int8",
     backend: str = "auto",
     engine: str = "x86",
     embeddings: bool = True,
 ) -> Quantizer:
     """Weights int8, activations quantised per call: ``torch_ao`` (Linear, LSTM, GRU; embeddings
     weight-only unless ``embeddings=false``) or ``torchao`` (Linear)."""
-    own_method(method, ("dynamic_int8",))
     flag("embeddings", embeddings)
     engines = {
         "torch_ao": lambda: torch_ao.Dynamic(engine, embeddings),
-        "torchao": _torchao(method),
+        "torchao": _torchao("dynamic_int8"),
     }
-    return pick(method, backend, engines)
+    return pick("dynamic_int8", backend, engines)
 
 
 def static_int8(
-    method: str = "static_int8",
     backend: str = "auto",
     engine: str = "x86",
     per_channel: bool = True,
@@ -71,7 +70,6 @@ def static_int8(
 ) -> Quantizer:
     """Calibrated int8 weights and activations: eager ``torch_ao`` or the ``pt2e`` graph;
     ``auto`` takes eager where its int8 model runs the net, else PT2E."""
-    own_method(method, ("static_int8",))
     flags(per_channel=per_channel, fuse=fuse, compile=compile)
 
     from hpml.optimize.quant.auto import AutoStatic
@@ -80,20 +78,19 @@ def static_int8(
     eager = torch_ao.Static(engine, per_channel, fuse)
     if backend == "auto":
         return AutoStatic(eager, PT2EStatic(compile))
-    return pick(method, backend, {"torch_ao": lambda: eager, "pt2e": lambda: PT2EStatic(compile)})
+    engines = {"torch_ao": lambda: eager, "pt2e": lambda: PT2EStatic(compile)}
+    return pick("static_int8", backend, engines)
 
 
 def qat(
-    method: str = "qat",
     backend: str = "auto",
     engine: str = "x86",
     per_channel: bool = True,
     fuse: bool = True,
 ) -> Quantizer:
     """Quantisation-aware training: fake-quantised fine-tuning, then int8 (``torch_ao``)."""
-    own_method(method, ("qat",))
     flags(per_channel=per_channel, fuse=fuse)
-    return pick(method, backend, {"torch_ao": lambda: torch_ao.QAT(engine, per_channel, fuse)})
+    return pick("qat", backend, {"torch_ao": lambda: torch_ao.QAT(engine, per_channel, fuse)})
 
 
 def weight_only_int8(method: str = "weight_only_int8", backend: str = "auto") -> Quantizer:

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from hpml.callbacks.quant import Quantize
 from hpml.errors import ConfigError
 from hpml.optimize.quant import Quantizer
-from hpml.optimize.quant.methods import dynamic_int8, qat, static_int8
+from hpml.optimize.quant.methods import qat, static_int8, weight_only_int8
 from tests.conftest import CONF, options
 
 # the callback's own keys: the option's other keys are its quantiser's knobs
@@ -33,7 +33,9 @@ def test_every_option_builds_a_quantizer_of_its_method(option):
         pytest.importorskip("torchao")
     quantizer = instantiate(node.quantizer)(**knobs)
     assert isinstance(quantizer, Quantizer)
-    assert quantizer.method == node.method
+    # the method's name is written once: the option's `method` knob where it has one, else
+    # its quantiser's (the `_target_`'s name)
+    assert quantizer.method == node.get("method", node.quantizer._target_.rsplit(".", 1)[-1])
 
 
 def test_a_method_refuses_a_backend_it_has_not_naming_those_it_has():
@@ -48,8 +50,8 @@ def test_a_method_refuses_a_backend_it_has_not_naming_those_it_has():
 
 
 def test_another_method_on_an_option_and_a_flag_not_true_or_false_are_refused():
-    with pytest.raises(ConfigError, match="method='qat' is invalid: expected dynamic_int8 for"):
-        dynamic_int8(method="qat")
+    with pytest.raises(ConfigError, match="method='qat' is invalid: expected weight_only_int8 or"):
+        weight_only_int8(method="qat")
     with pytest.raises(ConfigError, match="per_channel='maybe' is invalid: expected true or"):
         static_int8(per_channel="maybe")
 
