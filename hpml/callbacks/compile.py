@@ -35,7 +35,7 @@ from hpml.optimize.compile import (
 from hpml.optimize.compile.torch_compile import check_mode
 
 BEFORE, AFTER = "compile_before", "compile_after"
-AUTO, EAGER = "auto", "eager"  # the method tag of compile=auto; the deployed tag of none
+AUTO, EAGER = "auto", "eager"  # the method tag of compile=auto; the deployed tag of a kept net
 FREEZING = ("torch_compile", "aot_inductor")  # the methods compile.freezing applies to
 log = logging.getLogger(__name__)
 

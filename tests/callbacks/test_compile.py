@@ -103,6 +103,21 @@ def test_every_compile_option_names_its_method_by_target(composed):
     ]
 
 
+def test_a_knob_on_the_method_node_wins_over_the_callbacks(composed):
+    """The callback hands its knobs to the method's constructor, but not one the `method:` node
+    sets itself: `compile.method.freezing=false` stays false beside `compile.freezing=true`."""
+    from hpml.build import build
+    from hpml.optimize.compile import compiler
+
+    callback = build("compile", composed(["compile=torch_compile"]).compile)
+    assert callback.freezing is True
+    assert compiler(callback.method, **callback.options).freezing is True
+    overrides = ["compile=torch_compile", "+compile.method.freezing=false"]
+    callback = build("compile", composed(overrides).compile)
+    method = compiler(callback.method, **callback.options)
+    assert (callback.freezing, method.freezing, method.channels_last) == (True, False, True)
+
+
 @pytest.mark.slow
 def test_compiled_training_follows_eager_and_logs_compile_time_apart(
     composed, client, inductor_cache

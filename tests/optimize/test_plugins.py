@@ -1,8 +1,8 @@
 """Plug-ins by config: a pruning method, a quantiser and a compile method, each added as one YAML
-and one class in
-files this test writes outside the project (an extra config search path, a module on sys.path),
-are listed by ``--help``, validated (a bad knob refused in one line, the net checked by the
-object itself) and run to a finished MLflow run, with no file of the project edited."""
+and one class in files this test writes outside the project (an extra config search path, a
+module on sys.path), are listed by ``--help``, validated (a bad knob refused in one line, the net
+checked by the object itself) and run to a finished MLflow run, with no file of the project
+edited."""
 
 from __future__ import annotations
 

@@ -60,9 +60,11 @@ def method_class(method: Method) -> type[Compiler]:
 
 
 def compiler(method: Method, **options: Any) -> Compiler:
-    """``method`` built with those of ``options`` its constructor takes."""
+    """``method`` built with those of ``options`` its constructor takes, except those its
+    partial already sets (a knob written on the ``method:`` node itself)."""
     takes = inspect.signature(method_class(method)).parameters
-    return method(**{k: v for k, v in options.items() if k in takes})
+    given = method.keywords if isinstance(method, functools.partial) else {}
+    return method(**{k: v for k, v in options.items() if k in takes and k not in given})
 
 
 def apply_compile(
