@@ -9,6 +9,9 @@ PORT ?= 5000
 WORKERS ?= 4
 DB ?= sqlite:///$(CURDIR)/mlflow-server.db
 ARTIFACTS ?= $(CURDIR)/mlartifacts-server
+# MLflow's job runners (GenAI scorers, trace roll-ups; hpml uses none): each is a process of its
+# own that imports MLflow, so `make ui` and `make server` start them only with JOBS=true
+JOBS ?= false
 
 .PHONY: install train sweep report study-vae-pruning study-cnn-optimise study-lstm-optimise \
 	study-batch-scaling study-roofline ui server test lint format bench gpu-kit gpu-kit-check \
@@ -43,11 +46,11 @@ study-vae-pruning study-cnn-optimise study-lstm-optimise study-batch-scaling stu
 		$(BIN)/python -m hpml.report --last && exit $$status
 
 ui: $(STAMP)  ## MLflow UI on the local store (foreground; Ctrl-C stops it)
-	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db \
+	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=$(JOBS) $(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db \
 		--default-artifact-root $(CURDIR)/mlartifacts --host $(HOST) --port $(PORT)
 
 server: $(STAMP)  ## a tracking server for a team (foreground): DB=postgresql://... HOST=0.0.0.0 PORT=5000 WORKERS=4
-	$(BIN)/mlflow server --backend-store-uri '$(DB)' --artifacts-destination '$(ARTIFACTS)' \
+	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=$(JOBS) $(BIN)/mlflow server --backend-store-uri '$(DB)' --artifacts-destination '$(ARTIFACTS)' \
 		--serve-artifacts --host $(HOST) --port $(PORT) --workers $(WORKERS)
 
 # Byte-compiled first: where PYTHONDONTWRITEBYTECODE is set, each run the tests start would

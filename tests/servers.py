@@ -56,6 +56,9 @@ class MlflowServer:
     def start(self, timeout_s: float = 180) -> None:
         self.proc = subprocess.Popen(
             self.command(),
+            # MLflow's job runners, a process each, serve none of hpml's requests (``make
+            # server``'s JOBS=false): off as there
+            env=os.environ | {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
