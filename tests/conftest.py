@@ -143,8 +143,8 @@ def run_cli(
 ) -> subprocess.CompletedProcess:
     """``python -m hpml.train ARGS`` as a user runs it, against the project root ``root``;
     ``env`` adds to :func:`cli_env`. The call is forked from a warm interpreter
-    (:mod:`tests.warm`: the same process but for the imports of torch and friends) unless
-    ``fresh``, or another call of this worker is in flight: then it starts a process of its own."""
+    (:mod:`tests.warm`: the same process but for the imports of torch and friends; calls made
+    at once run at once) unless ``fresh``: then it starts a process of its own."""
     return run_module("hpml.train", args, root, timeout, env, fresh)
 
 
@@ -165,9 +165,7 @@ def run_module(
     cwd = cwd or root
     if not fresh:
         with tempfile.TemporaryDirectory(prefix="hpml-cli-") as tmp:
-            result = WARM.run(module, args, cwd, full_env, timeout, Path(tmp))
-        if result is not None:
-            return result
+            return WARM.run(module, args, cwd, full_env, timeout, Path(tmp))
     return subprocess.run(
         [sys.executable, "-m", module, *args],
         cwd=cwd,
@@ -176,6 +174,15 @@ def run_module(
         text=True,
         timeout=timeout,
     )
+
+
+def start_cli(args: list[str], root: Path):
+    """``python -m hpml.train ARGS`` in the background, as :func:`run_cli` runs it: used as a
+    ``subprocess.Popen`` with text pipes (``pid`` leads its own process group)."""
+    from tests.warm import WARM
+
+    tmp = Path(tempfile.mkdtemp(prefix="hpml-cli-", dir=root.parent))
+    return WARM.popen("hpml.train", args, root, cli_env(root), tmp)
 
 
 def stderr_lines(result: subprocess.CompletedProcess, prefix: str = "hpml:") -> list[str]:

@@ -22,6 +22,7 @@ import importlib
 import json
 import logging
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -49,7 +50,8 @@ PRELOAD = (
 
 
 def serve() -> None:
-    """Answer requests, one JSON line each on stdin, with ``{"pid"}`` then ``{"rc"}`` lines."""
+    """Answer requests, one JSON line each on stdin: fork a child for each at once (calls run
+    concurrently), answer ``{"id", "pid"}``, and ``{"pid", "rc"}`` when that child exits."""
     # a Hydra job has configured logging before it imports these; Lightning, meeting a root
     # logger without handlers, would add its own and stop propagating (its lines then miss
     # hpml's console filters): import them under a stand-in handler
@@ -61,19 +63,34 @@ def serve() -> None:
         with contextlib.suppress(ModuleNotFoundError):
             importlib.import_module(name)
     logging.root.removeHandler(stand_in)
-    out = sys.stdout
-    for line in sys.stdin:
-        request = json.loads(line)
+    out, pending, children, reading = sys.stdout, b"", set(), True
+
+    def answer(message: dict) -> None:
+        out.write(json.dumps(message) + "\n")
         out.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            child(request)  # never returns
-        out.write(json.dumps({"pid": pid}) + "\n")
-        out.flush()
-        _, status = os.waitpid(pid, 0)
-        out.write(json.dumps({"rc": os.waitstatus_to_exitcode(status)}) + "\n")
-        out.flush()
+
+    while reading or children:
+        # one thread only (a fork copies no other thread's locks): poll for exits while
+        # children run, else sleep until the next request
+        ready, _, _ = select.select([0] if reading else [], [], [], 0.05 if children else None)
+        if ready:
+            chunk = os.read(0, 1 << 16)
+            reading, pending = bool(chunk), pending + chunk
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            request = json.loads(line)
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                child(request)  # never returns
+            children.add(pid)
+            answer({"id": request["id"], "pid": pid})
+        while children:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            children.discard(pid)
+            answer({"pid": pid, "rc": os.waitstatus_to_exitcode(status)})
 
 
 def child(request: dict) -> None:
@@ -134,12 +151,48 @@ def run_module(module: str, args: list[str]) -> int:
     return 0
 
 
+class WarmProcess:
+    """A call forked by the server, used as a ``subprocess.Popen`` with ``text=True``,
+    ``stdout=PIPE``, ``stderr=PIPE`` and ``start_new_session=True``: its pid leads its own
+    process group; its output is read once it has exited."""
+
+    def __init__(self, server: WarmInterpreter, pid: int, args: list[str], tmp: Path) -> None:
+        self.server, self.pid, self.args, self.tmp = server, pid, args, tmp
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        self.returncode = self.server.exit_code(self.pid, 0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self.returncode = self.server.exit_code(self.pid, timeout)
+        if self.returncode is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        self.wait(timeout)
+        return (self.tmp / "stdout").read_text(), (self.tmp / "stderr").read_text()
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
 class WarmInterpreter:
     """The test side: starts the server on first use, sends calls, enforces timeouts."""
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # one request written at a time
+        self.answered = threading.Condition()
+        self.pids: dict[int, int] = {}  # request id -> pid
+        self.exits: dict[int, int] = {}  # pid -> exit status
+        self.requests = 0
 
     def start(self) -> subprocess.Popen:
         if self.proc is None or self.proc.poll() is not None:
@@ -156,13 +209,47 @@ class WarmInterpreter:
                 cwd=repo,
                 env=env,
             )
+            threading.Thread(target=self.read, args=(self.proc,), daemon=True).start()
             atexit.register(self.close)
         return self.proc
+
+    def read(self, proc: subprocess.Popen) -> None:
+        """The server's answers, as they come, for the callers waiting on them."""
+        for line in proc.stdout:
+            message = json.loads(line)
+            with self.answered:
+                if "id" in message:
+                    self.pids[message["id"]] = message["pid"]
+                else:
+                    self.exits[message["pid"]] = message["rc"]
+                self.answered.notify_all()
+
+    def exit_code(self, pid: int, timeout: float | None) -> int | None:
+        with self.answered:
+            self.answered.wait_for(lambda: pid in self.exits, timeout)
+            return self.exits.get(pid)
 
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.stdin.close()
             self.proc.wait(timeout=30)
+
+    def popen(
+        self, module: str, args: list[str], cwd: Path, env: dict[str, str], tmp: Path
+    ) -> WarmProcess:
+        """``python -m MODULE ARGS`` in ``cwd`` with ``env``, started; output files in ``tmp``."""
+        request = {"module": module, "args": args, "cwd": str(cwd), "env": env}
+        request |= {"stdout": str(tmp / "stdout"), "stderr": str(tmp / "stderr")}
+        with self.lock:
+            proc = self.start()
+            self.requests += 1
+            request["id"] = self.requests
+            proc.stdin.write(json.dumps(request) + "\n")
+            proc.stdin.flush()
+        with self.answered:
+            self.answered.wait_for(lambda: request["id"] in self.pids)
+            pid = self.pids.pop(request["id"])
+        return WarmProcess(self, pid, [sys.executable, "-m", module, *args], tmp)
 
     def run(
         self,
@@ -172,35 +259,17 @@ class WarmInterpreter:
         env: dict[str, str],
         timeout: float,
         tmp: Path,
-    ) -> subprocess.CompletedProcess | None:
-        """The call's result, or None when another thread's call is in flight (the caller then
-        starts a process of its own: concurrent calls stay concurrent)."""
-        if not self.lock.acquire(blocking=False):
-            return None
+    ) -> subprocess.CompletedProcess:
+        """The call's result; past ``timeout`` its process group is killed."""
+        proc = self.popen(module, args, cwd, env, tmp)
         try:
-            proc = self.start()
-            stdout, stderr = tmp / "stdout", tmp / "stderr"
-            request = {"module": module, "args": args, "cwd": str(cwd), "env": env}
-            request |= {"stdout": str(stdout), "stderr": str(stderr)}
-            proc.stdin.write(json.dumps(request) + "\n")
-            proc.stdin.flush()
-            pid = json.loads(proc.stdout.readline())["pid"]
-            answer: list[str] = []
-            reader = threading.Thread(target=lambda: answer.append(proc.stdout.readline()))
-            reader.start()
-            reader.join(timeout)
-            if reader.is_alive():
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pid, signal.SIGKILL)
-                reader.join()
-                raise subprocess.TimeoutExpired([module, *args], timeout)
-        finally:
-            self.lock.release()
-        rc = json.loads(answer[0])["rc"]
-        out, err = stdout.read_text(), stderr.read_text()
-        return subprocess.CompletedProcess(
-            [sys.executable, "-m", module, *args], rc, stdout=out, stderr=err
-        )
+            out, err = proc.communicate(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+        return subprocess.CompletedProcess(proc.args, proc.returncode, stdout=out, stderr=err)
 
 
 WARM = WarmInterpreter()

@@ -6,12 +6,11 @@ from __future__ import annotations
 import http.server
 import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,7 +30,7 @@ from hpml.tracking.retries import (
     retry_window_s,
     server_gone,
 )
-from tests.conftest import QUICK, cli_env, run_cli, stderr_lines
+from tests.conftest import QUICK, run_cli, start_cli, stderr_lines
 from tests.servers import MlflowServer, free_port
 
 MALFORMED = ["htp://x", "http://", "localhost:5000", "sqlite://", "http://host:port"]
@@ -345,7 +344,7 @@ def test_run_goes_to_the_server_with_metrics_and_artifacts(mlflow_server, root):
     assert not list((root / "multirun").rglob(".hydra"))  # no job folder either
 
 
-def wait_for(path: Path, proc: subprocess.Popen, timeout_s: float = 240) -> None:
+def wait_for(path: Path, proc: Any, timeout_s: float = 240) -> None:
     deadline = time.monotonic() + timeout_s
     while not path.exists():
         if proc.poll() is not None:
@@ -357,28 +356,11 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout_s: float = 240) -> None
         time.sleep(0.2)
 
 
-def start_gated_run(args: list[str], root: Path, gate: Path) -> subprocess.Popen:
+def start_gated_run(args: list[str], root: Path, gate: Path) -> Any:
     """``python -m hpml.train ARGS`` in the background, held at the start of epoch 1 until
     ``gate/go`` exists (tests.helpers.WaitAtEpoch)."""
-    env = cli_env(root)
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "hpml.train",
-            "model=vae",
-            *QUICK,
-            *args,
-            "+callbacks.gate._target_=tests.helpers.WaitAtEpoch",
-            "+callbacks.gate.epoch=1",
-            f"+callbacks.gate.gate_dir={gate}",
-        ],
-        cwd=root,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    gated = ["+callbacks.gate._target_=tests.helpers.WaitAtEpoch", "+callbacks.gate.epoch=1"]
+    return start_cli(["model=vae", *QUICK, *args, *gated, f"+callbacks.gate.gate_dir={gate}"], root)
 
 
 @pytest.mark.slow

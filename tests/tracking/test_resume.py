@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.conftest import QUICK, QUICK_BATCH, QUICK_SAMPLES, cli_env, run_cli
+from tests.conftest import QUICK, QUICK_BATCH, QUICK_SAMPLES, run_cli, start_cli
 
 pytestmark = pytest.mark.slow
 
@@ -23,22 +22,8 @@ SLOW = ["+callbacks.slow._target_=tests.helpers.SlowBatches", "+callbacks.slow.s
 MULTI_POINT = {"epoch", "noise/other_cpu_pct", "noise/steal_pct", "noise/step_time_cv_pct"}
 
 
-def start_cli(args: list[str], root: Path) -> subprocess.Popen:
-    """``python -m hpml.train ARGS`` in the background, as ``run_cli`` runs it."""
-    env = cli_env(root)
-    return subprocess.Popen(
-        [sys.executable, "-m", "hpml.train", *args],
-        cwd=root,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-
-
 def stop_after_a_checkpoint(
-    proc: subprocess.Popen, root: Path, signum: int, seen: set[Path]
+    proc: Any, root: Path, signum: int, seen: set[Path]
 ) -> tuple[int, list[str]]:
     """Send ``signum`` once a last.ckpt not in ``seen`` appears; the exit code and hpml lines.
 
