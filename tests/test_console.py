@@ -8,8 +8,7 @@ import logging
 import os
 import re
 import select
-import subprocess
-import sys
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -56,19 +55,14 @@ def test_only_the_named_warnings_are_dropped_and_verbose_undoes_it() -> None:
 
 
 def run_merged(args: list[str], root: Path) -> str:
-    """``python -m hpml.train ARGS`` with stdout and stderr in one pipe, in the order written."""
-    env = cli_env(root)
-    result = subprocess.run(
-        [sys.executable, "-m", "hpml.train", *args],
-        cwd=root,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stdout[-3000:]
-    return result.stdout
+    """``python -m hpml.train ARGS`` with stdout and stderr in one file, in the order written."""
+    from tests.warm import WARM
+
+    tmp = Path(tempfile.mkdtemp(prefix="hpml-cli-", dir=root.parent))
+    proc = WARM.popen("hpml.train", args, root, cli_env(root), tmp, merged=True)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+    return out
 
 
 @pytest.mark.slow

@@ -101,7 +101,8 @@ def child(request: dict) -> None:
         stdin = os.open(os.devnull, os.O_RDONLY)
         os.dup2(stdin, 0)
         for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
-            target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            # appending: stdout and stderr may share a file, in the order they were written
+            target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             os.dup2(target, fd)
             os.close(target)
         sys.stdin = open(0, closefd=False)  # noqa: SIM115 -- the process's own streams
@@ -172,7 +173,8 @@ class WarmProcess:
 
     def communicate(self, timeout: float | None = None) -> tuple[str, str]:
         self.wait(timeout)
-        return (self.tmp / "stdout").read_text(), (self.tmp / "stderr").read_text()
+        stderr = self.tmp / "stderr"  # absent where merged into stdout
+        return (self.tmp / "stdout").read_text(), stderr.read_text() if stderr.exists() else ""
 
     def send_signal(self, signum: int) -> None:
         if self.poll() is None:
@@ -235,11 +237,19 @@ class WarmInterpreter:
             self.proc.wait(timeout=30)
 
     def popen(
-        self, module: str, args: list[str], cwd: Path, env: dict[str, str], tmp: Path
+        self,
+        module: str,
+        args: list[str],
+        cwd: Path,
+        env: dict[str, str],
+        tmp: Path,
+        merged: bool = False,
     ) -> WarmProcess:
-        """``python -m MODULE ARGS`` in ``cwd`` with ``env``, started; output files in ``tmp``."""
+        """``python -m MODULE ARGS`` in ``cwd`` with ``env``, started; output files in ``tmp``
+        (``merged``: stderr into stdout's, as ``stderr=STDOUT``)."""
         request = {"module": module, "args": args, "cwd": str(cwd), "env": env}
-        request |= {"stdout": str(tmp / "stdout"), "stderr": str(tmp / "stderr")}
+        stderr = "stdout" if merged else "stderr"
+        request |= {"stdout": str(tmp / "stdout"), "stderr": str(tmp / stderr)}
         with self.lock:
             proc = self.start()
             self.requests += 1
