@@ -1,4 +1,5 @@
-"""Each model family learns the synthetic data: loss falls and accuracy beats chance."""
+"""Each model family learns the synthetic data: loss falls and accuracy beats chance. VGG11's is
+proved through ``hpml.train`` by tests/models/test_defaults_learn.py, with a higher bar."""
 
 from __future__ import annotations
 
@@ -10,10 +11,9 @@ import torch
 
 from hpml.data.synthetic import SyntheticDataModule
 from hpml.errors import IncompatibleError
-from hpml.models.classifier import ImageClassifier, TextClassifier
+from hpml.models.classifier import TextClassifier
 from hpml.models.nets.lstm import LSTMClassifier
 from hpml.models.nets.vae import VAE
-from hpml.models.nets.vgg import vgg
 from hpml.models.vae import VAEModule
 
 
@@ -37,20 +37,6 @@ def fit(model: L.LightningModule, data: SyntheticDataModule, epochs: int) -> dic
     )
     trainer.fit(model, datamodule=data)
     return history
-
-
-def test_vgg11_learns_synthetic_images():
-    """18 steps of 32 images: VGG11 reaches 0.96 validation accuracy here (0.34 after 12 steps
-    of 128 samples, too near the bar; 512 samples cost 2.5 times as much for no more proof)."""
-    L.seed_everything(0)
-    # colour names every class here (own_colour=1): a test of learning, not of the default's margin
-    data = SyntheticDataModule(train_samples=192, val_samples=128, batch_size=32, own_colour=1.0)
-    model = ImageClassifier(
-        partial(vgg, depth=11), data.spec, partial(torch.optim.SGD, lr=0.02, momentum=0.9)
-    )
-    history = fit(model, data, epochs=3)
-    assert history["train/loss"][-1] < history["train/loss"][0]
-    assert history["val/acc"][-1] > 0.3  # 10 classes: chance is 0.1
 
 
 def test_lstm_learns_synthetic_tokens():
