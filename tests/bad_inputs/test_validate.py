@@ -152,10 +152,13 @@ def numeric_knobs(cfg: Any) -> dict[str, Any]:
 
 
 def refusal(cfg: Any) -> str | None:
-    """What the two checks ``hpml.train.train`` makes before any run say about ``cfg``."""
+    """What the checks ``hpml.train.train`` makes before any run say about ``cfg``, in its
+    order: the config alone, the store, then the built parts."""
     from hpml.tracking.remote import prepare
+    from hpml.validate import check_config
 
     try:
+        check_config(cfg)
         prepare(cfg.logger)
         job_parts(cfg, hydra_job())
     except HpmlError as exc:
