@@ -162,11 +162,13 @@ class WarmProcess:
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
-        self.returncode = self.server.exit_code(self.pid, 0)
+        if self.returncode is None:
+            self.returncode = self.server.exit_code(self.pid, 0)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        self.returncode = self.server.exit_code(self.pid, timeout)
+        if self.returncode is None:
+            self.returncode = self.server.exit_code(self.pid, timeout)
         if self.returncode is None:
             raise subprocess.TimeoutExpired(self.args, timeout)
         return self.returncode
@@ -227,9 +229,11 @@ class WarmInterpreter:
                 self.answered.notify_all()
 
     def exit_code(self, pid: int, timeout: float | None) -> int | None:
+        """``pid``'s exit status, taken once (a later child may get the same pid), or None if
+        it has not exited within ``timeout``."""
         with self.answered:
             self.answered.wait_for(lambda: pid in self.exits, timeout)
-            return self.exits.get(pid)
+            return self.exits.pop(pid, None)
 
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
