@@ -118,11 +118,15 @@ def pairings(group: str, overrides: list[str]) -> list[list[str]]:
     return [overrides, *([*overrides, *model] for model in models)]
 
 
-def build_fitting(composed, group: str, overrides: list[str]) -> tuple[DictConfig, dict]:
-    """Build the first pairing whose model takes its data; fail naming every refusal."""
+def build_fitting(
+    composed, group: str, overrides: list[str], cfg: DictConfig
+) -> tuple[DictConfig, dict]:
+    """Build the first pairing whose model takes its data (``cfg``: ``overrides`` composed,
+    the first pairing); fail naming every refusal."""
     refusals = []
     for attempt in pairings(group, overrides):
-        cfg = composed(attempt)
+        if attempt != overrides:
+            cfg = composed(attempt)
         try:
             return cfg, build_run(cfg)
         except IncompatibleError as exc:  # AlexNet on 32x32 images, VGG-CIFAR on 224x224
@@ -149,7 +153,7 @@ def test_option_composes_and_instantiates(group: str, option: str, composed, roo
     reason = needs_missing_device(cfg)
     if reason is not None:
         pytest.skip(f"{group}={option}: {reason}")
-    cfg, built = build_fitting(composed, group, overrides)
+    cfg, built = build_fitting(composed, group, overrides, cfg)
     if group in ("callbacks", *cfg.callback_groups):
         for target in targets(cfg.get(group)):
             cls = get_class(target)
