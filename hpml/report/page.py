@@ -168,9 +168,7 @@ class Report:
 def _number(value: float) -> str:
     """A runs-table cell: :func:`~hpml.report.table.number`, 10,000 and more grouped in
     thousands (``17,720``, not ``1.772e+04``)."""
-    if math.isfinite(value) and abs(value) >= 1e4:
-        return f"{value:,.0f}"
-    return number(value)
+    return number(round(value) if math.isfinite(value) and abs(value) >= 1e4 else value)
 
 
 def _md_rows(headings: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
