@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpml.errors import HpmlError
+from hpml.report.runs import default_tracking_uri, project_root
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -235,8 +236,6 @@ def out_folder(args: argparse.Namespace, runs: list[Run], parent: Run | None) ->
     sweep_dir = parent.data.tags.get("hpml.sweep_dir") if parent is not None else None
     if sweep_dir:
         return Path(sweep_dir) / "report"
-    from hpml.report.runs import project_root
-
     name = parent.info.run_id if parent is not None else runs[0].info.run_id
     return project_root() / "outputs" / "report" / name
 
@@ -246,7 +245,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per file
     try:
         from hpml.report.fused import members
-        from hpml.report.runs import default_tracking_uri
         from hpml.report.stores import Stores
 
         stores = Stores.open(args.tracking_uri or [default_tracking_uri()])

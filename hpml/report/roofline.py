@@ -29,7 +29,7 @@ from hpml.names import (
     THROUGHPUT,
 )
 from hpml.report.canvas import Canvas, Figure, distinct_labels, fit, run_label
-from hpml.report.runs import add_run_choice, project_root
+from hpml.report.runs import add_run_choice, default_tracking_uri, project_root
 from hpml.report.table import differing_keys
 
 if TYPE_CHECKING:
@@ -223,7 +223,6 @@ def table(
 
 def draw(args: argparse.Namespace) -> list[Path]:
     from hpml.analysis.roofline_plot import describe_peak, plot_roofline
-    from hpml.report.runs import default_tracking_uri
     from hpml.report.stores import Stores
 
     stores = Stores.open([args.tracking_uri or default_tracking_uri()])
