@@ -89,7 +89,7 @@ class Report:
         for row in self.rows:
             css = ' class="failed"' if row.status == "FAILED" else ""
             cells = [f"<td>{escape(cell)}</td>" for cell in self._cells(row, columns)]
-            cells[1] = f'<td class="status">{escape(self._cells(row, ())[1])}</td>'
+            cells[1] = cells[1].replace("<td>", '<td class="status">', 1)
             body.append(f'<tr{css} title="run {escape(row.run_id)}">{"".join(cells)}</tr>')
         return (
             f'<div class="wide"><table id="{table_id}"><thead><tr>{head}</tr></thead>'
