@@ -169,7 +169,7 @@ class Report:
         md.write_text(self.markdown("figures"))
         return html, md
 
-    def write_csv(self, out: Path) -> list[Path]:
+    def write_csv(self, out: Path) -> None:
         """``runs.csv``, a file per table and ``comparisons.csv`` in ``out``."""
         out.mkdir(parents=True, exist_ok=True)
         runs = [
@@ -183,18 +183,13 @@ class Report:
             ]
             for row in self.rows
         ]
-        written = [
-            _csv(
-                out / "runs.csv",
-                ["run", "run_id", "status", "error", *self.keys, *self.columns],
-                runs,
-            )
-        ]
+        _csv(
+            out / "runs.csv", ["run", "run_id", "status", "error", *self.keys, *self.columns], runs
+        )
         for table in [*self.lead, *self.tables]:
             columns, rows = table.data or (table.headings, table.rows)
-            written.append(_csv(out / f"{table.name or slug(table.title)}.csv", columns, rows))
-        written.append(_csv(out / "comparisons.csv", COLUMNS, [c.row() for c in self.comparisons]))
-        return written
+            _csv(out / f"{table.name or slug(table.title)}.csv", columns, rows)
+        _csv(out / "comparisons.csv", COLUMNS, [c.row() for c in self.comparisons])
 
 
 def _number(value: float) -> str:
@@ -243,12 +238,11 @@ def plain(cell: object) -> object:
     return cell
 
 
-def _csv(path: Path, columns: Sequence[str], rows: Iterable[Sequence[object]]) -> Path:
+def _csv(path: Path, columns: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(columns)
         writer.writerows([plain(cell) for cell in row] for row in rows)
-    return path
 
 
 def slug(title: str) -> str:
