@@ -11,11 +11,11 @@ from pathlib import Path
 from statistics import fmean, harmonic_mean
 from typing import TYPE_CHECKING
 
-from hpml.analysis.stats import WITHIN_NOISE
+from hpml.analysis.stats import ratio_ci, verdict
 from hpml.fused.members import ARRAY_SIZE_TAG, ARRAY_TAG, FUSED_TAG, MEMBER_TAG
 from hpml.names import THROUGHPUT, VAL_ACC, VAL_LOSS, label
 from hpml.report.canvas import Canvas, Figure
-from hpml.report.comparisons import Comparison
+from hpml.report.comparisons import Comparison, noisy
 from hpml.report.groups import params_but
 from hpml.report.studies import Table, columns
 from hpml.report.table import BOOKKEEPING, differing_keys, number, short_name, value
@@ -63,21 +63,21 @@ def _quality(fused: Sequence[Run]) -> list[str]:
 
 
 def _speedup(run: Run, twin: Run | None, total: float | None, twin_speed: float | None) -> str:
-    """The array's total over its twin's samples/s: one run a side has no interval, so its
-    verdict is within noise (n=1)."""
+    """The array's total over its twin's samples/s with its verdict (one run a side: n=1)."""
     if total is None or not twin_speed or twin is None:
         return ""
+    interval = ratio_ci([total], [twin_speed])
     return Comparison(
         f"{run.info.run_id} {twin.info.run_id}",
         "fused array vs serial twin",
         THROUGHPUT,
         twin_speed,
         total,
-        total / twin_speed,
+        interval.median,
         None,
         None,
-        1,
-        WITHIN_NOISE,
+        interval.n,
+        verdict(interval, noisy(run) or noisy(twin)),
     ).cell()
 
 
