@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpml.errors import HpmlError
+from hpml.report.runs import default_tracking_uri, project_root
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -100,9 +101,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def chosen(stores: Stores, args: argparse.Namespace) -> tuple[list[Run], Run | None]:
-    """The runs ``args`` name, and their sweep's parent run (None for ``--runs``/``--filter``);
-    with ``--baseline``, the baseline sweep's jobs too."""
+def chosen(
+    stores: Stores, args: argparse.Namespace
+) -> tuple[list[Run], Run | None, Compared | None]:
+    """The runs ``args`` name (with ``--baseline``, the baseline sweep's jobs too), their sweep's
+    parent run (None for ``--runs``/``--filter``), and what ``--by`` or ``--baseline`` compares
+    (None for neither)."""
+    from hpml.report import pairs
+
     if args.filter is not None:
         from mlflow.exceptions import MlflowException
 
@@ -113,26 +119,17 @@ def chosen(stores: Stores, args: argparse.Namespace) -> tuple[list[Run], Run | N
         runs = [r for r in runs if r.data.tags.get("hpml.sweep_parent") != "true"]
         if not runs:
             raise HpmlError(f"no run matches --filter {args.filter!r} in {stores.where}")
-        return runs, None
-    runs, parent = stores.select(args.sweep, args.runs, args.experiment)
+        parent = None
+    else:
+        runs, parent = stores.select(args.sweep, args.runs, args.experiment)
     if args.baseline and parent is not None:
         base = stores.sweep(args.baseline)
         if base.info.run_id == parent.info.run_id:
             raise HpmlError(f"--baseline {args.baseline} is the sweep itself")
         runs += stores.jobs(base)
-    return runs, parent
-
-
-def compared(
-    stores: Stores, args: argparse.Namespace, runs: list[Run], parent: Run | None
-) -> Compared | None:
-    """What ``--by`` or ``--baseline`` compares, None for neither."""
-    from hpml.report import pairs
-
-    if args.baseline and parent is not None:
-        baseline = stores.sweep(args.baseline)
-        return pairs.by_sweep(runs, parent, baseline, args.by_seed, args.threshold)
-    return pairs.by_key(runs, args.by, args.by_seed, args.threshold) if args.by else None
+        return runs, parent, pairs.by_sweep(runs, parent, base, args.by_seed, args.threshold)
+    by = pairs.by_key(runs, args.by, args.by_seed, args.threshold) if args.by else None
+    return runs, parent, by
 
 
 def build(
@@ -235,8 +232,6 @@ def out_folder(args: argparse.Namespace, runs: list[Run], parent: Run | None) ->
     sweep_dir = parent.data.tags.get("hpml.sweep_dir") if parent is not None else None
     if sweep_dir:
         return Path(sweep_dir) / "report"
-    from hpml.report.runs import project_root
-
     name = parent.info.run_id if parent is not None else runs[0].info.run_id
     return project_root() / "outputs" / "report" / name
 
@@ -246,15 +241,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per file
     try:
         from hpml.report.fused import members
-        from hpml.report.runs import default_tracking_uri
         from hpml.report.stores import Stores
 
         stores = Stores.open(args.tracking_uri or [default_tracking_uri()])
-        runs, parent = chosen(stores, args)
+        runs, parent, by = chosen(stores, args)
         serial = stores.runs_or_jobs(args.twin)
         if serial and not members(runs):
             print("hpml: warning: --twin: the report's runs have no fused members", file=sys.stderr)
-        by = compared(stores, args, runs, parent)
         if by is not None and not by.pairs:
             print(f"hpml: warning: --by {by.key}: no two runs equal but for it", file=sys.stderr)
         report = build(stores, runs, parent, serial, args.by_seed, by)

@@ -18,6 +18,7 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 
 from hpml.names import BYTES, BYTES_PER_S, FLOPS_PER_S, FLOPS_PER_SAMPLE, label, unit_of
+from hpml.report.table import short_name, value
 
 if TYPE_CHECKING:
     from matplotlib.artist import Artist
@@ -55,8 +56,6 @@ LABEL_LINES = 2  # lines a label wraps to before it is cut with an ellipsis
 
 def run_label(run: Run, keys: list[str]) -> str:
     """A run as a tooltip names it: its name and the values of the keys its sweep varies."""
-    from hpml.report.table import value
-
     values = ", ".join(f"{k}={value(run, k)}" for k in keys)
     return f"{run.info.run_name}: {values}" if values else str(run.info.run_name)
 
@@ -64,8 +63,6 @@ def run_label(run: Run, keys: list[str]) -> str:
 def key_values(run: Run, keys: Sequence[str], named: bool = True) -> str:
     """A run's values of ``keys`` as a plot names them: ``prune=fpgm, amount=0.8`` (each key by
     its last segment), ``fpgm, 0.8`` unless ``named``."""
-    from hpml.report.table import value
-
     return ", ".join(
         f"{k.rsplit('.', 1)[-1]}={value(run, k)}" if named else value(run, k) for k in keys
     )
@@ -73,8 +70,6 @@ def key_values(run: Run, keys: Sequence[str], named: bool = True) -> str:
 
 def varying(runs: Sequence[Run], keys: Sequence[str]) -> list[str]:
     """The ``keys`` whose value differs between ``runs``: those a plot of them names."""
-    from hpml.report.table import value
-
     return [k for k in keys if len({value(r, k) for r in runs}) > 1]
 
 
@@ -92,8 +87,6 @@ def distinct_labels(runs: Sequence[Run], keys: list[str], named: bool = True) ->
     """Short names that tell the runs apart on an axis or in a legend: each run's values of
     those ``keys`` that vary between ``runs`` (:func:`key_values`), else its short name
     (``job 3``), with its job (or run id) where two would read the same."""
-    from hpml.report.table import short_name
-
     shown = varying(runs, keys)
     found = [key_values(run, shown, named) or short_name(run) for run in runs]
     twice = {text for text, n in Counter(found).items() if n > 1}

@@ -100,13 +100,11 @@ def in_run(run: Run) -> list[Comparison]:
         n = int(count) if count is not None and low is not None and high is not None else 1
         tag = tags.get(f"{VERDICT_TAG}{step}.speedup_b{batch}")
         if n < 2:
-            said = WITHIN_NOISE
+            said, low, high = WITHIN_NOISE, None, None
         elif tag in VERDICTS:
             said = tag
         else:
             said = verdict(Interval(ratio, low, high, n, 0.95))  # type: ignore[arg-type]
-        if n < 2:
-            low = high = None
         found.append(
             Comparison(
                 run.info.run_id,

@@ -47,8 +47,7 @@ def entries(run: Run) -> set[tuple[str, str]]:
 
 def differing(runs: Sequence[Run]) -> list[str]:
     """The environment keys (and the store) whose values differ between ``runs``."""
-    keys = [*TAGS, STORE]
-    return [k for k in keys if len({env_value(run, k) for run in runs}) > 1]
+    return [k for k in [*TAGS, STORE] if len({env_value(run, k) for run in runs}) > 1]
 
 
 def summary(runs: Sequence[Run]) -> str:

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from hpml.names import OTHER_CPU
+from hpml.report.comparisons import NOISY_TAG, noisy
 from hpml.report.environment import STORE, env_value, is_env, summary
 from hpml.report.table import value
 
@@ -63,15 +64,15 @@ def _load(runs: Sequence[Run]) -> str:
             f"other processes' CPU during timed work: median {statistics.median(other):.0f} %, "
             f"at most {max(other):.0f} %"
         )
-    noisy = [r for r in runs if r.data.tags.get("hpml.noisy", "").lower() == "true"]
-    if any("hpml.noisy" in r.data.tags for r in runs):
-        reasons = [r for r in _tag(noisy, "hpml.noisy.reason") if r]
+    if any(NOISY_TAG in r.data.tags for r in runs):
+        loud = [r for r in runs if noisy(r)]
+        reasons = [r for r in _tag(loud, f"{NOISY_TAG}.reason") if r]
         example = (
             f", e.g. {reasons[0]}; each run's reason in its hpml.noisy.reason tag"
             if reasons
             else ""
         )
-        parts.append(f"{len(noisy)} of {len(runs)} runs tagged noisy{example}")
+        parts.append(f"{len(loud)} of {len(runs)} runs tagged noisy{example}")
     return "; ".join(parts)
 
 
@@ -101,15 +102,15 @@ def header(
     ]
     devices = _tag(runs, "hpml.device")
     gpus = [d.removeprefix("cuda: ") for d in devices if d.startswith("cuda")]
+    models = _tag(runs, "hpml.cpu_model")
     cpus = (
-        _tag(runs, "hpml.cpu_model")
-        if any(_tag(runs, "hpml.cpu_model"))
-        else [d.removeprefix("cpu: ") for d in devices if d.startswith("cpu")]
+        models if any(models) else [d.removeprefix("cpu: ") for d in devices if d.startswith("cpu")]
     )
     threads = _one(_tag(runs, "hpml.cpu_threads"))
+    cores = _one(_tag(runs, "hpml.cpu_count"))
     cpu = _one(cpus)
-    if cpu and _one(_tag(runs, "hpml.cpu_count")):
-        cpu += f", {_one(_tag(runs, 'hpml.cpu_count'))} logical CPUs"
+    if cpu and cores:
+        cpu += f", {cores} logical CPUs"
     if cpu and threads:
         cpu += f", torch threads: {threads}"
     torch_version = _one(_tag(runs, "hpml.torch_version"))

@@ -1,20 +1,23 @@
 """A report as one self-contained HTML page (SVG inline, no script, opens offline) and as
 Markdown with its figures as SVG files beside it: a header (what ran, where, when), the tables
 that lead it (``--by``), the runs (headline columns shown, the rest folded), tables, figures.
+Every table is also CSV beside it (``tables/<name>.csv``): plain numbers at full precision,
+units in the column names, empty for what a run did not log.
 """
 
 from __future__ import annotations
 
+import csv
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 
 from hpml.names import STEP_TIME, TEST_ACC, THROUGHPUT, VAL_ACC, VAL_LOSS
 from hpml.report.canvas import UNITS, Figure, scaled
-from hpml.report.comparisons import Comparison
-from hpml.report.csv_tables import write as write_csv
+from hpml.report.comparisons import COLUMNS, Comparison
 from hpml.report.studies import Table
 from hpml.report.table import Row, number
 
@@ -22,6 +25,8 @@ from hpml.report.table import Row, number
 # speed; every other column is folded below it
 KEY_METRICS = (VAL_LOSS, VAL_ACC, TEST_ACC, THROUGHPUT, STEP_TIME)
 SHOWN = 7  # metric columns beside the swept keys: the table fits 1400 px with a few keys
+TABLES = "tables"  # the CSV files' folder
+_GROUPED = re.compile(r"^-?\d{1,3}(,\d{3})+$")  # a count as table.number groups it
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222;
@@ -89,7 +94,7 @@ class Report:
         for row in self.rows:
             css = ' class="failed"' if row.status == "FAILED" else ""
             cells = [f"<td>{escape(cell)}</td>" for cell in self._cells(row, columns)]
-            cells[1] = f'<td class="status">{escape(self._cells(row, ())[1])}</td>'
+            cells[1] = cells[1].replace("<td>", '<td class="status">', 1)
             body.append(f'<tr{css} title="run {escape(row.run_id)}">{"".join(cells)}</tr>')
         return (
             f'<div class="wide"><table id="{table_id}"><thead><tr>{head}</tr></thead>'
@@ -160,17 +165,37 @@ class Report:
             (folder / "figures" / f"{index + 1}.svg").write_text(figure.svg)
         html, md = folder / "report.html", folder / "report.md"
         html.write_text(self.html())
-        write_csv(folder, self)
+        self.write_csv(folder / TABLES)
         md.write_text(self.markdown("figures"))
         return html, md
+
+    def write_csv(self, out: Path) -> None:
+        """``runs.csv``, a file per table and ``comparisons.csv`` in ``out``."""
+        out.mkdir(parents=True, exist_ok=True)
+        runs = [
+            [
+                row.name,
+                row.run_id,
+                row.status,
+                row.error,
+                *(row.keys[k] for k in self.keys),
+                *(row.metrics.get(c) for c in self.columns),
+            ]
+            for row in self.rows
+        ]
+        _csv(
+            out / "runs.csv", ["run", "run_id", "status", "error", *self.keys, *self.columns], runs
+        )
+        for table in [*self.lead, *self.tables]:
+            columns, rows = table.data or (table.headings, table.rows)
+            _csv(out / f"{table.name or slug(table.title)}.csv", columns, rows)
+        _csv(out / "comparisons.csv", COLUMNS, [c.row() for c in self.comparisons])
 
 
 def _number(value: float) -> str:
     """A runs-table cell: :func:`~hpml.report.table.number`, 10,000 and more grouped in
     thousands (``17,720``, not ``1.772e+04``)."""
-    if math.isfinite(value) and abs(value) >= 1e4:
-        return f"{value:,.0f}"
-    return number(value)
+    return number(round(value) if math.isfinite(value) and abs(value) >= 1e4 else value)
 
 
 def _md_rows(headings: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -200,3 +225,26 @@ def _table_html(table: Table) -> str:
         f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody>'
         f"</table></div>{texts}</section>"
     )
+
+
+def plain(cell: object) -> object:
+    """A CSV cell: None as empty, floats in full (repr round-trips), ``1,302,400`` ungrouped."""
+    if cell is None:
+        return ""
+    if isinstance(cell, float):
+        return repr(cell)
+    if isinstance(cell, str) and _GROUPED.match(cell):
+        return cell.replace(",", "")
+    return cell
+
+
+def _csv(path: Path, columns: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(columns)
+        writer.writerows([plain(cell) for cell in row] for row in rows)
+
+
+def slug(title: str) -> str:
+    """``Fused arrays (HFTA, study 4)`` -> ``fused_arrays_hfta_study_4``: a table's file name."""
+    return re.sub(r"[^a-z0-9]+", "_", title.lower()).strip("_") or "table"

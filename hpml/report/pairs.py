@@ -88,20 +88,17 @@ def by_sweep(
     return Compared(SWEEP, pairs, alone, title)
 
 
-def _names_key(name: str, key: str) -> bool:
-    """Whether identity entry ``name`` is ``key``: the param, the config group's option and
-    params, or the environment key."""
-    return name in (key, f"{CHOICE_TAG}{key}") or name.startswith(f"{key}.")
+def _names_key(name: str, key: str, any_env: bool = False) -> bool:
+    """Whether identity entry ``name`` is ``key`` (the param, the config group's option and
+    params, or the environment key), or any environment key where ``any_env``."""
+    named = name in (key, f"{CHOICE_TAG}{key}") or name.startswith(f"{key}.")
+    return named or (any_env and is_env(name))
 
 
 def rest(run: Run, key: str, by_seed: bool = False, any_env: bool = False) -> frozenset:
     """A run's identity (:func:`~hpml.report.groups.identity`) but ``key``, and but every
     environment key where ``any_env``."""
-    return frozenset(
-        (name, text)
-        for name, text in identity(run, by_seed)
-        if not _names_key(name, key) and not (any_env and is_env(name))
-    )
+    return frozenset((n, t) for n, t in identity(run, by_seed) if not _names_key(n, key, any_env))
 
 
 def _order(values: list[str]) -> list[str]:
@@ -129,11 +126,7 @@ def paired(
         margin: the smallest difference a verdict calls faster or slower.
     """
     side = side or (lambda run: value(run, key))
-    keys = [
-        k
-        for k in label_keys(runs, by_seed)
-        if not _names_key(k, key) and not (any_env and is_env(k))
-    ]
+    keys = [k for k in label_keys(runs, by_seed) if not _names_key(k, key, any_env)]
     configs: dict[frozenset, dict[str, list[Run]]] = {}
     for run in runs:
         if run.info.status == FINISHED:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from hpml.errors import HpmlError
 from hpml.names import MEMORY_TOTAL, PEAK_MEMORY, STEP_CPU_TIME, STEP_TIME
-from hpml.report.runs import add_run_choice
+from hpml.report.runs import add_run_choice, default_tracking_uri
 
 STEP = {"wall": STEP_TIME, "cpu": STEP_CPU_TIME}
 
@@ -21,8 +22,6 @@ def observations(
     runs: list, clock: str = "wall"
 ) -> tuple[list[int], list[float], list[float], str]:
     """Batch sizes, step times (s, by ``clock``), memory (bytes) of ``runs``, and its metric."""
-    from hpml.errors import HpmlError
-
     on_cuda = all(
         r.data.tags.get("hpml.peak_memory_source", "").startswith("torch.cuda") for r in runs
     )
@@ -67,8 +66,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from hpml.analysis.scaling import ScalingModel
-    from hpml.errors import HpmlError
-    from hpml.report.runs import default_tracking_uri
     from hpml.report.stores import Stores
 
     try:

@@ -28,14 +28,15 @@ from hpml.names import (
     STAGE,
     THROUGHPUT,
 )
-from hpml.report.runs import add_run_choice, project_root
+from hpml.report.canvas import Canvas, Figure, distinct_labels, fit, run_label
+from hpml.report.runs import add_run_choice, default_tracking_uri, project_root
+from hpml.report.table import differing_keys
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from mlflow.entities import Run
 
     from hpml.analysis.roofline import RooflinePoint
-    from hpml.report.canvas import Figure
 
 
 class RooflineError(HpmlError):
@@ -67,16 +68,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def labels(runs: list[Run]) -> list[str]:
-    """The model choice of each run, or where that would not tell runs apart, their values of
-    the keys that differ between them (:func:`hpml.report.canvas.distinct_labels`), fitted."""
-    from hpml.report.canvas import distinct_labels, fit
-    from hpml.report.table import differing_keys
-
+def points(runs: list[Run]) -> list[tuple[RooflinePoint, str]]:
+    """Each run's point, labelled by its model choice (where that would not tell runs apart,
+    its values of the keys that differ between them, fitted), and what its performance is."""
     chosen = [r.data.tags.get("hpml.choice.model") or str(r.info.run_name) for r in runs]
     if len(set(chosen)) < len(chosen):
         chosen = distinct_labels(runs, differing_keys(runs))
-    return [fit(name) for name in chosen]
+    return [run_point(run, fit(name)) for run, name in zip(runs, chosen, strict=True)]
 
 
 def run_point(run: Run, label: str) -> tuple[RooflinePoint, str]:
@@ -154,7 +152,6 @@ def figure(runs: list[Run], keys: list[str]) -> Figure | None:
     """The report's roofline: every run with roofline metrics under its device's roof; runs on
     other devices add theirs, dashed."""
     from hpml.analysis.roofline_plot import describe_peak, roofline_figure
-    from hpml.report.canvas import Canvas, Figure, run_label
 
     measured = [r for r in runs if INTENSITY in r.data.metrics]
     if not measured:
@@ -163,7 +160,7 @@ def figure(runs: list[Run], keys: list[str]) -> Figure | None:
     if peak is None:
         return None
     precision = run_precision(measured[0])
-    rows = [run_point(run, label) for run, label in zip(measured, labels(measured), strict=True)]
+    rows = points(measured)
     fig, artists = roofline_figure([point for point, _ in rows], peak, precision, peak.name)
     others = {p.name: p for r in measured if (p := run_peak(r)) and p.name != peak.name}
     _roofs(fig.axes[0], list(others.values()), precision)
@@ -201,7 +198,9 @@ def _roofs(ax: Axes, peaks: list[DevicePeak], precision: str) -> None:
     ax.legend(loc="lower right", fontsize=8)  # as roofline_figure's, with the roofs added
 
 
-def table(rows: list[tuple[str, str, RooflinePoint, str]], peak: DevicePeak, precision: str) -> str:
+def table(
+    runs: list[Run], rows: list[tuple[RooflinePoint, str]], peak: DevicePeak, precision: str
+) -> str:
     """One line per run: intensity, achieved FLOP/s, share of the roof there, and the bound."""
     from hpml.analysis.roofline import attainable_flops_per_s, classify
 
@@ -210,11 +209,11 @@ def table(rows: list[tuple[str, str, RooflinePoint, str]], peak: DevicePeak, pre
         f"{'bound':<13}  performance"
     )
     lines = [header, "-" * len(header)]
-    for run_id, label, point, basis in rows:
+    for run, (point, basis) in zip(runs, rows, strict=True):
         achieved = point.flops_per_s
         roof = attainable_flops_per_s(point.intensity, peak, precision)
         lines.append(
-            f"{run_id:<32} {label[:16]:<16} {point.intensity:>10.3g} "
+            f"{run.info.run_id:<32} {point.label[:16]:<16} {point.intensity:>10.3g} "
             f"{'-' if achieved is None else f'{achieved:.3g}':>10} "
             f"{'-' if achieved is None else f'{100 * achieved / roof:.1f}':>9}  "
             f"{classify(point, peak, precision):<13}  {basis}"
@@ -224,7 +223,6 @@ def table(rows: list[tuple[str, str, RooflinePoint, str]], peak: DevicePeak, pre
 
 def draw(args: argparse.Namespace) -> list[Path]:
     from hpml.analysis.roofline_plot import describe_peak, plot_roofline
-    from hpml.report.runs import default_tracking_uri
     from hpml.report.stores import Stores
 
     stores = Stores.open([args.tracking_uri or default_tracking_uri()])
@@ -242,17 +240,18 @@ def draw(args: argparse.Namespace) -> list[Path]:
         print(f"hpml: warning: skipping {message}", file=sys.stderr)
     precision = run_precision(runs[0])
     peak = choose_peak(args.device, runs)
-    rows = [
-        (run.info.run_id, label, *run_point(run, label))
-        for run, label in zip(runs, labels(runs), strict=True)
-    ]
+    rows = points(runs)
     print(f"roof: {describe_peak(peak, precision)}\n  source: {peak.source}")
-    print(table(rows, peak, precision))
+    print(table(runs, rows, peak, precision))
     name = parent.info.run_id if parent else runs[0].info.run_id
     out = args.out or project_root() / "outputs" / "roofline" / name
     what = parent.info.run_name if parent else f"{len(runs)} runs"
     paths = plot_roofline(
-        [row[2] for row in rows], peak, Path(out) / "roofline", precision, f"{what} on {peak.name}"
+        [point for point, _ in rows],
+        peak,
+        Path(out) / "roofline",
+        precision,
+        f"{what} on {peak.name}",
     )
     if parent is not None:
         for path in paths:

@@ -46,7 +46,7 @@ def repeat_points(
         at[x(run)].append(run)
     found = []
     for px, repeats in sorted(at.items()):
-        values = [v for r in repeats if (v := r.data.metrics.get(name)) is not None]
+        values = metric_values(repeats, name)
         found.append((px, median_ci(values) if values else None, repeats))
     return found
 

@@ -6,7 +6,7 @@ never logged), for the report to show and to read its history and artifacts back
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hpml.errors import HpmlError
 from hpml.report.environment import STORE_TAG
@@ -51,22 +51,23 @@ class Stores:
             run.data.tags[STORE_TAG] = str(client.tracking_uri)
         return runs
 
-    def _experiments(self, client: MlflowClient, experiment: str | None) -> list[str]:
-        """The store's experiment ids (``experiment``'s where named): an error only where every
-        store lacks it."""
-        try:
-            return experiment_ids(client, experiment)
-        except HpmlError:
-            if any(c.get_experiment_by_name(experiment) for c in self.clients if experiment):
-                return []
-            raise
-
-    def search(self, filter_string: str, experiment: str | None = None) -> list[Run]:
-        """Runs ``filter_string`` selects in every store, store by store."""
+    def search(
+        self, filter_string: str, experiment: str | None = None, **options: Any
+    ) -> list[Run]:
+        """Runs ``filter_string`` selects in every store, store by store, in ``experiment`` where
+        named: an error only where every store lacks it (``options``: ``search_runs``'s)."""
         found = []
         for client in self.clients:
-            ids = self._experiments(client, experiment)
-            found += self.mark(client, client.search_runs(ids, filter_string) if ids else [])
+            try:
+                ids = experiment_ids(client, experiment)
+            except HpmlError:
+                if not any(
+                    c.get_experiment_by_name(experiment) for c in self.clients if experiment
+                ):
+                    raise
+                continue
+            runs = client.search_runs(ids, filter_string, **options) if ids else []
+            found += self.mark(client, runs)
         return found
 
     def run(self, run_id: str) -> Run:
@@ -89,13 +90,8 @@ class Stores:
                     f"run {sweep} is not a sweep's parent run (use --runs for single runs)"
                 )
             return parent
-        newest = []
-        for client in self.clients:
-            ids = self._experiments(client, experiment)
-            latest = client.search_runs(
-                ids, SWEEP_PARENT, order_by=["attributes.start_time DESC"], max_results=1
-            )
-            newest += self.mark(client, latest) if ids else []
+        latest = ["attributes.start_time DESC"]  # the newest of each store
+        newest = self.search(SWEEP_PARENT, experiment, order_by=latest, max_results=1)
         if not newest:
             where = f" in experiment '{experiment}'" if experiment else ""
             raise HpmlError(

@@ -30,21 +30,21 @@ def memory(runs: list[Run], _keys: list[str]) -> Figure | None:
     """Stacked bars of the first training step's tensors by part, per run, and beside them the
     tensors' total against the peak; a bar a run, named by what differs between the runs (the
     runs table's keys), not by the configs' keys that the other plots take."""
-    names = [metric("memory", part, BYTES) for part in MEMORY_PARTS]
-    measured = [r for r in runs if all(n in r.data.metrics for n in names)]
+    names = {part: metric("memory", part, BYTES) for part in MEMORY_PARTS}
+    measured = [r for r in runs if all(n in r.data.metrics for n in names.values())]
     if not measured:
         return None
     peaks = [r.data.metrics.get(MEMORY_PEAK) for r in measured]
     canvas = Canvas(panels=2 if any(p is not None for p in peaks) else 1)
     ax = canvas.axes[0]
-    totals = [sum(r.data.metrics[n] for n in names) for r in measured]
+    totals = [sum(r.data.metrics[n] for n in names.values()) for r in measured]
     factor, unit = prefixed(totals, "B")
     shown = varying(measured, differing_keys(measured))  # the runs table's keys: a bar a run
     ticks = distinct_labels(measured, shown, named=False)
     tips = [run_label(run, shown) for run in measured]
     across = fit(f"run ({', '.join(k.rsplit('.', 1)[-1] for k in shown)})" if shown else "run", 70)
     bottoms = [0.0] * len(measured)
-    for index, (part, name) in enumerate(zip(MEMORY_PARTS, names, strict=True)):
+    for index, (part, name) in enumerate(names.items()):
         heights = [r.data.metrics[name] / factor for r in measured]
         ax.bar(
             range(len(measured)),
@@ -56,8 +56,7 @@ def memory(runs: list[Run], _keys: list[str]) -> Figure | None:
         bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
     for i, run in enumerate(measured):
         parts = ", ".join(
-            f"{part.replace('_', ' ')} {human(run.data.metrics[n])}"
-            for part, n in zip(MEMORY_PARTS, names, strict=True)
+            f"{part.replace('_', ' ')} {human(run.data.metrics[n])}" for part, n in names.items()
         )
         canvas.point(
             ax,

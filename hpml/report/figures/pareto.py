@@ -19,7 +19,7 @@ from hpml.report.canvas import (
     run_label,
 )
 from hpml.report.groups import STEPS, Group, noisy, sign
-from hpml.report.series import MARKERS, REPEATS, spread_text
+from hpml.report.series import MARKERS, REPEATS, metric_values, spread_text
 from hpml.report.table import value
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def latency_size(runs: list[Run], keys: list[str]) -> Figure | None:
         stage = side(step, when)
         bytes_ = median_ci([m[size(stage)] for m in metrics]).median
         ms = median_ci([m[latency(stage)] for m in metrics])
-        qualities = [q for m in metrics if (q := m.get(val_acc(stage))) is not None]
+        qualities = metric_values(members, val_acc(stage))
         extra = "" if not qualities else f", val acc {median_ci(qualities).median:.3g} %"
         what = f"{human(bytes_)}, {spread_text(ms)} ms{extra}"
         found.append((bytes_, ms, f"{run_label(members[0], keys)}\n{step} {when}: {what}"))

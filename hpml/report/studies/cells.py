@@ -87,8 +87,7 @@ def latency_cells(group: Group, step: str) -> list[tuple[str, str]]:
     run's median with its IQR over rounds."""
     cells = []
     for when in SIDES:
-        name = latency(side(step, when))
-        values = group.values(name)
+        values = group.values(latency(side(step, when)))
         iqr = group.runs[0].data.metrics.get(latency(side(step, when), part="_iqr"))
         if len(values) == 1 and iqr is not None:
             cell = f"{number(values[0])} (IQR {number(iqr)})"
