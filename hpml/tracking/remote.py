@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 from hpml.errors import ConfigError
 from hpml.tracking.redact import redact_logs, redact_text
 from hpml.tracking.retries import RETRY_S, configure_retries, undo_fail_fast
-from hpml.tracking.store import StoreError
+from hpml.tracking.store import StoreError, causes
 
 PREFLIGHT_TIMEOUT_S = 3.0  # the whole check, name lookup included; loopback answers in ms
 # A job of a sweep asks a store its sweep's parent run already reached: silence there is far
@@ -176,11 +176,7 @@ def _reason(exc: BaseException, timeout_s: float) -> str:
     import requests
     import urllib3
 
-    chain: list[BaseException] = []
-    seen: BaseException | None = exc
-    while seen is not None and seen not in chain:
-        chain.append(seen)
-        seen = seen.__cause__ or seen.__context__
+    chain = causes(exc)
     text = " ".join(str(e) for e in chain)
     # with retries off, urllib3 wraps a read timeout in MaxRetryError and requests turns that
     # into a plain ConnectionError: the timeout is found further down the chain (not urllib3's
