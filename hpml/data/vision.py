@@ -35,6 +35,9 @@ MNIST_FILES = (
     "t10k-labels-idx1-ubyte",
 )
 DOWNLOAD_HINT = "download it with data.download=true"
+CIFAR = datasets.CIFAR10
+# (name, md5) of every file torchvision reads: the data batches, then the meta file
+CIFAR_FILES = [*CIFAR.train_list, *CIFAR.test_list, [CIFAR.meta["filename"], CIFAR.meta["md5"]]]
 
 
 def cifar10_eval_transforms() -> list[Transform]:
@@ -149,9 +152,7 @@ class CIFAR10DataModule(HpmlDataModule):
         """The folder if absent, else the first file that is missing (or fails its md5)."""
         if not self.folder.is_dir():
             return self.folder
-        cifar = datasets.CIFAR10
-        files = [*cifar.train_list, *cifar.test_list, [cifar.meta["filename"], cifar.meta["md5"]]]
-        for name, md5 in files:
+        for name, md5 in CIFAR_FILES:
             if not check_integrity(self.folder / name, md5 if check_md5 else None):
                 return self.folder / name
         return None
@@ -163,9 +164,7 @@ class CIFAR10DataModule(HpmlDataModule):
 
     def description(self) -> DataDescription:
         """The batches and meta file torchvision reads, by name, size and content."""
-        cifar = datasets.CIFAR10
-        names = [name for name, _ in [*cifar.train_list, *cifar.test_list]]
-        files = [self.folder / name for name in [*names, cifar.meta["filename"]]]
+        files = [self.folder / name for name, _ in CIFAR_FILES]
         return DataDescription.of_files("cifar10", self.folder, files)
 
     def prepare_data(self) -> None:
@@ -189,9 +188,8 @@ class CIFAR10DataModule(HpmlDataModule):
                 "data.download=true, or set data.verify=false to use it anyway"
             ) from err
         except Exception as err:  # unverified files torchvision cannot unpickle or shape
-            cifar = datasets.CIFAR10
-            names = [name for name, _ in [*cifar.train_list, *cifar.test_list]]
-            raise first_bad_cifar(self.folder, names, cifar.meta["filename"]) or HpmlError(
+            *batches, meta = [name for name, _ in CIFAR_FILES]
+            raise first_bad_cifar(self.folder, batches, meta) or HpmlError(
                 f"CIFAR-10 files in {self.folder} cannot be read ({type(err).__name__}: {err}): "
                 "delete them and set data.download=true"
             ) from err

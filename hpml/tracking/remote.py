@@ -14,9 +14,11 @@ from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from hpml.errors import ConfigError
+from hpml.ranges import Range
 from hpml.tracking.redact import redact_logs, redact_text
 from hpml.tracking.retries import RETRY_S, configure_retries, undo_fail_fast
-from hpml.tracking.store import StoreError
+from hpml.tracking.store import StoreError, causes
+from hpml.validate.store import sqlite_path
 
 PREFLIGHT_TIMEOUT_S = 3.0  # the whole check, name lookup included; loopback answers in ms
 # A job of a sweep asks a store its sweep's parent run already reached: silence there is far
@@ -56,12 +58,10 @@ def prepare(tracker: TrackerSettings, patience: float = 1) -> None:
     """
     undo_fail_fast()  # a job before this one, in this process, lost its server
     timeout_s = getattr(tracker, "preflight_timeout_s", PREFLIGHT_TIMEOUT_S)
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
+    if not Range(gt=0).accepts(timeout_s):
         raise ConfigError("logger.preflight_timeout_s", timeout_s, "seconds > 0")
     retry_s = getattr(tracker, "retry_s", RETRY_S)
-    if retry_s is not None and (
-        isinstance(retry_s, bool) or not isinstance(retry_s, int | float) or retry_s < 0
-    ):
+    if not Range(ge=0, null="MLflow's own").accepts(retry_s):
         raise ConfigError("logger.retry_s", retry_s, "seconds >= 0, or null for MLflow's own")
     if check_uri(tracker.tracking_uri) in ("http", "https"):
         redact_logs()
@@ -89,8 +89,7 @@ def check_uri(tracking_uri: str) -> str:
         if not parsed.hostname:
             raise invalid()
     elif scheme == "sqlite":
-        path = tracking_uri[len("sqlite:///") :].split("?")[0]
-        if not tracking_uri.startswith("sqlite:///") or path in ("", ":memory:"):
+        if sqlite_path(tracking_uri) is None:
             raise invalid(" (an in-memory store keeps nothing)")
     elif scheme.split("+")[0] in DATABASES:
         if not parsed.netloc:
@@ -176,11 +175,7 @@ def _reason(exc: BaseException, timeout_s: float) -> str:
     import requests
     import urllib3
 
-    chain: list[BaseException] = []
-    seen: BaseException | None = exc
-    while seen is not None and seen not in chain:
-        chain.append(seen)
-        seen = seen.__cause__ or seen.__context__
+    chain = causes(exc)
     text = " ".join(str(e) for e in chain)
     # with retries off, urllib3 wraps a read timeout in MaxRetryError and requests turns that
     # into a plain ConnectionError: the timeout is found further down the chain (not urllib3's

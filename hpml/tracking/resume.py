@@ -7,11 +7,17 @@ finds its unfinished run in its folder and continues it.
 
 from __future__ import annotations
 
+import os
 import shlex
+import socket
+import sys
 from pathlib import Path
 from typing import Any
 
 from hpml.errors import HpmlError
+from hpml.tracking.checkpoint import unreadable_checkpoint
+from hpml.tracking.jobs import earlier_attempt
+from hpml.tracking.redact import MASK, redact_text
 
 RESUMABLE = ("KILLED", "FAILED", "RUNNING")  # stopped, crashed, or killed before it could say
 CHECKPOINT_ARTIFACTS = "checkpoints"  # artifact folder of last.ckpt and best.ckpt
@@ -43,8 +49,6 @@ def _key(override: str) -> str:
 def merge_overrides(recorded: list[str], given: list[str]) -> list[str]:
     """The run's own overrides, less those ``given`` sets again, then ``given``; a given
     ``key=value`` replacing a recorded ``+key=...`` becomes ``++key=value``."""
-    from hpml.tracking.redact import MASK
-
     keys = {_key(arg) for arg in given if "=" in arg and not arg.startswith("-")}
     kept = [
         arg
@@ -83,9 +87,6 @@ def last_checkpoint(client: Any, run: Any) -> str | None:
 def alive(run: Any) -> bool:
     """Whether a RUNNING run's checkpoint writer is a live process on this host (a run killed
     outright stays RUNNING; one on another host cannot be checked and counts as stopped)."""
-    import os
-    import socket
-
     host, _, pid = run.data.tags.get(WRITER_TAG, "").rpartition(":")
     if run.info.status != "RUNNING" or host != socket.gethostname() or not pid.isdigit():
         return False
@@ -154,7 +155,8 @@ def find_run(client: Any, experiment_name: str, value: str) -> Any:
         run = client.get_run(value)
     except MlflowException:
         raise ResumeError(
-            f"resume={value}: no such run in {_store(client)}; {_valid(candidates)}"
+            f"resume={value}: no such run in {redact_text(str(client.tracking_uri))}; "
+            f"{_valid(candidates)}"
         ) from None
     if run.info.lifecycle_stage == "deleted":
         raise ResumeError(f"resume={value}: the run is deleted; {_valid(candidates)}")
@@ -183,12 +185,6 @@ def find_run(client: Any, experiment_name: str, value: str) -> Any:
     return run
 
 
-def _store(client: Any) -> str:
-    from hpml.tracking.redact import redact_text
-
-    return redact_text(str(client.tracking_uri))
-
-
 def checkpoint_file(client: Any, run: Any, download_dir: Path) -> str:
     """A local path of ``run``'s last checkpoint, downloaded into ``download_dir`` if need be."""
     where = last_checkpoint(client, run)
@@ -203,8 +199,6 @@ def checkpoint_file(client: Any, run: Any, download_dir: Path) -> str:
 def resume_args(args: list[str]) -> list[str]:
     """``args`` with the resumed run's own overrides put first and ``resume=last`` made an id;
     exits with status 2 and one line when ``resume=`` names nothing resumable."""
-    import sys
-
     value = requested(args)
     if value is None:
         return args
@@ -262,10 +256,6 @@ def requeued_run(tracker: Any, job_dir: Path) -> str | None:
     """The run to continue when this job is a requeued attempt (same job folder) of one that
     stopped with a checkpoint; None for a first attempt, or one that cannot be continued (it
     then starts afresh, saying why)."""
-    import sys
-
-    from hpml.tracking.jobs import earlier_attempt
-
     run_id = earlier_attempt(job_dir)
     if run_id is None:
         return None
@@ -280,8 +270,6 @@ def restarted_run(tracker: Any, job_dir: Path) -> str | None:
     """The run of an earlier attempt of the fused array member in ``job_dir`` that did not
     finish (its folder's record names it), if the store still has it: an array keeps no
     checkpoint, so the member starts afresh inside it, saying so; None for a first attempt."""
-    from hpml.tracking.jobs import earlier_attempt
-
     run_id = earlier_attempt(job_dir)
     if run_id is None:
         return None
@@ -300,9 +288,7 @@ def restarted_run(tracker: Any, job_dir: Path) -> str | None:
 
 def resume_point(tracker: Any, value: Any, output_dir: Path) -> tuple[str | None, str | None]:
     """``(run id, local last checkpoint)`` for ``resume=value``, the checkpoint checked to load;
-    ``(None, None)`` without one."""
-    from hpml.tracking.checkpoint import unreadable_checkpoint
-
+    ``(None, None)`` without one (a reopened run's error tag is cleared as it starts)."""
     if value is None:
         return None, None
     client = tracker.client()
@@ -315,6 +301,4 @@ def resume_point(tracker: Any, value: Any, output_dir: Path) -> tuple[str | None
             "it should be the last.ckpt Lightning saved for this run: put it back, or run the "
             "job again without resume="
         )
-    if "hpml.error" in run.data.tags:  # the stop it recorded is over; a new one records its own
-        client.delete_tag(run.info.run_id, "hpml.error")
     return run.info.run_id, path

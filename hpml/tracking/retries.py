@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 import os
 
+from hpml.tracking.store import causes
+
 log = logging.getLogger(__name__)
 
 RETRY_S = 600.0  # a server restart or upgrade; longer outages fail the run, in one line
@@ -67,14 +69,8 @@ def server_gone(exc: BaseException) -> bool:
     """Whether ``exc`` is a request to the server that failed after all its retries."""
     import requests
 
-    seen: BaseException | None = exc
-    for _ in range(20):  # MLflow, Lightning and hpml each wrap it once or twice
-        if seen is None:
-            return False
-        if isinstance(seen, requests.exceptions.ConnectionError | requests.exceptions.RetryError):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
+    gone = requests.exceptions.ConnectionError | requests.exceptions.RetryError
+    return any(isinstance(e, gone) for e in causes(exc))
 
 
 def fail_fast_if_server_gone(exc: BaseException) -> None:

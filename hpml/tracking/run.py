@@ -18,7 +18,7 @@ from hpml.hydra_job import HydraJob
 from hpml.ranges import Positive, Range
 from hpml.tracking.interrupts import interrupted
 from hpml.tracking.jobs import PARENT_FILE
-from hpml.tracking.logger import AttachedMLFlowLogger
+from hpml.tracking.logger import AttachedMLFlowLogger, MemberLogger
 from hpml.tracking.records import log_config, log_failure, log_job_log
 from hpml.tracking.redact import redact_text
 from hpml.tracking.remote import PREFLIGHT_TIMEOUT_S
@@ -87,13 +87,17 @@ class MlflowTracker:
     def experiment_id(self) -> str:
         return experiment_id(self.client(), self.experiment_name, self.artifact_root)
 
-    def attached_logger(self, run_id: str | None) -> AttachedMLFlowLogger:
-        """A Lightning logger writing into run ``run_id``. A DDP rank other than zero gets one
-        too, with its rank's no-op writes: Lightning expects the same loggers on every rank."""
-        return AttachedMLFlowLogger(
-            tracking_uri=self.tracking_uri,
-            run_id=run_id,
-            checkpoint_max_bytes=self.checkpoint_max_bytes,
+    def attached_logger(
+        self, run_id: str | None, member: int | None = None
+    ) -> AttachedMLFlowLogger:
+        """A Lightning logger writing into run ``run_id``, the run of a fused array's ``member``
+        if one is named. A DDP rank other than zero gets one too, with its rank's no-op writes:
+        Lightning expects the same loggers on every rank."""
+        uri, cap = self.tracking_uri, self.checkpoint_max_bytes
+        if member is None:
+            return AttachedMLFlowLogger(tracking_uri=uri, run_id=run_id, checkpoint_max_bytes=cap)
+        return MemberLogger(
+            tracking_uri=uri, run_id=run_id, member=member, checkpoint_max_bytes=cap
         )
 
     @contextmanager
@@ -177,9 +181,7 @@ class MlflowTracker:
             if not isinstance(exc, StoreError):
                 best_effort(self._record_unstarted, cfg, job, run_name, tags, exc)
             raise
-        return TrackedRun(
-            active, job, member, self.tracking_uri, self.checkpoint_max_bytes, self.log_model
-        )
+        return TrackedRun(active, job, member, self)
 
     def _begin(self, run: TrackedRun, cfg: DictConfig, resumed: bool) -> None:
         """What a run records as it starts: the config (a reopened run's error tag cleared:

@@ -57,9 +57,7 @@ class StopOnSignals:
             if self.received == signal.SIGINT:  # stop as on SIGTERM, after the batch
                 lightning(signal.SIGTERM, frame)
             return
-        if self.received == signal.SIGINT:
-            raise KeyboardInterrupt
-        raise Terminated
+        self.check()
 
     def check(self) -> None:
         """Raise now if a signal came while Lightning's handler held it but its loop had ended."""

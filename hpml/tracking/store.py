@@ -72,23 +72,27 @@ def prepare_store(tracking_uri: str) -> None:
         )
 
 
+def causes(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the errors it was raised from or while handling, outermost first, each once:
+    MLflow, SQLAlchemy, requests and hpml each wrap the error that says what went wrong."""
+    chain: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and seen not in chain:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    return chain
+
+
 def sqlite_damage(exc: BaseException) -> BaseException | None:
-    """SQLite's own error saying a file is no database or a damaged one, however MLflow or
-    SQLAlchemy wrapped it; None for any other error."""
-    while exc is not None:
-        if getattr(exc, "sqlite_errorname", None) in DAMAGED_CODES:
-            return exc
-        exc = exc.__cause__ or exc.__context__
-    return None
+    """SQLite's own error saying a file is no database or a damaged one, however wrapped; None
+    for any other error."""
+    damaged = (e for e in causes(exc) if getattr(e, "sqlite_errorname", None) in DAMAGED_CODES)
+    return next(damaged, None)
 
 
 def is_locked_error(exc: BaseException) -> bool:
-    """SQLite's ``database is locked``, however MLflow or SQLAlchemy wrapped it."""
-    while exc is not None:
-        if "database is locked" in str(exc):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
+    """SQLite's ``database is locked``, however wrapped."""
+    return any("database is locked" in str(e) for e in causes(exc))
 
 
 def retry_locked(action: Callable[[], T], retries: int = LOCKED_RETRIES) -> T:

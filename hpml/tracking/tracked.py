@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import mlflow
 from mlflow import MlflowClient
 
 from hpml.errors import one_line
 from hpml.hydra_job import HydraJob
-from hpml.tracking.logger import AttachedMLFlowLogger, MemberLogger
+from hpml.tracking.logger import AttachedMLFlowLogger
 from hpml.tracking.redact import redact_text
 from hpml.tracking.tags import device_tags
 
@@ -20,6 +20,15 @@ if TYPE_CHECKING:  # the dataset and model loggers import torch: only a run that
 
 log = logging.getLogger(__name__)
 trace = logging.getLogger("hpml.trace")  # to the job log file only (conf/hydra/default.yaml)
+
+
+class Tracker(Protocol):
+    """What a run reads of the ``logger`` group that opened it (``MlflowTracker``)."""
+
+    tracking_uri: str
+    log_model: bool
+
+    def attached_logger(self, run_id: str, member: int | None) -> AttachedMLFlowLogger: ...
 
 
 class TrackedRun:
@@ -33,9 +42,7 @@ class TrackedRun:
         run: the MLflow run, as started.
         job: Hydra's job the run trains, None outside Hydra.
         member: the member's index in a fused array; None for a job of one member.
-        tracking_uri: the store the run lives in.
-        checkpoint_max_bytes: larger checkpoints stay on disk only (None: no cap).
-        log_model: whether :meth:`log_model` logs the trained net.
+        tracker: the ``logger`` group that opened it: its store and what it logs.
     """
 
     def __init__(
@@ -43,29 +50,15 @@ class TrackedRun:
         run: mlflow.ActiveRun,
         job: HydraJob | None,
         member: int | None,
-        tracking_uri: str,
-        checkpoint_max_bytes: int | None,
-        log_model: bool,
+        tracker: Tracker,
     ) -> None:
-        self.job, self.member, self.tracking_uri = job, member, tracking_uri
-        self.checkpoint_max_bytes, self.logs_model = checkpoint_max_bytes, log_model
+        self.job, self.member, self.tracker = job, member, tracker
         self.run_id: str = run.info.run_id
         self.experiment_id: str = run.info.experiment_id
         self.aside = member is not None
 
     def lightning_logger(self) -> AttachedMLFlowLogger:
-        if self.member is None:
-            return AttachedMLFlowLogger(
-                tracking_uri=self.tracking_uri,
-                run_id=self.run_id,
-                checkpoint_max_bytes=self.checkpoint_max_bytes,
-            )
-        return MemberLogger(
-            tracking_uri=self.tracking_uri,
-            run_id=self.run_id,
-            member=self.member,
-            checkpoint_max_bytes=self.checkpoint_max_bytes,
-        )
+        return self.tracker.attached_logger(self.run_id, self.member)
 
     def set_device(self, device: Any, processes: int = 1) -> None:
         """Tag the device the trainer actually chose (known only once the trainer exists) and
@@ -73,7 +66,7 @@ class TrackedRun:
         from mlflow.entities import RunTag
 
         tags = {**device_tags(device), "hpml.processes": str(processes)}
-        MlflowClient(self.tracking_uri).log_batch(
+        MlflowClient(self.tracker.tracking_uri).log_batch(
             self.run_id, tags=[RunTag(key, value) for key, value in tags.items()]
         )
 
@@ -92,7 +85,7 @@ class TrackedRun:
         """With ``logger.log_model``: the trained ``net``, while the run is active. A failure
         warns and is the tag ``hpml.model_error``; the run still ends FINISHED, as its metrics and
         checkpoints are its result."""
-        if not self.logs_model:
+        if not self.tracker.log_model:
             return
         from hpml.tracking import model as logged_model
 

@@ -21,7 +21,6 @@ from hpml.data.spec import DataSpec
 from hpml.errors import ConfigError, IncompatibleError
 from hpml.hydra_job import HydraJob
 from hpml.models.input_fit import probe, size_range, sizes_text
-from hpml.optimize.quant.torch_ao import EAGER_INT8_MODELS as STATIC_INT8_MODELS  # noqa: F401
 from hpml.validate import options
 from hpml.validate.machine import quant_method
 
@@ -109,11 +108,6 @@ def check_checkpointing(cfg: DictConfig) -> None:
             "training, and the checkpointed stages are the eager net's; use activations=bf16, "
             "or drop one of the two"
         )
-
-
-def static_int8_runs(quantizer: Any, net: nn.Module, spec: DataSpec, name: str) -> None:
-    """Quantise ``net`` as eager-mode static int8 (and QAT) would, and run it on one batch."""
-    quantizer.check_net(lambda: net, torch.rand(2, *spec.input_shape), name)
 
 
 SAMPLES = {"image": "images", "tokens": "token sequences"}

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-Signature = tuple[dict[str, Any], set[str], bool]  # hints, argument names, takes **kwargs
+from hpml.validate.signatures import Signature
 
 
 class Unknown(Exception):

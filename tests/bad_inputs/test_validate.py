@@ -10,8 +10,8 @@ import torch
 from omegaconf import OmegaConf
 
 from hpml.errors import ConfigError, HpmlError
+from hpml.optimize.quant.torch_ao import EAGER_INT8_MODELS
 from hpml.train import hydra_job, job_parts
-from hpml.validate.fit import STATIC_INT8_MODELS, static_int8_runs
 
 VALID = [
     [],
@@ -100,7 +100,7 @@ def test_ddp_that_cannot_run_here_is_refused(
     assert expected in str(caught.value)
 
 
-@pytest.mark.parametrize("model", STATIC_INT8_MODELS)
+@pytest.mark.parametrize("model", EAGER_INT8_MODELS)
 def test_models_named_for_static_int8_do_quantise_and_run(model: str, composed) -> None:
     """The refusal's hint must hold: each model it names runs as eager static int8."""
     from hydra.utils import instantiate
@@ -111,7 +111,7 @@ def test_models_named_for_static_int8_do_quantise_and_run(model: str, composed) 
     cfg = composed([f"model={model}", f"data.image_size={size}"])
     net = instantiate(cfg.model.net, _partial_=True)(num_classes=10)
     spec = instantiate(cfg.data).planned_spec()
-    static_int8_runs(Static(), net, spec, model)
+    Static().check_net(lambda: net, torch.rand(2, *spec.input_shape), model)
 
 
 # Group selections that between them hold every option's numeric knobs.
