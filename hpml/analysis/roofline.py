@@ -10,16 +10,16 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 from torch import nn
 
-from hpml.analysis.compare import evaluating
+from hpml.analysis.compare import evaluating, forward_call
 from hpml.analysis.devices import DevicePeak
 from hpml.analysis.flops import FlopCount, count_flops
+from hpml.analysis.timing import call_seconds, synchronized_now
 from hpml.tensors import first_tensor, tensors_in
 
 Bound = Literal["memory-bound", "compute-bound"]
@@ -88,10 +88,6 @@ def leaf_modules(model: nn.Module) -> dict[str, nn.Module]:
     }
 
 
-def _call(model: nn.Module, example: Any) -> Any:
-    return model(*example) if isinstance(example, tuple) else model(example)
-
-
 def layer_bytes(model: nn.Module, example: Any) -> dict[str, int]:
     """Minimum bytes each leaf module moves in ``model(example)``: inputs + params + buffers +
     outputs, summed over its calls; in call order, leaves that did not run left out."""
@@ -116,16 +112,11 @@ def layer_bytes(model: nn.Module, example: Any) -> dict[str, int]:
     ]
     try:
         with evaluating([model]), torch.inference_mode():
-            _call(model, example)
+            forward_call(model, example)()
     finally:
         for handle in handles:
             handle.remove()
     return moved
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _device_of(model: nn.Module, example: Any) -> torch.device:
@@ -144,15 +135,13 @@ def layer_seconds(model: nn.Module, example: Any, passes: int = 3) -> dict[str, 
 
     def before(name: str):
         def mark(module: nn.Module, args: tuple) -> None:
-            _sync(device)
-            starts[name] = time.perf_counter()
+            starts[name] = synchronized_now(device)
 
         return mark
 
     def after(name: str):
         def stop(module: nn.Module, args: tuple, output: Any) -> None:
-            _sync(device)
-            current[name] = current.get(name, 0.0) + time.perf_counter() - starts[name]
+            current[name] = current.get(name, 0.0) + synchronized_now(device) - starts[name]
 
         return stop
 
@@ -161,11 +150,12 @@ def layer_seconds(model: nn.Module, example: Any, passes: int = 3) -> dict[str, 
         handles.append(module.register_forward_pre_hook(before(name)))
         handles.append(module.register_forward_hook(after(name)))
     best: dict[str, float] = {}
+    forward = forward_call(model, example)
     try:
         with evaluating([model]), torch.inference_mode():
             for index in range(passes + 1):
                 current.clear()
-                _call(model, example)
+                forward()
                 if index == 0:
                     continue  # warm-up: allocator, kernel selection, caches
                 for name, seconds in current.items():
@@ -178,17 +168,11 @@ def layer_seconds(model: nn.Module, example: Any, passes: int = 3) -> dict[str, 
 
 def forward_seconds(model: nn.Module, example: Any, passes: int = 3) -> float:
     """Seconds of one whole forward pass without hooks, best of ``passes`` after a warm-up."""
-    device = _device_of(model, example)
-    best = float("inf")
+    forward = forward_call(model, example)
     with evaluating([model]), torch.inference_mode():
-        for index in range(passes + 1):
-            _sync(device)
-            start = time.perf_counter()
-            _call(model, example)
-            _sync(device)
-            if index:
-                best = min(best, time.perf_counter() - start)
-    return best
+        forward()
+        times = call_seconds(forward, passes, _device_of(model, example))
+    return min(times, default=float("inf"))
 
 
 def analyse(

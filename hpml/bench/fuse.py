@@ -25,7 +25,7 @@ import lightning as L
 import torch
 from torch import Tensor
 
-from hpml.analysis.timing import synchronized_now
+from hpml.analysis.timing import call_seconds
 from hpml.bench.device import bench_device, device_name
 from hpml.bench.harness import CaseResult, Measurement, Ratio, Report, Settings, run_case
 from hpml.data.spec import DataSpec
@@ -138,12 +138,7 @@ def serial_step(member: HpmlModule, batch: tuple[Tensor, Tensor]) -> Tensor:
 
 def timed_ms(step: Callable[[], Any], steps: int, device: torch.device) -> float:
     """Median milliseconds of ``steps`` calls of ``step``, the device synchronised around each."""
-    times = []
-    for _ in range(steps):
-        start = synchronized_now(device)
-        step()
-        times.append(synchronized_now(device) - start)
-    return 1e3 * statistics.median(times)
+    return 1e3 * statistics.median(call_seconds(step, steps, device))
 
 
 def measure(

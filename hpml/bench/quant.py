@@ -81,8 +81,8 @@ def cpu_ms(model: nn.Module, example: Any, steps: int) -> float:
 def variant(model: nn.Module, example: Any, settings: Settings, size: int):
     def measure() -> Measurement:
         torch.set_num_threads(settings.threads)
-        stats = measure_latency(model, example, settings.steps, settings.warmup)
-        found = {LATENCY: stats.median_ms, SIZE: float(size)}
+        latency = measure_latency(model, example, settings.steps, settings.warmup)
+        found = {LATENCY: latency, SIZE: float(size)}
         if settings.threads == 1:
             found[CPU] = cpu_ms(model, example, settings.steps)
         return found

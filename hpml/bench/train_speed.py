@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import statistics
-import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -20,7 +19,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from hpml.analysis.timing import synchronized_now
+from hpml.analysis.timing import call_seconds, synchronized_now
 from hpml.bench.device import bench_device, device_name
 from hpml.bench.harness import CaseResult, Measurement, Ratio, Report, Settings, run_case
 from hpml.models.nets.vgg import CifarVGG
@@ -93,12 +92,7 @@ def step_seconds(step: Callable[[], None], steps: int, device: torch.device) -> 
     events between steps, synchronised before and after the block only, so the host queues
     step after step as in training."""
     if device.type != "cuda":
-        times = []
-        for _ in range(steps):
-            start = time.perf_counter()
-            step()
-            times.append(time.perf_counter() - start)
-        return times
+        return call_seconds(step, steps, device)
     marks = [torch.cuda.Event(enable_timing=True) for _ in range(steps + 1)]
     synchronized_now(device)
     marks[0].record()
@@ -125,9 +119,7 @@ def variant(
 def once_ms(step: Callable[[], None]) -> float:
     """Milliseconds of one step after an untimed one."""
     step()
-    start = time.perf_counter()
-    step()
-    return 1e3 * (time.perf_counter() - start)
+    return 1e3 * call_seconds(step, 1, CPU)[0]
 
 
 def step_kernels(step: Callable[[], None]) -> tuple[str, ...]:
