@@ -199,23 +199,15 @@ def roofline_figure(
             label=None if legend in labelled else legend,
         )
         labelled.add(legend)
-        if timed:
-            ax.annotate(
-                point.label,
-                (point.intensity, height),
-                xytext=(4, -3),
-                textcoords="offset points",
-                fontsize=7,
-            )
-        else:  # points on the roof line up: slanted labels above it fan out
-            ax.annotate(
-                point.label,
-                (point.intensity, height),
-                xytext=(0, 6),
-                textcoords="offset points",
-                fontsize=7,
-                rotation=60,
-            )
+        ax.annotate(
+            point.label,
+            (point.intensity, height),
+            # points on the roof line up: slanted labels above it fan out
+            xytext=(4, -3) if timed else (0, 6),
+            rotation=0 if timed else 60,
+            textcoords="offset points",
+            fontsize=7,
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(x_lo, x_hi)
