@@ -10,6 +10,7 @@ reference paths, so there one bf16 step is timed once, beside an eager step, in 
 
 from __future__ import annotations
 
+import copy
 import itertools
 import statistics
 from collections.abc import Callable
@@ -133,12 +134,6 @@ def step_kernels(step: Callable[[], None]) -> tuple[str, ...]:
     return tuple(sorted(n for n in names if "conv" in n and n not in DISPATCH_ONLY))
 
 
-def copy_of(net: nn.Module) -> nn.Module:
-    other = CifarVGG(11).to(next(net.parameters()).device).train()
-    other.load_state_dict(net.state_dict())
-    return other
-
-
 def bf16_native() -> bool:
     """Whether this CPU has bf16 instructions (x86 flags; False where /proc/cpuinfo is absent)."""
     try:
@@ -172,13 +167,12 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
     eager = CifarVGG(11).to(device).train()
 
     compiled, compile_s = compile_for_training(
-        copy_of(eager), [images], bench_dir / "inductor_train"
+        copy.deepcopy(eager), [images], bench_dir / "inductor_train"
     )
-    nhwc = copy_of(eager).to(memory_format=torch.channels_last)
+    nhwc = copy.deepcopy(eager).to(memory_format=torch.channels_last)
     nhwc_images = images.contiguous(memory_format=torch.channels_last)
-    bf16_step = trainer_step(
-        copy_of(eager), images, labels, MixedPrecision("bf16-mixed", device.type).forward_context
-    )
+    bf16 = MixedPrecision("bf16-mixed", device.type).forward_context
+    bf16_step = trainer_step(copy.deepcopy(eager), images, labels, bf16)
     steps = {
         EAGER: trainer_step(eager, images, labels),
         COMPILED: trainer_step(compiled, images, labels),
@@ -188,12 +182,12 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
     if device.type == "cuda":
         fp16 = MixedPrecision("16-mixed", device.type)
         steps[FP16] = trainer_step(
-            copy_of(eager), images, labels, fp16.forward_context, fp16.scaler
+            copy.deepcopy(eager), images, labels, fp16.forward_context, fp16.scaler
         )
     kernels = {
         name: step_kernels(step)
         for name, step in (
-            (EAGER, trainer_step(copy_of(eager), images, labels)),
+            (EAGER, trainer_step(copy.deepcopy(eager), images, labels)),
             (COMPILED, trainer_step(compiled, images, labels)),
         )
     }
@@ -212,6 +206,6 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
     if BF16 not in variants:
         torch.set_num_threads(settings.threads)
         notes["bf16_one_step_ms"] = once_ms(bf16_step)
-        notes["eager_one_step_ms"] = once_ms(trainer_step(copy_of(eager), images, labels))
+        notes["eager_one_step_ms"] = once_ms(trainer_step(copy.deepcopy(eager), images, labels))
     ratios = [speed_up(name) for name in variants if name != EAGER]
     return run_case("train_speed", variants, ratios, settings, report, notes)
