@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import lightning as L
 import torch
@@ -136,11 +135,6 @@ def serial_step(member: HpmlModule, batch: tuple[Tensor, Tensor]) -> Tensor:
     return loss.detach()
 
 
-def timed_ms(step: Callable[[], Any], steps: int, device: torch.device) -> float:
-    """Median milliseconds of ``steps`` calls of ``step``, the device synchronised around each."""
-    return 1e3 * statistics.median(call_seconds(step, steps, device))
-
-
 def measure(
     family: Family,
     members: Sequence[HpmlModule],
@@ -166,30 +160,23 @@ def measure(
     batch = tuple(t.to(device) for t in family.batch(family.batch_size))
     copies = [copy.deepcopy(member) for member in members]
     with quiet_barebones():
+        array = None
         if mode == FUSED:
             array = attached(FusedArray(copies), device)
-
-            def step() -> Tensor:
-                return array.training_step(batch, 0)
-
-            torch.manual_seed(SEED + 2000)
-            first = float(step())
-            for _ in range(warmup - 1):
-                step()
-            step_ms = timed_ms(step, steps, device)
-            if array.frozen:
-                raise RuntimeError(f"members {sorted(array.frozen)} of the array diverged")
+            jobs = [partial(array.training_step, batch, 0)]
         elif mode == SERIAL:
-            serial = [attached(member, device) for member in copies]
-            torch.manual_seed(SEED + 2000)  # each member's first step in turn: the array's draws
-            first = sum(float(serial_step(member, batch)) for member in serial)
-            step_ms = 0.0
-            for member in serial:  # one job after another
-                for _ in range(warmup - 1):
-                    serial_step(member, batch)
-                step_ms += timed_ms(partial(serial_step, member, batch), steps, device)
+            jobs = [partial(serial_step, attached(member, device), batch) for member in copies]
         else:
             raise ValueError(f"mode must be {FUSED} or {SERIAL}, got {mode!r}")
+        torch.manual_seed(SEED + 2000)  # serial members' first steps in turn: the array's draws
+        first = sum(float(job()) for job in jobs)
+        step_ms = 0.0
+        for job in jobs:  # serially one job after another, each warmed up and timed
+            for _ in range(warmup - 1):
+                job()
+            step_ms += 1e3 * statistics.median(call_seconds(job, steps, device))
+        if array is not None and array.frozen:
+            raise RuntimeError(f"members {sorted(array.frozen)} of the array diverged")
     return {SAMPLES: 1e3 * size * family.batch_size / step_ms, STEP: step_ms, FIRST_LOSS: first}
 
 
