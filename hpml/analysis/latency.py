@@ -22,7 +22,5 @@ def measure_latency(model: nn.Module, example: Any, rounds: int = 20, warmup: in
         raise ValueError(f"rounds={rounds} must be at least 1")
     forward = forward_call(model, example)
     with evaluating([model]), torch.inference_mode():
-        for _ in range(warmup):
-            forward()
-        times = call_seconds(forward, rounds, first_tensor(example).device)
+        times = call_seconds(forward, rounds, first_tensor(example).device, warmup)
     return 1e3 * statistics.median(times)

@@ -163,8 +163,7 @@ def forward_seconds(model: nn.Module, example: Any, passes: int = 3) -> float:
     """Seconds of one whole forward pass without hooks, best of ``passes`` after a warm-up."""
     forward = forward_call(model, example)
     with evaluating([model]), torch.inference_mode():
-        forward()
-        times = call_seconds(forward, passes, _device_of(model, example))
+        times = call_seconds(forward, passes, _device_of(model, example), warmup=1)
     return min(times, default=float("inf"))
 
 

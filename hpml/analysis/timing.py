@@ -19,9 +19,14 @@ def synchronized_now(device: torch.device) -> float:
     return time.perf_counter()
 
 
-def call_seconds(fn: Callable[[], object], calls: int, device: torch.device) -> list[float]:
-    """Host-clock seconds of each of ``calls`` calls of ``fn``, ``device`` synchronised before
-    and after each, so a call's time holds the work it queued."""
+def call_seconds(
+    fn: Callable[[], object], calls: int, device: torch.device, warmup: int = 0
+) -> list[float]:
+    """Host-clock seconds of each of ``calls`` calls of ``fn`` after ``warmup`` untimed ones,
+    ``device`` synchronised before and after each timed call, so its time holds the work it
+    queued."""
+    for _ in range(warmup):
+        fn()
     times = []
     for _ in range(calls):
         start = synchronized_now(device)

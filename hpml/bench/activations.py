@@ -59,9 +59,7 @@ def trainer(
     def measure() -> Measurement:
         torch.set_num_threads(settings.threads)
         saved = train_step(measure=True)
-        for _ in range(settings.warmup):
-            train_step()
-        seconds = call_seconds(train_step, settings.steps, torch.device("cpu"))
+        seconds = call_seconds(train_step, settings.steps, torch.device("cpu"), settings.warmup)
         return {STEP: 1e3 * statistics.median(seconds), SAVED: float(saved)}
 
     return measure

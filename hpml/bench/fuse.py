@@ -172,9 +172,7 @@ def measure(
         first = sum(float(job()) for job in jobs)
         step_ms = 0.0
         for job in jobs:  # serially one job after another, each warmed up and timed
-            for _ in range(warmup - 1):
-                job()
-            step_ms += 1e3 * statistics.median(call_seconds(job, steps, device))
+            step_ms += 1e3 * statistics.median(call_seconds(job, steps, device, warmup - 1))
         if array is not None and array.frozen:
             raise RuntimeError(f"members {sorted(array.frozen)} of the array diverged")
     return {SAMPLES: 1e3 * size * family.batch_size / step_ms, STEP: step_ms, FIRST_LOSS: first}

@@ -119,8 +119,7 @@ def variant(
 
 def once_ms(step: Callable[[], None]) -> float:
     """Milliseconds of one step after an untimed one."""
-    step()
-    return 1e3 * call_seconds(step, 1, CPU)[0]
+    return 1e3 * call_seconds(step, 1, CPU, warmup=1)[0]
 
 
 def step_kernels(step: Callable[[], None]) -> tuple[str, ...]:
