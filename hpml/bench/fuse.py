@@ -113,8 +113,7 @@ def quiet_barebones() -> Iterator[None]:
 def attached(module: L.LightningModule, device: torch.device) -> L.LightningModule:
     """``module`` on ``device`` with its optimisers under a barebones ``Trainer``, so that
     ``manual_backward`` and ``optimizers()`` work as under ``fit``."""
-    accelerator = "cuda" if device.type == "cuda" else "cpu"
-    trainer = L.Trainer(barebones=True, accelerator=accelerator, devices=1, logger=False)
+    trainer = L.Trainer(barebones=True, accelerator=device.type, devices=1, logger=False)
     module.to(device)
     trainer.strategy.connect(module)
     module.trainer = trainer
