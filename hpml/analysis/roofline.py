@@ -149,11 +149,10 @@ def layer_seconds(model: nn.Module, example: Any, passes: int = 3) -> dict[str, 
     best: dict[str, float] = {}
     forward = forward_call(model, example)
     with _hooked_leaves(model, hooks):
-        for index in range(passes + 1):
+        forward()  # warm-up: allocator, kernel selection, caches
+        for _ in range(passes):
             current.clear()
             forward()
-            if index == 0:
-                continue  # warm-up: allocator, kernel selection, caches
             for name, seconds in current.items():
                 best[name] = min(best.get(name, float("inf")), seconds)
     return best
