@@ -184,11 +184,8 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
             copy.deepcopy(eager), images, labels, fp16.forward_context, fp16.scaler
         )
     kernels = {
-        name: step_kernels(step)
-        for name, step in (
-            (EAGER, trainer_step(copy.deepcopy(eager), images, labels)),
-            (COMPILED, trainer_step(compiled, images, labels)),
-        )
+        EAGER: step_kernels(trainer_step(copy.deepcopy(eager), images, labels)),
+        COMPILED: step_kernels(trainer_step(compiled, images, labels)),
     }
     for name, called in kernels.items():
         print(f"conv kernels: {name} training step: {', '.join(called) or 'none recorded'}")
