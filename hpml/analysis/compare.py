@@ -243,7 +243,8 @@ def evaluating(models: Sequence[nn.Module]) -> Iterator[None]:
             module.training = training
 
 
-def _forward(model: nn.Module, example: Any) -> Callable[[], object]:
+def forward_call(model: nn.Module, example: Any) -> Callable[[], object]:
+    """``model`` called on ``example``: a tensor, or a tuple of inputs."""
     args = example if isinstance(example, tuple) else (example,)
     return lambda: model(*args)
 
@@ -258,7 +259,7 @@ def compare_forward(
 ) -> dict[str, Timing]:
     """Forward latency of each ``name: (model, example)`` (a tensor or a tuple of inputs), side
     by side as ``plan`` asks, in eval mode under ``torch.inference_mode``."""
-    calls = {name: _forward(model, x) for name, (model, x) in variants.items()}
+    calls = {name: forward_call(model, x) for name, (model, x) in variants.items()}
     devices = {name: _device(x) for name, (_, x) in variants.items()}
     with evaluating([model for model, _ in variants.values()]), torch.inference_mode():
         timings = time_side_by_side(calls, plan, set(devices.values()))

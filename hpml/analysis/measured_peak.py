@@ -7,7 +7,6 @@ import json
 import os
 import re
 import socket
-import time
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,20 +43,12 @@ def _best_seconds(
 ) -> float:
     """Shortest of repeated timings of ``work`` (after one untimed call), until ``budget_s``:
     best-of, not median, as other load only ever slows a repeat down."""
-    import torch
-
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+    from hpml.analysis.timing import call_seconds
 
     work()
-    sync()
     best, spent, repeats = float("inf"), 0.0, 0
     while repeats < min_repeats or (spent < budget_s and repeats < max_repeats):
-        start = time.perf_counter()
-        work()
-        sync()
-        elapsed = time.perf_counter() - start
+        [elapsed] = call_seconds(work, 1, device)
         best, spent, repeats = min(best, elapsed), spent + elapsed, repeats + 1
     return best
 

@@ -10,16 +10,19 @@
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
-from hpml.analysis.compare import evaluating
+from hpml.analysis.compare import evaluating, forward_call
 from hpml.analysis.devices import DevicePeak
 from hpml.analysis.flops import FlopCount, count_flops
+from hpml.analysis.timing import call_seconds, synchronized_now
 from hpml.tensors import first_tensor, tensors_in
 
 Bound = Literal["memory-bound", "compute-bound"]
@@ -88,8 +91,19 @@ def leaf_modules(model: nn.Module) -> dict[str, nn.Module]:
     }
 
 
-def _call(model: nn.Module, example: Any) -> Any:
-    return model(*example) if isinstance(example, tuple) else model(example)
+@contextmanager
+def _hooked_leaves(
+    model: nn.Module, hooks: Callable[[str, nn.Module], list[RemovableHandle]]
+) -> Iterator[None]:
+    """``model`` in eval mode under ``torch.inference_mode``, with the hooks ``hooks(name,
+    leaf)`` registers on each leaf module until the block ends."""
+    handles = [handle for name, leaf in leaf_modules(model).items() for handle in hooks(name, leaf)]
+    try:
+        with evaluating([model]), torch.inference_mode():
+            yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def layer_bytes(model: nn.Module, example: Any) -> dict[str, int]:
@@ -97,35 +111,16 @@ def layer_bytes(model: nn.Module, example: Any) -> dict[str, int]:
     outputs, summed over its calls; in call order, leaves that did not run left out."""
     moved: dict[str, int] = {}
 
-    def hook(name: str):
+    def hook(name: str, leaf: nn.Module) -> list[RemovableHandle]:
         def record(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
             state = [*module.parameters(), *module.buffers()]
-            moved[name] = (
-                moved.get(name, 0)
-                + _nbytes(args)
-                + _nbytes(kwargs)
-                + _nbytes(state)
-                + _nbytes(output)
-            )
+            moved[name] = moved.get(name, 0) + _nbytes((args, kwargs, state, output))
 
-        return record
+        return [leaf.register_forward_hook(record, with_kwargs=True)]
 
-    handles = [
-        m.register_forward_hook(hook(name), with_kwargs=True)
-        for name, m in leaf_modules(model).items()
-    ]
-    try:
-        with evaluating([model]), torch.inference_mode():
-            _call(model, example)
-    finally:
-        for handle in handles:
-            handle.remove()
+    with _hooked_leaves(model, hook):
+        forward_call(model, example)()
     return moved
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _device_of(model: nn.Module, example: Any) -> torch.device:
@@ -142,53 +137,33 @@ def layer_seconds(model: nn.Module, example: Any, passes: int = 3) -> dict[str, 
     starts: dict[str, float] = {}
     current: dict[str, float] = {}
 
-    def before(name: str):
+    def hooks(name: str, leaf: nn.Module) -> list[RemovableHandle]:
         def mark(module: nn.Module, args: tuple) -> None:
-            _sync(device)
-            starts[name] = time.perf_counter()
+            starts[name] = synchronized_now(device)
 
-        return mark
-
-    def after(name: str):
         def stop(module: nn.Module, args: tuple, output: Any) -> None:
-            _sync(device)
-            current[name] = current.get(name, 0.0) + time.perf_counter() - starts[name]
+            current[name] = current.get(name, 0.0) + synchronized_now(device) - starts[name]
 
-        return stop
+        return [leaf.register_forward_pre_hook(mark), leaf.register_forward_hook(stop)]
 
-    handles = []
-    for name, module in leaf_modules(model).items():
-        handles.append(module.register_forward_pre_hook(before(name)))
-        handles.append(module.register_forward_hook(after(name)))
     best: dict[str, float] = {}
-    try:
-        with evaluating([model]), torch.inference_mode():
-            for index in range(passes + 1):
-                current.clear()
-                _call(model, example)
-                if index == 0:
-                    continue  # warm-up: allocator, kernel selection, caches
-                for name, seconds in current.items():
-                    best[name] = min(best.get(name, float("inf")), seconds)
-    finally:
-        for handle in handles:
-            handle.remove()
+    forward = forward_call(model, example)
+    with _hooked_leaves(model, hooks):
+        forward()  # warm-up: allocator, kernel selection, caches
+        for _ in range(passes):
+            current.clear()
+            forward()
+            for name, seconds in current.items():
+                best[name] = min(best.get(name, float("inf")), seconds)
     return best
 
 
 def forward_seconds(model: nn.Module, example: Any, passes: int = 3) -> float:
     """Seconds of one whole forward pass without hooks, best of ``passes`` after a warm-up."""
-    device = _device_of(model, example)
-    best = float("inf")
+    forward = forward_call(model, example)
     with evaluating([model]), torch.inference_mode():
-        for index in range(passes + 1):
-            _sync(device)
-            start = time.perf_counter()
-            _call(model, example)
-            _sync(device)
-            if index:
-                best = min(best, time.perf_counter() - start)
-    return best
+        times = call_seconds(forward, passes, _device_of(model, example), warmup=1)
+    return min(times, default=float("inf"))
 
 
 def analyse(

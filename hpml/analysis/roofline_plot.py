@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -154,30 +155,20 @@ def roofline_figure(
         + (" (raised to the best point)" if "raised to" in peak.name else ""),
     )
     ax.axvline(ridge, color="grey", linestyle=":", linewidth=1)
-    ax.annotate(
+    note = partial(ax.annotate, textcoords="offset points", fontsize=8)  # xytext in points
+    note(
         f"ridge {ridge:.3g} FLOP/byte",
         (ridge, 1.0),
         xycoords=("data", "axes fraction"),  # at the top: the legend sits at the bottom
         xytext=(4, -12),
-        textcoords="offset points",
-        fontsize=8,
         color="grey",
     )
-    ax.annotate(
-        f"compute peak {_si(compute, 'FLOP/s')}",
-        (x_hi, compute),
-        xytext=(-4, -12),
-        textcoords="offset points",
-        fontsize=8,
-        ha="right",
-    )
+    note(f"compute peak {_si(compute, 'FLOP/s')}", (x_hi, compute), xytext=(-4, -12), ha="right")
     slope_x = (x_lo * ridge) ** 0.5
-    ax.annotate(
+    note(
         f"memory {_si(bandwidth, 'B/s')}",
         (slope_x, bandwidth * slope_x),
         xytext=(-6, 6),
-        textcoords="offset points",
-        fontsize=8,
         ha="right",
         rotation=25,
         rotation_mode="anchor",
@@ -199,23 +190,14 @@ def roofline_figure(
             label=None if legend in labelled else legend,
         )
         labelled.add(legend)
-        if timed:
-            ax.annotate(
-                point.label,
-                (point.intensity, height),
-                xytext=(4, -3),
-                textcoords="offset points",
-                fontsize=7,
-            )
-        else:  # points on the roof line up: slanted labels above it fan out
-            ax.annotate(
-                point.label,
-                (point.intensity, height),
-                xytext=(0, 6),
-                textcoords="offset points",
-                fontsize=7,
-                rotation=60,
-            )
+        note(
+            point.label,
+            (point.intensity, height),
+            # points on the roof line up: slanted labels above it fan out
+            xytext=(4, -3) if timed else (0, 6),
+            rotation=0 if timed else 60,
+            fontsize=7,
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(x_lo, x_hi)

@@ -7,6 +7,7 @@ compute per sample) and memory ``c + d B`` (weights, gradients and optimiser sta
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -27,11 +28,8 @@ class Line:
 def fit_line(xs: Sequence[float], ys: Sequence[float]) -> Line:
     if len(set(xs)) < 2:
         raise HpmlError(f"scaling needs runs at two or more batch sizes, got {sorted(set(xs))}")
-    n = len(xs)
-    mean_x, mean_y = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mean_x) ** 2 for x in xs)
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sxx
-    return Line(mean_y - slope * mean_x, slope)
+    slope, intercept = statistics.linear_regression(xs, ys)
+    return Line(intercept, slope)
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -16,6 +17,22 @@ def synchronized_now(device: torch.device) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return time.perf_counter()
+
+
+def call_seconds(
+    fn: Callable[[], object], calls: int, device: torch.device, warmup: int = 0
+) -> list[float]:
+    """Host-clock seconds of each of ``calls`` calls of ``fn`` after ``warmup`` untimed ones,
+    ``device`` synchronised before and after each timed call, so its time holds the work it
+    queued."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(calls):
+        start = synchronized_now(device)
+        fn()
+        times.append(synchronized_now(device) - start)
+    return times
 
 
 @dataclass(frozen=True)

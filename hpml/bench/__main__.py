@@ -52,18 +52,16 @@ CASES: dict[str, Case] = {
 }
 
 
-def positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def at_least(low: int) -> Callable[[str], int]:
+    """An argparse ``type``: an integer of at least ``low``."""
 
+    def count(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
 
-def non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
-    return value
+    return count
 
 
 def parse_args(argv: Sequence[str], cases: Mapping[str, Case] = CASES) -> argparse.Namespace:
@@ -78,12 +76,13 @@ def parse_args(argv: Sequence[str], cases: Mapping[str, Case] = CASES) -> argpar
         metavar="NAME",
         help=f"case to run, repeatable (default: all of {', '.join(cases)})",
     )
-    for flag, kind, default, text in (
-        ("--rounds", positive, defaults.rounds, "rounds; each runs every variant once"),
-        ("--steps", positive, defaults.steps, "timed steps per variant and round"),
-        ("--warmup", non_negative, defaults.warmup, "untimed steps before them"),
-        ("--threads", positive, defaults.threads, "torch intra-op threads for every variant"),
+    for flag, low, default, text in (
+        ("--rounds", 1, defaults.rounds, "rounds; each runs every variant once"),
+        ("--steps", 1, defaults.steps, "timed steps per variant and round"),
+        ("--warmup", 0, defaults.warmup, "untimed steps before them"),
+        ("--threads", 1, defaults.threads, "torch intra-op threads for every variant"),
     ):
+        kind = at_least(low)
         parser.add_argument(flag, type=kind, default=default, help=f"{text} (default %(default)s)")
     return parser.parse_args(argv)
 

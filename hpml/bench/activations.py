@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import torch
 from torch import nn
 
 from hpml.analysis.memory import SavedActivations
+from hpml.analysis.timing import call_seconds
 from hpml.bench.harness import CaseResult, Measurement, Ratio, Report, Settings, run_case
 from hpml.models.nets.vgg import vgg
 from hpml.optimize.activations import Bf16SavedTensors, checkpointed, default_stages
@@ -59,14 +59,8 @@ def trainer(
     def measure() -> Measurement:
         torch.set_num_threads(settings.threads)
         saved = train_step(measure=True)
-        for _ in range(settings.warmup):
-            train_step()
-        times = []
-        for _ in range(settings.steps):
-            start = time.perf_counter()
-            train_step()
-            times.append((time.perf_counter() - start) * 1e3)
-        return {STEP: statistics.median(times), SAVED: float(saved)}
+        seconds = call_seconds(train_step, settings.steps, torch.device("cpu"), settings.warmup)
+        return {STEP: 1e3 * statistics.median(seconds), SAVED: float(saved)}
 
     return measure
 

@@ -19,13 +19,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import lightning as L
 import torch
 from torch import Tensor
 
-from hpml.analysis.timing import synchronized_now
+from hpml.analysis.timing import call_seconds
 from hpml.bench.device import bench_device, device_name
 from hpml.bench.harness import CaseResult, Measurement, Ratio, Report, Settings, run_case
 from hpml.data.spec import DataSpec
@@ -114,8 +113,7 @@ def quiet_barebones() -> Iterator[None]:
 def attached(module: L.LightningModule, device: torch.device) -> L.LightningModule:
     """``module`` on ``device`` with its optimisers under a barebones ``Trainer``, so that
     ``manual_backward`` and ``optimizers()`` work as under ``fit``."""
-    accelerator = "cuda" if device.type == "cuda" else "cpu"
-    trainer = L.Trainer(barebones=True, accelerator=accelerator, devices=1, logger=False)
+    trainer = L.Trainer(barebones=True, accelerator=device.type, devices=1, logger=False)
     module.to(device)
     trainer.strategy.connect(module)
     module.trainer = trainer
@@ -134,16 +132,6 @@ def serial_step(member: HpmlModule, batch: tuple[Tensor, Tensor]) -> Tensor:
     member.trainer.strategy.backward(loss, optimizer)
     optimizer.step()
     return loss.detach()
-
-
-def timed_ms(step: Callable[[], Any], steps: int, device: torch.device) -> float:
-    """Median milliseconds of ``steps`` calls of ``step``, the device synchronised around each."""
-    times = []
-    for _ in range(steps):
-        start = synchronized_now(device)
-        step()
-        times.append(synchronized_now(device) - start)
-    return 1e3 * statistics.median(times)
 
 
 def measure(
@@ -171,30 +159,21 @@ def measure(
     batch = tuple(t.to(device) for t in family.batch(family.batch_size))
     copies = [copy.deepcopy(member) for member in members]
     with quiet_barebones():
+        array = None
         if mode == FUSED:
             array = attached(FusedArray(copies), device)
-
-            def step() -> Tensor:
-                return array.training_step(batch, 0)
-
-            torch.manual_seed(SEED + 2000)
-            first = float(step())
-            for _ in range(warmup - 1):
-                step()
-            step_ms = timed_ms(step, steps, device)
-            if array.frozen:
-                raise RuntimeError(f"members {sorted(array.frozen)} of the array diverged")
+            jobs = [partial(array.training_step, batch, 0)]
         elif mode == SERIAL:
-            serial = [attached(member, device) for member in copies]
-            torch.manual_seed(SEED + 2000)  # each member's first step in turn: the array's draws
-            first = sum(float(serial_step(member, batch)) for member in serial)
-            step_ms = 0.0
-            for member in serial:  # one job after another
-                for _ in range(warmup - 1):
-                    serial_step(member, batch)
-                step_ms += timed_ms(partial(serial_step, member, batch), steps, device)
+            jobs = [partial(serial_step, attached(member, device), batch) for member in copies]
         else:
             raise ValueError(f"mode must be {FUSED} or {SERIAL}, got {mode!r}")
+        torch.manual_seed(SEED + 2000)  # serial members' first steps in turn: the array's draws
+        first = sum(float(job()) for job in jobs)
+        step_ms = 0.0
+        for job in jobs:  # serially one job after another, each warmed up and timed
+            step_ms += 1e3 * statistics.median(call_seconds(job, steps, device, warmup - 1))
+        if array is not None and array.frozen:
+            raise RuntimeError(f"members {sorted(array.frozen)} of the array diverged")
     return {SAMPLES: 1e3 * size * family.batch_size / step_ms, STEP: step_ms, FIRST_LOSS: first}
 
 

@@ -154,13 +154,10 @@ def run_hand_loop(cfg: DictConfig, settings: Settings) -> Measurement:
     criterion = nn.CrossEntropyLoss()
     datamodule.setup("fit")
     net.train()
-    warmup = settings.warmup
-    timer = StepTimer(torch.device("cpu"), warmup)
-    cpu_start: float | None = None
-    cpu_stop = 0.0
-    for x, y in datamodule.train_dataloader():
-        if warmup == 0 and timer.count == 0:
-            cpu_start = time.process_time()
+    timer = StepTimer(torch.device("cpu"), settings.warmup)
+    window = CpuWindow(settings.warmup)  # the CPU seconds A's probe takes, over the same steps
+    for index, (x, y) in enumerate(datamodule.train_dataloader()):
+        window.on_train_batch_start(index)
         timer.begin()
         loss = criterion(net(x), y)
         # between forward and backward, where Lightning's closure zeroes: zeroing first (the
@@ -169,16 +166,14 @@ def run_hand_loop(cfg: DictConfig, settings: Settings) -> Measurement:
         loss.backward()
         optimizer.step()
         timer.end(x.shape[0])
-        cpu_stop = time.process_time()
-        if timer.count == warmup:
-            cpu_start = cpu_stop
+        window.on_train_batch_end(index)
     stats = timer.stats()
-    if stats is None or cpu_start is None:
+    if stats is None or window.start is None:
         raise RuntimeError("the hand loop ran no steps after warm-up")
     check_threads(settings)
     return {
         THROUGHPUT: stats.throughput_samples_per_s,
-        CPU_THROUGHPUT: stats.samples / (cpu_stop - cpu_start),
+        CPU_THROUGHPUT: stats.samples / (window.stop - window.start),
     }
 
 

@@ -8,11 +8,10 @@ variants fit and test nothing: their time per job is what a launch costs before 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
+from hpml.bench import startup
 from hpml.bench.harness import CaseResult, Measurement, Ratio, Report, Settings, run_case
 
 JOBS = 4
@@ -56,21 +55,10 @@ def sweep_args(settings: Settings, root: Path, name: str) -> list[str]:
 
 
 def run_sweep(settings: Settings, root: Path, name: str) -> Measurement:
-    """One whole sweep command, timed start to exit; a failed sweep fails the case."""
-    env = os.environ | {"HPML_ROOT": str(root)}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    start = time.perf_counter()
-    result = subprocess.run(
-        [sys.executable, "-m", "hpml.train", *sweep_args(settings, root, name)],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    wall = time.perf_counter() - start
-    if result.returncode != 0:
-        tail = result.stderr.strip().splitlines()[-3:]
-        raise RuntimeError(f"{name} sweep exited {result.returncode}: {' | '.join(tail)}")
+    """One whole sweep command, timed start to exit (:func:`hpml.bench.startup.timed`); a
+    failed sweep fails the case."""
+    command = [sys.executable, "-m", "hpml.train", *sweep_args(settings, root, name)]
+    wall = startup.timed(command, 0, root)[startup.WALL]
     return {WALL: wall, PER_JOB: wall / JOBS}
 
 

@@ -8,12 +8,15 @@ units removed. Ratios are unpruned / pruned latency.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from hpml.analysis.latency import measure_latency
+from hpml.analysis.model_stats import param_count
 from hpml.bench.device import bench_device, device_name
 from hpml.bench.harness import CaseResult, Measurement, Ratio, Report, Settings, run_case
 from hpml.models.nets.lstm import LSTMClassifier
@@ -34,15 +37,16 @@ RATIOS = (
 )
 
 
-def pruned(build, example: torch.Tensor, method: Method, mode: str) -> nn.Module:
+def pruned(
+    build: Callable[[], nn.Module], example: torch.Tensor, method: Method, mode: str
+) -> nn.Module:
     return apply_prune(build().eval(), method, AMOUNT, example[:2], mode)[0].eval()
 
 
 def timer(model: nn.Module, example: torch.Tensor, settings: Settings):
     def measure() -> Measurement:
         torch.set_num_threads(settings.threads)
-        stats = measure_latency(model, example, settings.steps, settings.warmup)
-        return {LATENCY: stats.median_ms}
+        return {LATENCY: measure_latency(model, example, settings.steps, settings.warmup)}
 
     return measure
 
@@ -54,13 +58,8 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
     torch.manual_seed(0)
     images = torch.randn(batch, 3, 32, 32)
     tokens = torch.randint(1, 20_000, (batch, 200))
-
-    def build_vgg() -> nn.Module:
-        return vgg(11)
-
-    def build_lstm() -> nn.Module:
-        return LSTMClassifier(20_000, embedding_dim=400, hidden_size=256, num_layers=2)
-
+    build_vgg = partial(vgg, 11)
+    build_lstm = partial(LSTMClassifier, 20_000, embedding_dim=400, hidden_size=256, num_layers=2)
     models = {
         VGG: (build_vgg().eval(), images),
         VGG_PHYSICAL: (pruned(build_vgg, images, L1Structured(), "physical"), images),
@@ -77,7 +76,7 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
         "amount": AMOUNT,
         "device": device_name(device),
         "torch": torch.__version__,
-        "params": {name: sum(p.numel() for p in m.parameters()) for name, (m, _) in models.items()},
+        "params": {name: param_count(m) for name, (m, _) in models.items()},
         "vgg": "vgg11 cifar layout, batch norm; L1 filter norms; classifier excluded",
         "lstm": "embedding 400, hidden 256 -> 128, 2 layers, seq 200, vocab 20000; L2 unit norms",
         "timing": "median ms of settings.steps eval forward passes per round (inference_mode)",

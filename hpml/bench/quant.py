@@ -78,11 +78,14 @@ def cpu_ms(model: nn.Module, example: Any, steps: int) -> float:
     return statistics.median(times)
 
 
-def variant(model: nn.Module, example: Any, settings: Settings, size: int):
+def variant(model: nn.Module, example: Any, settings: Settings, size: int | None = None):
+    """Times ``model(example)``; its size is its own state dict's unless ``size`` is given."""
+    size = state_dict_bytes(model) if size is None else size
+
     def measure() -> Measurement:
         torch.set_num_threads(settings.threads)
-        stats = measure_latency(model, example, settings.steps, settings.warmup)
-        found = {LATENCY: stats.median_ms, SIZE: float(size)}
+        latency = measure_latency(model, example, settings.steps, settings.warmup)
+        found = {LATENCY: latency, SIZE: float(size)}
         if settings.threads == 1:
             found[CPU] = cpu_ms(model, example, settings.steps)
         return found
@@ -152,16 +155,14 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
     vgg_bytes = state_dict_bytes(vgg)
     variants = {
         VGG: variant(vgg, images, settings, vgg_bytes),
-        VGG_INT8: variant(vgg_int8, images, settings, state_dict_bytes(vgg_int8)),
+        VGG_INT8: variant(vgg_int8, images, settings),
         VGG_COMPILED: variant(compiled.module, images, settings, vgg_bytes),
         VGG_TORCHSCRIPT: variant(scripted.module, images, settings, vgg_bytes),
-        VGG_PRUNED_INT8: variant(
-            vgg_pruned_int8, images, settings, state_dict_bytes(vgg_pruned_int8)
-        ),
-        RESNET: variant(resnet, images, settings, state_dict_bytes(resnet)),
-        RESNET_INT8: variant(resnet_int8, images, settings, state_dict_bytes(resnet_int8)),
-        LSTM: variant(lstm, tokens, settings, state_dict_bytes(lstm)),
-        LSTM_INT8: variant(lstm_int8, tokens, settings, state_dict_bytes(lstm_int8)),
+        VGG_PRUNED_INT8: variant(vgg_pruned_int8, images, settings),
+        RESNET: variant(resnet, images, settings),
+        RESNET_INT8: variant(resnet_int8, images, settings),
+        LSTM: variant(lstm, tokens, settings),
+        LSTM_INT8: variant(lstm_int8, tokens, settings),
     }
     print(profile_tables({VGG: vgg, VGG_COMPILED: compiled.module}, images))
     kernels = {

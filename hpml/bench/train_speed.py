@@ -10,9 +10,9 @@ reference paths, so there one bf16 step is timed once, beside an eager step, in 
 
 from __future__ import annotations
 
+import copy
 import itertools
 import statistics
-import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from hpml.analysis.timing import synchronized_now
+from hpml.analysis.timing import call_seconds, synchronized_now
 from hpml.bench.device import bench_device, device_name
 from hpml.bench.harness import CaseResult, Measurement, Ratio, Report, Settings, run_case
 from hpml.models.nets.vgg import CifarVGG
@@ -93,12 +93,7 @@ def step_seconds(step: Callable[[], None], steps: int, device: torch.device) -> 
     events between steps, synchronised before and after the block only, so the host queues
     step after step as in training."""
     if device.type != "cuda":
-        times = []
-        for _ in range(steps):
-            start = time.perf_counter()
-            step()
-            times.append(time.perf_counter() - start)
-        return times
+        return call_seconds(step, steps, device)
     marks = [torch.cuda.Event(enable_timing=True) for _ in range(steps + 1)]
     synchronized_now(device)
     marks[0].record()
@@ -124,10 +119,7 @@ def variant(
 
 def once_ms(step: Callable[[], None]) -> float:
     """Milliseconds of one step after an untimed one."""
-    step()
-    start = time.perf_counter()
-    step()
-    return 1e3 * (time.perf_counter() - start)
+    return 1e3 * call_seconds(step, 1, CPU, warmup=1)[0]
 
 
 def step_kernels(step: Callable[[], None]) -> tuple[str, ...]:
@@ -139,12 +131,6 @@ def step_kernels(step: Callable[[], None]) -> tuple[str, ...]:
         step()
     names = {event.key for event in prof.key_averages()}
     return tuple(sorted(n for n in names if "conv" in n and n not in DISPATCH_ONLY))
-
-
-def copy_of(net: nn.Module) -> nn.Module:
-    other = CifarVGG(11).to(next(net.parameters()).device).train()
-    other.load_state_dict(net.state_dict())
-    return other
 
 
 def bf16_native() -> bool:
@@ -180,13 +166,12 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
     eager = CifarVGG(11).to(device).train()
 
     compiled, compile_s = compile_for_training(
-        copy_of(eager), [images], bench_dir / "inductor_train"
+        copy.deepcopy(eager), [images], bench_dir / "inductor_train"
     )
-    nhwc = copy_of(eager).to(memory_format=torch.channels_last)
+    nhwc = copy.deepcopy(eager).to(memory_format=torch.channels_last)
     nhwc_images = images.contiguous(memory_format=torch.channels_last)
-    bf16_step = trainer_step(
-        copy_of(eager), images, labels, MixedPrecision("bf16-mixed", device.type).forward_context
-    )
+    bf16 = MixedPrecision("bf16-mixed", device.type).forward_context
+    bf16_step = trainer_step(copy.deepcopy(eager), images, labels, bf16)
     steps = {
         EAGER: trainer_step(eager, images, labels),
         COMPILED: trainer_step(compiled, images, labels),
@@ -196,14 +181,11 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
     if device.type == "cuda":
         fp16 = MixedPrecision("16-mixed", device.type)
         steps[FP16] = trainer_step(
-            copy_of(eager), images, labels, fp16.forward_context, fp16.scaler
+            copy.deepcopy(eager), images, labels, fp16.forward_context, fp16.scaler
         )
     kernels = {
-        name: step_kernels(step)
-        for name, step in (
-            (EAGER, trainer_step(copy_of(eager), images, labels)),
-            (COMPILED, trainer_step(compiled, images, labels)),
-        )
+        EAGER: step_kernels(trainer_step(copy.deepcopy(eager), images, labels)),
+        COMPILED: step_kernels(trainer_step(compiled, images, labels)),
     }
     for name, called in kernels.items():
         print(f"conv kernels: {name} training step: {', '.join(called) or 'none recorded'}")
@@ -220,6 +202,6 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
     if BF16 not in variants:
         torch.set_num_threads(settings.threads)
         notes["bf16_one_step_ms"] = once_ms(bf16_step)
-        notes["eager_one_step_ms"] = once_ms(trainer_step(copy_of(eager), images, labels))
+        notes["eager_one_step_ms"] = once_ms(trainer_step(copy.deepcopy(eager), images, labels))
     ratios = [speed_up(name) for name in variants if name != EAGER]
     return run_case("train_speed", variants, ratios, settings, report, notes)
