@@ -8,6 +8,7 @@ metrics: docs/metrics.md#before-and-after.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
@@ -22,7 +23,15 @@ from torch import nn
 from torchmetrics import Metric
 
 from hpml.analysis.blocks import THREAD_CPU, WALL
-from hpml.analysis.compare import BUDGET, FIXED, NARROW, Timing, compare_forward, speedup
+from hpml.analysis.compare import (
+    BUDGET,
+    FIXED,
+    NARROW,
+    Timing,
+    compare_forward,
+    evaluating,
+    speedup,
+)
 from hpml.analysis.model_stats import state_dict_bytes
 from hpml.callbacks.logging import log_metrics, set_tags
 from hpml.callbacks.measure_settings import Settings
@@ -97,22 +106,15 @@ def validation_quality(
     sums: dict[str, float] = defaultdict(float)
     weights: dict[str, int] = defaultdict(int)
     metrics: dict[str, Metric] = {}
-    was_training = pl_module.training
-    pl_module.eval()
-    try:
-        with torch.no_grad():
-            for index, batch in enumerate(loader):
-                if max_batches is not None and index >= max_batches:
-                    break
-                batch = move_data_to_device(batch, pl_module.device)
-                for name, value in pl_module.measured(batch, "val").items():
-                    if isinstance(value, Metric):
-                        metrics[f"val/{name}"] = value
-                    else:
-                        sums[f"val/{name}"] += float(value) * batch_size(batch)
-                        weights[f"val/{name}"] += batch_size(batch)
-    finally:
-        pl_module.train(was_training)
+    with evaluating([pl_module]), torch.no_grad():
+        for batch in itertools.islice(loader, max_batches):
+            batch = move_data_to_device(batch, pl_module.device)
+            for name, value in pl_module.measured(batch, "val").items():
+                if isinstance(value, Metric):
+                    metrics[f"val/{name}"] = value
+                else:
+                    sums[f"val/{name}"] += float(value) * batch_size(batch)
+                    weights[f"val/{name}"] += batch_size(batch)
     result = {name: sums[name] / weights[name] for name in sums if weights[name]}
     for name, value in metrics.items():
         result[name] = float(value.compute())

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from hpml.analysis.compare import evaluating
 from hpml.errors import IncompatibleError
 from hpml.optimize.prune.amount import units_to_keep
 
@@ -124,13 +125,10 @@ def _call_order(model: nn.Module, example: Any) -> list[str]:
         for name, m in model.named_modules()
         if name and any(True for _ in m.parameters(recurse=False))
     ]
-    was_training = model.training
-    model.eval()
     try:
-        with torch.no_grad():
+        with evaluating([model]), torch.no_grad():
             model(example)
     finally:
-        model.train(was_training)
         for handle in handles:
             handle.remove()
     return order

@@ -16,6 +16,7 @@ import torch
 import torch_pruning as tp
 from torch import Tensor, nn
 
+from hpml.analysis.compare import evaluating
 from hpml.errors import IncompatibleError
 from hpml.optimize.prune.amount import units_to_keep
 from hpml.optimize.prune.targets import LAYER_TYPES
@@ -68,10 +69,8 @@ class ChannelPruner:
             )
 
     def _trace(self) -> tp.DependencyGraph:
-        was_training = self.model.training
-        self.model.eval()
         try:
-            with torch.enable_grad():
+            with evaluating([self.model]), torch.enable_grad():
                 return tp.DependencyGraph().build_dependency(self.model, self.example)
         except Exception as exc:
             raise IncompatibleError(
@@ -79,8 +78,6 @@ class ChannelPruner:
                 f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); "
                 f"use prune.mode=mask"
             ) from exc
-        finally:
-            self.model.train(was_training)
 
     @staticmethod
     def _width(module: nn.Module) -> int:
@@ -154,10 +151,5 @@ def check_runs(model: nn.Module, example: Any, reference: Sequence[torch.Size]) 
 
 
 def output_shapes(model: nn.Module, example: Any) -> list[torch.Size]:
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            return [t.shape for t in tensors_in(model(example))]
-    finally:
-        model.train(was_training)
+    with evaluating([model]), torch.no_grad():
+        return [t.shape for t in tensors_in(model(example))]
