@@ -27,6 +27,7 @@ from hpml.analysis.compare import (
     BUDGET,
     FIXED,
     NARROW,
+    Speedup,
     Timing,
     compare_forward,
     evaluating,
@@ -179,6 +180,18 @@ def latency_metrics(stage: str, quantity: str, timing: Timing) -> dict[str, floa
     return found
 
 
+def speedup_metrics(stage: str, quantity: str, ratio: Speedup) -> dict[str, float]:
+    """``<stage>/<quantity>_x`` (the median ratio) with its interval's ``_ci_low_x`` and
+    ``_ci_high_x`` and its ``_rounds_count``."""
+    i = ratio.interval
+    return {
+        metric(stage, quantity, X): i.median,
+        metric(stage, f"{quantity}_ci_low", X): i.low,
+        metric(stage, f"{quantity}_ci_high", X): i.high,
+        metric(stage, f"{quantity}_rounds", COUNT): float(i.n),
+    }
+
+
 @dataclass(frozen=True)
 class Comparison:
     """Both sides' metrics, the speed-ups with their intervals, tags, and one line per verdict."""
@@ -217,18 +230,13 @@ def compare(
     lines, rounds = [], []
     for batch, timing in timings.items():
         ratio = speedup(timing[before.stage].rounds_ms, timing[after.stage].rounds_ms)
-        quantity, i = f"speedup_b{batch}", ratio.interval
-        metrics |= {
-            metric(name, quantity, X): i.median,
-            metric(name, f"{quantity}_ci_low", X): i.low,
-            metric(name, f"{quantity}_ci_high", X): i.high,
-            metric(name, f"{quantity}_rounds", COUNT): float(i.n),
-        }
+        quantity = f"speedup_b{batch}"
+        metrics |= speedup_metrics(name, quantity, ratio)
         stopped = timing[before.stage].stopped
         tags[f"hpml.verdict.{name}.{quantity}"] = ratio.verdict
         tags[f"hpml.compare.{name}.{quantity}_stopped"] = stopped
         across = "" if before.device == after.device else f"; across devices: {devices}"
         lines.append(f"{name}: speed-up at batch {batch}: {ratio.describe()}{across}")
-        rounds.append(f"batch {batch}: {i.n} rounds, {STOP_WORDS[stopped]}")
+        rounds.append(f"batch {batch}: {ratio.interval.n} rounds, {STOP_WORDS[stopped]}")
     lines.append(f"{name}: timed on {CLOCK_WORDS[clock]}; {'; '.join(rounds)}")
     return Comparison(metrics, tags, tuple(lines))
