@@ -16,7 +16,7 @@ import torch.ao.quantization as tq
 from torch import nn
 
 from hpml.errors import ConfigError, IncompatibleError
-from hpml.optimize.quant.base import Quantizer, as_args, no_calibration, notice_once
+from hpml.optimize.quant.base import Quantizer, as_args, no_calibration, notice_once, to_device
 
 ENGINES = ("x86", "fbgemm", "onednn", "qnnpack")
 CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
@@ -153,7 +153,7 @@ class Static(Quantizer):
             for batch in calibration:
                 if seen == 0:
                     self.check_inputs(net, batch)
-                wrapped(*as_args(_cpu(batch)))
+                wrapped(*as_args(to_device(batch, torch.device("cpu"))))
                 seen += 1
         if seen == 0:
             raise no_calibration()
@@ -217,9 +217,3 @@ def _probe(engine: Static, net: nn.Module, example: torch.Tensor) -> str | None:
         message = " ".join(str(exc).split())[:200]
         return f"the int8 model fails on one batch ({type(exc).__name__}: {message})"
     return None
-
-
-def _cpu(batch: Any) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return batch.cpu()
-    return tuple(b.cpu() if isinstance(b, torch.Tensor) else b for b in batch)
