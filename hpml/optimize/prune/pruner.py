@@ -20,7 +20,7 @@ from hpml.errors import ConfigError, IncompatibleError
 from hpml.optimize.prune import mask as masks
 from hpml.optimize.prune.amount import check_amount
 from hpml.optimize.prune.lstm import LSTMPruner
-from hpml.optimize.prune.methods import MODES, Method
+from hpml.optimize.prune.methods import Method
 from hpml.optimize.prune.stats import LayerStats, layer_stats
 from hpml.optimize.prune.structured import ChannelPruner, check_runs, output_shapes
 from hpml.optimize.prune.targets import (
@@ -30,8 +30,6 @@ from hpml.optimize.prune.targets import (
     Target,
     resolve,
 )
-
-__all__ = ["MODES", "Engine", "PruneReport", "Pruner"]
 
 
 class Engine(Protocol):

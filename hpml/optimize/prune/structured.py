@@ -50,15 +50,12 @@ class ChannelPruner:
         self.importance = importance()
         self.min_channels = min_channels
         self.coupled = [tuple(g) for g in (default_coupling(model) if coupled is None else coupled)]
-        names = {module: name for name, module in model.named_modules()}
-        self.names = names
-        ignored = [
+        self.names = {module: name for name, module in model.named_modules()}
+        self.ignored = [
             m
             for n, m in model.named_modules()
-            if isinstance(m, LAYER_TYPES) and n not in self.layers
+            if (isinstance(m, LAYER_TYPES) and n not in self.layers) or isinstance(m, nn.RNNBase)
         ]
-        ignored += [m for m in model.modules() if isinstance(m, nn.RNNBase)]
-        self.ignored = ignored
         self.graph = self._trace()
         self.original = {name: self._width(model.get_submodule(name)) for name in self.roots()}
         if not self.original:
