@@ -28,13 +28,6 @@ def notice_once(key: str, message: str) -> None:
         log.warning(message)
 
 
-def flag(key: str, value: Any) -> bool:
-    """``value`` if it is true or false, else a ConfigError naming ``key``."""
-    if not isinstance(value, bool):
-        raise ConfigError(key, value, "true or false")
-    return value
-
-
 class Quantizer(ABC):
     """Turns a float ``nn.Module`` into a quantised one.
 
