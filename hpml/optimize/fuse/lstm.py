@@ -83,17 +83,7 @@ class GateLSTM(nn.Module):
     def flatten_parameters(self) -> None:
         """No-op, for code written against ``nn.LSTM`` (there is no cuDNN weight buffer here)."""
 
-    def extra_repr(self) -> str:
-        text = f"{self.input_size}, {self.hidden_size}"
-        if self.num_layers != 1:
-            text += f", num_layers={self.num_layers}"
-        if self.batch_first:
-            text += ", batch_first=True"
-        if self.dropout:
-            text += f", dropout={self.dropout}"
-        if self.bidirectional:
-            text += ", bidirectional=True"
-        return text
+    extra_repr = nn.LSTM.extra_repr  # the same attributes, so the same line as nn.LSTM's
 
     def forward(
         self, input: Tensor, hx: tuple[Tensor, Tensor] | None = None
