@@ -92,8 +92,7 @@ class CompiledTraining(OptimizationStep):
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
         self._put_back_eager(pl_module)
 
-    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
-        self._put_back_eager(pl_module)
+    on_exception = on_train_batch_end  # a failed step leaves the eager net in place too
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._put_back_eager(pl_module)
