@@ -146,10 +146,10 @@ class Pruner:
                 f"(torch-pruning cannot trace multi-layer LSTMs): add them to prune.exclude, "
                 f"or use prune.mode=mask"
             )
-        if lstms:
-            units = self.method.units
+        if lstms:  # physical mode: the method is structured, so it scores rows (hidden units)
+            scores = self.method.scores  # type: ignore[attr-defined]
             self._engine = LSTMPruner(
-                model, example, lstms, units, self.min_channels, self.embedding
+                model, example, lstms, scores, self.min_channels, self.embedding
             )
         else:
             channels, coupled = self.method.channels, self.coupled
