@@ -90,13 +90,10 @@ class Dynamic(Quantizer):
 
     def quantize(self, net: nn.Module, calibration: Iterable[Any] = ()) -> nn.Module:
         use_engine(self.engine)
-        spec: dict[type[nn.Module], Any] = {
-            nn.Linear: tq.default_dynamic_qconfig,
-            nn.LSTM: tq.default_dynamic_qconfig,
-            nn.GRU: tq.default_dynamic_qconfig,
+        weight_only = {nn.Embedding: tq.float_qparams_weight_only_qconfig}
+        spec = {
+            layer: weight_only.get(layer, tq.default_dynamic_qconfig) for layer in self.supported
         }
-        if self.embeddings:
-            spec[nn.Embedding] = tq.float_qparams_weight_only_qconfig
         return tq.quantize_dynamic(net.cpu().eval(), spec, dtype=torch.qint8, inplace=False)
 
 
