@@ -23,12 +23,6 @@ from hpml.optimize.prune.targets import LAYER_TYPES
 from hpml.tensors import tensors_in
 
 
-def default_coupling(model: nn.Module) -> tuple[tuple[str, ...], ...]:
-    """Layers whose outputs the model combines element-wise where tracing in eval mode cannot
-    see it, as the model declares them in ``prune_coupled`` (layer names, pruned together)."""
-    return tuple(tuple(group) for group in getattr(model, "prune_coupled", ()))
-
-
 class ChannelPruner:
     """Remove output channels of the Conv/Linear ``layers`` of ``model``, in place.
 
@@ -49,7 +43,10 @@ class ChannelPruner:
         self.layers = list(layers)
         self.importance = importance()
         self.min_channels = min_channels
-        self.coupled = [tuple(g) for g in (default_coupling(model) if coupled is None else coupled)]
+        # by default the layers the model declares in ``prune_coupled``: outputs it combines
+        # element-wise where tracing in eval mode cannot see it
+        coupled = getattr(model, "prune_coupled", ()) if coupled is None else coupled
+        self.coupled = [tuple(group) for group in coupled]
         self.names = {module: name for name, module in model.named_modules()}
         self.ignored = [
             m
