@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from hpml.analysis.compare import evaluating
 from hpml.errors import IncompatibleError
+from hpml.optimize.fuse.lstm import lstm_options
 from hpml.optimize.prune.amount import units_to_keep
 
 Scores = Callable[[Tensor], Tensor]
@@ -59,17 +60,7 @@ def shrink_lstm(
     device = lstm.weight_ih_l0.device
     input_keep = None if input_keep is None else input_keep.to(device)
     new_input = lstm.input_size if input_keep is None else len(input_keep)
-    new = nn.LSTM(
-        new_input,
-        new_hidden,
-        num_layers=lstm.num_layers,
-        bias=lstm.bias,
-        batch_first=lstm.batch_first,
-        dropout=lstm.dropout,
-        bidirectional=lstm.bidirectional,
-        device=device,
-        dtype=lstm.weight_ih_l0.dtype,
-    )
+    new = nn.LSTM(new_input, new_hidden, **lstm_options(lstm))
     new.train(lstm.training)
     with torch.no_grad():
         for layer in range(lstm.num_layers):
