@@ -54,7 +54,8 @@ class ChannelPruner:
             if (isinstance(m, LAYER_TYPES) and n not in self.layers) or isinstance(m, nn.RNNBase)
         ]
         self.graph = self._trace()
-        self.original = {name: self._width(model.get_submodule(name)) for name in self.roots()}
+        width = self.graph.get_out_channels
+        self.original = {name: width(model.get_submodule(name)) for name in self.roots()}
         if not self.original:
             raise IncompatibleError(
                 f"physical pruning found no channels it can remove in {type(model).__name__}: "
@@ -72,14 +73,6 @@ class ChannelPruner:
                 f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); "
                 f"use prune.mode=mask"
             ) from exc
-
-    @staticmethod
-    def _width(module: nn.Module) -> int:
-        return (
-            module.out_channels
-            if isinstance(module, nn.modules.conv._ConvNd)
-            else module.out_features
-        )
 
     def _groups(self) -> list[Any]:
         groups = self.graph.get_all_groups(
