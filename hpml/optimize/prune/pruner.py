@@ -123,8 +123,7 @@ class Pruner:
             self._engine = masks.MaskPruner(self.method, self.targets)
             return self.targets
         self._shapes = output_shapes(model, example)
-        names = dict.fromkeys(t.module_name for t in self.targets)
-        modules = {name: model.get_submodule(name) for name in names}
+        modules = {t.module_name: t.module(model) for t in self.targets}
         lstms = [n for n, m in modules.items() if isinstance(m, nn.LSTM)]
         layers = [n for n, m in modules.items() if isinstance(m, LAYER_TYPES)]
         for name, module in modules.items():
