@@ -60,13 +60,9 @@ class Activations(HpmlCallback):
             },
         )
 
-    def _remove(self) -> None:
+    def on_fit_end(self, *_: Any) -> None:
         if self._module is not None:
             self._module.step_contexts.remove(self._entered)
             self._module = None
 
-    def on_fit_end(self, *_: Any) -> None:
-        self._remove()
-
-    def on_exception(self, *_: Any) -> None:
-        self._remove()
+    on_exception = on_fit_end  # a failed fit takes the context off too

@@ -188,7 +188,10 @@ class Compile(CompiledTraining):
             Side(BEFORE, eager, device),
             Side(AFTER, compiled.module, device, compiled.size_bytes),
         )
-        slower = slower_batches(comparison.tags)
+        verdict = "hpml.verdict.compile.speedup_b{}"
+        slower = [
+            b for b in self.settings.batch_sizes if comparison.tags[verdict.format(b)] == SLOWER
+        ]
         deploy = self.force or not slower
         if deploy:
             pl_module.net = compiled.module
@@ -229,9 +232,3 @@ class Compile(CompiledTraining):
 
 def _median_iqr(timing: Timing) -> str:
     return f"{timing.median_ms:.3g} ms (IQR {timing.iqr_ms:.2g}, n={timing.n})"
-
-
-def slower_batches(tags: dict[str, str]) -> list[int]:
-    """The batch sizes whose speed-up verdict (``hpml.verdict.compile.speedup_b<N>``) is slower."""
-    prefix = "hpml.verdict.compile.speedup_b"
-    return [int(k[len(prefix) :]) for k, v in tags.items() if k.startswith(prefix) and v == SLOWER]

@@ -18,8 +18,9 @@ from torch import nn
 
 from hpml.analysis.stats import FASTER
 from hpml.callbacks.logging import log_metrics, set_tags
+from hpml.callbacks.measure import speedup_metrics
 from hpml.callbacks.measure_settings import OptimizationStep
-from hpml.names import COUNT, S, X, metric
+from hpml.names import S, metric
 from hpml.optimize.compile.training import compile_for_training, training_speedup
 
 log = logging.getLogger(__name__)
@@ -58,17 +59,8 @@ class CompiledTraining(OptimizationStep):
         ratio = training_speedup(
             pl_module.net, self.train_net, examples[0], context, self.settings.plan
         )
-        i = ratio.interval
-        log_metrics(
-            trainer,
-            {
-                metric("train", "compile_time", S): seconds,
-                metric("compile", "train_speedup", X): i.median,
-                metric("compile", "train_speedup_ci_low", X): i.low,
-                metric("compile", "train_speedup_ci_high", X): i.high,
-                metric("compile", "train_speedup_rounds", COUNT): float(i.n),
-            },
-        )
+        compile_time = {metric("train", "compile_time", S): seconds}
+        log_metrics(trainer, compile_time | speedup_metrics("compile", "train_speedup", ratio))
         keep = self.force or ratio.verdict == FASTER
         if not keep:
             log.warning(
@@ -100,8 +92,7 @@ class CompiledTraining(OptimizationStep):
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
         self._put_back_eager(pl_module)
 
-    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
-        self._put_back_eager(pl_module)
+    on_exception = on_train_batch_end  # a failed step leaves the eager net in place too
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._put_back_eager(pl_module)

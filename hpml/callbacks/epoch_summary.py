@@ -50,33 +50,24 @@ class EpochSummary(HpmlCallback):
     def __init__(self) -> None:
         self.started = 0.0
 
-    @staticmethod
-    def _silent(trainer: L.Trainer) -> bool:
-        return trainer.progress_bar_callback is not None or trainer.sanity_checking
+    def _log(self, trainer: L.Trainer, head: str, stages: tuple[str, ...]) -> None:
+        """``head``, the stages' numbers and the seconds since the epoch started, unless a bar
+        shows them."""
+        if trainer.progress_bar_callback is not None or trainer.sanity_checking:
+            return
+        numbers = summary(trainer, stages)
+        seconds = time.perf_counter() - self.started
+        log.info("%s  %s%.1f s", head, f"{numbers}  " if numbers else "", seconds)
 
     def on_train_epoch_start(self, *_: Any) -> None:
         self.started = time.perf_counter()
 
     def on_train_epoch_end(self, trainer: L.Trainer, *_: Any) -> None:
-        if self._silent(trainer):
-            return
         total = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else None
         epoch = f"epoch {trainer.current_epoch + 1}" + (f"/{total}" if total else "")
-        numbers = summary(trainer, ("train", "val"))
-        log.info(
-            "%s  %s%.1f s",
-            epoch,
-            f"{numbers}  " if numbers else "",
-            time.perf_counter() - self.started,
-        )
+        self._log(trainer, epoch, ("train", "val"))
 
-    def on_test_epoch_start(self, *_: Any) -> None:
-        self.started = time.perf_counter()
+    on_test_epoch_start = on_train_epoch_start
 
     def on_test_epoch_end(self, trainer: L.Trainer, *_: Any) -> None:
-        if self._silent(trainer):
-            return
-        numbers = summary(trainer, ("test",))
-        log.info(
-            "test  %s%.1f s", f"{numbers}  " if numbers else "", time.perf_counter() - self.started
-        )
+        self._log(trainer, "test", ("test",))

@@ -8,6 +8,7 @@ metrics: docs/metrics.md#before-and-after.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
@@ -22,7 +23,16 @@ from torch import nn
 from torchmetrics import Metric
 
 from hpml.analysis.blocks import THREAD_CPU, WALL
-from hpml.analysis.compare import BUDGET, FIXED, NARROW, Timing, compare_forward, speedup
+from hpml.analysis.compare import (
+    BUDGET,
+    FIXED,
+    NARROW,
+    Speedup,
+    Timing,
+    compare_forward,
+    evaluating,
+    speedup,
+)
 from hpml.analysis.model_stats import state_dict_bytes
 from hpml.callbacks.logging import log_metrics, set_tags
 from hpml.callbacks.measure_settings import Settings
@@ -97,22 +107,15 @@ def validation_quality(
     sums: dict[str, float] = defaultdict(float)
     weights: dict[str, int] = defaultdict(int)
     metrics: dict[str, Metric] = {}
-    was_training = pl_module.training
-    pl_module.eval()
-    try:
-        with torch.no_grad():
-            for index, batch in enumerate(loader):
-                if max_batches is not None and index >= max_batches:
-                    break
-                batch = move_data_to_device(batch, pl_module.device)
-                for name, value in pl_module.measured(batch, "val").items():
-                    if isinstance(value, Metric):
-                        metrics[f"val/{name}"] = value
-                    else:
-                        sums[f"val/{name}"] += float(value) * batch_size(batch)
-                        weights[f"val/{name}"] += batch_size(batch)
-    finally:
-        pl_module.train(was_training)
+    with evaluating([pl_module]), torch.no_grad():
+        for batch in itertools.islice(loader, max_batches):
+            batch = move_data_to_device(batch, pl_module.device)
+            for name, value in pl_module.measured(batch, "val").items():
+                if isinstance(value, Metric):
+                    metrics[f"val/{name}"] = value
+                else:
+                    sums[f"val/{name}"] += float(value) * batch_size(batch)
+                    weights[f"val/{name}"] += batch_size(batch)
     result = {name: sums[name] / weights[name] for name in sums if weights[name]}
     for name, value in metrics.items():
         result[name] = float(value.compute())
@@ -177,6 +180,18 @@ def latency_metrics(stage: str, quantity: str, timing: Timing) -> dict[str, floa
     return found
 
 
+def speedup_metrics(stage: str, quantity: str, ratio: Speedup) -> dict[str, float]:
+    """``<stage>/<quantity>_x`` (the median ratio) with its interval's ``_ci_low_x`` and
+    ``_ci_high_x`` and its ``_rounds_count``."""
+    i = ratio.interval
+    return {
+        metric(stage, quantity, X): i.median,
+        metric(stage, f"{quantity}_ci_low", X): i.low,
+        metric(stage, f"{quantity}_ci_high", X): i.high,
+        metric(stage, f"{quantity}_rounds", COUNT): float(i.n),
+    }
+
+
 @dataclass(frozen=True)
 class Comparison:
     """Both sides' metrics, the speed-ups with their intervals, tags, and one line per verdict."""
@@ -215,18 +230,13 @@ def compare(
     lines, rounds = [], []
     for batch, timing in timings.items():
         ratio = speedup(timing[before.stage].rounds_ms, timing[after.stage].rounds_ms)
-        quantity, i = f"speedup_b{batch}", ratio.interval
-        metrics |= {
-            metric(name, quantity, X): i.median,
-            metric(name, f"{quantity}_ci_low", X): i.low,
-            metric(name, f"{quantity}_ci_high", X): i.high,
-            metric(name, f"{quantity}_rounds", COUNT): float(i.n),
-        }
+        quantity = f"speedup_b{batch}"
+        metrics |= speedup_metrics(name, quantity, ratio)
         stopped = timing[before.stage].stopped
         tags[f"hpml.verdict.{name}.{quantity}"] = ratio.verdict
         tags[f"hpml.compare.{name}.{quantity}_stopped"] = stopped
         across = "" if before.device == after.device else f"; across devices: {devices}"
         lines.append(f"{name}: speed-up at batch {batch}: {ratio.describe()}{across}")
-        rounds.append(f"batch {batch}: {i.n} rounds, {STOP_WORDS[stopped]}")
+        rounds.append(f"batch {batch}: {ratio.interval.n} rounds, {STOP_WORDS[stopped]}")
     lines.append(f"{name}: timed on {CLOCK_WORDS[clock]}; {'; '.join(rounds)}")
     return Comparison(metrics, tags, tuple(lines))

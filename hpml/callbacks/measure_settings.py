@@ -12,11 +12,6 @@ from hpml.callbacks.base import HpmlCallback
 from hpml.errors import ConfigError, non_negative_int, positive_int
 from hpml.ranges import Count, Range
 
-LATENCY_ROUNDS = ROUNDS
-LATENCY_MIN_RUN_TIME_S = MIN_RUN_TIME_S
-LATENCY_BUDGET_S = BUDGET_S
-LATENCY_CI_WIDTH = CI_WIDTH
-LATENCY_CLOCK = AUTO
 # the ranges of the latency knobs, as each callback that measures declares them
 RunTime = Annotated[float, Range(gt=0, note="seconds of calls per side and round")]
 Budget = Annotated[float, Range(ge=0, note="seconds per batch size; 0: latency_rounds exactly")]
@@ -31,23 +26,23 @@ class Settings:
     ``eval_batches`` validation batches (``None``: all of them)."""
 
     batch_size: int
-    rounds: int = LATENCY_ROUNDS
-    min_run_time_s: float = LATENCY_MIN_RUN_TIME_S
+    rounds: int = ROUNDS
+    min_run_time_s: float = MIN_RUN_TIME_S
     eval_batches: int | None = None
-    budget_s: float = LATENCY_BUDGET_S
-    ci_width: float = LATENCY_CI_WIDTH
-    clock: Clock = LATENCY_CLOCK
+    budget_s: float = BUDGET_S
+    ci_width: float = CI_WIDTH
+    clock: Clock = AUTO
 
     @classmethod
     def checked(
         cls,
         latency_batch_size: int = 64,
-        latency_rounds: int = LATENCY_ROUNDS,
-        latency_min_run_time_s: float = LATENCY_MIN_RUN_TIME_S,
+        latency_rounds: int = ROUNDS,
+        latency_min_run_time_s: float = MIN_RUN_TIME_S,
         eval_batches: int | None = 4,
-        latency_budget_s: float = LATENCY_BUDGET_S,
-        latency_ci_width: float = LATENCY_CI_WIDTH,
-        latency_clock: Clock = LATENCY_CLOCK,
+        latency_budget_s: float = BUDGET_S,
+        latency_ci_width: float = CI_WIDTH,
+        latency_clock: Clock = AUTO,
     ) -> Settings:
         """Settings from a callback's config values (``conf/base/measure.yaml``'s keys), each
         refused in one line when invalid."""
@@ -97,11 +92,11 @@ class OptimizationStep(HpmlCallback):
     def __init__(
         self,
         latency_batch_size: int = 64,
-        latency_rounds: Count = LATENCY_ROUNDS,
-        latency_min_run_time_s: RunTime = LATENCY_MIN_RUN_TIME_S,
-        latency_budget_s: Budget = LATENCY_BUDGET_S,
-        latency_ci_width: Width = LATENCY_CI_WIDTH,
-        latency_clock: Clock = LATENCY_CLOCK,
+        latency_rounds: Count = ROUNDS,
+        latency_min_run_time_s: RunTime = MIN_RUN_TIME_S,
+        latency_budget_s: Budget = BUDGET_S,
+        latency_ci_width: Width = CI_WIDTH,
+        latency_clock: Clock = AUTO,
         eval_batches: int | None = 4,
     ) -> None:
         self.settings = Settings.checked(

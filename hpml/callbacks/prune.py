@@ -52,12 +52,9 @@ class Prune(OptimizationStep):
             a refused knob is named ``prune.method.<knob>``); runs record its name as the param
             ``prune.method``.
         amount: the share of the targeted weights (rows, when structured) removed, in [0, 1).
-        mode: ``physical`` or ``mask``; None: the method's default.
-        targets, exclude: what is pruned (:mod:`hpml.optimize.prune.targets`).
+        mode, targets, exclude, min_channels, embedding: :class:`~hpml.optimize.prune.Pruner`'s.
         schedule: ``before_fit``, ``after_fit`` or ``gradual`` (:mod:`...prune.schedule`).
         finetune_epochs: epochs added after pruning (``after_fit``, ``gradual``).
-        min_channels: no layer keeps fewer channels or hidden units (physical).
-        embedding: also remove embedding dimensions (physical LSTM).
         sensitivity: amounts at which each weight is pruned alone and the model judged.
         save_model: log the pruned model with its architecture (``prune/model.pt``).
         **measure: the knobs of :class:`~hpml.callbacks.measure_settings.OptimizationStep`.

@@ -22,11 +22,10 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from hpml.gpu.kit import install
+from hpml.gpu.kit import DEFAULT_FOLDER, ROOT, install
 from hpml.gpu.parts import Part, parts
 from hpml.gpu.rows import Row, Store
 
-REPO = Path(__file__).resolve().parents[2]
 REPORT_SUFFIXES = (".html", ".md", ".png", ".svg", ".csv", ".json", ".txt")
 MIN_COMMAND_S = 5.0  # a command started with less time than this would only be cut
 NCU_GLOBS = ("/usr/local/cuda/bin/ncu", "/opt/nvidia/nsight-compute/*/ncu")
@@ -54,7 +53,7 @@ def run_command(argv: Sequence[str], env: dict[str, str], timeout_s: float, log)
     start = time.monotonic()
     with subprocess.Popen(
         argv,
-        cwd=REPO,
+        cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -113,8 +112,8 @@ def pack(out: Path, name: str, folders: Sequence[Path], suffixes: Sequence[str] 
 def gpu_test_files() -> list[str]:
     """The test files that mark a test ``gpu``, relative to the repository."""
     return sorted(
-        str(path.relative_to(REPO))
-        for path in (REPO / "tests").rglob("test_*.py")
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "tests").rglob("test_*.py")
         if "mark.gpu" in path.read_text()
     )
 
@@ -158,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=os.environ.get("OUT"),
         help="where the summary, store and reports go (default: $OUT)",
     )
-    parser.add_argument("--kit", type=Path, default=REPO / ".gpu-kit", help="the wheel kit")
+    parser.add_argument("--kit", type=Path, default=DEFAULT_FOLDER, help="the wheel kit")
     parser.add_argument(
         "--work",
         type=Path,
@@ -194,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     uri = f"sqlite:///{work}/mlflow.db"
     env = os.environ | {
-        "PYTHONPATH": os.pathsep.join([str(site), str(REPO)]),
+        "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]),
         "HPML_ROOT": str(work),
         "MLFLOW_TRACKING_URI": uri,
         "PYTHONUNBUFFERED": "1",
@@ -209,7 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "command": "python3 -m hpml.gpu.check " + " ".join(argv or sys.argv[1:]),
     }
     names = {"python": sys.executable, "ncu": ncu() or "", "work": str(work)}
-    bench, started = REPO / ".bench" / "results", time.time()
+    bench, started = ROOT / ".bench" / "results", time.time()
     done: dict[str, list[Row]] = {}
     outputs: dict[str, str] = {}
     for part in chosen:

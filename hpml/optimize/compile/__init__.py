@@ -26,7 +26,6 @@ from hpml.optimize.compile.kernels import (
     deployed_kernels,
     fast_path,
 )
-from hpml.optimize.compile.torch_compile import MODES
 
 # a method, as its config's `_target_` gives it: the class, or a partial of it
 Method = Callable[..., Compiler]
@@ -34,7 +33,6 @@ Method = Callable[..., Compiler]
 __all__ = [
     "DISPATCH_ONLY",
     "FAST_CONV",
-    "MODES",
     "UNKNOWN",
     "Compiled",
     "Compiler",

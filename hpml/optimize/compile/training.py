@@ -17,17 +17,14 @@ from torch import nn
 from hpml.analysis.compare import PLAN, Plan, Speedup, speedup, time_side_by_side
 from hpml.optimize.compile.base import as_args, sync, untraceable, use_cache_dir
 from hpml.optimize.compile.torch_compile import check_mode
+from hpml.tensors import tensors_in
 
 Context = Callable[[], AbstractContextManager]
 
 
 def _scalar(output: object) -> torch.Tensor:
     """A scalar that depends on every floating output, so the backward covers the whole graph."""
-    tensors = output if isinstance(output, list | tuple) else (output,)
-    floats = [
-        t.float().sum() for t in tensors if isinstance(t, torch.Tensor) and t.is_floating_point()
-    ]
-    return torch.stack(floats).sum()
+    return torch.stack([t.float().sum() for t in tensors_in(output) if t.is_floating_point()]).sum()
 
 
 def compile_for_training(

@@ -8,6 +8,7 @@ names and shapes so a state_dict moves between the two unchanged.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -83,17 +84,7 @@ class GateLSTM(nn.Module):
     def flatten_parameters(self) -> None:
         """No-op, for code written against ``nn.LSTM`` (there is no cuDNN weight buffer here)."""
 
-    def extra_repr(self) -> str:
-        text = f"{self.input_size}, {self.hidden_size}"
-        if self.num_layers != 1:
-            text += f", num_layers={self.num_layers}"
-        if self.batch_first:
-            text += ", batch_first=True"
-        if self.dropout:
-            text += f", dropout={self.dropout}"
-        if self.bidirectional:
-            text += ", bidirectional=True"
-        return text
+    extra_repr = nn.LSTM.extra_repr  # the same attributes, so the same line as nn.LSTM's
 
     def forward(
         self, input: Tensor, hx: tuple[Tensor, Tensor] | None = None
@@ -159,22 +150,18 @@ class GateLSTM(nn.Module):
         return (out.flip(0) if direction else out), h, c
 
 
+def lstm_options(lstm: nn.LSTM) -> dict[str, Any]:
+    """``lstm``'s constructor arguments besides its sizes, its device and dtype included: what
+    an LSTM built in its place (of another width, or another class) takes."""
+    names = ("num_layers", "bias", "batch_first", "dropout", "bidirectional", "proj_size")
+    weight = lstm.weight_ih_l0
+    return {n: getattr(lstm, n) for n in names} | {"device": weight.device, "dtype": weight.dtype}
+
+
 def from_lstm(lstm: nn.LSTM) -> GateLSTM:
     """A :class:`GateLSTM` of ``lstm``'s config holding a copy of its parameters, on its
     device and dtype and in its training mode: it drops in where ``lstm`` was."""
-    weight = lstm.weight_ih_l0
-    gate = GateLSTM(
-        lstm.input_size,
-        lstm.hidden_size,
-        num_layers=lstm.num_layers,
-        bias=lstm.bias,
-        batch_first=lstm.batch_first,
-        dropout=lstm.dropout,
-        bidirectional=lstm.bidirectional,
-        proj_size=lstm.proj_size,
-        device=weight.device,
-        dtype=weight.dtype,
-    )
+    gate = GateLSTM(lstm.input_size, lstm.hidden_size, **lstm_options(lstm))
     gate.load_state_dict(lstm.state_dict())
     return gate.train(lstm.training)
 

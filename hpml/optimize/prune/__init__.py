@@ -42,10 +42,9 @@ def apply_prune(
     folded in), and where its targets stand.
 
     Args:
-        method: ranks what goes first (:mod:`hpml.optimize.prune.methods`).
         amount: the share of the targeted weights (rows, when structured) removed, in [0, 1).
         example: an input batch (physical mode traces the model on it).
-        mode, targets, exclude, **options: :class:`Pruner`'s.
+        method, mode, targets, exclude, **options: :class:`Pruner`'s.
     """
     pruner = Pruner(method, mode, targets, exclude, **options)
     pruner.attach(model, example)

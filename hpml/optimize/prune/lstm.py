@@ -16,7 +16,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from hpml.analysis.compare import evaluating
 from hpml.errors import IncompatibleError
+from hpml.optimize.fuse.lstm import lstm_options
 from hpml.optimize.prune.amount import units_to_keep
 
 Scores = Callable[[Tensor], Tensor]
@@ -53,25 +55,12 @@ def shrink_lstm(
         raise IncompatibleError(
             "physical pruning of an LSTM with proj_size is not supported; use prune.mode=mask"
         )
-    sizes = {len(k) for k in keep.values()}
-    if len(sizes) != 1:
-        raise ValueError(f"every layer and direction must keep as many units, got {sizes}")
-    new_hidden = sizes.pop()
+    new_hidden = len(next(iter(keep.values())))
     hidden, dirs = lstm.hidden_size, 2 if lstm.bidirectional else 1
     device = lstm.weight_ih_l0.device
     input_keep = None if input_keep is None else input_keep.to(device)
     new_input = lstm.input_size if input_keep is None else len(input_keep)
-    new = nn.LSTM(
-        new_input,
-        new_hidden,
-        num_layers=lstm.num_layers,
-        bias=lstm.bias,
-        batch_first=lstm.batch_first,
-        dropout=lstm.dropout,
-        bidirectional=lstm.bidirectional,
-        device=device,
-        dtype=lstm.weight_ih_l0.dtype,
-    )
+    new = nn.LSTM(new_input, new_hidden, **lstm_options(lstm))
     new.train(lstm.training)
     with torch.no_grad():
         for layer in range(lstm.num_layers):
@@ -111,11 +100,6 @@ def _keep_columns(module: nn.Module, columns: Tensor) -> nn.Module:
     return module
 
 
-def _set_child(model: nn.Module, name: str, new: nn.Module) -> None:
-    parent_name, _, attr = name.rpartition(".")
-    setattr(model.get_submodule(parent_name), attr, new)
-
-
 def _call_order(model: nn.Module, example: Any) -> list[str]:
     """Names of the modules with own parameters, in the order a forward pass calls them."""
     order: list[str] = []
@@ -124,13 +108,10 @@ def _call_order(model: nn.Module, example: Any) -> list[str]:
         for name, m in model.named_modules()
         if name and any(True for _ in m.parameters(recurse=False))
     ]
-    was_training = model.training
-    model.eval()
     try:
-        with torch.no_grad():
+        with evaluating([model]), torch.no_grad():
             model(example)
     finally:
-        model.train(was_training)
         for handle in handles:
             handle.remove()
     return order
@@ -173,36 +154,23 @@ class LSTMPruner:
         self.original: dict[str, tuple[int, int]] = {}
         for name in lstms:
             lstm = model.get_submodule(name)
-            if not isinstance(lstm, nn.LSTM):
-                raise ValueError(f"{name} is a {type(lstm).__name__}, not an nn.LSTM")
             if name not in order:
                 raise IncompatibleError(
                     f"{name} is not called by {type(model).__name__}'s forward; nothing to prune"
                 )
             width = lstm.hidden_size * (2 if lstm.bidirectional else 1)
             at = order.index(name)
-            consumer = next(
-                (
-                    n
-                    for n in order[at + 1 :]
-                    if isinstance(model.get_submodule(n), nn.Linear)
-                    and model.get_submodule(n).in_features == width
-                ),
-                None,
-            )
-            if consumer is None:
+            after = [(n, model.get_submodule(n)) for n in order[at + 1 :]]
+            linears = [n for n, m in after if isinstance(m, nn.Linear) and m.in_features == width]
+            if not linears:
                 raise IncompatibleError(
                     f"physical LSTM pruning found no Linear reading {name}'s {width} output "
                     f"features in {type(model).__name__}; use prune.mode=mask"
                 )
-            feeder = order[at - 1] if at > 0 else None
-            if feeder is not None:
-                module = model.get_submodule(feeder)
-                if not (
-                    isinstance(module, nn.Embedding) and module.embedding_dim == lstm.input_size
-                ):
-                    feeder = None
-            self.links[name] = (consumer, feeder)
+            before = model.get_submodule(order[at - 1]) if at > 0 else None
+            fed = isinstance(before, nn.Embedding) and before.embedding_dim == lstm.input_size
+            feeder = order[at - 1] if fed else None
+            self.links[name] = (linears[0], feeder)
             self.original[name] = (lstm.hidden_size, lstm.input_size)
 
     def prune(self, model: nn.Module, amount: float) -> dict[str, tuple[int, int]]:
@@ -235,7 +203,7 @@ class LSTMPruner:
             if input_keep is not None and feeder_name is not None:
                 feeder = _keep_columns(model.get_submodule(feeder_name), input_keep)
                 feeder.embedding_dim = len(input_keep)
-            _set_child(model, name, new)
+            model.set_submodule(name, new)
             plans.append(plan)
         self.plans = plans
         return {p.name: (p.hidden_before, p.hidden_after) for p in plans}

@@ -62,13 +62,6 @@ class MaskPruner:
             self.method.apply_mask(module, target.param_name, missing)
         return {}
 
-    def make_permanent(self, model: nn.Module) -> None:
-        """Fold masks into the weights and drop the hooks (no-op for weights without a mask)."""
-        for target in self.targets:
-            module = target.module(model)
-            if prune.is_pruned(module) and _mask(module, target.param_name) is not None:
-                prune.remove(module, target.param_name)
-
 
 def make_permanent(model: nn.Module) -> nn.Module:
     """Fold every ``torch.nn.utils.prune`` mask in ``model`` into its weight, in place."""

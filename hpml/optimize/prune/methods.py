@@ -120,10 +120,6 @@ class Method:
         """A fresh torch-pruning group importance (physical Conv/Linear): structured only."""
         raise NotImplementedError(f"{self.name} removes single weights, not channels")
 
-    def units(self, rows: Tensor) -> Tensor:
-        """A score per row (physical LSTM hidden units): structured only."""
-        raise NotImplementedError(f"{self.name} removes single weights, not rows")
-
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
@@ -149,9 +145,6 @@ class Structured(Method):
 
     def channels(self) -> Any:
         return RowScores(self.scores)
-
-    def units(self, rows: Tensor) -> Tensor:
-        return self.scores(rows)
 
 
 class L1Unstructured(Unstructured):

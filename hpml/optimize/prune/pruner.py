@@ -20,7 +20,7 @@ from hpml.errors import ConfigError, IncompatibleError
 from hpml.optimize.prune import mask as masks
 from hpml.optimize.prune.amount import check_amount
 from hpml.optimize.prune.lstm import LSTMPruner
-from hpml.optimize.prune.methods import MODES, Method
+from hpml.optimize.prune.methods import Method
 from hpml.optimize.prune.stats import LayerStats, layer_stats
 from hpml.optimize.prune.structured import ChannelPruner, check_runs, output_shapes
 from hpml.optimize.prune.targets import (
@@ -30,8 +30,6 @@ from hpml.optimize.prune.targets import (
     Target,
     resolve,
 )
-
-__all__ = ["MODES", "Engine", "PruneReport", "Pruner"]
 
 
 class Engine(Protocol):
@@ -125,8 +123,7 @@ class Pruner:
             self._engine = masks.MaskPruner(self.method, self.targets)
             return self.targets
         self._shapes = output_shapes(model, example)
-        names = dict.fromkeys(t.module_name for t in self.targets)
-        modules = {name: model.get_submodule(name) for name in names}
+        modules = {t.module_name: t.module(model) for t in self.targets}
         lstms = [n for n, m in modules.items() if isinstance(m, nn.LSTM)]
         layers = [n for n, m in modules.items() if isinstance(m, LAYER_TYPES)]
         for name, module in modules.items():
@@ -148,10 +145,10 @@ class Pruner:
                 f"(torch-pruning cannot trace multi-layer LSTMs): add them to prune.exclude, "
                 f"or use prune.mode=mask"
             )
-        if lstms:
-            units = self.method.units
+        if lstms:  # physical mode: the method is structured, so it scores rows (hidden units)
+            scores = self.method.scores  # type: ignore[attr-defined]
             self._engine = LSTMPruner(
-                model, example, lstms, units, self.min_channels, self.embedding
+                model, example, lstms, scores, self.min_channels, self.embedding
             )
         else:
             channels, coupled = self.method.channels, self.coupled

@@ -16,16 +16,11 @@ import torch
 import torch_pruning as tp
 from torch import Tensor, nn
 
+from hpml.analysis.compare import evaluating
 from hpml.errors import IncompatibleError
 from hpml.optimize.prune.amount import units_to_keep
 from hpml.optimize.prune.targets import LAYER_TYPES
 from hpml.tensors import tensors_in
-
-
-def default_coupling(model: nn.Module) -> tuple[tuple[str, ...], ...]:
-    """Layers whose outputs the model combines element-wise where tracing in eval mode cannot
-    see it, as the model declares them in ``prune_coupled`` (layer names, pruned together)."""
-    return tuple(tuple(group) for group in getattr(model, "prune_coupled", ()))
 
 
 class ChannelPruner:
@@ -48,18 +43,19 @@ class ChannelPruner:
         self.layers = list(layers)
         self.importance = importance()
         self.min_channels = min_channels
-        self.coupled = [tuple(g) for g in (default_coupling(model) if coupled is None else coupled)]
-        names = {module: name for name, module in model.named_modules()}
-        self.names = names
-        ignored = [
+        # by default the layers the model declares in ``prune_coupled``: outputs it combines
+        # element-wise where tracing in eval mode cannot see it
+        coupled = getattr(model, "prune_coupled", ()) if coupled is None else coupled
+        self.coupled = [tuple(group) for group in coupled]
+        self.names = {module: name for name, module in model.named_modules()}
+        self.ignored = [
             m
             for n, m in model.named_modules()
-            if isinstance(m, LAYER_TYPES) and n not in self.layers
+            if (isinstance(m, LAYER_TYPES) and n not in self.layers) or isinstance(m, nn.RNNBase)
         ]
-        ignored += [m for m in model.modules() if isinstance(m, nn.RNNBase)]
-        self.ignored = ignored
         self.graph = self._trace()
-        self.original = {name: self._width(model.get_submodule(name)) for name in self.roots()}
+        width = self.graph.get_out_channels
+        self.original = {name: width(model.get_submodule(name)) for name in self.roots()}
         if not self.original:
             raise IncompatibleError(
                 f"physical pruning found no channels it can remove in {type(model).__name__}: "
@@ -68,10 +64,8 @@ class ChannelPruner:
             )
 
     def _trace(self) -> tp.DependencyGraph:
-        was_training = self.model.training
-        self.model.eval()
         try:
-            with torch.enable_grad():
+            with evaluating([self.model]), torch.enable_grad():
                 return tp.DependencyGraph().build_dependency(self.model, self.example)
         except Exception as exc:
             raise IncompatibleError(
@@ -79,16 +73,6 @@ class ChannelPruner:
                 f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); "
                 f"use prune.mode=mask"
             ) from exc
-        finally:
-            self.model.train(was_training)
-
-    @staticmethod
-    def _width(module: nn.Module) -> int:
-        return (
-            module.out_channels
-            if isinstance(module, nn.modules.conv._ConvNd)
-            else module.out_features
-        )
 
     def _groups(self) -> list[Any]:
         groups = self.graph.get_all_groups(
@@ -154,10 +138,5 @@ def check_runs(model: nn.Module, example: Any, reference: Sequence[torch.Size]) 
 
 
 def output_shapes(model: nn.Module, example: Any) -> list[torch.Size]:
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            return [t.shape for t in tensors_in(model(example))]
-    finally:
-        model.train(was_training)
+    with evaluating([model]), torch.no_grad():
+        return [t.shape for t in tensors_in(model(example))]

@@ -52,11 +52,8 @@ def weight_names(module: nn.Module) -> list[str]:
 
 def output_layer(model: nn.Module) -> str | None:
     """Name of the last Linear or Conv layer registered: the model's output/classifier layer."""
-    last = None
-    for name, module in model.named_modules():
-        if isinstance(module, LAYER_TYPES):
-            last = name
-    return last
+    layers = [name for name, module in model.named_modules() if isinstance(module, LAYER_TYPES)]
+    return layers[-1] if layers else None
 
 
 def all_weights(model: nn.Module) -> list[Target]:

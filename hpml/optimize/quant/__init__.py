@@ -10,9 +10,9 @@ from typing import Any
 
 from torch import nn
 
-from hpml.optimize.quant.base import OnDevice, Quantizer, notice_once
+from hpml.optimize.quant.base import OnDevice, Quantizer
 
-__all__ = ["OnDevice", "Quantizer", "apply_quant", "notice_once"]
+__all__ = ["OnDevice", "Quantizer", "apply_quant"]
 
 
 def apply_quant(

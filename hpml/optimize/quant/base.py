@@ -28,13 +28,6 @@ def notice_once(key: str, message: str) -> None:
         log.warning(message)
 
 
-def flag(key: str, value: Any) -> bool:
-    """``value`` if it is true or false, else a ConfigError naming ``key``."""
-    if not isinstance(value, bool):
-        raise ConfigError(key, value, "true or false")
-    return value
-
-
 class Quantizer(ABC):
     """Turns a float ``nn.Module`` into a quantised one.
 
@@ -110,14 +103,15 @@ def as_args(inputs: Any) -> tuple[Any, ...]:
     return inputs if isinstance(inputs, tuple) else (inputs,)
 
 
-def _to(value: Any, device: torch.device, float32: bool = False) -> Any:
+def to_device(value: Any, device: torch.device, float32: bool = False) -> Any:
+    """``value``'s tensors, nested or not, on ``device``; floats as float32 if ``float32``."""
     if isinstance(value, torch.Tensor):
         value = value.to(device)
         return value.float() if float32 and value.is_floating_point() else value
     if isinstance(value, list | tuple):
-        return type(value)(_to(v, device, float32) for v in value)
+        return type(value)(to_device(v, device, float32) for v in value)
     if isinstance(value, dict):
-        return {k: _to(v, device, float32) for k, v in value.items()}
+        return {k: to_device(v, device, float32) for k, v in value.items()}
     return value
 
 
@@ -142,5 +136,5 @@ class OnDevice(nn.Module):
             torch.autocast(caller.type, enabled=False),
             torch.autocast(self.run_device.type, enabled=False),
         ):
-            out = self.module(*_to(args, self.run_device, float32=True))
-        return _to(out, caller)
+            out = self.module(*to_device(args, self.run_device, float32=True))
+        return to_device(out, caller)

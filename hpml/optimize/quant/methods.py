@@ -12,27 +12,16 @@ from collections.abc import Callable
 
 from hpml.errors import ConfigError
 from hpml.optimize.quant import torch_ao
-from hpml.optimize.quant.base import Quantizer, flag
+from hpml.optimize.quant.base import Quantizer
 
 Engines = dict[str, Callable[[], Quantizer]]
-
-
-def own_method(method: str, methods: tuple[str, ...]) -> str:
-    """``method`` if it is one of ``methods`` (what this quantiser does), else a ConfigError."""
-    if method not in methods:
-        raise ConfigError(
-            "method",
-            method,
-            f"{' or '.join(methods)} for this quantiser (another method is another option: "
-            "quant=<option>)",
-        )
-    return method
 
 
 def flags(**values: bool) -> None:
     """A ConfigError for the first of ``values`` that is not true or false."""
     for key, value in values.items():
-        flag(key, value)
+        if not isinstance(value, bool):
+            raise ConfigError(key, value, "true or false")
 
 
 def pick(method: str, backend: str, engines: Engines) -> Quantizer:
@@ -53,7 +42,7 @@ def dynamic_int8(
 ) -> Quantizer:
     """Weights int8, activations quantised per call: ``torch_ao`` (Linear, LSTM, GRU; embeddings
     weight-only unless ``embeddings=false``) or ``torchao`` (Linear)."""
-    flag("embeddings", embeddings)
+    flags(embeddings=embeddings)
     engines = {
         "torch_ao": lambda: torch_ao.Dynamic(engine, embeddings),
         "torchao": _torchao("dynamic_int8"),
@@ -96,7 +85,14 @@ def qat(
 def weight_only_int8(method: str = "weight_only_int8", backend: str = "auto") -> Quantizer:
     """torchao's int8 for Linear layers on CUDA or CPU: weight-only, or with int8 activations
     too where ``method=dynamic_int8`` (``quant=torchao_int8``)."""
-    own_method(method, ("weight_only_int8", "dynamic_int8"))
+    methods = ("weight_only_int8", "dynamic_int8")
+    if method not in methods:
+        raise ConfigError(
+            "method",
+            method,
+            f"{' or '.join(methods)} for this quantiser (another method is another option: "
+            "quant=<option>)",
+        )
     return pick(method, backend, {"torchao": _torchao(method)})
 
 

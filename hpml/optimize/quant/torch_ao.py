@@ -16,7 +16,7 @@ import torch.ao.quantization as tq
 from torch import nn
 
 from hpml.errors import ConfigError, IncompatibleError
-from hpml.optimize.quant.base import Quantizer, as_args, no_calibration, notice_once
+from hpml.optimize.quant.base import Quantizer, as_args, no_calibration, notice_once, to_device
 
 ENGINES = ("x86", "fbgemm", "onednn", "qnnpack")
 CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
@@ -90,13 +90,10 @@ class Dynamic(Quantizer):
 
     def quantize(self, net: nn.Module, calibration: Iterable[Any] = ()) -> nn.Module:
         use_engine(self.engine)
-        spec: dict[type[nn.Module], Any] = {
-            nn.Linear: tq.default_dynamic_qconfig,
-            nn.LSTM: tq.default_dynamic_qconfig,
-            nn.GRU: tq.default_dynamic_qconfig,
+        weight_only = {nn.Embedding: tq.float_qparams_weight_only_qconfig}
+        spec = {
+            layer: weight_only.get(layer, tq.default_dynamic_qconfig) for layer in self.supported
         }
-        if self.embeddings:
-            spec[nn.Embedding] = tq.float_qparams_weight_only_qconfig
         return tq.quantize_dynamic(net.cpu().eval(), spec, dtype=torch.qint8, inplace=False)
 
 
@@ -153,7 +150,7 @@ class Static(Quantizer):
             for batch in calibration:
                 if seen == 0:
                     self.check_inputs(net, batch)
-                wrapped(*as_args(_cpu(batch)))
+                wrapped(*as_args(to_device(batch, torch.device("cpu"))))
                 seen += 1
         if seen == 0:
             raise no_calibration()
@@ -217,9 +214,3 @@ def _probe(engine: Static, net: nn.Module, example: torch.Tensor) -> str | None:
         message = " ".join(str(exc).split())[:200]
         return f"the int8 model fails on one batch ({type(exc).__name__}: {message})"
     return None
-
-
-def _cpu(batch: Any) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return batch.cpu()
-    return tuple(b.cpu() if isinstance(b, torch.Tensor) else b for b in batch)

@@ -32,7 +32,7 @@ def test_a_method_masks_its_share_of_one_weight_alone(name):
     if method.structured:
         assert int((mask.sum(1) == 0).sum()) == 4 and set(mask.sum(1).tolist()) == {0.0, 5.0}
         assert method.channels() is not None
-        assert method.units(weight).shape == (8,)
+        assert method.scores(weight).shape == (8,)
         assert method.default_mode == "physical" and method.check_mode(None) == "physical"
     else:
         assert int((mask == 0).sum()) == 20
