@@ -91,6 +91,14 @@ def constructed(group: str, make: Callable[[], T]) -> T:
         ) from exc
 
 
+def callback_nodes(cfg: DictConfig) -> list[tuple[str, DictConfig]]:
+    """``(group, node)`` of each callback ``cfg`` sets, in the order they are built: the
+    ``callbacks`` dict's (group ``callbacks.<name>``), then each of ``callback_groups``."""
+    named = [(f"callbacks.{name}", node) for name, node in (cfg.get("callbacks") or {}).items()]
+    named += [(group, cfg.get(group)) for group in cfg.get("callback_groups") or ()]
+    return [(group, node) for group, node in named if node and "_target_" in node]
+
+
 def build_callbacks(cfg: DictConfig) -> list[L.Callback]:
     """The ``callbacks`` group (a dict of callbacks), then each of ``callback_groups`` in order."""
     unknown = [group for group in cfg.callback_groups if group not in cfg]
@@ -100,15 +108,7 @@ def build_callbacks(cfg: DictConfig) -> list[L.Callback]:
             list(cfg.callback_groups),
             f"config groups of this config ({unknown[0]!r} is none)",
         )
-    callbacks = [
-        build(f"callbacks.{name}", node)
-        for name, node in (cfg.get("callbacks") or {}).items()
-        if node and "_target_" in node
-    ]
-    for group in cfg.callback_groups:
-        node = cfg.get(group)
-        if node and "_target_" in node:
-            callbacks.append(build(group, node))
+    callbacks = [build(group, node) for group, node in callback_nodes(cfg)]
     if cfg.trainer.get("enable_checkpointing") is False:  # off: Lightning refuses checkpointers
         from lightning.pytorch.callbacks import Checkpoint
 

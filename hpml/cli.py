@@ -135,25 +135,14 @@ def composition_error(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
     return None
 
 
-# Hydra's flags that take no value; argparse refuses overrides that follow them unless moved.
-BARE_FLAGS = (
-    "-m",
-    "--multirun",
-    "-r",
-    "--run",
-    "--resolve",
-    "--help",
-    "-h",
-    "--hydra-help",
-    "--version",
-    "--shell-completion",
-    "-sc",
-)
-
-
 def hoist_flags(args: list[str]) -> list[str]:
-    """``model=lstm -m a=1`` -> ``-m model=lstm a=1``: flags anywhere, as users type them."""
-    return [a for a in args if a in BARE_FLAGS] + [a for a in args if a not in BARE_FLAGS]
+    """``model=lstm -m a=1`` -> ``-m model=lstm a=1``: flags anywhere, as users type them. Only
+    the flags Hydra's parser takes without a value move: argparse refuses overrides after them."""
+    from hydra._internal.utils import get_args_parser
+
+    actions = get_args_parser()._actions
+    bare = {flag for action in actions if action.nargs == 0 for flag in action.option_strings}
+    return [a for a in args if a in bare] + [a for a in args if a not in bare]
 
 
 def trainer_arguments() -> list[str]:

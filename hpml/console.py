@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 import sys
 import warnings
+from collections.abc import Callable
+from functools import partial
 from typing import Any, TextIO
 
 # (category, regex matched at the start of the message, regex of the raising module or "" for
@@ -54,19 +56,13 @@ NOISY_RECORDS: tuple[tuple[str, str], ...] = (
 )
 
 
-class _DropRecords(logging.Filter):
-    """Drops the records of one logger whose message starts with one of ``starts``."""
-
-    def __init__(self, starts: tuple[str, ...]) -> None:
-        super().__init__()
-        self.starts = starts
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(self.starts)
+def _kept(start: str, record: logging.LogRecord) -> bool:
+    """A record filter: False for a record whose message starts with ``start``."""
+    return not str(record.msg).startswith(start)
 
 
 _installed_warnings: list[Any] = []
-_installed_filters: list[tuple[logging.Logger, _DropRecords]] = []
+_installed_filters: list[tuple[logging.Logger, Callable[[logging.LogRecord], bool]]] = []
 
 
 def quiet_upstream(verbose: bool = False) -> None:
@@ -88,11 +84,8 @@ def quiet_upstream(verbose: bool = False) -> None:
     for category, message, module in NOISY_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=category, module=module)
         _installed_warnings.append(warnings.filters[0])
-    by_logger: dict[str, tuple[str, ...]] = {}
     for name, start in NOISY_RECORDS:
-        by_logger[name] = (*by_logger.get(name, ()), start)
-    for name, starts in by_logger.items():
-        logger, record_filter = logging.getLogger(name), _DropRecords(starts)
+        logger, record_filter = logging.getLogger(name), partial(_kept, start)
         logger.addFilter(record_filter)
         _installed_filters.append((logger, record_filter))
 

@@ -96,16 +96,14 @@ def hand_off(
     run_id: str,
     ckpt_path: str | None,
 ) -> Iterator[None]:
-    """Let the processes ``trainer`` will start follow this job; undo the launch afterwards.
-    Torch threads are shared out among the processes so they do not oversubscribe the cores;
-    the file holds credentials, so only its owner reads it, and it goes with the job.
+    """Let the processes ``trainer`` will start follow this job, from a file of what
+    :class:`HandedJob` holds (``cfg`` resolved); undo the launch afterwards. Torch threads are
+    shared out among the processes so they do not oversubscribe the cores; the file holds
+    credentials, so only its owner reads it, and it goes with the job.
 
     Args:
-        cfg: the job's config, resolved into the file.
         output_dir: the job's folder, where the file goes.
         name: the job's log name, which the followers' logs take with their rank.
-        run_id: the run rank zero logs into.
-        ckpt_path: the checkpoint the job resumes from, if any.
     """
     if not starts_processes(trainer):
         yield

@@ -28,17 +28,10 @@ class Range:
     note: str = ""
     kind: type = float  # int where the annotation says so: set by whoever reads the annotation
 
-    @property
-    def low(self) -> Num | None:
-        return self.gt if self.gt is not None else self.ge
-
-    @property
-    def high(self) -> Num | None:
-        return self.lt if self.lt is not None else self.le
-
     def expected(self) -> str:
         noun = "an integer" if self.kind is int else "a finite number"
-        low, high = self.low, self.high
+        low = self.gt if self.gt is not None else self.ge
+        high = self.lt if self.lt is not None else self.le
         if low is not None and high is not None:
             left, right = "(" if self.gt is not None else "[", ")" if self.lt is not None else "]"
             text = f"{noun} in {left}{low}, {high}{right}"
@@ -55,9 +48,8 @@ class Range:
     def accepts(self, value: Any) -> bool:
         if value is None:
             return self.null is not None
-        if isinstance(value, bool) or not isinstance(value, int if self.kind is int else Num):
-            return False
-        if not math.isfinite(value):
+        kind = int if self.kind is int else Num
+        if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value):
             return False
         return not (
             (self.ge is not None and value < self.ge)

@@ -30,19 +30,13 @@ from hpml.tracking.resume import resume_args
 from hpml.validate import check, check_config
 
 
-def hydra_job() -> HydraJob | None:
-    """What Hydra knows of the job in progress, None outside Hydra."""
-    return HydraJob.of(HydraConfig.get()) if HydraConfig.initialized() else None
-
-
 def tracker_of(cfg: DictConfig, job: HydraJob | None = None) -> Any:
     """The ``logger`` group's tracker, once output is quieted and the store answers (a bad URI
     or a silent server: one line, before torch loads)."""
     from hpml.tracking.remote import SWEEP_JOB_PATIENCE, prepare
 
-    in_sweep = job is not None and job.sweep is not None
     quiet_upstream(verbose=bool(OmegaConf.select(cfg, "hpml.verbose", default=False)))
-    prepare(cfg.logger, patience=SWEEP_JOB_PATIENCE if in_sweep else 1)
+    prepare(cfg.logger, patience=SWEEP_JOB_PATIENCE if job is not None and job.sweep else 1)
     return build("logger", cfg.logger)
 
 
@@ -57,7 +51,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     """Fit and test the configured model inside one MLflow run; return the final metrics. A
     refused sweep job is recorded as a FAILED child of the sweep; a refused single run leaves
     no run. The config alone is judged first, before Lightning and MLflow are imported."""
-    job = hydra_job()
+    job = HydraJob.of(HydraConfig.get()) if HydraConfig.initialized() else None  # None: no Hydra
     try:
         check_config(cfg)
     except HpmlError as exc:

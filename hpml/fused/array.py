@@ -92,7 +92,7 @@ class FusedArray(ArrayModule):
         total = torch.stack(live).sum()
         self.manual_backward(total)
         counted = False  # Lightning counts each optimiser step: one per batch, as a serial run
-        for index, optimizer in enumerate(self._optimizers()):
+        for index, optimizer in enumerate(listed(self.optimizers())):
             if index not in self.frozen:
                 if counted:  # its trainer.global_step (max_steps ...), not one per member
                     self.trainer.strategy.optimizer_step(optimizer.optimizer, lambda: None)
@@ -108,19 +108,10 @@ class FusedArray(ArrayModule):
     def test_step(self, batch: Any, batch_idx: int) -> None:
         self._scored(batch, "test")
 
-    def _optimizers(self) -> list[Any]:
-        optimizers = self.optimizers()
-        return optimizers if isinstance(optimizers, list) else [optimizers]
-
     def on_train_epoch_end(self) -> None:
         """Each active member's scheduler steps once per epoch, as Lightning steps a serial
         run's (manual optimisation leaves it to the module)."""
-        schedulers = self.lr_schedulers()
-        if schedulers is None:
-            return
-        if not isinstance(schedulers, list):
-            schedulers = [schedulers]
-        for index, scheduler in zip(self.scheduled, schedulers, strict=True):
+        for index, scheduler in zip(self.scheduled, listed(self.lr_schedulers()), strict=True):
             if index not in self.frozen:
                 scheduler.step()
 
@@ -140,6 +131,12 @@ class FusedArray(ArrayModule):
 
     def on_train_end(self) -> None:
         self.fused.sync_buffers()
+
+
+def listed(value: Any) -> list[Any]:
+    """What Lightning's ``optimizers()`` or ``lr_schedulers()`` returns, as a list: it gives one
+    alone, and None for no scheduler."""
+    return [] if value is None else value if isinstance(value, list) else [value]
 
 
 def per_epoch(scheduler: Any, member: int) -> Any:

@@ -29,7 +29,7 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from hpml.build import Member, Parts
+from hpml.build import Member, Parts, build
 from hpml.hydra_job import HydraJob
 
 log = logging.getLogger(__name__)
@@ -76,19 +76,11 @@ class FusedLauncher(Launcher):
             with open_dict(config):
                 config.hydra.job.id = config.hydra.job.num = initial_job_idx + offset
             configs.append(config)
-        admitted: list[int] = []
-
-        def admit(index: int) -> bool:
-            if self._admitted(configs[index]):
-                admitted.append(index)
-                return True
-            return False
-
         decided = plan(
             configs,
             on_cpu(configs[0]),
-            lambda: capacity([configs[index] for index in admitted]),
-            admit,
+            lambda: capacity([c for c in configs if c.hydra.job.num in self.members]),
+            lambda index: self._admitted(configs[index]),
         )
         said = decided.reason and decided.reason.split(";")[0]  # its gist, not the job count
         if said and said not in self.said:  # once per sweep, not per batch of a sweeper
@@ -153,9 +145,8 @@ class FusedLauncher(Launcher):
 
         leader = self._run(configs[0], task)
         returns = {indices[0]: leader}
-        for position, (index, config) in enumerate(zip(indices, configs, strict=True)):
-            if position == 0:
-                continue
+        for position in range(1, len(configs)):
+            index, config = indices[position], configs[position]
             result = copy.copy(leader)
             result.cfg = members[position].cfg
             result.hydra_cfg = OmegaConf.create({"hydra": config.hydra})
@@ -205,15 +196,6 @@ def on_cpu(config: DictConfig) -> bool:
     return not torch.cuda.is_available()
 
 
-def member_model(cfg: DictConfig) -> tuple[Any, int]:
-    """Job ``cfg``'s model and batch size for the memory guard's probe, from the data's
-    planned spec, so no data file is read."""
-    from hpml.build import build
-
-    datamodule = build("data", cfg.data)
-    return build("model", cfg.model, data=datamodule.planned_spec()), datamodule.batch_size
-
-
 def capacity(configs: list[DictConfig]) -> int | None:
     """Members per array: ``fuse.max_members``, else as many as the memory guard fits. None:
     no cap, for a job whose model cannot be built (the array's build then reports it)."""
@@ -225,8 +207,10 @@ def capacity(configs: list[DictConfig]) -> int | None:
     from hpml.errors import one_line
     from hpml.optimize.fuse.memory import array_capacity, free_bytes, member_footprint
 
-    try:
-        model, batch_size = member_model(configs[0])
+    try:  # the first member's model, built on its data's planned spec: no data file is read
+        datamodule = build("data", configs[0].data)
+        batch_size = datamodule.batch_size
+        model = build("model", configs[0].model, data=datamodule.planned_spec())
         footprint = member_footprint(model, batch_size)
         device = torch.device("cpu" if on_cpu(configs[0]) else "cuda")
         free = free_bytes(device)

@@ -14,6 +14,7 @@ from fnmatch import fnmatchcase
 
 from omegaconf import DictConfig, OmegaConf
 
+from hpml.build import callback_nodes
 from hpml.callbacks.in_array import InArray
 from hpml.config_tree import leaves
 
@@ -61,17 +62,10 @@ def unfusable_callback(cfg: DictConfig) -> str | None:
 
     from hpml.callbacks.base import declared, qualified, undeclared
 
-    found = [
-        (f"callbacks.{name}", node)
-        for name, node in (cfg.get("callbacks") or {}).items()
-        if node and "_target_" in node
-    ]
-    for group in cfg.get("callback_groups") or ():
-        node = cfg.get(group)
-        if node and "_target_" in node:
-            choice = OmegaConf.select(cfg, f"hydra.runtime.choices.{group}") or "set"
-            found.append((f"{group}={choice}", node))
-    for label, node in found:
+    groups = cfg.get("callback_groups") or ()
+    for label, node in callback_nodes(cfg):
+        if label in groups:
+            label += f"={OmegaConf.select(cfg, f'hydra.runtime.choices.{label}') or 'set'}"
         path = str(OmegaConf.select(node, "_target_", throw_on_resolution_failure=False))
         try:
             target = get_object(path)

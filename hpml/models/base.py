@@ -71,6 +71,9 @@ class HpmlModule(L.LightningModule):
     def build_net(self, net: Callable[..., nn.Module], data: DataSpec) -> nn.Module:
         raise NotImplementedError
 
+    def forward(self, x: Tensor) -> Any:
+        return self.net(x)
+
     def measure(self, output: Any, batch: tuple[Tensor, Tensor], stage: str) -> Measured:
         """The loss (key ``loss``) and the family's other metrics of ``output``, the net's
         output on ``batch``; metric objects are updated here. Apart from the forward pass so a

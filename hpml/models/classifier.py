@@ -29,9 +29,6 @@ class Classifier(HpmlModule):
             }
         )
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self.net(x)
-
     def measure(self, output: Tensor, batch: tuple[Tensor, Tensor], stage: str) -> Measured:
         _, y = batch
         accuracy = self.accuracy[f"{stage}_acc"]

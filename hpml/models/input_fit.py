@@ -7,6 +7,7 @@ built for, and the classifier reads copies of the same few features.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -64,18 +65,11 @@ def size_range(fits: Callable[[int], bool]) -> tuple[int, int | None] | None:
     start = next((size for size in CANDIDATES if fits(size)), None)
     if start is None:
         return None
-    low, high = 0, start  # fits(high); the smallest is in (low, high]
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (low, mid) if fits(mid) else (mid, high)
-    smallest = high
+    smallest = 1 + bisect_left(range(1, start), True, key=fits)
     if fits(MAX_SIZE):
         return smallest, None
-    low, high = start, MAX_SIZE  # fits(low), not fits(high)
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (mid, high) if fits(mid) else (low, mid)
-    return smallest, low
+    beyond = range(start + 1, MAX_SIZE)  # the first size that does not fit: here, or MAX_SIZE
+    return smallest, start + bisect_left(beyond, True, key=lambda size: not fits(size))
 
 
 def sizes_text(sizes: tuple[int, int | None]) -> str:

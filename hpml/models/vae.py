@@ -33,9 +33,6 @@ class VAEModule(HpmlModule):
             )
         return net(in_features=data.num_features)
 
-    def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        return self.net(x)
-
     def measure(
         self, output: tuple[Tensor, Tensor, Tensor], batch: tuple[Tensor, Tensor], stage: str
     ) -> Measured:

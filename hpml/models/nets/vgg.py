@@ -4,38 +4,13 @@ from __future__ import annotations
 
 import torchvision
 from torch import Tensor, nn
+from torchvision.models.vgg import cfgs
 
 from hpml.errors import ConfigError
 
-# Output channels per conv layer, "M" for a 2x2 max pool (Simonyan & Zisserman, configs A, B, D, E).
-CONFIGS: dict[int, list[int | str]] = {
-    11: [64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
-    13: [64, 64, "M", 128, 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"],
-    16: [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M"],
-    19: [
-        64,
-        64,
-        "M",
-        128,
-        128,
-        "M",
-        256,
-        256,
-        256,
-        256,
-        "M",
-        512,
-        512,
-        512,
-        512,
-        "M",
-        512,
-        512,
-        512,
-        512,
-        "M",
-    ],
-}
+# Output channels per conv layer, "M" for a 2x2 max pool (Simonyan & Zisserman, configs A, B, D, E):
+# torchvision's table, which its ImageNet layout builds from too.
+CONFIGS: dict[int, list[int | str]] = {11: cfgs["A"], 13: cfgs["B"], 16: cfgs["D"], 19: cfgs["E"]}
 LAYOUTS = ("cifar", "imagenet")
 
 
