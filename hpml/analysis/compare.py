@@ -38,6 +38,7 @@ from hpml.analysis.blocks import (
 )
 from hpml.analysis.rounds import round_order
 from hpml.analysis.stats import CONFIDENCE, Interval, iqr, median_ci, verdict
+from hpml.ranges import Range
 from hpml.tensors import first_tensor
 
 log = logging.getLogger(__name__)
@@ -70,17 +71,15 @@ class Plan:
     clock: str = AUTO
 
     def __post_init__(self) -> None:
-        def number(value: object) -> bool:
-            return not isinstance(value, bool) and isinstance(value, int | float)
-
-        if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 1:
-            raise ValueError(f"rounds={self.rounds!r} is invalid: expected a positive integer")
-        if not (number(self.min_run_time_s) and self.min_run_time_s > 0):
-            raise ValueError(f"min_run_time_s={self.min_run_time_s!r} is invalid: expected > 0")
-        if not (number(self.budget_s) and 0 <= self.budget_s < float("inf")):
-            raise ValueError(f"budget_s={self.budget_s!r} is invalid: expected seconds >= 0")
-        if not (number(self.ci_width) and 0 < self.ci_width < float("inf")):
-            raise ValueError(f"ci_width={self.ci_width!r} is invalid: expected a share > 0")
+        for key, allowed in (
+            ("rounds", Range(ge=1, kind=int)),
+            ("min_run_time_s", Range(gt=0)),
+            ("budget_s", Range(ge=0)),
+            ("ci_width", Range(gt=0)),
+        ):
+            value = getattr(self, key)
+            if not allowed.accepts(value):
+                raise ValueError(f"{key}={value!r} is invalid: expected {allowed.expected()}")
         if self.clock not in CLOCKS:
             raise ValueError(f"clock={self.clock!r} is invalid: one of {', '.join(CLOCKS)}")
 

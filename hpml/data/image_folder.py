@@ -23,9 +23,9 @@ from hpml.data.transforms import (
     SMALL_IMAGE,
     Transform,
     eval_resize,
+    image_spec,
     pipeline,
     train_crop,
-    value_range,
 )
 from hpml.errors import DatasetNotFoundError, HpmlError, positive_int
 
@@ -89,9 +89,8 @@ class ImageFolderDataModule(HpmlDataModule):
         self._classes: list[str] | None = None
 
     def _spec(self, num_classes: int) -> DataSpec:
-        size = self.image_size
-        steps = (self.train_transform.transforms, self.eval_transform.transforms)
-        return DataSpec("image", (3, size, size), num_classes, value_range=value_range(*steps))
+        shape = (3, self.image_size, self.image_size)
+        return image_spec(shape, num_classes, self.train_transform, self.eval_transform)
 
     @property
     def spec(self) -> DataSpec:

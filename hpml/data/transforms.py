@@ -12,6 +12,7 @@ import torch
 from PIL import Image
 from torchvision import transforms as T
 
+from hpml.data.spec import DataSpec
 from hpml.errors import ConfigError
 
 Transform = Callable[[Any], Any]
@@ -77,12 +78,12 @@ def _describe(out: Any) -> str:
     return f"a {type(out).__module__}.{type(out).__qualname__}"
 
 
-def value_range(*pipelines: Sequence[Transform]) -> tuple[float, float] | None:
-    """``(0.0, 1.0)`` unless some pipeline standardises pixels (a ``Normalize``): what
-    :class:`~hpml.data.spec.DataSpec` tells a model that needs pixels as probabilities (the VAE)."""
-    if any(isinstance(step, T.Normalize) for steps in pipelines for step in steps):
-        return None
-    return (0.0, 1.0)
+def image_spec(shape: tuple[int, ...], num_classes: int, *pipelines: T.Compose) -> DataSpec:
+    """Images of ``shape`` in ``num_classes`` classes, in [0, 1] unless some pipeline standardises
+    them (a ``Normalize``): what tells a model that needs pixels as probabilities (the VAE)."""
+    steps = [step for composed in pipelines for step in composed.transforms]
+    standardised = any(isinstance(step, T.Normalize) for step in steps)
+    return DataSpec("image", shape, num_classes, value_range=None if standardised else (0.0, 1.0))
 
 
 class ResizeForCenterCrop(T.Resize):

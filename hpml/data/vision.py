@@ -20,7 +20,7 @@ from torchvision.datasets.utils import check_integrity
 from hpml.data.base import DataDescription, HpmlDataModule
 from hpml.data.formats import check_mnist, first_bad_cifar
 from hpml.data.spec import DataSpec
-from hpml.data.transforms import Transform, pipeline, value_range
+from hpml.data.transforms import Transform, image_spec, pipeline
 from hpml.errors import ConfigError, DatasetNotFoundError, HpmlError
 
 log = logging.getLogger(__name__)
@@ -138,8 +138,7 @@ class CIFAR10DataModule(HpmlDataModule):
 
     @property
     def spec(self) -> DataSpec:
-        steps = (self.train_transform.transforms, self.eval_transform.transforms)
-        return DataSpec("image", (3, 32, 32), 10, value_range=value_range(*steps))
+        return image_spec((3, 32, 32), 10, self.train_transform, self.eval_transform)
 
     @property
     def folder(self) -> Path:
@@ -228,8 +227,7 @@ class MNISTDataModule(HpmlDataModule):
 
     @property
     def spec(self) -> DataSpec:
-        steps = (self.train_transform.transforms, self.eval_transform.transforms)
-        return DataSpec("image", (1, 28, 28), 10, value_range=value_range(*steps))
+        return image_spec((1, 28, 28), 10, self.train_transform, self.eval_transform)
 
     @property
     def folder(self) -> Path:

@@ -119,10 +119,8 @@ def run_peak(run: Run) -> DevicePeak | None:
 
 def choose_peak(choice: str | None, runs: list[Run]) -> DevicePeak:
     """``--device``, else the first run's GPU in the table, its logged peak, or this machine's."""
-    from hpml.analysis.measured_peak import measure_peak
+    from hpml.analysis.measured_peak import resolve_peak
 
-    if choice in KNOWN_DEVICES:
-        return KNOWN_DEVICES[choice]
     if choice is None:
         devices = sorted({r.data.tags.get("hpml.device", "?") for r in runs})
         if len(devices) > 1:
@@ -137,9 +135,8 @@ def choose_peak(choice: str | None, runs: list[Run]) -> DevicePeak:
     import torch
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return measure_peak(
-        device, os.environ.get("HPML_PEAK_CACHE") or project_root() / ".hpml" / "peaks"
-    )
+    cache = os.environ.get("HPML_PEAK_CACHE") or project_root() / ".hpml" / "peaks"
+    return resolve_peak(choice or "measured", device, cache)
 
 
 def run_precision(run: Run) -> str:

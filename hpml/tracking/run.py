@@ -162,8 +162,7 @@ class MlflowTracker:
     ) -> TrackedRun:
         """Start (or reopen) a job's run under its sweep's parent; one that cannot start is
         recorded as a FAILED run, if the store works."""
-        tags = {**environment_tags(), **hydra_tags(job), **tags}
-        run_name = self.run_name or default_run_name(job)
+        run_name, tags = self._named(job, tags)
         try:
             record = sweep_record(job)
             active = retry_locked(
@@ -232,14 +231,12 @@ class MlflowTracker:
         if _sweep_record_or_none(job) is None or isinstance(exc, StoreError):
             return
         mlflow.set_tracking_uri(self.tracking_uri)
-        best_effort(
-            self._record_unstarted,
-            cfg,
-            job,
-            self.run_name or default_run_name(job),
-            {**environment_tags(), **hydra_tags(job)},
-            exc,
-        )
+        best_effort(self._record_unstarted, cfg, job, *self._named(job, {}), exc)
+
+    def _named(self, job: HydraJob | None, tags: dict[str, str]) -> tuple[str, dict[str, str]]:
+        """A job's run name, and its tags: the environment's, Hydra's, then ``tags``."""
+        tags = {**environment_tags(), **hydra_tags(job), **tags}
+        return self.run_name or default_run_name(job), tags
 
     def _record_unstarted(
         self,
@@ -253,13 +250,11 @@ class MlflowTracker:
         in the parent's experiment (the job's own may be what failed)."""
         client = self.client()
         record = _sweep_record_or_none(job)
-        if record is not None:
-            tags = {**tags, "mlflow.parentRunId": record["run_id"]}
-        error = redact_text(one_line(exc))[:5000]
+        parent = {"mlflow.parentRunId": record["run_id"]} if record else {}
         run = client.create_run(
             record["experiment_id"] if record else self.experiment_id(),
             run_name=run_name,
-            tags={**tags, "hpml.error": error},
+            tags={**tags, **parent, "hpml.error": redact_text(one_line(exc))[:5000]},
         )
         mlflow.start_run(run_id=run.info.run_id, log_system_metrics=False)
         try:
