@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+from hydra.errors import OverrideParseException
 
 from hpml.build import CONF_DIR
 
@@ -59,16 +61,29 @@ def registered_options(group: str) -> set[str] | None:
     return {name.removesuffix(".yaml") for name in names if name.endswith(".yaml")}
 
 
+def overrides_of(args: list[str]) -> list[Override]:
+    """The command line's overrides, parsed by Hydra's grammar (flags and their values left out)."""
+    return OverridesParser.create().parse_overrides(
+        [a for a in args if not a.startswith("-") and "=" in a]
+    )
+
+
+def malformed_override(args: list[str]) -> str | None:
+    """The first override Hydra's grammar cannot read, with why, on one line (Hydra's own
+    answer is a traceback)."""
+    for arg in args:
+        try:
+            overrides_of([arg])
+        except OverrideParseException as exc:
+            return f"cannot read the override {arg!r}: {'; '.join(str(exc).splitlines())}"
+    return None
+
+
 def unknown_option(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
     """A one-line message for the first ``group=option`` whose option has no config file,
     naming the valid ones (Hydra's spans a dozen lines)."""
-    overrides = [a for a in args if not a.startswith("-") and "=" in a]
-    try:
-        parsed = OverridesParser.create().parse_overrides(overrides)
-    except Exception:  # Hydra reports malformed overrides itself
-        return None
     dirs = (conf_dir, *extra_config_dirs(args))
-    for override in parsed:
+    for override in overrides_of(args):
         group = override.key_or_group
         options = group_options(group, *dirs)
         if options is None or override.is_delete() or override.value() is None:
@@ -86,9 +101,8 @@ def unknown_option(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
 
 def first_job(args: list[str]) -> list[str]:
     """The overrides of a sweep's first job (each sweep replaced by its first value)."""
-    overrides = [a for a in args if not a.startswith("-") and "=" in a]
     first = []
-    for override in OverridesParser.create().parse_overrides(overrides):
+    for override in overrides_of(args):
         if override.is_sweep_override():
             value = next(iter(override.sweep_string_iterator()))
             first.append(f"{override.get_key_element()}={value}")
@@ -101,12 +115,7 @@ def sweep_without_multirun(args: list[str]) -> str | None:
     """A sweep value given without ``-m``: Hydra refuses it in a paragraph, this in a line."""
     if "-m" in args or "--multirun" in args:
         return None
-    overrides = [a for a in args if not a.startswith("-") and "=" in a]
-    try:
-        parsed = OverridesParser.create().parse_overrides(overrides)
-    except Exception:
-        return None
-    for override in parsed:
+    for override in overrides_of(args):
         if override.is_sweep_override():
             return (
                 f"{override.input_line} is a sweep: add -m to run one job per value "
@@ -191,7 +200,8 @@ def check_args(args: list[str]) -> None:
     from hpml.validate.store import unwritable_root
 
     message = (
-        unknown_option(args)
+        malformed_override(args)
+        or unknown_option(args)
         or sweep_without_multirun(args)
         or composition_error(args)
         or unwritable_root(args)

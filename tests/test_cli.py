@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from hpml.cli import (
+    check_args,
     composition_error,
     first_job,
     hoist_flags,
+    malformed_override,
     sweep_without_multirun,
     unknown_option,
 )
@@ -41,6 +45,16 @@ def test_first_job_takes_the_first_value_of_each_sweep():
         "+a.b=1",
         "seed=3",
     ]
+
+
+def test_malformed_override_is_one_line_naming_it(capsys):
+    """Hydra's grammar refuses it with a traceback; hpml says which override, and why."""
+    with pytest.raises(SystemExit) as exit:
+        check_args(["seed=1", "model=[a", "-m"])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and err.count("\n") == 1, err
+    assert err.startswith("hpml: error: cannot read the override 'model=[a': no viable")
+    assert malformed_override(["-m", "model=vgg11,lstm", "+a.b=[1,2]", "~seed"]) is None
 
 
 def test_mistyped_key_is_one_line_naming_it():
