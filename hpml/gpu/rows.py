@@ -176,6 +176,8 @@ def study2_rows(store: Store) -> list[Row]:
                 f"from b{sizes[0]} to b{sizes[-1]}",
             )
         )
+    if not rows:
+        rows.append(Row("study 2 execution summary", "failed", "no profiled run logged"))
     failed = sum(r.info.status != "FINISHED" for r in runs)
     report = store.outputs.get("study2", "")
     rows.append(
@@ -185,7 +187,7 @@ def study2_rows(store: Store) -> list[Row]:
             f"{len(runs)} runs, {failed} failed",
         )
     )
-    return rows or [Row("study 2 in small", "failed", "no run logged")]
+    return rows
 
 
 def roofline_rows(store: Store) -> list[Row]:

@@ -12,7 +12,7 @@ import torch
 from hpml.bench.harness import Ratio, Settings, run_case, write_json
 from hpml.gpu import check
 from hpml.gpu.parts import Part, parts
-from hpml.gpu.rows import Row, Store, bench_row, comparisons, pytest_rows
+from hpml.gpu.rows import Row, Store, bench_row, comparisons, pytest_rows, study2_rows
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
@@ -120,3 +120,12 @@ def test_bench_row_reads_the_bench_results_of_this_check_with_goal_and_interval(
     assert row.measured.endswith("goal 2.4: not met)")
     later = Store({}, ".", {}, str(tmp_path), since=time.time() + 60)  # an earlier check's file
     assert bench_row(later, "fuse", "fused vs serial", bool).ran == "no"
+
+
+def test_study2_without_a_profiled_run_says_it_failed():
+    """No run logged kernel shares: the summary names the failure beside the report's row."""
+    rows = study2_rows(Store({}, ".", {"study2": ""}))
+    assert rows == [
+        Row("study 2 execution summary", "failed", "no profiled run logged"),
+        Row("study 2 report (time-share plot)", "no", "0 runs, 0 failed"),
+    ]
