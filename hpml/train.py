@@ -30,6 +30,11 @@ from hpml.tracking.resume import resume_args
 from hpml.validate import check, check_config
 
 
+def hydra_job() -> HydraJob | None:
+    """What Hydra knows of the job in progress, None outside Hydra."""
+    return HydraJob.of(HydraConfig.get()) if HydraConfig.initialized() else None
+
+
 def tracker_of(cfg: DictConfig, job: HydraJob | None = None) -> Any:
     """The ``logger`` group's tracker, once output is quieted and the store answers (a bad URI
     or a silent server: one line, before torch loads)."""
@@ -51,7 +56,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     """Fit and test the configured model inside one MLflow run; return the final metrics. A
     refused sweep job is recorded as a FAILED child of the sweep; a refused single run leaves
     no run. The config alone is judged first, before Lightning and MLflow are imported."""
-    job = HydraJob.of(HydraConfig.get()) if HydraConfig.initialized() else None  # None: no Hydra
+    job = hydra_job()
     try:
         check_config(cfg)
     except HpmlError as exc:

@@ -196,6 +196,13 @@ def on_cpu(config: DictConfig) -> bool:
     return not torch.cuda.is_available()
 
 
+def member_model(cfg: DictConfig) -> tuple[Any, int]:
+    """Job ``cfg``'s model and batch size for the memory guard's probe, from the data's
+    planned spec, so no data file is read."""
+    datamodule = build("data", cfg.data)
+    return build("model", cfg.model, data=datamodule.planned_spec()), datamodule.batch_size
+
+
 def capacity(configs: list[DictConfig]) -> int | None:
     """Members per array: ``fuse.max_members``, else as many as the memory guard fits. None:
     no cap, for a job whose model cannot be built (the array's build then reports it)."""
@@ -207,10 +214,8 @@ def capacity(configs: list[DictConfig]) -> int | None:
     from hpml.errors import one_line
     from hpml.optimize.fuse.memory import array_capacity, free_bytes, member_footprint
 
-    try:  # the first member's model, built on its data's planned spec: no data file is read
-        datamodule = build("data", configs[0].data)
-        batch_size = datamodule.batch_size
-        model = build("model", configs[0].model, data=datamodule.planned_spec())
+    try:
+        model, batch_size = member_model(configs[0])
         footprint = member_footprint(model, batch_size)
         device = torch.device("cpu" if on_cpu(configs[0]) else "cuda")
         free = free_bytes(device)
