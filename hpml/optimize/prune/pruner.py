@@ -20,7 +20,7 @@ from hpml.errors import ConfigError, IncompatibleError
 from hpml.optimize.prune import mask as masks
 from hpml.optimize.prune.amount import check_amount
 from hpml.optimize.prune.lstm import LSTMPruner
-from hpml.optimize.prune.methods import Method
+from hpml.optimize.prune.methods import Method, Structured
 from hpml.optimize.prune.stats import LayerStats, layer_stats
 from hpml.optimize.prune.structured import ChannelPruner, check_runs, output_shapes
 from hpml.optimize.prune.targets import (
@@ -145,10 +145,10 @@ class Pruner:
                 f"(torch-pruning cannot trace multi-layer LSTMs): add them to prune.exclude, "
                 f"or use prune.mode=mask"
             )
-        if lstms:  # physical mode: the method is structured, so it scores rows (hidden units)
-            scores = self.method.scores  # type: ignore[attr-defined]
+        if lstms:  # hidden units ranked as rows: physical mode takes structured methods only
+            assert isinstance(self.method, Structured)
             self._engine = LSTMPruner(
-                model, example, lstms, scores, self.min_channels, self.embedding
+                model, example, lstms, self.method.scores, self.min_channels, self.embedding
             )
         else:
             channels, coupled = self.method.channels, self.coupled
