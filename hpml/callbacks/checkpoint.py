@@ -21,7 +21,9 @@ class EpochCheckpoint(ModelCheckpoint, HpmlCallback):
 
     Lightning writes ``last.ckpt`` only with a top-k save at the same step, which would make a
     resume go back in time. A resumed run writes into its own output folder and keeps its best
-    score.
+    score. An epoch that ends before any validation ran (``trainer.max_steps`` reached
+    mid-epoch, validation off or every few epochs) saves ``last.ckpt`` only, without Lightning's
+    warning that the monitored metric was never logged.
     """
 
     # in a fused array: an array keeps no checkpoints (a sweep started again restarts its members)
@@ -39,6 +41,11 @@ class EpochCheckpoint(ModelCheckpoint, HpmlCallback):
             and not self._should_skip_saving_checkpoint(trainer)
         ):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    def _save_topk_checkpoint(self, trainer: L.Trainer, candidates: dict[str, Any]) -> None:
+        validated = trainer.fit_loop.epoch_loop.val_loop._has_run  # a mistyped monitor: fails
+        if self.monitor is None or self.monitor in candidates or validated:
+            super()._save_topk_checkpoint(trainer, candidates)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore best-so-far even from another folder: Lightning keeps only ``best_model_path``

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import lightning as L
+import pytest
 import torch
+from lightning.pytorch.callbacks import model_checkpoint
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -102,3 +106,32 @@ def test_default_callbacks_checkpoint_and_enable_checkpointing_false_drops_it(co
     assert default[0].monitor == "val/loss" and default[0].dirpath.endswith("checkpoints")
     off = build_callbacks(composed(["trainer.enable_checkpointing=false"]))
     assert not [c for c in off if isinstance(c, EpochCheckpoint)]
+
+
+def test_an_epoch_cut_short_before_validation_saves_last_and_warns_nothing(tmp_path):
+    """``trainer.max_steps`` reached mid-epoch: no validation ran, so there is no best to keep;
+    ``last.ckpt`` is written and Lightning's "could not find the monitored key" is not."""
+    model_checkpoint.warning_cache.clear()  # Lightning warns once per process
+    checkpoint = EpochCheckpoint(dirpath=str(tmp_path), filename="best", monitor="val/loss")
+    checkpoint.save_last = True
+    trainer = L.Trainer(
+        max_steps=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[checkpoint],
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(WorseningModel(), loader(), loader())
+    assert not [w for w in caught if "monitored key" in str(w.message)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
+
+
+def test_a_monitor_validation_never_logs_still_fails_the_fit(tmp_path):
+    checkpoint = EpochCheckpoint(dirpath=str(tmp_path), monitor="val/los", save_last=True)
+    trainer = L.Trainer(
+        max_epochs=1, logger=False, enable_progress_bar=False, callbacks=[checkpoint]
+    )
+    with pytest.raises(MisconfigurationException, match="val/los"):
+        trainer.fit(WorseningModel(), loader(), loader())
