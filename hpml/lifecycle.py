@@ -10,7 +10,7 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -19,10 +19,16 @@ from hpml.console import quiet_upstream
 from hpml.errors import HpmlError
 from hpml.tracking.jobs import record_run
 
+if TYPE_CHECKING:  # imports MLflow and Lightning: the functions import them when called
+    from lightning.pytorch.loggers import Logger
+
+    from hpml.tracking.run import MlflowTracker
+    from hpml.tracking.tracked import TrackedRun
+
 log = logging.getLogger(__name__)
 
 
-def assemble(members: Sequence[Member], loggers: list[Any]) -> Assembled:
+def assemble(members: Sequence[Member], loggers: Sequence[Logger]) -> Assembled:
     """The job's parts, completed: each member's model built as its serial job's (seeded, its
     data prepared), then (several members: a fused array wrapped around theirs,
     :mod:`hpml.fused`) the trainer, logging to ``loggers``."""
@@ -58,8 +64,8 @@ def fit_and_test(
 
 
 def run_members(
-    tracker: Any, members: Sequence[Member]
-) -> tuple[list[dict[str, float]], list[Any]]:
+    tracker: MlflowTracker, members: Sequence[Member]
+) -> tuple[list[dict[str, float]], list[TrackedRun]]:
     """Train checked ``members`` as one job, one run each under the sweep's parent: one member
     is a single job, several a fused array. Each member's final metrics and its run, in order; an
     array member whose loss stopped being finite returns NaN, tagged with the step."""
@@ -79,7 +85,7 @@ def run_members(
     tags = [fused.member_tags(i, len(members), job) if array else {} for i in range(len(members))]
     built: list[Assembled] = []
 
-    def record(run: Any, trained: bool) -> None:  # as each run ends
+    def record(run: TrackedRun, trained: bool) -> None:  # as each run ends
         if not built:
             return
         parts, tags = built[0], {}
@@ -129,7 +135,9 @@ def run_members(
     return results, runs
 
 
-def start_points(tracker: Any, members: Sequence[Member]) -> tuple[list[str | None], str | None]:
+def start_points(
+    tracker: MlflowTracker, members: Sequence[Member]
+) -> tuple[list[str | None], str | None]:
     """Each member's run to reopen (None: a fresh one), and the checkpoint a single job
     resumes from: ``resume=<run id>``, or a requeued sweep job's earlier run. An array's
     members reopen their earlier attempt's runs and start afresh (an array keeps no checkpoint)."""

@@ -11,7 +11,7 @@ import logging
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -29,13 +29,16 @@ from hpml.tracking.redact import redact_text
 from hpml.tracking.resume import resume_args
 from hpml.validate import check, check_config
 
+if TYPE_CHECKING:  # imports MLflow: tracker_of imports it once the config is judged
+    from hpml.tracking.run import MlflowTracker
+
 
 def hydra_job() -> HydraJob | None:
     """What Hydra knows of the job in progress, None outside Hydra."""
     return HydraJob.of(HydraConfig.get()) if HydraConfig.initialized() else None
 
 
-def tracker_of(cfg: DictConfig, job: HydraJob | None = None) -> Any:
+def tracker_of(cfg: DictConfig, job: HydraJob | None = None) -> MlflowTracker:
     """The ``logger`` group's tracker, once output is quieted and the store answers (a bad URI
     or a silent server: one line, before torch loads)."""
     from hpml.tracking.remote import SWEEP_JOB_PATIENCE, prepare
