@@ -111,10 +111,23 @@ def progress_bar(setting: bool | None, stream: TextIO | None = None) -> bool:
         return False
 
 
+# hpml's loggers whose lines have a shape of their own: epoch lines, verdicts, and the fused
+# launcher's job lines (as Hydra's launcher writes them)
+OWN_SHAPE = ("hpml.callbacks.epoch_summary", "hpml.callbacks.measure", "hpml.fused.launch")
+
+
 class BarSafeHandler(logging.StreamHandler):
     """The job log's console handler: a record logged while a tqdm bar (Lightning's) is drawn
     goes through ``tqdm.write``, which clears the bar, writes the line and draws the bar again.
-    tqdm is looked up, never imported, so a job without a bar pays nothing."""
+    tqdm is looked up, never imported, so a job without a bar pays nothing. hpml's own lines
+    start with ``hpml:``, but for those of :data:`OWN_SHAPE`; upstream lines are left as
+    they are."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        if not record.name.startswith("hpml.") or record.name in OWN_SHAPE:
+            return line
+        return line if line.startswith("hpml:") else f"hpml: {line}"
 
     def emit(self, record: logging.LogRecord) -> None:
         tqdm_module = sys.modules.get("tqdm.std")

@@ -145,6 +145,26 @@ def test_a_bar_safe_handler_without_a_bar_writes_as_a_stream_handler() -> None:
     assert stream.getvalue() == "plain line\n"
 
 
+def test_hpmls_own_lines_start_with_hpml_but_epoch_lines_verdicts_and_upstream_lines() -> None:
+    stream = io.StringIO()
+    handler = BarSafeHandler(stream)
+    for name, message in [
+        ("hpml.callbacks.prune", "pruned VGG to 0.500"),
+        ("hpml.callbacks.perf", "hpml: timings of this run are noisy"),  # not twice
+        ("hpml.callbacks.epoch_summary", "epoch 1/2  train/loss 2.3"),
+        ("hpml.callbacks.measure", "prune: speed-up at batch 1: 1.46x [1.40, 1.56]"),
+        ("lightning.pytorch.utilities.rank_zero", "Trainer.fit stopped"),
+    ]:
+        handler.emit(logging.LogRecord(name, logging.INFO, __file__, 1, message, None, None))
+    assert stream.getvalue().splitlines() == [
+        "hpml: pruned VGG to 0.500",
+        "hpml: timings of this run are noisy",
+        "epoch 1/2  train/loss 2.3",
+        "prune: speed-up at batch 1: 1.46x [1.40, 1.56]",
+        "Trainer.fit stopped",
+    ]
+
+
 @pytest.mark.parametrize("verbose", [False, True])
 def test_lightnings_device_lines_show_only_when_verbose(verbose: bool) -> None:
     """Lightning's "GPU available" and "TPU available" lines: hpml tags the device a run used."""
