@@ -111,3 +111,4 @@ def test_memory_bars_of_repeats_are_named_by_replicate() -> None:
     assert {"0", "1", "run (replicate)"} <= set(texts)
     assert not [t for t in texts if "synthetic" in t]  # the whole name: in the tooltips only
     assert f"<title>{LONG.format(1)}: replicate=1\n" in figure.svg
+    assert "Here the peak is 220x the tensors' total." in figure.caption  # one ratio, said once

@@ -96,12 +96,10 @@ def memory(runs: list[Run], _keys: list[str]) -> Figure | None:
         canvas.legend(ax, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=2)
     cuda = any(s.startswith("torch.cuda") for s in sources)
     over = [p / t for p, t in zip(peaks, totals, strict=True) if p is not None and t > 0]
-    here = (
-        f"Here the peak is {plain(float(f'{min(over):.2g}'))}x to "
-        f"{plain(float(f'{max(over):.2g}'))}x the tensors' total. "
-        if over
-        else ""
-    )
+    here = ""
+    if over:  # one figure where every run's ratio rounds alike
+        ends = dict.fromkeys(f"{plain(float(f'{x:.2g}'))}x" for x in (min(over), max(over)))
+        here = f"Here the peak is {' to '.join(ends)} the tensors' total. "
     return Figure(
         "Memory breakdown",
         "Left: weights, gradients, optimiser state and the activations autograd saved for "
