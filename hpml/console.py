@@ -1,12 +1,14 @@
 """What a run prints: upstream noise dropped where it is raised, a progress bar only on a terminal.
 
 Each known upstream warning or log record is dropped by a filter naming its exact message, so
-any other still shows; ``hpml.verbose=true`` keeps them all.
+any other still shows; ``hpml.verbose=true`` keeps them all. An upstream deprecation hpml still
+uses is said once, by :func:`notice_once`.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import warnings
 from collections.abc import Callable
@@ -34,7 +36,12 @@ NOISY_WARNINGS: tuple[tuple[type[Warning], str, str], ...] = (
     ),
     # inductor's int8 lowering (quant=static_int8 through PT2E) copies its own zero points
     (UserWarning, r"To copy construct from a tensor", r"torch\._inductor\.mkldnn_lowerings"),
+    # torch.jit's own deprecation notes, one per call: compile=torchscript says it once
+    (FutureWarning, r"`torch\.jit\.\w+` is deprecated", r"torch\.jit"),
 )
+# the torch profiler's C++ library (kineto) writes its start and stop marks and, on a machine
+# without a GPU, a failed device count to stderr, unless its log level is above them all
+KINETO_LEVEL = ("KINETO_LOG_LEVEL", "6")
 # (logger, message start): log records dropped by a filter on the logger that emits them
 NOISY_RECORDS: tuple[tuple[str, str], ...] = (
     ("lightning.pytorch.utilities.rank_zero", "💡 Tip: For seamless cloud logging"),
@@ -63,13 +70,28 @@ def _kept(start: str, record: logging.LogRecord) -> bool:
 
 _installed_warnings: list[Any] = []
 _installed_filters: list[tuple[logging.Logger, Callable[[logging.LogRecord], bool]]] = []
+_notices: set[str] = set()
+log = logging.getLogger(__name__)
+
+
+def notice_once(key: str, message: str) -> None:
+    """Log ``message`` once per process (upstream deprecations: shown, not repeated per call)."""
+    if key not in _notices:
+        _notices.add(key)
+        log.warning(message)
 
 
 def quiet_upstream(verbose: bool = False) -> None:
     """Drop the known upstream noise unless ``verbose`` (drop nothing), replacing an earlier
     call's filters: a later ``hpml.verbose=true`` job of the same process shows everything
     again. Called before anything that can make the noise: a job's store, its trainer, a
-    sweep's parent run."""
+    sweep's parent run. Kineto reads its level once, at the process's first profile: a user's
+    own ``KINETO_LOG_LEVEL`` is left alone."""
+    name, quiet = KINETO_LEVEL
+    if os.environ.get(name) == quiet and verbose:
+        del os.environ[name]
+    elif not verbose:
+        os.environ.setdefault(name, quiet)
     for item in _installed_warnings:
         if item in warnings.filters:
             warnings.filters.remove(item)

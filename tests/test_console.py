@@ -8,6 +8,8 @@ import logging
 import os
 import re
 import select
+import subprocess
+import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -185,6 +187,47 @@ def test_lightnings_device_lines_show_only_when_verbose(verbose: bool) -> None:
         logger.level = level
     device_lines = ["GPU available: False, used: False", "TPU available: False, using: 0 TPU cores"]
     assert seen == (device_lines if verbose else []) + ["something else"]
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_torch_jits_deprecation_notes_are_one_line_unless_verbose(verbose, tmp_path, caplog):
+    """torch.jit warns per call that it is deprecated; compile=torchscript says it once."""
+    import torch
+    from torch import nn
+
+    from hpml.optimize.compile.torchscript import Torchscript
+
+    examples = [torch.randn(2, 4), torch.randn(3, 4)]
+    try:
+        quiet_upstream(verbose=verbose)
+        with warnings.catch_warnings(record=True) as caught:
+            Torchscript().compile(nn.Linear(4, 2).eval(), examples, tmp_path / "a")
+            Torchscript().compile(nn.Linear(4, 2).eval(), examples, tmp_path / "b")
+    finally:
+        quiet_upstream(verbose=True)
+    jit = [w for w in caught if "`torch.jit." in str(w.message)]
+    assert bool(jit) is verbose, [str(w.message) for w in caught]
+    notices = [r for r in caplog.records if "torch.jit (TorchScript)" in r.getMessage()]
+    assert len(notices) <= 1  # once per process: an earlier test may have said it
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_the_profilers_own_marks_show_only_when_verbose(verbose: bool) -> None:
+    """Kineto, the torch profiler's C++ library, writes "USDT: ... profiler_start" (and on a
+    machine without a GPU, "gpuGetDeviceCount failed") to the process's stderr: a fresh
+    process, as kineto reads its level once."""
+    script = (
+        "import torch\n"
+        "from hpml.console import quiet_upstream\n"
+        f"quiet_upstream(verbose={verbose})\n"
+        "with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):\n"
+        "    torch.ones(2) + 1\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+    )
+    assert ("profiler_start" in done.stderr) is verbose, done.stderr
 
 
 def test_the_job_logs_console_handler_is_bar_safe() -> None:

@@ -17,12 +17,18 @@ from typing import Any
 import torch
 from torch import nn
 
+from hpml.console import notice_once
 from hpml.optimize.compile import base
 
 
 class Torchscript(base.Compiler):
     def compile(self, net: nn.Module, examples: Sequence[Any], workdir: Path) -> base.CompileOutput:
         path = workdir / "model.ts"
+        notice_once(
+            "torch.jit",
+            "torch.jit (TorchScript) is deprecated upstream; hpml keeps compile=torchscript for "
+            "the studies that measured it. compile=torch_compile or compile=export replaces it.",
+        )
         try:
             with torch.no_grad():
                 traced = torch.jit.trace(

@@ -6,7 +6,6 @@ decides when.
 
 from __future__ import annotations
 
-import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -16,16 +15,6 @@ from torch import nn
 
 from hpml.errors import ConfigError, IncompatibleError
 from hpml.tensors import first_tensor
-
-log = logging.getLogger(__name__)
-_NOTICES: set[str] = set()
-
-
-def notice_once(key: str, message: str) -> None:
-    """Log ``message`` once per process (upstream deprecations: shown, not repeated per call)."""
-    if key not in _NOTICES:
-        _NOTICES.add(key)
-        log.warning(message)
 
 
 class Quantizer(ABC):

@@ -15,8 +15,9 @@ import torch
 import torch.ao.quantization as tq
 from torch import nn
 
+from hpml.console import notice_once
 from hpml.errors import ConfigError, IncompatibleError
-from hpml.optimize.quant.base import Quantizer, as_args, no_calibration, notice_once, to_device
+from hpml.optimize.quant.base import Quantizer, as_args, no_calibration, to_device
 
 ENGINES = ("x86", "fbgemm", "onednn", "qnnpack")
 CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
