@@ -20,6 +20,7 @@ from hpml.errors import ConfigError
 from hpml.ranges import NonNegative, Percent, Steps
 
 OTHER_CPU, STEAL, STEP_TIME_CV = "other_cpu_pct", "steal_pct", "step_time_cv_pct"
+MIN_TICKS = 50  # of the CPU counters (USER_HZ, 100 a second on Linux) x CPUs, to judge shares
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ class NoiseProbe:
     def __init__(self, pids: Iterable[int] | None = None) -> None:
         self.pids = tuple(pids) if pids is not None else (os.getpid(),)
         self.cpus = psutil.cpu_count() or 1
-        self.wall = self.other = 0.0
+        self.wall = self.busy = self.own = 0.0  # summed over windows
         self.steal: float | None = 0.0
         self.load = 0.0
         self.windows = 0
@@ -135,8 +136,8 @@ class NoiseProbe:
         """One window between two readings: the arithmetic of :meth:`close`."""
         self.windows += 1
         self.wall += end.wall - start.wall
-        # tick counters of different files: the difference can dip just below zero
-        self.other += max(0.0, (end.busy - start.busy) - (end.own - start.own))
+        self.busy += end.busy - start.busy
+        self.own += end.own - start.own
         if self.steal is not None and start.steal is not None and end.steal is not None:
             self.steal += end.steal - start.steal
         else:
@@ -149,7 +150,11 @@ class NoiseProbe:
             return None
         capacity = self.wall * self.cpus
         steal = None if self.steal is None else 100.0 * max(0.0, self.steal) / capacity
-        return NoiseShares(self.wall, self.cpus, 100.0 * self.other / capacity, steal, self.load)
+        # busy and own are tick counters of different files, each read to a tick: other is
+        # taken from their sums, where the readings' errors cancel, not summed window by
+        # window, where a window a few ticks long could read more than the machine can do
+        other = min(max(0.0, self.busy - self.own), capacity)
+        return NoiseShares(self.wall, self.cpus, 100.0 * other / capacity, steal, self.load)
 
 
 def judge(
@@ -159,8 +164,11 @@ def judge(
     rule: NoiseRule,
 ) -> str | None:
     """Why the run's timings are unreliable by ``rule`` (every limit exceeded, ``; ``-joined), or
-    None."""
+    None. CPU shares are judged only over timed windows of :data:`MIN_TICKS` ticks of the
+    machine or more: below, a tick either way reads as a share of tens of percent."""
     reasons = []
+    if shares is not None and shares.wall_s * shares.cpus * os.sysconf("SC_CLK_TCK") < MIN_TICKS:
+        shares = None
     if shares is not None and shares.other_cpu_pct > rule.max_other_cpu_pct:
         reasons.append(
             f"other processes used {shares.other_cpu_pct:.0f}% of the CPU during timed work "

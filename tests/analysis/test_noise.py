@@ -48,6 +48,19 @@ def test_steal_is_none_where_the_kernel_reports_none_and_other_never_below_zero(
     assert shares.other_cpu_pct == 0.0  # tick counters of two files: own can read a hair more
 
 
+def test_reading_errors_of_many_short_windows_cancel_and_never_pass_the_machine():
+    """A window a few ticks long reads busy and own a tick apart either way: summed window by
+    window, the ticks busy read ahead made a quiet run's other CPU 192% of the machine."""
+    probe = NoiseProbe(pids=[])
+    probe.cpus = 2
+    for i in range(10):  # 5 ms each; busy reads one 10 ms tick ahead of own, then behind
+        t, tick = i * 0.01, 0.01 if i % 2 == 0 else -0.01
+        probe.add(CpuReading(t, 0.0, 0.0, 0.0), CpuReading(t + 0.005, 0.005 + tick, 0.0, 0.005), 0)
+    assert probe.shares().other_cpu_pct == pytest.approx(0.0, abs=1e-9)
+    probe.add(CpuReading(1.0, 0.0, 0.0, 0.0), CpuReading(1.001, 0.2, 0.0, 0.0), 0)
+    assert probe.shares().other_cpu_pct == 100.0  # at most the whole machine
+
+
 def test_no_figures_before_a_window_closed():
     probe = NoiseProbe()
     assert probe.shares() is None
@@ -108,6 +121,8 @@ def test_judge_names_each_figure_and_its_limit():
     )
     assert judge(quiet, 41.0, 9, rule) is None  # too few steps to judge their spread
     assert judge(None, None, 0, rule) is None
+    brief = NoiseShares(0.004, 2, other_cpu_pct=100.0, steal_pct=50.0, load_avg_1m_procs=1.0)
+    assert judge(brief, 10.0, 50, rule) is None  # 4 ms: under a tick of the counters
 
 
 @pytest.mark.parametrize("value", [-1, float("nan"), "high", True, 150])
