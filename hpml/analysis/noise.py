@@ -19,7 +19,6 @@ import psutil
 from hpml.errors import ConfigError
 from hpml.ranges import NonNegative, Percent, Steps
 
-OTHER_CPU, STEAL, STEP_TIME_CV = "other_cpu_pct", "steal_pct", "step_time_cv_pct"
 MIN_TICKS = 50  # of the CPU counters (USER_HZ, 100 a second on Linux) x CPUs, to judge shares
 
 
