@@ -49,7 +49,8 @@ NOISY_RECORDS: tuple[tuple[str, str], ...] = (
     ("lightning.pytorch.utilities.rank_zero", "GPU available: "),
     ("lightning.pytorch.utilities.rank_zero", "TPU available: "),
     ("lightning.pytorch.accelerators.cuda", "LOCAL_RANK: "),
-    # the epoch lines already say how many epochs ran (hpml.callbacks.epoch_summary)
+    # the epoch lines already say how many epochs ran, or that max_steps was reached
+    # (hpml.callbacks.epoch_summary)
     ("lightning.pytorch.utilities.rank_zero", "`Trainer.fit` stopped: `max_"),
     # a fresh SQLite store's schema, made once by hpml.tracking.store
     ("mlflow.store.db.utils", "Creating initial MLflow database tables"),

@@ -167,6 +167,42 @@ def test_hpmls_own_lines_start_with_hpml_but_epoch_lines_verdicts_and_upstream_l
     ]
 
 
+def test_an_epoch_cut_by_max_steps_says_so(caplog) -> None:
+    """Lightning's "`Trainer.fit` stopped: `max_steps=1` reached." is dropped as noise: the
+    epoch line says it instead of reading as the first of two whole epochs."""
+    import lightning as L
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from hpml.callbacks.epoch_summary import EpochSummary
+
+    class Tiny(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch: list[torch.Tensor], *_: object) -> torch.Tensor:
+            return self.layer(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    trainer = L.Trainer(
+        max_epochs=2,
+        max_steps=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        callbacks=[EpochSummary()],
+    )
+    data = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=2)
+    with caplog.at_level(logging.INFO, logger="hpml.callbacks.epoch_summary"):
+        trainer.fit(Tiny(), data)
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("epoch")]
+    assert line.startswith("epoch 1/2 (trainer.max_steps=1 reached)  "), line
+
+
 @pytest.mark.parametrize("verbose", [False, True])
 def test_lightnings_device_lines_show_only_when_verbose(verbose: bool) -> None:
     """Lightning's "GPU available" and "TPU available" lines: hpml tags the device a run used."""

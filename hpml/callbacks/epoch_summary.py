@@ -65,6 +65,8 @@ class EpochSummary(HpmlCallback):
     def on_train_epoch_end(self, trainer: L.Trainer, *_: Any) -> None:
         total = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else None
         epoch = f"epoch {trainer.current_epoch + 1}" + (f"/{total}" if total else "")
+        if 0 < trainer.max_steps <= trainer.global_step:  # Lightning's own line is dropped
+            epoch += f" (trainer.max_steps={trainer.max_steps} reached)"
         self._log(trainer, epoch, ("train", "val"))
 
     on_test_epoch_start = on_train_epoch_start
