@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from hpml.errors import HpmlError
 from hpml.report.environment import STORE_TAG
 from hpml.report.runs import experiment_ids, sweep_children
+from hpml.validate.store import damaged_store, sqlite_path
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -27,8 +28,19 @@ class Stores:
 
     @classmethod
     def open(cls, uris: Sequence[str]) -> Stores:
+        """The stores at ``uris``; a SQLite file that is not there, or not a database, is one
+        line: a report reads stores, it never makes an empty one."""
         from mlflow import MlflowClient
 
+        for uri in uris:
+            path = sqlite_path(uri)
+            if path is not None and not path.exists():
+                raise HpmlError(
+                    f"no MLflow store at {path}: run `python -m hpml.train` first, or name a "
+                    "store with --tracking-uri"
+                )
+            if path is not None and (problem := damaged_store(path)) is not None:
+                raise HpmlError(f"{uri} is not a readable MLflow store: {problem}")
         return cls([MlflowClient(uri) for uri in dict.fromkeys(uris)])
 
     @property

@@ -145,6 +145,20 @@ def test_report_names_a_run_that_is_no_sweep(root):
     assert result.stderr.strip().splitlines()[-1].startswith("hpml: error: unknown run id")
 
 
+def test_a_store_that_is_not_there_or_not_a_database_is_one_line_and_left_alone(tmp_path, capsys):
+    from hpml.report.__main__ import main
+
+    missing, text = tmp_path / "mlflow.db", tmp_path / "notes.db"
+    text.write_text("not a database\n")
+    assert main(["--tracking-uri", f"sqlite:///{missing}"]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"hpml: error: no MLflow store at {missing}: run `python -m hpml")
+    assert not missing.exists()  # a report never makes an empty store
+    assert main(["--tracking-uri", f"sqlite:///{text}"]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"{text} cannot be read as an SQLite database" in line
+
+
 def screenshot(html: Path, png: Path) -> subprocess.CompletedProcess:
     """Headless Chromium opens ``html`` and saves what it shows; its console goes to stderr."""
     return subprocess.run(
