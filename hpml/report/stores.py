@@ -107,7 +107,8 @@ class Stores:
         if not newest:
             where = f" in experiment '{experiment}'" if experiment else ""
             raise HpmlError(
-                f"no sweep in {self.where}{where}: run one with `python -m hpml.train -m ...` first"
+                f"no sweep in {self.where}{where}: run one with `python -m hpml.train -m ...` "
+                "first, or report single runs with --runs RUN_ID ..."
             )
         return max(newest, key=lambda run: run.info.start_time or 0)
 

@@ -164,6 +164,7 @@ def test_errors_are_one_line(sweep, tmp_path, store_template, capsys):
     shutil.copy(store_template, empty)
     line = error_line(["--tracking-uri", f"sqlite:///{empty}"], capsys)
     assert line.startswith("hpml: error: no sweep in sqlite:///")
+    assert line.endswith("or report single runs with --runs RUN_ID ...")  # what else to do
     line = error_line(["--experiment", "nope", "--tracking-uri", uri], capsys)
     assert "no experiment 'nope'" in line
 
