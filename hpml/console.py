@@ -52,6 +52,8 @@ NOISY_RECORDS: tuple[tuple[str, str], ...] = (
     # the epoch lines already say how many epochs ran, or that max_steps was reached
     # (hpml.callbacks.epoch_summary)
     ("lightning.pytorch.utilities.rank_zero", "`Trainer.fit` stopped: `max_"),
+    # hparams_search=...: Optuna's study in hpml's store (the search says its best at the end)
+    ("optuna.storages._rdb.storage", "A new study created in RDB"),
     # a fresh SQLite store's schema, made once by hpml.tracking.store
     ("mlflow.store.db.utils", "Creating initial MLflow database tables"),
     ("mlflow.store.db.utils", "Updating database tables"),

@@ -266,6 +266,24 @@ def test_the_profilers_own_marks_show_only_when_verbose(verbose: bool) -> None:
     assert ("profiler_start" in done.stderr) is verbose, done.stderr
 
 
+@pytest.mark.parametrize("verbose", [False, True])
+def test_optunas_study_creation_line_shows_only_when_verbose(verbose, tmp_path) -> None:
+    """hparams_search=...: the search's own summary names the study; Optuna's "A new study
+    created in RDB" start-up line is dropped like Lightning's."""
+    optuna = pytest.importorskip("optuna")
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("optuna").addHandler(handler)
+    try:
+        quiet_upstream(verbose=verbose)
+        optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    finally:
+        quiet_upstream(verbose=True)
+        logging.getLogger("optuna").removeHandler(handler)
+    assert any(m.startswith("A new study created in RDB") for m in seen) is verbose, seen
+
+
 def test_the_job_logs_console_handler_is_bar_safe() -> None:
     """Hydra's job logging (conf/hydra/default.yaml) builds hpml's handler on stdout."""
     import logging.config
