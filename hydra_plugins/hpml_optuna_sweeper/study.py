@@ -45,6 +45,9 @@ def param_importances(study: Any, optuna: Any) -> dict[str, float]:
     """Each parameter's share of the variance of the study's values (Optuna's default
     evaluator, PED-ANOVA; they sum to 1), or nothing where the completed trials cannot tell
     (fewer than two, or one value for every trial)."""
+    complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    if len(complete) < 2:  # Optuna would warn and give every parameter the same share
+        return {}
     try:
         found = optuna.importance.get_param_importances(study)
     except (ValueError, RuntimeError) as exc:

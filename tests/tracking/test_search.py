@@ -135,3 +135,18 @@ def test_pruned_trials_stop_early_and_are_marked_in_mlflow(root, client):
         (loss,) = client.get_metric_history(run.info.run_id, "val/loss")
         trial = trials[int(run.data.tags["hpml.optuna.trial"])]
         assert trial.intermediate_values[0] == pytest.approx(loss.value)
+
+
+def test_a_study_of_fewer_than_two_trials_has_no_importances():
+    """Optuna warns and shares importance equally below two trials: that is no figure."""
+    import warnings
+
+    from hydra_plugins.hpml_optuna_sweeper.study import param_importances
+
+    one = optuna.create_study()
+    one.optimize(lambda trial: trial.suggest_float("lr", 1e-4, 1e-1), n_trials=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # Optuna's "too small to compute importances"
+        assert param_importances(one, optuna) == {}
+    one.optimize(lambda trial: trial.suggest_float("lr", 1e-4, 1e-1), n_trials=2)
+    assert set(param_importances(one, optuna)) == {"lr"}
