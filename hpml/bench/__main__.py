@@ -182,7 +182,7 @@ def main(
     try:
         names = select_cases(args.case, cases)
     except UnknownCase as exc:
-        print(f"hpml.bench: error: {exc}", file=sys.stderr)
+        print(f"hpml: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     settings = Settings(args.rounds, args.steps, args.warmup, args.threads)
     quiet_upstream()  # the known upstream notes, as a run drops them (hpml.console)

@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         batches, steps, memory, memory_metric = observations(runs, args.clock)
         model = ScalingModel.fit(batches, steps, memory)
     except HpmlError as exc:
-        print(f"hpml.report.predict: error: {exc}", file=sys.stderr)
+        print(f"hpml: error: {exc}", file=sys.stderr)
         return 2
     capacity = capacity_bytes(runs)
     print(

@@ -193,7 +193,7 @@ def test_unknown_case_is_one_line_naming_the_valid_ones(capsys):
         main(["--case", "overhead", "--case", "nope"], cases)
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert err == "hpml.bench: error: unknown case 'nope' (valid: overhead, profiler)\n"
+    assert err == "hpml: error: unknown case 'nope' (valid: overhead, profiler)\n"
 
 
 def test_select_cases_defaults_to_all_in_registry_order():

@@ -70,4 +70,4 @@ def test_prediction_at_an_unseen_batch_size_is_within_half(composed, client, one
 def test_without_a_sweep_it_says_so_in_one_line(root, capsys):
     assert main(["--sweep", "last"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "no sweep in sqlite:///" in err[0]
+    assert len(err) == 1 and err[0].startswith("hpml: error: no sweep in sqlite:///")
