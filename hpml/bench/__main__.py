@@ -190,7 +190,7 @@ def main(
     for name in names:
         result = cases[name](settings, bench_dir, progress(name, settings.rounds))
         results.append(result)
-        print(f"hpml.bench: {name} -> {write_json(result, bench_dir / 'results')}", file=sys.stderr)
+        print(f"hpml: bench {name} -> {write_json(result, bench_dir / 'results')}", file=sys.stderr)
     print(table(results))
     return results
 
