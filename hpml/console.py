@@ -74,6 +74,7 @@ def _kept(start: str, record: logging.LogRecord) -> bool:
 _installed_warnings: list[Any] = []
 _installed_filters: list[tuple[logging.Logger, Callable[[logging.LogRecord], bool]]] = []
 _notices: set[str] = set()
+_kineto_set: set[str] = set()  # KINETO_LEVEL's variable, where hpml (not the user) set it
 log = logging.getLogger(__name__)
 
 
@@ -91,10 +92,12 @@ def quiet_upstream(verbose: bool = False) -> None:
     sweep's parent run. Kineto reads its level once, at the process's first profile: a user's
     own ``KINETO_LOG_LEVEL`` is left alone."""
     name, quiet = KINETO_LEVEL
-    if os.environ.get(name) == quiet and verbose:
-        del os.environ[name]
-    elif not verbose:
-        os.environ.setdefault(name, quiet)
+    if verbose and name in _kineto_set:
+        os.environ.pop(name, None)
+        _kineto_set.clear()
+    elif not verbose and name not in os.environ:
+        os.environ[name] = quiet
+        _kineto_set.add(name)
     for item in _installed_warnings:
         if item in warnings.filters:
             warnings.filters.remove(item)

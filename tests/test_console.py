@@ -284,6 +284,18 @@ def test_optunas_study_creation_line_shows_only_when_verbose(verbose, tmp_path) 
     assert any(m.startswith("A new study created in RDB") for m in seen) is verbose, seen
 
 
+def test_a_users_own_kineto_level_is_left_alone(monkeypatch) -> None:
+    monkeypatch.delenv("KINETO_LOG_LEVEL", raising=False)
+    quiet_upstream(verbose=False)
+    assert os.environ["KINETO_LOG_LEVEL"] == "6"  # hpml's
+    quiet_upstream(verbose=True)
+    assert "KINETO_LOG_LEVEL" not in os.environ
+    monkeypatch.setenv("KINETO_LOG_LEVEL", "6")  # the user's, the same value
+    quiet_upstream(verbose=False)
+    quiet_upstream(verbose=True)
+    assert os.environ["KINETO_LOG_LEVEL"] == "6"
+
+
 def test_the_job_logs_console_handler_is_bar_safe() -> None:
     """Hydra's job logging (conf/hydra/default.yaml) builds hpml's handler on stdout."""
     import logging.config
