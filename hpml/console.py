@@ -39,9 +39,15 @@ NOISY_WARNINGS: tuple[tuple[type[Warning], str, str], ...] = (
     # torch.jit's own deprecation notes, one per call: compile=torchscript says it once
     (FutureWarning, r"`torch\.jit\.\w+` is deprecated", r"torch\.jit"),
 )
-# the torch profiler's C++ library (kineto) writes its start and stop marks and, on a machine
-# without a GPU, a failed device count to stderr, unless its log level is above them all
-KINETO_LEVEL = ("KINETO_LOG_LEVEL", "6")
+# (variable, value): C++ libraries' log levels, read from the environment once, set where the
+# user has not. The torch profiler's library (kineto) writes its start and stop marks and, on a
+# machine without a GPU, a failed device count, unless its level is above them all; torch's own
+# (c10, read when torch is imported) writes warnings no Python filter sees, such as the
+# profiler's "Memory block of unknown size was allocated before the profiling started"
+QUIET_ENV: tuple[tuple[str, str], ...] = (
+    ("KINETO_LOG_LEVEL", "6"),
+    ("TORCH_CPP_LOG_LEVEL", "ERROR"),
+)
 # (logger, message start): log records dropped by a filter on the logger that emits them
 NOISY_RECORDS: tuple[tuple[str, str], ...] = (
     ("lightning.pytorch.utilities.rank_zero", "💡 Tip: For seamless cloud logging"),
@@ -52,6 +58,9 @@ NOISY_RECORDS: tuple[tuple[str, str], ...] = (
     # the epoch lines already say how many epochs ran, or that max_steps was reached
     # (hpml.callbacks.epoch_summary)
     ("lightning.pytorch.utilities.rank_zero", "`Trainer.fit` stopped: `max_"),
+    # `trainer.limit_val_batches=1` and the like: Lightning says an int 1 is one batch, where
+    # the float 1.0 is all of them (hpml's config records which was given)
+    ("lightning.pytorch.utilities.rank_zero", "`Trainer(limit_"),
     # hparams_search=...: Optuna's study in hpml's store (the search says its best at the end)
     ("optuna.storages._rdb.storage", "A new study created in RDB"),
     # a fresh SQLite store's schema, made once by hpml.tracking.store
@@ -74,7 +83,7 @@ def _kept(start: str, record: logging.LogRecord) -> bool:
 _installed_warnings: list[Any] = []
 _installed_filters: list[tuple[logging.Logger, Callable[[logging.LogRecord], bool]]] = []
 _notices: set[str] = set()
-_kineto_set: set[str] = set()  # KINETO_LEVEL's variable, where hpml (not the user) set it
+_env_set: set[str] = set()  # QUIET_ENV's variables hpml (not the user) set
 log = logging.getLogger(__name__)
 
 
@@ -89,15 +98,15 @@ def quiet_upstream(verbose: bool = False) -> None:
     """Drop the known upstream noise unless ``verbose`` (drop nothing), replacing an earlier
     call's filters: a later ``hpml.verbose=true`` job of the same process shows everything
     again. Called before anything that can make the noise: a job's store, its trainer, a
-    sweep's parent run. Kineto reads its level once, at the process's first profile: a user's
-    own ``KINETO_LOG_LEVEL`` is left alone."""
-    name, quiet = KINETO_LEVEL
-    if verbose and name in _kineto_set:
-        os.environ.pop(name, None)
-        _kineto_set.clear()
-    elif not verbose and name not in os.environ:
-        os.environ[name] = quiet
-        _kineto_set.add(name)
+    sweep's parent run. The C++ libraries read their levels once (kineto at the process's first
+    profile, torch when imported): a user's own ``QUIET_ENV`` variables are left alone."""
+    for name, quiet in QUIET_ENV:
+        if verbose and name in _env_set:
+            os.environ.pop(name, None)
+            _env_set.discard(name)
+        elif not verbose and name not in os.environ:
+            os.environ[name] = quiet
+            _env_set.add(name)
     for item in _installed_warnings:
         if item in warnings.filters:
             warnings.filters.remove(item)

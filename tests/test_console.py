@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from hpml.console import BarSafeHandler, progress_bar, quiet_upstream
+from hpml.console import QUIET_ENV, BarSafeHandler, progress_bar, quiet_upstream
 from tests.conftest import cli_env
 
 NOISE = ("LeafSpec", "litlogger", "log_every_n_steps")
@@ -226,6 +226,30 @@ def test_lightnings_device_lines_show_only_when_verbose(verbose: bool) -> None:
 
 
 @pytest.mark.parametrize("verbose", [False, True])
+def test_a_trainers_start_up_lines_show_only_when_verbose(verbose: bool) -> None:
+    """A real Trainer given ``limit_*_batches=1`` (as a quick run is) says its device and that
+    an int 1 means one batch: Lightning's start-up lines, none unless verbose."""
+    import lightning as L
+
+    logger = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    logger.addHandler(handler)
+    level, logger.level = logger.level, logging.INFO
+    try:
+        quiet_upstream(verbose=verbose)
+        L.Trainer(logger=False, limit_train_batches=1, limit_val_batches=1, limit_test_batches=1)
+    finally:
+        quiet_upstream(verbose=True)
+        logger.removeHandler(handler)
+        logger.level = level
+    limits = [line for line in seen if line.startswith("`Trainer(limit_")]
+    assert len(limits) == (3 if verbose else 0), seen
+    assert any(line.startswith("GPU available: ") for line in seen) is verbose, seen
+
+
+@pytest.mark.parametrize("verbose", [False, True])
 def test_torch_jits_deprecation_notes_are_one_line_unless_verbose(verbose, tmp_path, caplog):
     """torch.jit warns per call that it is deprecated; compile=torchscript says it once."""
     import torch
@@ -250,20 +274,25 @@ def test_torch_jits_deprecation_notes_are_one_line_unless_verbose(verbose, tmp_p
 @pytest.mark.parametrize("verbose", [False, True])
 def test_the_profilers_own_marks_show_only_when_verbose(verbose: bool) -> None:
     """Kineto, the torch profiler's C++ library, writes "USDT: ... profiler_start" (and on a
-    machine without a GPU, "gpuGetDeviceCount failed") to the process's stderr: a fresh
-    process, as kineto reads its level once."""
+    machine without a GPU, "gpuGetDeviceCount failed") to the process's stderr, and torch's C++
+    log a warning for memory freed in a profile that was allocated before it: a fresh process,
+    quieted before torch is imported, as a run is (both libraries read their level once)."""
     script = (
-        "import torch\n"
         "from hpml.console import quiet_upstream\n"
         f"quiet_upstream(verbose={verbose})\n"
-        "with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):\n"
+        "import torch\n"
+        "before = torch.ones(1000)\n"
+        "cpu = [torch.profiler.ProfilerActivity.CPU]\n"
+        "with torch.profiler.profile(activities=cpu, profile_memory=True):\n"
+        "    del before\n"
         "    torch.ones(2) + 1\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    env = {k: v for k, v in os.environ.items() if k not in dict(QUIET_ENV)}
     done = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
     )
     assert ("profiler_start" in done.stderr) is verbose, done.stderr
+    assert ("Memory block of unknown size" in done.stderr) is verbose, done.stderr
 
 
 @pytest.mark.parametrize("verbose", [False, True])
@@ -284,16 +313,17 @@ def test_optunas_study_creation_line_shows_only_when_verbose(verbose, tmp_path) 
     assert any(m.startswith("A new study created in RDB") for m in seen) is verbose, seen
 
 
-def test_a_users_own_kineto_level_is_left_alone(monkeypatch) -> None:
-    monkeypatch.delenv("KINETO_LOG_LEVEL", raising=False)
+@pytest.mark.parametrize(("name", "quiet"), QUIET_ENV)
+def test_a_users_own_cpp_log_level_is_left_alone(name: str, quiet: str, monkeypatch) -> None:
+    monkeypatch.delenv(name, raising=False)
     quiet_upstream(verbose=False)
-    assert os.environ["KINETO_LOG_LEVEL"] == "6"  # hpml's
+    assert os.environ[name] == quiet  # hpml's
     quiet_upstream(verbose=True)
-    assert "KINETO_LOG_LEVEL" not in os.environ
-    monkeypatch.setenv("KINETO_LOG_LEVEL", "6")  # the user's, the same value
+    assert name not in os.environ
+    monkeypatch.setenv(name, quiet)  # the user's, the same value
     quiet_upstream(verbose=False)
     quiet_upstream(verbose=True)
-    assert os.environ["KINETO_LOG_LEVEL"] == "6"
+    assert os.environ[name] == quiet
 
 
 def test_the_job_logs_console_handler_is_bar_safe() -> None:
