@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -70,21 +70,51 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.skip(reason=NO_CUDA))
 
 
+def built_once(
+    tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]
+) -> Path:
+    """Folder ``name``, filled by ``build(folder)`` once for the whole session: under
+    pytest-xdist the first worker to ask builds it while the others wait, then all share it
+    (pytest-xdist's recipe for a session fixture that runs once). A build that raised is
+    removed, so the next worker to ask tries again."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        folder = tmp_path_factory.mktemp(name)
+        build(folder)
+        return folder
+    from filelock import FileLock
+
+    folder = tmp_path_factory.getbasetemp().parent / name  # the session's, above each worker's
+    with FileLock(f"{folder}.lock"):
+        if not (folder / ".built").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            try:
+                build(folder)
+            except BaseException:
+                shutil.rmtree(folder, ignore_errors=True)
+                raise
+            (folder / ".built").touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def inductor_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One inductor cache for the session's compile tests (``compile.cache_dir``): a graph one
-    test compiled is a cache hit for the next, where per-run caches compiled cold every time."""
-    return tmp_path_factory.mktemp("inductor_cache")
+    """One inductor cache for the session's compile tests (``compile.cache_dir``), shared by
+    the workers: a graph one test compiled is a cache hit for the next, where per-run caches
+    compiled cold every time."""
+    return built_once(tmp_path_factory, "inductor_cache", lambda folder: None)
 
 
 @pytest.fixture(scope="session")
 def store_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An initialised MLflow SQLite store: creating the schema is the slow part, done once."""
-    from mlflow import MlflowClient
 
-    path = tmp_path_factory.mktemp("store") / "mlflow.db"
-    MlflowClient(f"sqlite:///{path}").search_experiments()
-    return path
+    def create(folder: Path) -> None:
+        from mlflow import MlflowClient
+
+        MlflowClient(f"sqlite:///{folder / 'mlflow.db'}").search_experiments()
+
+    return built_once(tmp_path_factory, "store", create) / "mlflow.db"
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from functools import partial
+from pathlib import Path
 
 import lightning as L
 import pytest
@@ -22,7 +23,7 @@ from hpml.models.classifier import ImageClassifier
 from hpml.models.nets.vgg import vgg
 from hpml.names import INTENSITY
 from hpml.report.roofline import main
-from tests.conftest import QUICK, REPO, pythonpath, run_cli
+from tests.conftest import QUICK, REPO, built_once, pythonpath, run_cli
 from tests.report.test_report import report
 
 pytestmark = pytest.mark.slow
@@ -37,13 +38,16 @@ ROOFLINE = [
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory, store_template):
-    """A project root holding one VGG11/VGG13 sweep; returns (root, client, parent, children)."""
+    """A project root holding one VGG11/VGG13 sweep, run once for the session's workers (each
+    test writes under a name of its own); returns (root, client, parent, children)."""
     from mlflow import MlflowClient
 
-    root = tmp_path_factory.mktemp("roofline_root")
-    shutil.copy(store_template, root / "mlflow.db")
-    result = run_cli(["-m", "model=vgg11,vgg13", *QUICK, *SMALL, *ROOFLINE], root)
-    assert result.returncode == 0, result.stderr[-3000:]
+    def run_sweep(root: Path) -> None:
+        shutil.copy(store_template, root / "mlflow.db")
+        result = run_cli(["-m", "model=vgg11,vgg13", *QUICK, *SMALL, *ROOFLINE], root)
+        assert result.returncode == 0, result.stderr[-3000:]
+
+    root = built_once(tmp_path_factory, "roofline_root", run_sweep)
     client = MlflowClient(f"sqlite:///{root}/mlflow.db")
     runs = client.search_runs([client.get_experiment_by_name("hpml").experiment_id])
     (parent,) = [r for r in runs if r.data.tags.get("hpml.sweep_parent") == "true"]
