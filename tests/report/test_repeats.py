@@ -397,3 +397,20 @@ def test_plots_draw_a_config_once_with_its_repeats_interval(client, tmp_path):
     svg = batch_scaling(runs, keys).svg
     assert svg.count("n=3 (75% interval)") == 4  # 2 batch sizes x 2 panels, one point each
     assert "median 410 [400, 420], n=3" in svg
+
+
+@pytest.mark.parametrize(
+    ("target", "loss"),
+    [
+        ("hpml.models.vae.VAEModule", "(VAE: BCE + KL summed per sample)"),
+        ("hpml.models.classifier.ImageClassifier", "(cross-entropy, mean over samples)"),
+    ],
+)
+def test_the_pruning_caption_names_the_loss_of_the_models_pruned(client, tmp_path, target, loss):
+    """A VGG pruning study's losses are cross-entropies: its caption says so, not the VAE's."""
+    from hpml.report.studies import pruning
+
+    parent = sweep(client, tmp_path)
+    job(client, parent, 0, PRUNE | {"model._target_": target}, pruned_metrics(2.0, True))
+    table = pruning(group(sweep_children(client, client.get_run(parent))), lambda r, p: None)
+    assert f"validation loss in nats {loss}, right after pruning" in table.caption

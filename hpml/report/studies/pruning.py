@@ -29,6 +29,10 @@ PRUNED, UNPRUNED, FINAL = side(STEP, AFTER), side(STEP, BEFORE), side(STEP, "fin
 LAYERS = "prune/layers.json"
 ARCHITECTURE = {when: f"prune/architecture_{when}.txt" for when in SIDES}
 TEXTS = (LAYERS, *ARCHITECTURE.values())  # the artifacts this table reads, when a run has them
+# the loss a model family logs, by its LightningModule (``model._target_``); the classifiers'
+# is the rest's
+LOSSES = {"hpml.models.vae.VAEModule": "VAE: BCE + KL summed per sample"}
+CROSS_ENTROPY = "cross-entropy, mean over samples"
 # what the CSV shows before and after pruning: (column, metric)
 MEASURED = [
     (f"{column}_{when}_{unit}", name(side(STEP, when)))
@@ -54,6 +58,13 @@ def _amount(group: Group) -> float:
         return float(param(group, "prune.amount"))
     except ValueError:
         return math.nan
+
+
+def _losses(groups: list[Group]) -> str:
+    """What the loss of the families in ``groups`` is: ``VAE: BCE + KL summed per sample``."""
+    return "; ".join(
+        sorted({LOSSES.get(param(g, "model._target_"), CROSS_ENTROPY) for g in groups})
+    )
 
 
 def pruning(groups: list[Group], text: ReadText) -> Table | None:
@@ -104,7 +115,7 @@ def pruning(groups: list[Group], text: ReadText) -> Table | None:
         "Pruning: pruner x sparsity",
         "FLOPs: forward, per sample, 2 x multiply-accumulates (counted by torch's FLOP "
         "counter on the model as it runs). Size: bytes of the saved state dict. Loss: the "
-        "model's validation loss in nats (VAE: BCE + KL summed per sample), right after "
+        f"model's validation loss in nats ({_losses(pruned)}), right after "
         "pruning and after the fine-tune epochs. Latency: median of timed forward passes at "
         "batch 1, ms (IQR over rounds where logged). FLOPs reduction: before / after. "
         f"{VERDICTS} {SPREAD}",
