@@ -119,8 +119,9 @@ def store_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session", autouse=True)
 def peak_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """One measured-peak cache for the session: the GEMM micro-benchmark runs once, not per run."""
-    path = tmp_path_factory.mktemp("peaks")
+    """One measured-peak cache for the session's workers: the GEMM micro-benchmark runs once,
+    not per run."""
+    path = built_once(tmp_path_factory, "peaks", lambda folder: None)
     previous = os.environ.get("HPML_PEAK_CACHE")
     os.environ["HPML_PEAK_CACHE"] = str(path)
     yield path
