@@ -10,13 +10,17 @@ the trainer against this machine and the store's directory. Importing this packa
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
 from hpml.build import Parts, build, constructed
 from hpml.errors import ConfigError, HpmlError, Problems, raise_all
 from hpml.hydra_job import HydraJob
+
+if TYPE_CHECKING:
+    from hpml.data.spec import DataSpec
+    from hpml.models.base import HpmlModule
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -83,7 +87,7 @@ def check_model(parts: Parts, cfg: DictConfig, job: HydraJob | None) -> None:
     fit.check_layout(cfg, spec, name)
     fit.check_checkpointing(cfg)
 
-    def build_model(device: str, data: Any = spec) -> Any:
+    def build_model(device: str, data: DataSpec = spec) -> HpmlModule:
         with torch.device(device):
             return build("model", cfg.model, data=data)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from hydra.utils import get_object, instantiate
@@ -26,6 +26,7 @@ from hpml.validate.machine import quant_method
 
 if TYPE_CHECKING:
     from hpml.callbacks.base import HpmlCallback
+    from hpml.models.base import HpmlModule
 
 
 def model_name(cfg: DictConfig, job: HydraJob | None) -> str:
@@ -122,8 +123,11 @@ def describe(spec: DataSpec) -> str:
 
 
 def built_for_data(
-    cfg: DictConfig, job: HydraJob | None, spec: DataSpec, build_on: Callable[[DataSpec], Any]
-) -> Any:
+    cfg: DictConfig,
+    job: HydraJob | None,
+    spec: DataSpec,
+    build_on: Callable[[DataSpec], HpmlModule],
+) -> HpmlModule:
     """``build_on(spec)``, the model built for the data; a model/data clash named by the options
     the user chose and the data options that would fit, found by building the model on each data
     option's planned spec. A clash from a ``data.*`` value keeps the model's own message."""
