@@ -53,7 +53,7 @@ def prepare(tracker: TrackerSettings, patience: float = 1) -> None:
         patience: multiplies ``preflight_timeout_s`` (``SWEEP_JOB_PATIENCE`` for a sweep's jobs).
 
     Raises:
-        ConfigError: a malformed URI or setting.
+        ConfigError: a malformed URI or setting, or a database URI whose driver is missing.
         TrackingServerError: a server that does not answer (the URI's password masked).
     """
     undo_fail_fast()  # a job before this one, in this process, lost its server
@@ -63,10 +63,20 @@ def prepare(tracker: TrackerSettings, patience: float = 1) -> None:
     retry_s = getattr(tracker, "retry_s", RETRY_S)
     if not Range(ge=0, null="MLflow's own").accepts(retry_s):
         raise ConfigError("logger.retry_s", retry_s, "seconds >= 0, or null for MLflow's own")
-    if check_uri(tracker.tracking_uri) in ("http", "https"):
+    scheme = check_uri(tracker.tracking_uri)
+    if scheme in ("http", "https"):
         redact_logs()
         if retry_s is not None:
             configure_retries(retry_s)
+    elif scheme.split("+")[0] in DATABASES:
+        missing = missing_driver(tracker.tracking_uri)
+        if missing is not None:
+            raise ConfigError(
+                "logger.tracking_uri",
+                redact_text(tracker.tracking_uri),
+                f"a database URI whose driver is installed, but {missing}; install it, or "
+                f"name an installed driver ({scheme.split('+')[0]}+<driver>://...)",
+            )
     preflight(tracker.tracking_uri, timeout_s * patience)
 
 
@@ -103,6 +113,21 @@ def check_uri(tracking_uri: str) -> str:
             hint = f" (did you mean http://{redact_text(tracking_uri)}?)"
         raise invalid(hint)
     return scheme
+
+
+def missing_driver(tracking_uri: str) -> str | None:
+    """What database URI ``tracking_uri`` lacks to connect, as SQLAlchemy (MLflow's engine)
+    resolves its driver: ``the Python module psycopg is not installed``; None if nothing."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        make_url(tracking_uri).get_dialect().import_dbapi()
+    except ModuleNotFoundError as exc:
+        return f"the Python module {exc.name} is not installed"
+    except (ArgumentError, NoSuchModuleError) as exc:
+        return f"SQLAlchemy has no such driver ({exc})"
+    return None
 
 
 def preflight(tracking_uri: str, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> None:

@@ -4,6 +4,7 @@ starts; a real ``mlflow server`` stopped and restarted mid-run costs no metric."
 from __future__ import annotations
 
 import http.server
+import importlib.util
 import os
 import socket
 import threading
@@ -107,6 +108,31 @@ def test_bad_settings_are_config_errors():
     Settings.preflight_timeout_s, Settings.retry_s = 1.0, -1
     with pytest.raises(ConfigError, match=r"logger\.retry_s"):
         prepare(Settings())
+
+
+@pytest.mark.parametrize(
+    ("uri", "missing"),
+    [
+        ("mysql+pymysql://alice:hunter2@host/db", "the Python module pymysql is not installed"),
+        ("postgresql+nope://host/db", "SQLAlchemy has no such driver"),
+    ],
+)
+def test_a_database_uri_without_its_driver_is_refused_before_any_run(uri, missing):
+    """A team's database store needs a driver MLflow does not install: named in one line by
+    prepare, not by SQLAlchemy's traceback when the run starts."""
+    if "pymysql" in uri and importlib.util.find_spec("pymysql") is not None:
+        pytest.skip("pymysql is installed here")
+
+    class Settings:
+        tracking_uri = uri
+        retry_s = None
+        preflight_timeout_s = 1.0
+
+    with pytest.raises(ConfigError) as caught:
+        prepare(Settings())
+    line = str(caught.value)
+    assert line.startswith("logger.tracking_uri=") and missing in line, line
+    assert "hunter2" not in line and "+<driver>://" in line
 
 
 # --- the preflight, in-process -------------------------------------------------------------------
