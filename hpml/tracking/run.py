@@ -148,7 +148,7 @@ class MlflowTracker:
             raise
         finally:  # each run ends, or the next job in this process could not start one
             for monitor in monitors:
-                best_effort(monitor.finish)
+                best_effort("the system metrics", monitor.finish)
             for run in opened:
                 self._end(run, status, error, record)
 
@@ -178,7 +178,7 @@ class MlflowTracker:
         except Exception as exc:
             fail_fast_if_server_gone(exc)
             if not isinstance(exc, StoreError):
-                best_effort(self._record_unstarted, cfg, job, run_name, tags, exc)
+                best_effort("the failed run", self._record_unstarted, cfg, job, run_name, tags, exc)
             raise
         return TrackedRun(active, job, member, self)
 
@@ -220,10 +220,10 @@ class MlflowTracker:
         try:
             record(run, status == "FINISHED")
             if error is not None:
-                best_effort(log_failure, error)
-            best_effort(log_job_log, run.job)
+                best_effort("the error", log_failure, error)
+            best_effort("the job log", log_job_log, run.job)
         finally:
-            best_effort(mlflow.end_run, status)
+            best_effort(f"the run's end ({status})", mlflow.end_run, status)
 
     def record_refused(self, cfg: DictConfig, job: HydraJob | None, exc: BaseException) -> None:
         """A job of a sweep refused before its run started, as a FAILED child of the sweep, so
@@ -231,7 +231,7 @@ class MlflowTracker:
         if _sweep_record_or_none(job) is None or isinstance(exc, StoreError):
             return
         mlflow.set_tracking_uri(self.tracking_uri)
-        best_effort(self._record_unstarted, cfg, job, *self._named(job, {}), exc)
+        best_effort("the refused run", self._record_unstarted, cfg, job, *self._named(job, {}), exc)
 
     def _named(self, job: HydraJob | None, tags: dict[str, str]) -> tuple[str, dict[str, str]]:
         """A job's run name, and its tags: the environment's, Hydra's, then ``tags``."""
@@ -258,9 +258,9 @@ class MlflowTracker:
         )
         mlflow.start_run(run_id=run.info.run_id, log_system_metrics=False)
         try:
-            best_effort(log_config, cfg, job)
-            best_effort(log_failure, exc)
-            best_effort(log_job_log, job)
+            best_effort("the config", log_config, cfg, job)
+            best_effort("the error", log_failure, exc)
+            best_effort("the job log", log_job_log, job)
         finally:
             mlflow.end_run("FAILED")
 

@@ -76,10 +76,10 @@ class TrackedRun:
         the params anyway."""
         from hpml.tracking.dataset import log_dataset
 
-        best_effort(log_dataset, datamodule)
+        best_effort("the dataset", log_dataset, datamodule)
 
     def set_tag(self, key: str, value: str) -> None:
-        best_effort(mlflow.set_tag, key, value)
+        best_effort(f"tag {key}", mlflow.set_tag, key, value)
 
     def log_model(self, net: Any, datamodule: HpmlDataModule) -> None:
         """With ``logger.log_model``: the trained ``net``, while the run is active. A failure
@@ -95,17 +95,21 @@ class TrackedRun:
         except Exception as exc:
             log.warning("could not log %s to MLflow: %s", whose, one_line(exc))
             trace.warning("could not log %s to MLflow", whose, exc_info=True)
-            best_effort(mlflow.set_tag, logged_model.ERROR_TAG, redact_text(one_line(exc))[:5000])
+            error = redact_text(one_line(exc))[:5000]
+            best_effort(
+                f"tag {logged_model.ERROR_TAG}", mlflow.set_tag, logged_model.ERROR_TAG, error
+            )
 
     @property
     def ui_path(self) -> str:
         return f"#/experiments/{self.experiment_id}/runs/{self.run_id}"
 
 
-def best_effort(action: Callable[..., None], *args: Any) -> None:
-    """Record what can be recorded of a run that is ending; never mask the run's own error."""
+def best_effort(what: str, action: Callable[..., None], *args: Any) -> None:
+    """Record ``what`` (``the job log``) by ``action(*args)`` as far as MLflow takes it, for a
+    run that is ending: a failure is one line, never masking the run's own error."""
     try:
         action(*args)
     except Exception as exc:  # the traceback goes to the job log, the terminal gets one line
-        log.warning("could not record %s in MLflow: %s", action.__name__, one_line(exc))
-        trace.warning("could not record %s in MLflow", action.__name__, exc_info=True)
+        log.warning("could not record %s in MLflow: %s", what, one_line(exc))
+        trace.warning("could not record %s in MLflow", what, exc_info=True)
