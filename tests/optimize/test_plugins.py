@@ -167,6 +167,12 @@ def test_listed_by_help(plugins: Path, root: Path) -> None:
     assert "largest" in groups["prune"].split(", ") and "fpgm" in groups["prune"].split(", ")
     assert "linear_int8" in groups["quant"].split(", ")
     assert "traced" in groups["compile"].split(", ")
+    # base/ holds what options inherit: Hydra lists it as a group, the footer says it is none
+    assert groups["base"] == "compile, measure, prune"
+    assert (
+        "(base: the knobs compile, prune and quant options inherit; not a group to choose.)"
+        in (result.stdout.split("== Config ==")[1])
+    )
 
 
 @pytest.mark.parametrize(
