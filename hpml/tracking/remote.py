@@ -64,19 +64,18 @@ def prepare(tracker: TrackerSettings, patience: float = 1) -> None:
     if not Range(ge=0, null="MLflow's own").accepts(retry_s):
         raise ConfigError("logger.retry_s", retry_s, "seconds >= 0, or null for MLflow's own")
     scheme = check_uri(tracker.tracking_uri)
+    database = scheme.split("+")[0]
     if scheme in ("http", "https"):
         redact_logs()
         if retry_s is not None:
             configure_retries(retry_s)
-    elif scheme.split("+")[0] in DATABASES:
-        missing = missing_driver(tracker.tracking_uri)
-        if missing is not None:
-            raise ConfigError(
-                "logger.tracking_uri",
-                redact_text(tracker.tracking_uri),
-                f"a database URI whose driver is installed, but {missing}; install it, or "
-                f"name an installed driver ({scheme.split('+')[0]}+<driver>://...)",
-            )
+    elif database in DATABASES and (missing := missing_driver(tracker.tracking_uri)):
+        raise ConfigError(
+            "logger.tracking_uri",
+            redact_text(tracker.tracking_uri),
+            f"a database URI whose driver is installed, but {missing}; install it, or "
+            f"name an installed driver ({database}+<driver>://...)",
+        )
     preflight(tracker.tracking_uri, timeout_s * patience)
 
 
