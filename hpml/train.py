@@ -18,6 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from hpml import garbage
 from hpml.build import CONF_DIR, Member, Parts, build, build_parts
 from hpml.cli import check_args, hoist_flags, report_failure, trainer_overrides
 from hpml.console import compare_hint, quiet_upstream
@@ -171,8 +172,18 @@ def follow_handed_job() -> bool:
     return True
 
 
-if __name__ == "__main__" and not follow_handed_job():
-    sys.argv[1:] = trainer_overrides(hoist_flags(sys.argv[1:]))
-    sys.argv[1:] = resume_args(sys.argv[1:])  # resume=<run id>: that run's overrides first
-    check_args(sys.argv[1:])
-    main()
+def command() -> None:
+    """``python -m hpml.train``: a process Lightning started for a DDP rank follows its job;
+    any other checks its arguments, then runs :func:`main`; full garbage collections held back
+    until the job starts, and none as the process exits (:mod:`hpml.garbage`)."""
+    with garbage.command():
+        if follow_handed_job():
+            return
+        sys.argv[1:] = trainer_overrides(hoist_flags(sys.argv[1:]))
+        sys.argv[1:] = resume_args(sys.argv[1:])  # resume=<run id>: that run's overrides first
+        check_args(sys.argv[1:])
+        main()
+
+
+if __name__ == "__main__":
+    command()

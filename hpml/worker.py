@@ -9,6 +9,7 @@ import os
 import mlflow
 import torch
 
+from hpml import garbage
 from hpml.errors import positive_int
 
 CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
@@ -21,7 +22,9 @@ _FIRST = {
 
 
 def start_job(threads: int | None) -> int:
-    """Undo what earlier jobs in this process changed; return torch's intra-op thread count."""
+    """Undo what earlier jobs in this process changed; return torch's intra-op thread count.
+    A command holding full garbage collections back while it started gets them back here."""
+    garbage.job_started()
     while mlflow.active_run() is not None:  # a run an earlier job failed to close
         mlflow.end_run("FAILED")
     torch.backends.quantized.engine = _FIRST["engine"]

@@ -1,0 +1,70 @@
+"""hpml.garbage: no full collection while a command starts, full collections again once its job
+starts, everything frozen as it ends; outside a command nothing changes."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+
+import pytest
+
+from hpml import garbage
+
+
+def make_cycles(count: int) -> list:
+    """``count`` two-object reference cycles that stay alive: enough new objects to trigger
+    full collections at the default thresholds."""
+    kept = []
+    for _ in range(count):
+        a: list = []
+        b = [a]
+        a.append(b)
+        kept.append(a)
+    return kept
+
+
+@pytest.fixture
+def full_collections() -> Iterator[list[int]]:
+    """The full collections that ran, one entry each, while the test ran; the process's
+    collector as it was afterwards (nothing left frozen)."""
+    ran: list[int] = []
+
+    def count(phase: str, info: dict) -> None:
+        if phase == "stop" and info["generation"] == 2:
+            ran.append(info["collected"])
+
+    thresholds = gc.get_threshold()
+    gc.unfreeze()  # what an earlier test in this process may have frozen
+    gc.callbacks.append(count)
+    yield ran
+    gc.callbacks.remove(count)
+    gc.unfreeze()
+    gc.set_threshold(*thresholds)
+
+
+def test_no_full_collection_until_the_job_starts_then_again(full_collections):
+    thresholds = gc.get_threshold()
+    held = make_cycles(200_000)
+    assert full_collections, "the objects made trigger full collections at the default thresholds"
+    full_collections.clear()
+    with garbage.command():
+        held += make_cycles(200_000)
+        assert full_collections == []
+        garbage.job_started()
+        assert gc.get_threshold() == thresholds and gc.get_freeze_count() >= len(held)
+        held += make_cycles(200_000)
+        assert full_collections, "the job's own objects are collected as usual"
+    assert gc.get_threshold() == thresholds
+
+
+def test_a_command_ending_before_its_job_leaves_the_thresholds_and_freezes(full_collections):
+    thresholds = gc.get_threshold()
+    with pytest.raises(SystemExit), garbage.command():
+        raise SystemExit(1)  # a refused config
+    assert gc.get_threshold() == thresholds and gc.get_freeze_count() > 0
+
+
+def test_outside_a_command_a_job_start_changes_nothing(full_collections):
+    thresholds = gc.get_threshold()
+    garbage.job_started()
+    assert gc.get_threshold() == thresholds and gc.get_freeze_count() == 0
