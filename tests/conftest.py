@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import subprocess
@@ -50,6 +51,15 @@ def pytest_configure(config: pytest.Config) -> None:
         # torch imported that way mid-run, beside the workers' traffic, once failed half-way
         # ("partially initialized module 'torch'") and took the session down: import it first
         import lightning.pytorch  # noqa: F401
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What collecting imported (torch, Lightning, MLflow, hpml, the test modules) lives as long
+    as the worker: frozen out of the garbage collector, so that each full collection during the
+    tests walks only what the tests made, as ``python -m hpml.train`` does once its job starts
+    (:mod:`hpml.garbage`)."""
+    gc.collect()
+    gc.freeze()
 
 
 NO_CUDA = "needs a CUDA device: torch.cuda.is_available() is False"

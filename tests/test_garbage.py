@@ -25,21 +25,23 @@ def make_cycles(count: int) -> list:
 
 @pytest.fixture
 def full_collections() -> Iterator[list[int]]:
-    """The full collections that ran, one entry each, while the test ran; the process's
-    collector as it was afterwards (nothing left frozen)."""
+    """The full collections that ran, one entry each, while the test ran; the collector left as
+    it was: its thresholds, and what the worker froze (tests/conftest.py) frozen again."""
     ran: list[int] = []
 
     def count(phase: str, info: dict) -> None:
         if phase == "stop" and info["generation"] == 2:
             ran.append(info["collected"])
 
-    thresholds = gc.get_threshold()
-    gc.unfreeze()  # what an earlier test in this process may have frozen
+    thresholds, frozen = gc.get_threshold(), gc.get_freeze_count() > 0
     gc.callbacks.append(count)
     yield ran
     gc.callbacks.remove(count)
-    gc.unfreeze()
     gc.set_threshold(*thresholds)
+    gc.unfreeze()
+    gc.collect()  # the test's cycles
+    if frozen:
+        gc.freeze()
 
 
 def test_no_full_collection_until_the_job_starts_then_again(full_collections):
@@ -59,12 +61,17 @@ def test_no_full_collection_until_the_job_starts_then_again(full_collections):
 
 def test_a_command_ending_before_its_job_leaves_the_thresholds_and_freezes(full_collections):
     thresholds = gc.get_threshold()
+    made = make_cycles(1000)
     with pytest.raises(SystemExit), garbage.command():
+        frozen = gc.get_freeze_count()
+        made += make_cycles(1000)
         raise SystemExit(1)  # a refused config
-    assert gc.get_threshold() == thresholds and gc.get_freeze_count() > 0
+    assert gc.get_threshold() == thresholds and gc.get_freeze_count() >= frozen + 2 * 1000
 
 
 def test_outside_a_command_a_job_start_changes_nothing(full_collections):
-    thresholds = gc.get_threshold()
+    thresholds, frozen = gc.get_threshold(), gc.get_freeze_count()
+    made = make_cycles(1000)
     garbage.job_started()
-    assert gc.get_threshold() == thresholds and gc.get_freeze_count() == 0
+    assert gc.get_threshold() == thresholds and gc.get_freeze_count() == frozen
+    assert made
