@@ -46,10 +46,17 @@ def pytest_configure(config: pytest.Config) -> None:
     here, before any test module imports torch."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ.setdefault("OMP_NUM_THREADS", "1")
-    elif getattr(config.option, "numprocesses", None):
-        # xdist's controller imports the module of each warning a worker reports, to show it;
-        # torch imported that way mid-run, beside the workers' traffic, once failed half-way
-        # ("partially initialized module 'torch'") and took the session down: import it first
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_sessionstart(session: pytest.Session) -> Iterator[None]:
+    """xdist's controller imports the module of each warning a worker reports, to show it; torch
+    imported that way mid-run, beside the workers' traffic, once failed half-way ("partially
+    initialized module 'torch'") and took the session down. So the controller imports it before
+    its loop reads the workers' reports, once it has started them: the import overlaps theirs."""
+    yield
+    config = session.config
+    if not os.environ.get("PYTEST_XDIST_WORKER") and getattr(config.option, "numprocesses", None):
         import lightning.pytorch  # noqa: F401
 
 
@@ -59,6 +66,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     tests walks only what the tests made, as ``python -m hpml.train`` does once its job starts
     (:mod:`hpml.garbage`)."""
     gc.collect()
+    gc.freeze()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The process is about to exit: spare it the interpreter's last garbage collection, a walk
+    over everything the session made (:mod:`hpml.garbage`)."""
     gc.freeze()
 
 
