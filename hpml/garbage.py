@@ -1,8 +1,8 @@
 """Full garbage collections held back while a command starts, and spared as it exits.
 
-Importing torch, Lightning and MLflow makes several hundred thousand objects that live as long
-as the process. Each full collection, triggered as objects pile up, walks all of them again,
-and the interpreter walks them once more as it exits: seconds of a short run's wall time
+Importing torch, Lightning and MLflow makes a great many objects that live as long as the
+process. Each full collection, triggered as objects pile up, walks all of them again, and the
+interpreter walks them once more as it exits: a large share of a short run's wall time
 (docs/metrics.md, start-up). ``python -m hpml.train`` runs inside :func:`command`: no full
 collection until its job starts (:func:`job_started`), which freezes what exists out of later
 ones (:func:`gc.freeze`) and lets them run again. Young collections go on throughout, so
