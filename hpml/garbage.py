@@ -5,7 +5,8 @@ process. Each full collection, triggered as objects pile up, walks all of them a
 interpreter walks them once more as it exits: a large share of a short run's wall time
 (docs/metrics.md, start-up). ``python -m hpml.train`` runs inside :func:`command`: no full
 collection until its job starts (:func:`job_started`), which freezes what exists out of later
-ones (:func:`gc.freeze`) and lets them run again. Young collections go on throughout, so
+ones (:func:`gc.freeze`) and lets them run again. The report commands, which start no job and
+end in seconds, hold them to the end. Young collections go on throughout, so
 short-lived garbage is freed as usual. What the command made is frozen again as it ends: the
 process is exiting, and its memory goes back with it.
 """
@@ -22,8 +23,9 @@ _held: list[tuple[int, int, int]] = []  # the thresholds a command holds back un
 
 @contextmanager
 def command() -> Iterator[None]:
-    """Run a command's body with full collections held back until :func:`job_started`; at its
-    end, spare the exiting process the interpreter's last collection."""
+    """Run a command's body with full collections held back until :func:`job_started`, or to
+    its end for a command that starts no job; at its end, spare the exiting process the
+    interpreter's last collection."""
     thresholds = gc.get_threshold()
     _held.append(thresholds)
     gc.set_threshold(thresholds[0], thresholds[1], NEVER)

@@ -4,11 +4,14 @@ starts, everything frozen as it ends; outside a command nothing changes."""
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
 
 from hpml import garbage
+from tests.conftest import cli_env
 
 
 def make_cycles(count: int) -> list:
@@ -75,3 +78,32 @@ def test_outside_a_command_a_job_start_changes_nothing(full_collections):
     garbage.job_started()
     assert gc.get_threshold() == thresholds and gc.get_freeze_count() == frozen
     assert made
+
+
+def test_the_report_commands_hold_full_collections_and_freeze_at_exit(root):
+    """A fresh process, as a user starts one: each report command, asked for the last sweep
+    of a store that has none, opens the store (importing MLflow: enough objects for several
+    full collections), answers with its one line, no full collection having run, and exits
+    with what it made frozen."""
+    code = (
+        "import gc, runpy, sys\n"
+        "full = []\n"
+        "gc.callbacks.append(lambda p, i: p == 'stop' and i['generation'] == 2 and full.append(1))"
+        "\n"
+        "for module, args in (('hpml.report', ['--last']), ('hpml.report.roofline', "
+        "['--sweep', 'last'])):\n"
+        "    sys.argv = [module, *args]\n"
+        "    try: runpy.run_module(module, run_name='__main__', alter_sys=True)\n"
+        "    except SystemExit as exc:\n"
+        "        frozen, imported = gc.get_freeze_count() > 0, 'mlflow' in sys.modules\n"
+        "        print(module, exc.code, len(full), frozen, imported)\n"
+        "    gc.unfreeze()\n"
+    )
+    env = cli_env(root)
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True)
+    lines = done.stdout.decode().splitlines()
+    assert lines == [
+        "hpml.report 1 0 True True",
+        "hpml.report.roofline 1 0 True True",
+    ], done.stderr
+    assert done.stderr.decode().count("hpml: error: no sweep") == 2, done.stderr

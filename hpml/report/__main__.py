@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hpml import garbage
 from hpml.errors import HpmlError
 from hpml.report.runs import default_tracking_uri, project_root
 
@@ -282,4 +283,5 @@ def failed(args: argparse.Namespace, by: Compared | None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    with garbage.command():  # no job to start: full collections held to the end
+        raise SystemExit(main())

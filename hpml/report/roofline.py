@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hpml import garbage
 from hpml.analysis.devices import KNOWN_DEVICES, PRECISIONS, DevicePeak, match_device_name
 from hpml.errors import HpmlError
 from hpml.names import (
@@ -269,4 +270,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    with garbage.command():  # no job to start: full collections held to the end
+        raise SystemExit(main())
