@@ -1,12 +1,13 @@
 """The one place a job's parts are built from its composed config, each once, typed.
 
-Data module and callbacks come first (:func:`build_parts`: validation checks these very objects),
-then the model once its data is prepared (:func:`build_model`), then the trainer once the runs
-give it loggers (:func:`build_trainer`). Importing this is cheap.
+Data module, callbacks and the model as planned come first (:func:`build_parts`: validation
+reads these very objects), then the model once its data is prepared (:func:`build_model`), then
+the trainer once the runs give it loggers (:func:`build_trainer`). Importing this is cheap.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,8 +23,10 @@ from hpml.hydra_job import HydraJob
 if TYPE_CHECKING:
     import lightning as L
     from lightning.pytorch.loggers import Logger
+    from torch import nn
 
     from hpml.data.base import HpmlDataModule
+    from hpml.data.spec import DataSpec
     from hpml.models.base import HpmlModule
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -34,10 +37,19 @@ T = TypeVar("T")
 class Parts:
     """What a job's config builds before its run opens, each part once. A part whose
     constructor raised is None (no callbacks: empty), what it raised in ``refused`` under its
-    config group, for validation to report."""
+    config group, for validation to report.
+
+    Args:
+        planned: the model as planned: built on the meta device (no memory, no compute) from
+            the data's planned spec, as the model that trains needs its data prepared.
+        cpu_net: the planned model's net, built for real on the CPU the first time it is
+            called, for a check that must run one (eager int8 kernels).
+    """
 
     datamodule: HpmlDataModule | None
     callbacks: list[L.Callback]
+    planned: HpmlModule | None = None
+    cpu_net: Callable[[], nn.Module] | None = None
     refused: dict[str, Exception] = field(default_factory=dict)
 
 
@@ -117,8 +129,8 @@ def build_callbacks(cfg: DictConfig) -> list[L.Callback]:
 
 
 def build_parts(cfg: DictConfig) -> Parts:
-    """Job ``cfg``'s data module and callbacks, each built once; what a constructor raised is
-    kept in :attr:`Parts.refused` for validation, not raised."""
+    """Job ``cfg``'s data module, callbacks and planned model, each built once; what a
+    constructor raised is kept in :attr:`Parts.refused` for validation, not raised."""
     refused: dict[str, Exception] = {}
 
     def attempt(group: str, make: Callable[[], T]) -> T | None:
@@ -130,7 +142,22 @@ def build_parts(cfg: DictConfig) -> Parts:
 
     datamodule = attempt("data", lambda: build("data", cfg.data))
     callbacks = attempt("callbacks", lambda: build_callbacks(cfg))
-    return Parts(datamodule, callbacks or [], refused)
+    spec = attempt("data", datamodule.planned_spec) if datamodule is not None else None
+    if spec is None:
+        return Parts(datamodule, callbacks or [], refused=refused)
+    planned = attempt("model", lambda: planned_model(cfg, spec))
+    cpu_net = functools.cache(lambda: planned_model(cfg, spec, "cpu").net)
+    return Parts(datamodule, callbacks or [], planned, cpu_net, refused)
+
+
+def planned_model(cfg: DictConfig, spec: DataSpec, device: str = "meta") -> HpmlModule:
+    """Job ``cfg``'s model built on ``device`` for data of ``spec``, not seeded: what is
+    checked before the data is prepared, and how :mod:`hpml.validate` tries other data options
+    for one that would fit."""
+    import torch
+
+    with torch.device(device):
+        return build("model", cfg.model, data=spec)
 
 
 def build_model(cfg: DictConfig, datamodule: HpmlDataModule) -> HpmlModule:

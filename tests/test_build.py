@@ -1,5 +1,5 @@
-"""Each part of a job is built once (:mod:`hpml.build`): counted in a single run and in a fused
-array of two, as they train."""
+"""Each part of a job is built once (:mod:`hpml.build`), validation building none: counted in a
+single run and in a fused array of two, as they train."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ SMALL = [
 PARTS = {  # what the default config builds, by class, and how many per member
     "SyntheticDataModule",
     "VAEModule",
+    "VAEModule on meta",  # the model as planned, which validation reads
     "ModelStats",
     "PerformanceMonitor",
     "TimeToTarget",
@@ -33,16 +34,17 @@ PARTS = {  # what the default config builds, by class, and how many per member
 }
 
 
-def on_meta(made: Any) -> bool:
-    """Whether ``made`` is a model validation built on the meta device to check it."""
-    return isinstance(made, torch.nn.Module) and any(p.is_meta for p in made.parameters())
+def name_of(made: Any) -> str:
+    """``made``'s class name, with ``on meta`` for a model built on the meta device."""
+    meta = isinstance(made, torch.nn.Module) and any(p.is_meta for p in made.parameters())
+    return type(made).__name__ + (" on meta" if meta else "")
 
 
 @pytest.fixture
 def built(monkeypatch: pytest.MonkeyPatch) -> Counter:
-    """The classes of the objects hpml's builder makes from configs (meta-device models
-    aside), counted as they are made: :func:`hpml.build.build` instantiates each through
-    ``hydra.utils.instantiate(node, _partial_=True)``."""
+    """The classes of the objects hpml makes from configs, counted as they are made:
+    :func:`hpml.build.build` instantiates each through ``hydra.utils.instantiate(node,
+    _partial_=True)``."""
     made: Counter = Counter()
     real = hydra.utils.instantiate
 
@@ -53,8 +55,7 @@ def built(monkeypatch: pytest.MonkeyPatch) -> Counter:
 
         def make(*a: Any, **k: Any) -> Any:
             part = partial(*a, **k)
-            if not on_meta(part):
-                made[type(part).__name__] += 1
+            made[name_of(part)] += 1
             return part
 
         return make
@@ -84,3 +85,22 @@ def test_a_fused_array_of_two_builds_each_members_parts_once(
     # each member its data, model and callbacks; the array one tracker and one trainer
     once = {"MlflowTracker", "Trainer"}
     assert {name: built[name] for name in PARTS} == {n: 1 if n in once else 2 for n in PARTS}
+
+
+def test_validation_reads_the_built_parts_and_builds_none(
+    root: Path, composed, built: Counter
+) -> None:
+    """Checking a job with steps that ask for the model (pruning targets, eager int8 kernels)
+    builds no part; the one real CPU net the int8 check runs is the builder's, made once."""
+    from hpml.build import build_parts
+    from hpml.validate import check
+
+    cfg = composed(["prune=l1_structured", "quant=static_int8", "trainer.max_epochs=1"])
+    parts = build_parts(cfg)
+    assert parts.refused == {}
+    before = Counter(built)
+    check(parts, cfg, None)
+    assert before["ImageClassifier on meta"] == 1
+    assert built - before == Counter({"ImageClassifier": 1})  # the int8 check's CPU net
+    assert parts.cpu_net is not None and parts.cpu_net() is parts.cpu_net()
+    assert built - before == Counter({"ImageClassifier": 1})

@@ -10,17 +10,11 @@ the trainer against this machine and the store's directory. Importing this packa
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from omegaconf import DictConfig
 
-from hpml.build import Parts, build, constructed
+from hpml.build import Parts, constructed
 from hpml.errors import ConfigError, HpmlError, Problems, raise_all
 from hpml.hydra_job import HydraJob
-
-if TYPE_CHECKING:
-    from hpml.data.spec import DataSpec
-    from hpml.models.base import HpmlModule
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -73,33 +67,25 @@ def check(parts: Parts, cfg: DictConfig, job: HydraJob | None) -> None:
 
 
 def check_model(parts: Parts, cfg: DictConfig, job: HydraJob | None) -> None:
-    """The model against the data, then the steps that will transform it, the first failure
-    ending them. The model is built on the meta device from the data's planned spec, as the job's
-    own needs its data prepared."""
-    import torch
-
+    """The planned model against the data, then the steps that will transform it, the first
+    failure ending them."""
     from hpml.callbacks.base import HpmlCallback
     from hpml.validate import fit
 
-    assert parts.datamodule is not None  # not refused
+    assert parts.datamodule is not None and parts.cpu_net is not None  # not refused
     spec = parts.datamodule.planned_spec()
     name = fit.model_name(cfg, job)
-    fit.check_layout(cfg, spec, name)
+    fit.check_layout(cfg, spec, name, parts.planned)
     fit.check_checkpointing(cfg)
-
-    def build_model(device: str, data: DataSpec = spec) -> HpmlModule:
-        with torch.device(device):
-            return build("model", cfg.model, data=data)
-
     model = constructed(
-        "model", lambda: fit.built_for_data(cfg, job, spec, lambda s: build_model("meta", s))
+        "model", lambda: fit.built_for_data(cfg, job, spec, parts.planned, parts.refused)
     )
     constructed("model.optimizer", model.configure_optimizers)
     if "callbacks" in parts.refused:
         raise parts.refused["callbacks"]
     for callback in parts.callbacks:
         if isinstance(callback, HpmlCallback):
-            callback.check_model(model, lambda: build_model("cpu").net, spec.input_shape, name)
+            callback.check_model(model, parts.cpu_net, spec.input_shape, name)
             fit.check_activations(callback, model)
 
 

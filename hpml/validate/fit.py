@@ -1,14 +1,14 @@
 """The model against its data and against the steps that will transform it, before training.
 
-Everything here runs on a model built on the meta device. The steps that transform the model are
-asked what they cannot do to it (their own ``check_model``); eager int8's check runs a quantised
-CPU copy of the net once, the only way to learn whether it has kernels for every op.
+Everything here reads the model as planned (:attr:`hpml.build.Parts.planned`, on the meta
+device). The steps that transform the model are asked what they cannot do to it (their own
+``check_model``); eager int8's check runs a quantised CPU copy of the net once, the only way to
+learn whether it has kernels for every op.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -16,7 +16,7 @@ from hydra.utils import get_object, instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from hpml.build import build
+from hpml.build import build, planned_model
 from hpml.data.spec import DataSpec
 from hpml.errors import ConfigError, IncompatibleError
 from hpml.hydra_job import HydraJob
@@ -38,10 +38,11 @@ def model_name(cfg: DictConfig, job: HydraJob | None) -> str:
     return str(net.get("_target_", cfg.model.get("_target_", "model"))).rsplit(".", 1)[-1]
 
 
-def check_layout(cfg: DictConfig, spec: DataSpec, name: str) -> None:
+def check_layout(cfg: DictConfig, spec: DataSpec, name: str, planned: HpmlModule | None) -> None:
     """Refuse images of a size the net's ``layout`` was not built for, naming both fixes (nets
     whose builder lists ``LAYOUTS``; a net that takes no size at all is left to the model's own
-    check)."""
+    check). The ``planned`` model's net is probed; the other layouts are built only to name a
+    fix."""
     net_cfg = cfg.model.get("net")
     if spec.modality != "image" or not net_cfg or "layout" not in net_cfg:
         return
@@ -50,6 +51,9 @@ def check_layout(cfg: DictConfig, spec: DataSpec, name: str) -> None:
     if current not in layouts:
         return  # the builder names the valid layouts itself
     channels, size = spec.input_shape[0], min(spec.input_shape[1:])
+    if planned is not None and probe(planned.net.eval(), channels, size).as_laid_out:
+        planned.net.train()
+        return
     builder = instantiate(net_cfg, _partial_=True)
     nets: dict[str, nn.Module] = {}
     try:
@@ -126,21 +130,28 @@ def built_for_data(
     cfg: DictConfig,
     job: HydraJob | None,
     spec: DataSpec,
-    build_on: Callable[[DataSpec], HpmlModule],
+    planned: HpmlModule | None,
+    refused: dict[str, Exception],
 ) -> HpmlModule:
-    """``build_on(spec)``, the model built for the data; a model/data clash named by the options
-    the user chose and the data options that would fit, found by building the model on each data
-    option's planned spec. A clash from a ``data.*`` value keeps the model's own message."""
+    """The ``planned`` model, built for the data; a model/data clash named by the options the
+    user chose and the data options that would fit, found by building the model on each data
+    option's planned spec. A clash from a ``data.*`` value keeps the model's own message.
+
+    Args:
+        planned: the model as the builder planned it; None where its constructor raised.
+        refused: what each part's constructor raised, by config group (``model``: this one).
+    """
     wanted = getattr(get_object(cfg.model._target_), "modality", spec.modality)
     clash = None
     if wanted == spec.modality:
-        try:
-            return build_on(spec)
-        except IncompatibleError as exc:
-            clash = exc
+        if planned is not None:
+            return planned
+        clash = refused["model"]
+        if not isinstance(clash, IncompatibleError):
+            raise clash
 
     def fits(node: DictConfig) -> None:
-        build_on(build("data", node).planned_spec())
+        planned_model(cfg, build("data", node).planned_spec())
 
     def fits_with(override: str) -> bool:
         """Whether the chosen option fits with this one ``data.*`` override of the user's."""
