@@ -100,14 +100,14 @@ def definition(module: str, name: str) -> tuple[str, ast.ClassDef | ast.Function
 
 def value(module: str, name: str) -> Any:
     """The object ``name`` stands for in ``module``, from modules already imported only."""
-    loaded = sys.modules.get(module)
-    if loaded is not None and hasattr(loaded, name):
-        return getattr(loaded, name)
+    loaded = vars(sys.modules[module]) if module in sys.modules else {}
+    if name in loaded:
+        return loaded[name]
     try:
         where, node = binding(module, name)
     except Unknown:
-        if hasattr(builtins, name):
-            return getattr(builtins, name)
+        if name in vars(builtins):
+            return vars(builtins)[name]
         raise
     if isinstance(node, ast.Import):
         alias = next(a for a in node.names if (a.asname or a.name.split(".")[0]) == name)

@@ -59,3 +59,20 @@ def test_a_callback_that_declares_nothing_trains_alone_and_in_a_fused_sweep(
         f"{MINE[mine]}; running the 2 jobs one by one"
     ]
     assert Plain.epochs == (3 if mine is Plain else 0)
+
+
+def test_the_lifecycle_asks_callbacks_nothing_by_probing() -> None:
+    """What a callback and a model may tell the lifecycle is declared on their base classes, so
+    the modules that build, check and run a job probe no object for an attribute (``hasattr``):
+    at most one such probe in them all, none today."""
+    hpml = Path(__file__).resolve().parents[2] / "hpml"
+    places = [hpml / "validate", hpml / "fused", hpml / "callbacks"]
+    files = [hpml / "lifecycle.py", hpml / "build.py"]
+    files += [path for place in places for path in sorted(place.rglob("*.py"))]
+    probes = [
+        f"{path.relative_to(hpml)}:{number}"
+        for path in files
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if "hasattr(" in line
+    ]
+    assert len(probes) <= 1, probes
