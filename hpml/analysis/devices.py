@@ -55,11 +55,6 @@ class DevicePeak:
     memory_bytes_per_s: float
     source: str
 
-    @property
-    def ridge_flop_per_byte(self) -> float:
-        """Arithmetic intensity where the fp32 roof meets the bandwidth slope."""
-        return self.fp32_flops_per_s / self.memory_bytes_per_s
-
     def peak_for_precision(
         self, precision: str | int = "32-true", tf32: bool | None = None
     ) -> float:
@@ -210,6 +205,14 @@ def match_device_name(name: str) -> DevicePeak | None:
         if re.fullmatch(pattern, normal):
             return KNOWN_DEVICES[key]
     return None
+
+
+def default_device() -> torch.device:
+    """The current GPU where torch sees one, else the CPU (``CUDA_VISIBLE_DEVICES=`` picks the
+    CPU on a GPU host): where a bench case times its models and a report measures its roof."""
+    import torch
+
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def device_name(device: torch.device) -> str:

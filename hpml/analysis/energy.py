@@ -61,10 +61,6 @@ class Energy:
     samples: float
 
     @property
-    def joules_per_sample(self) -> float:
-        return self.joules / self.samples
-
-    @property
     def watts(self) -> float:
         return self.joules / self.seconds
 

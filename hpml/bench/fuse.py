@@ -24,8 +24,8 @@ import lightning as L
 import torch
 from torch import Tensor
 
+from hpml.analysis.devices import default_device, device_name
 from hpml.analysis.timing import call_seconds
-from hpml.bench.device import bench_device, device_name
 from hpml.bench.harness import CaseResult, Measurement, Ratio, Report, Settings, run_case
 from hpml.data.spec import DataSpec
 from hpml.fused.array import FusedArray
@@ -204,7 +204,7 @@ def ratio(family: Family, size: int, steps: int, on_gpu: bool) -> Ratio:
 
 def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> CaseResult:
     torch.set_num_threads(settings.threads)
-    device = bench_device()
+    device = default_device()
     on_gpu = device.type == "cuda"
     families = (vae(), vgg11(32 if on_gpu else CPU_CNN_BATCH))
     variants: dict[str, Callable[[], Measurement]] = {}

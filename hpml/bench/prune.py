@@ -1,6 +1,6 @@
 """Case ``prune``: inference latency of pruned models against the unpruned ones, side by side.
 
-On :func:`hpml.bench.device.bench_device` (nets pruned on the CPU, then moved): VGG11-CIFAR
+On :func:`hpml.analysis.devices.default_device` (nets pruned on the CPU, then moved): VGG11-CIFAR
 unpruned, with half of every conv's filters removed (L1 norms), and with 50% L1 masks folded
 into the weights (same shapes, so no goal); study 1's LSTM unpruned and with half its hidden
 units removed. Ratios are unpruned / pruned latency.
@@ -15,9 +15,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from hpml.analysis.devices import default_device, device_name
 from hpml.analysis.latency import measure_latency
 from hpml.analysis.model_stats import param_count
-from hpml.bench.device import bench_device, device_name
 from hpml.bench.harness import CaseResult, Measurement, Ratio, Report, Settings, run_case
 from hpml.models.nets.lstm import LSTMClassifier
 from hpml.models.nets.vgg import vgg
@@ -52,7 +52,7 @@ def timer(model: nn.Module, example: torch.Tensor, settings: Settings):
 
 
 def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> CaseResult:
-    device = bench_device()
+    device = default_device()
     batch = CUDA_BATCH_SIZE if device.type == "cuda" else BATCH_SIZE
     torch.set_num_threads(settings.threads)
     torch.manual_seed(0)

@@ -1,7 +1,7 @@
 """Case ``train_speed``: what compiled training, channels_last and mixed precision buy per step.
 
 Each variant trains its own copy of one VGG11-CIFAR on the same random batch, on
-:func:`hpml.bench.device.bench_device`, as hpml runs it: ``eager``; ``compiled``
+:func:`hpml.analysis.devices.default_device`, as hpml runs it: ``eager``; ``compiled``
 (``compile.train=true``); ``channels_last``; ``bf16 autocast`` (``trainer=bf16``); on a GPU
 ``fp16 autocast`` with its ``GradScaler``. Ratios are eager / variant step time (CPU figures:
 docs/metrics.md). A CPU without bf16 instructions runs bf16 convolutions through slow
@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from hpml.analysis.devices import default_device, device_name
 from hpml.analysis.timing import call_seconds, synchronized_now
-from hpml.bench.device import bench_device, device_name
 from hpml.bench.harness import CaseResult, Measurement, Ratio, Report, Settings, run_case
 from hpml.models.nets.vgg import CifarVGG
 from hpml.optimize.compile import DISPATCH_ONLY
@@ -157,7 +157,7 @@ def device_notes(device: torch.device) -> dict[str, object]:
 def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> CaseResult:
     from lightning.pytorch.plugins.precision import MixedPrecision
 
-    device = bench_device()
+    device = default_device()
     batch = batch_size(device)
     torch.set_num_threads(settings.threads)
     torch.manual_seed(0)

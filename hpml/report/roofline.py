@@ -14,7 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpml import garbage
-from hpml.analysis.devices import KNOWN_DEVICES, PRECISIONS, DevicePeak, match_device_name
+from hpml.analysis.devices import (
+    KNOWN_DEVICES,
+    PRECISIONS,
+    DevicePeak,
+    default_device,
+    match_device_name,
+)
 from hpml.errors import HpmlError
 from hpml.names import (
     BYTES_PER_SAMPLE,
@@ -38,10 +44,6 @@ if TYPE_CHECKING:
     from mlflow.entities import Run
 
     from hpml.analysis.roofline import RooflinePoint
-
-
-class RooflineError(HpmlError):
-    """Nothing to draw: no such sweep or run, or runs without roofline metrics."""
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -133,11 +135,8 @@ def choose_peak(choice: str | None, runs: list[Run]) -> DevicePeak:
         found = run_peak(runs[0])
         if found is not None:
             return found
-    import torch
-
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     cache = os.environ.get("HPML_PEAK_CACHE") or project_root() / ".hpml" / "peaks"
-    return resolve_peak(choice or "measured", device, cache)
+    return resolve_peak(choice or "measured", default_device(), cache)
 
 
 def run_precision(run: Run) -> str:
@@ -234,7 +233,7 @@ def draw(args: argparse.Namespace) -> list[Path]:
             "callbacks=analysis (or add callbacks/roofline.yaml)"
         )
         if not runs:
-            raise RooflineError(message)
+            raise HpmlError(message)
         print(f"hpml: warning: skipping {message}", file=sys.stderr)
     precision = run_precision(runs[0])
     peak = choose_peak(args.device, runs)

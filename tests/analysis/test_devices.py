@@ -66,8 +66,8 @@ def test_study_5_roofs():
     v100, a100 = KNOWN_DEVICES["v100"], KNOWN_DEVICES["a100-40gb"]
     assert (v100.fp32_flops_per_s, v100.memory_bytes_per_s) == (15.7e12, 900e9)
     assert (a100.fp32_flops_per_s, a100.memory_bytes_per_s) == (19.5e12, 1555e9)
-    assert round(v100.ridge_flop_per_byte, 1) == 17.4
-    assert round(a100.ridge_flop_per_byte, 1) == 12.5
+    assert round(v100.ridge_for_precision("32-true", tf32=False), 1) == 17.4
+    assert round(a100.ridge_for_precision("32-true", tf32=False), 1) == 12.5
     assert KNOWN_DEVICES["a100-80gb"].memory_bytes_per_s == 2039e9
     # dense, not the datasheet's "with sparsity" figures
     assert a100.fp16_flops_per_s == 312e12 and KNOWN_DEVICES["h100-sxm"].bf16_flops_per_s < 1e15

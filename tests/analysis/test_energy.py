@@ -66,9 +66,8 @@ def test_a_window_closed_inside_another_is_left_out_of_it():
     assert windows.close("train") == pytest.approx(26.0)  # 30 J less validation's 4
 
 
-def test_joules_per_sample_and_watts_and_what_is_too_short_to_measure():
+def test_watts_and_what_is_too_short_to_measure():
     energy = Energy(joules=120.0, seconds=2.0, samples=60)
-    assert energy.joules_per_sample == pytest.approx(2.0)
     assert energy.watts == pytest.approx(60.0)
     assert energy.measurable
     assert not Energy(40.0, MIN_WINDOW_S / 2, 10).measurable  # a few of the counter's steps

@@ -101,7 +101,7 @@ def test_model_point_sums_layers_and_timed_points_have_rates():
 
 
 def test_ridge_splits_the_bounds_and_precision_moves_the_ridge():
-    at_ridge = RooflinePoint("ridge", V100.ridge_flop_per_byte * 1000, 1000)
+    at_ridge = RooflinePoint("ridge", V100.ridge_for_precision("32-true", tf32=False) * 1000, 1000)
     assert classify(at_ridge, V100) == "compute-bound"
     middle = RooflinePoint("conv", 50.0, 1.0)  # right of the fp32 ridge, left of the fp16 one
     assert classify(middle, V100, "32-true") == "compute-bound"

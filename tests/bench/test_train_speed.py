@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from hpml.bench.device import bench_device, device_name
+from hpml.analysis.devices import default_device
 from hpml.bench.harness import Settings
 from hpml.bench.train_speed import (
     BATCH,
@@ -35,8 +35,8 @@ CUDA = torch.device("cuda")
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is the one chosen there")
 def test_without_a_gpu_the_case_runs_on_the_cpu_as_before():
-    device = bench_device()
-    assert device == torch.device("cpu") and device_name(device) == "cpu"
+    device = default_device()
+    assert device == torch.device("cpu")
     assert batch_size(device) == BATCH == 16
     in_rounds = (EAGER, COMPILED, CHANNELS_LAST, *((BF16,) if bf16_native() else ()))
     assert variant_names(device, bf16_native()) == in_rounds
