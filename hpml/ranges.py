@@ -2,12 +2,16 @@
 
 A constructor parameter says its range in its annotation, ``Annotated[float, Range(gt=0)]``;
 :mod:`hpml.validate.knobs` reads it off the ``_target_`` a config names and refuses a value
-outside it before anything is built. A leaf module, so any layer may declare a range.
+outside it before anything is built; :func:`refuse_out_of_range` refuses the same values in a
+record built directly. A leaf module, so any layer may declare a range.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -67,3 +71,17 @@ Seed = Annotated[int, SEED_RANGE]
 Positive = Annotated[float, Range(gt=0)]
 NonNegative = Annotated[float, Range(ge=0)]
 Percent = Annotated[float, Range(ge=0, le=100)]  # a share of a whole
+
+
+def refuse_out_of_range(record: Any, error: Callable[[str, Any, str], Exception]) -> None:
+    """Raise ``error(field, value, expected)`` for the first field of the dataclass ``record``
+    whose value is outside the range its annotation declares (``Annotated[int, Range(ge=1)]``):
+    a record built directly refuses what the config check refuses. ``error`` is the caller's,
+    since this leaf imports no other."""
+    hints = typing.get_type_hints(type(record), include_extras=True)
+    for field in dataclasses.fields(record):
+        hint, value = hints[field.name], getattr(record, field.name)
+        ranges = [m for m in getattr(hint, "__metadata__", ()) if isinstance(m, Range)]
+        for allowed in (dataclasses.replace(r, kind=hint.__origin__) for r in ranges):
+            if not allowed.accepts(value):
+                raise error(field.name, value, allowed.expected())

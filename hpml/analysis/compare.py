@@ -38,7 +38,8 @@ from hpml.analysis.blocks import (
 )
 from hpml.analysis.rounds import round_order
 from hpml.analysis.stats import CONFIDENCE, Interval, iqr, median_ci, verdict
-from hpml.ranges import Range
+from hpml.errors import ConfigError
+from hpml.ranges import Count, NonNegative, Positive, refuse_out_of_range
 from hpml.tensors import first_tensor
 
 log = logging.getLogger(__name__)
@@ -64,24 +65,16 @@ class Plan:
         clock: ``auto``, ``wall`` or ``thread_cpu`` (:mod:`hpml.analysis.blocks`).
     """
 
-    rounds: int = ROUNDS
-    min_run_time_s: float = MIN_RUN_TIME_S
-    budget_s: float = BUDGET_S
-    ci_width: float = CI_WIDTH
+    rounds: Count = ROUNDS
+    min_run_time_s: Positive = MIN_RUN_TIME_S
+    budget_s: NonNegative = BUDGET_S
+    ci_width: Positive = CI_WIDTH
     clock: str = AUTO
 
     def __post_init__(self) -> None:
-        for key, allowed in (
-            ("rounds", Range(ge=1, kind=int)),
-            ("min_run_time_s", Range(gt=0)),
-            ("budget_s", Range(ge=0)),
-            ("ci_width", Range(gt=0)),
-        ):
-            value = getattr(self, key)
-            if not allowed.accepts(value):
-                raise ValueError(f"{key}={value!r} is invalid: expected {allowed.expected()}")
+        refuse_out_of_range(self, ConfigError)
         if self.clock not in CLOCKS:
-            raise ValueError(f"clock={self.clock!r} is invalid: one of {', '.join(CLOCKS)}")
+            raise ConfigError("clock", self.clock, f"one of {', '.join(CLOCKS)}")
 
 
 PLAN = Plan()  # the defaults, as conf/base/measure.yaml sets them

@@ -8,7 +8,6 @@ never judged: it counts this run's own threads). :func:`judge` applies :class:`N
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections.abc import Iterable
@@ -17,7 +16,7 @@ from dataclasses import dataclass
 import psutil
 
 from hpml.errors import ConfigError
-from hpml.ranges import NonNegative, Percent, Steps
+from hpml.ranges import NonNegative, Percent, Steps, refuse_out_of_range
 
 MIN_TICKS = 50  # of the CPU counters (USER_HZ, 100 a second on Linux) x CPUs, to judge shares
 
@@ -32,17 +31,9 @@ class NoiseRule:
     min_steps: Steps = 10  # the CV of fewer timed steps is not judged
 
     def __post_init__(self) -> None:
-        for name in ("max_other_cpu_pct", "max_steal_pct", "max_step_time_cv_pct", "min_steps"):
-            value = getattr(self, name)
-            share = name in ("max_other_cpu_pct", "max_steal_pct")
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not 0 <= value <= (100 if share else math.inf)
-            ):
-                raise ConfigError(
-                    f"noise.{name}", value, "a number in [0, 100]" if share else "a number >= 0"
-                )
+        refuse_out_of_range(
+            self, lambda name, value, expected: ConfigError(f"noise.{name}", value, expected)
+        )
 
 
 @dataclass(frozen=True)

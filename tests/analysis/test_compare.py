@@ -23,6 +23,7 @@ from hpml.analysis.compare import (
     time_side_by_side,
 )
 from hpml.analysis.stats import FASTER, SLOWER, WITHIN_NOISE
+from hpml.errors import ConfigError
 
 
 class Spinner(nn.Module):
@@ -130,7 +131,7 @@ def test_the_95_percent_interval_covers_the_true_ratio_at_least_90_percent_of_th
     ],
 )
 def test_bad_knobs_are_refused_in_one_line(knobs, match) -> None:
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ConfigError, match=match):
         Plan(**knobs)
     with pytest.raises(ValueError, match="at least one variant"):
         time_side_by_side({})

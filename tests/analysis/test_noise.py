@@ -130,6 +130,7 @@ def test_a_share_limit_must_be_a_percentage(value):
     with pytest.raises(ConfigError) as raised:
         NoiseRule(max_steal_pct=value)
     assert str(raised.value.under("callbacks.perf")) == (
-        f"callbacks.perf.noise.max_steal_pct={value!r} is invalid: expected a number in [0, 100]"
+        f"callbacks.perf.noise.max_steal_pct={value!r} is invalid: "
+        "expected a finite number in [0, 100]"
     )
     NoiseRule(max_step_time_cv_pct=150)  # a spread, not a share: above 100% is possible
