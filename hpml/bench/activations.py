@@ -20,6 +20,7 @@ from torch import nn
 from hpml.analysis.memory import SavedActivations
 from hpml.analysis.timing import call_seconds
 from hpml.bench.harness import CaseResult, Measurement, Ratio, Report, Settings, run_case
+from hpml.bench.train_speed import CPU, trainer_step
 from hpml.models.nets.vgg import vgg
 from hpml.optimize.activations import Bf16SavedTensors, checkpointed, default_stages
 
@@ -43,24 +44,17 @@ CONTEXTS: dict[str, Context] = {
 def trainer(
     net: nn.Module, context: Context, batch: tuple[torch.Tensor, torch.Tensor], settings: Settings
 ) -> Callable[[], Measurement]:
-    """A variant: times its training steps and measures one step's saved bytes."""
-    optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    """A variant: times its training steps (:func:`hpml.bench.train_speed.trainer_step`) and
+    measures the bytes one forward pass under ``context`` saves for backward."""
     images, labels = batch
-
-    def train_step(measure: bool = False) -> int:
-        optimizer.zero_grad(set_to_none=True)
-        recording = SavedActivations(net) if measure else contextlib.nullcontext()
-        with recording, context(net):
-            loss = nn.functional.cross_entropy(net(images), labels)
-        loss.backward()
-        optimizer.step()
-        return recording.bytes if isinstance(recording, SavedActivations) else 0
+    step = trainer_step(net, images, labels, lambda: context(net))
 
     def measure() -> Measurement:
         torch.set_num_threads(settings.threads)
-        saved = train_step(measure=True)
-        seconds = call_seconds(train_step, settings.steps, torch.device("cpu"), settings.warmup)
-        return {STEP: 1e3 * statistics.median(seconds), SAVED: float(saved)}
+        with SavedActivations(net) as recording, context(net):
+            nn.functional.cross_entropy(net(images), labels)
+        seconds = call_seconds(step, settings.steps, CPU, settings.warmup)
+        return {STEP: 1e3 * statistics.median(seconds), SAVED: float(recording.bytes)}
 
     return measure
 

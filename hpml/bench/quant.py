@@ -10,6 +10,7 @@ study 1's LSTM fp32 and dynamic int8. Each round times ``steps`` forward calls a
 
 from __future__ import annotations
 
+import copy
 import statistics
 import time
 from pathlib import Path
@@ -98,8 +99,7 @@ def pruned_int8(vgg: nn.Module, calibration: list[torch.Tensor]) -> nn.Module:
     from hpml.optimize.prune import apply_prune
     from hpml.optimize.prune.methods import L1Structured
 
-    pruned = CifarVGG(11).eval()
-    pruned.load_state_dict(vgg.state_dict())
+    pruned = copy.deepcopy(vgg)
     apply_prune(pruned, L1Structured(), 0.5, calibration[0][:1], "physical")
     return static_int8(backend="torch_ao").quantize(pruned.eval(), calibration)
 
@@ -128,13 +128,10 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
     tokens = torch.randint(1, VOCAB, (BATCH, SEQ_LEN))
 
     vgg = CifarVGG(11).eval()
-    vgg_int8 = CifarVGG(11).eval()
-    vgg_int8.load_state_dict(vgg.state_dict())
     calibration = [torch.randn(BATCH, 3, 32, 32) for _ in range(8)]
-    vgg_int8 = static_int8(backend="torch_ao").quantize(vgg_int8, calibration)
+    vgg_int8 = static_int8(backend="torch_ao").quantize(copy.deepcopy(vgg), calibration)
     vgg_pruned_int8 = pruned_int8(vgg, calibration)
-    vgg_copy = CifarVGG(11).eval()  # channels_last converts the compiled net's weights in place
-    vgg_copy.load_state_dict(vgg.state_dict())
+    vgg_copy = copy.deepcopy(vgg)  # channels_last converts the compiled net's weights in place
     start = time.perf_counter()
     frozen = TorchCompile(freezing=True, channels_last=True)
     compiled = apply_compile(vgg_copy, frozen, [images], bench_dir / "inductor")
@@ -142,15 +139,11 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
     scripted = apply_compile(vgg, Torchscript(), [images], bench_dir / "torchscript")
 
     resnet = torchvision.models.resnet18(num_classes=10).eval()
-    resnet_copy = torchvision.models.resnet18(num_classes=10).eval()
-    resnet_copy.load_state_dict(resnet.state_dict())
     pt2e = static_int8(backend="pt2e")
-    resnet_int8 = pt2e.quantize(resnet_copy, calibration)
+    resnet_int8 = pt2e.quantize(copy.deepcopy(resnet), calibration)
 
     lstm = LSTMClassifier(VOCAB, 2, embedding_dim=400, hidden_size=256, num_layers=2).eval()
-    lstm_int8 = LSTMClassifier(VOCAB, 2, embedding_dim=400, hidden_size=256).eval()
-    lstm_int8.load_state_dict(lstm.state_dict())
-    lstm_int8 = dynamic_int8().quantize(lstm_int8)
+    lstm_int8 = dynamic_int8().quantize(copy.deepcopy(lstm))
 
     vgg_bytes = state_dict_bytes(vgg)
     variants = {
