@@ -1,6 +1,10 @@
-"""Metric names, built in one place as ``<stage>/<quantity>_<unit>``: every number says its unit."""
+"""Metric names, built in one place as ``<stage>/<quantity>_<unit>``: every number says its unit;
+how a unit reads (its label, its decimal prefix)."""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Sequence
 
 SAMPLES_PER_S = "samples_per_s"
 MS = "ms"
@@ -61,6 +65,26 @@ def label(name: str) -> str:
     if unit is None:
         return name
     return f"{name[: -len(unit) - 1]} ({UNIT_LABELS[unit]})"
+
+
+# decimal prefixes, as datasheets and disks count (1 MB = 10^6 bytes)
+PREFIXES = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
+
+
+def prefixed(values: Sequence[float], counted: str) -> tuple[float, str]:
+    """The divisor and unit (``1e6, "MB"``) showing ``values`` of ``counted`` (``B``, ``FLOP``)
+    with the largest decimal prefix that keeps their largest magnitude at 1 or more."""
+    top = max((abs(v) for v in values if math.isfinite(v)), default=0.0)
+    factor, prefix = next(((f, p) for f, p in PREFIXES if top >= f), PREFIXES[-1])
+    if counted == "B" and not prefix:
+        return 1.0, "bytes"
+    return factor, f"{prefix}{counted}"
+
+
+def human(value: float, counted: str = "B") -> str:
+    """``2614821`` -> ``2.61 MB``: one number for a tooltip."""
+    factor, unit = prefixed([value], counted)
+    return f"{value / factor:.3g} {unit}"
 
 
 # What hpml's models log themselves, outside the convention: a model's own loss and accuracy.

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from hpml.analysis.devices import DevicePeak
 from hpml.analysis.measured_peak import is_measured
 from hpml.analysis.roofline import RooflinePoint, attainable_flops_per_s, classify
+from hpml.names import human
 
 if TYPE_CHECKING:
     from matplotlib.artist import Artist
@@ -79,19 +80,11 @@ def above_roof(
     return above
 
 
-def _si(value: float, unit: str) -> str:
-    """``1.57e13, "FLOP/s"`` -> ``"15.7 TFLOP/s"``."""
-    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}"
-
-
 def describe_peak(peak: DevicePeak, precision: str = "32-true") -> str:
     """``"Tesla V100 SXM2: 15.7 TFLOP/s (32-true), 900 GB/s, ridge 17.4 FLOP/byte"``."""
     return (
-        f"{peak.name}: {_si(peak.peak_for_precision(precision), 'FLOP/s')} ({precision}), "
-        f"{_si(peak.memory_bytes_per_s, 'B/s')}, "
+        f"{peak.name}: {human(peak.peak_for_precision(precision), 'FLOP/s')} ({precision}), "
+        f"{human(peak.memory_bytes_per_s, 'B/s')}, "
         f"ridge {peak.ridge_for_precision(precision):.3g} FLOP/byte"
     )
 
@@ -151,7 +144,7 @@ def roofline_figure(
         np.minimum(compute, bandwidth * x),
         color="black",
         linewidth=2,
-        label=f"roof: {_si(compute, 'FLOP/s')} ({precision}), {_si(bandwidth, 'B/s')}"
+        label=f"roof: {human(compute, 'FLOP/s')} ({precision}), {human(bandwidth, 'B/s')}"
         + (" (raised to the best point)" if "raised to" in peak.name else ""),
     )
     ax.axvline(ridge, color="grey", linestyle=":", linewidth=1)
@@ -163,10 +156,10 @@ def roofline_figure(
         xytext=(4, -12),
         color="grey",
     )
-    note(f"compute peak {_si(compute, 'FLOP/s')}", (x_hi, compute), xytext=(-4, -12), ha="right")
+    note(f"compute peak {human(compute, 'FLOP/s')}", (x_hi, compute), xytext=(-4, -12), ha="right")
     slope_x = (x_lo * ridge) ** 0.5
     note(
-        f"memory {_si(bandwidth, 'B/s')}",
+        f"memory {human(bandwidth, 'B/s')}",
         (slope_x, bandwidth * slope_x),
         xytext=(-6, 6),
         ha="right",

@@ -17,7 +17,15 @@ from dataclasses import dataclass
 from html import escape
 from typing import TYPE_CHECKING, Any
 
-from hpml.names import BYTES, BYTES_PER_S, FLOPS_PER_S, FLOPS_PER_SAMPLE, label, unit_of
+from hpml.names import (
+    BYTES,
+    BYTES_PER_S,
+    FLOPS_PER_S,
+    FLOPS_PER_SAMPLE,
+    label,
+    prefixed,
+    unit_of,
+)
 from hpml.report.table import short_name, value
 
 if TYPE_CHECKING:
@@ -26,8 +34,6 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure as MplFigure
     from mlflow.entities import Run
 
-# decimal prefixes, as datasheets and disks count (1 MB = 10^6 bytes)
-PREFIXES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
 # units (hpml.names) an axis shows with a prefix: unit -> (what is counted, what follows it)
 PREFIXED = {
     BYTES: ("B", ""),
@@ -94,22 +100,6 @@ def distinct_labels(runs: Sequence[Run], keys: list[str], named: bool = True) ->
     return [
         f"{text} ({tag})" if text in twice else text for text, tag in zip(found, apart, strict=True)
     ]
-
-
-def prefixed(values: Sequence[float], counted: str) -> tuple[float, str]:
-    """The divisor and unit (``1e6, "MB"``) showing ``values`` of ``counted`` (``B``, ``FLOP``)
-    with the largest decimal prefix that keeps their largest magnitude at 1 or more."""
-    top = max((abs(v) for v in values if math.isfinite(v)), default=0.0)
-    factor, prefix = next(((f, p) for f, p in PREFIXES if top >= f), PREFIXES[-1])
-    if counted == "B" and not prefix:
-        return 1.0, "bytes"
-    return factor, f"{prefix}{counted}"
-
-
-def human(value: float, counted: str = "B") -> str:
-    """``2614821`` -> ``2.61 MB``: one number for a tooltip."""
-    factor, unit = prefixed([value], counted)
-    return f"{value / factor:.3g} {unit}"
 
 
 def scaled(name: str, values: Sequence[float]) -> tuple[float, str]:

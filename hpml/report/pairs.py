@@ -19,6 +19,7 @@ from hpml.report.comparisons import COLUMNS, Comparison
 from hpml.report.environment import STORE, TAGS, is_env
 from hpml.report.groups import FINISHED, Group, identity, label_keys, versus
 from hpml.report.studies import Table
+from hpml.report.studies.cells import GROUP_VERDICT
 from hpml.report.table import CHOICE_TAG, number, value
 
 if TYPE_CHECKING:
@@ -182,10 +183,7 @@ def table(pairs: list[Pair], key: str, alone: list[str], title: str) -> Table | 
         f"Runs equal but for {key}, paired per config; each value of {key} against "
         f"{key}={values[0]} (a column per value: the median of its repeats). Ratio: the "
         f"throughput of one over the reference's, or the reference's step time or latency over "
-        "its (> 1: faster than the reference), the ratio of the two groups' medians [95% "
-        "bootstrap interval over their repeats] verdict (n: the smaller group's runs). Faster or "
-        "slower when the interval lies above or below 1; within noise when it contains 1, a "
-        "side has one run, or a run was tagged hpml.noisy." + unpaired,
+        f"its (> 1: faster than the reference), {GROUP_VERDICT.format(why='')}{unpaired}",
         ["config", "measure", *(f"{key}={v} (median)" for v in values), "ratio [95% interval]"],
         rows,
         name=f"by_{key}",

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from matplotlib.figure import Figure as MplFigure
 
-from hpml.report.canvas import UNITS, Canvas, _fits, fit, log_if_wide, prefixed, scaled
+from hpml.names import prefixed
+from hpml.report.canvas import UNITS, Canvas, _fits, fit, log_if_wide, scaled
 from tests.report.test_report import Page
 
 METHODS = ("l1_structured", "fpgm")

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hpml.names import BYTES, MEMORY_PEAK, metric
+from hpml.names import BYTES, MEMORY_PEAK, human, metric, prefixed
 from hpml.report.canvas import (
     UNITS,
     Canvas,
     Figure,
     distinct_labels,
     fit,
-    human,
     log_if_wide,
     plain,
-    prefixed,
     run_label,
     varying,
 )

@@ -7,15 +7,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from hpml.analysis.stats import Interval, median_ci, ratio_ci, verdict
-from hpml.names import AFTER, BEFORE, SIDES, latency, side, size, val_acc
+from hpml.names import AFTER, BEFORE, SIDES, human, latency, prefixed, side, size, val_acc
 from hpml.report.canvas import (
     UNITS,
     Canvas,
     Figure,
-    human,
     key_values,
     log_if_wide,
-    prefixed,
     run_label,
 )
 from hpml.report.groups import STEPS, Group, noisy, sign

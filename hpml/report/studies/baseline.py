@@ -5,8 +5,10 @@ from __future__ import annotations
 from hpml.names import label
 from hpml.report.comparisons import COLUMNS, Comparison
 from hpml.report.groups import Group, plain
-from hpml.report.studies.cells import Table
+from hpml.report.studies.cells import GROUP_VERDICT, Table
 from hpml.report.table import number
+
+SEPARATE = " (separate runs are not timed side by side: repeat them with replicate=0,1,2)"
 
 
 def against_baseline(comparisons: list[Comparison], base: Group | None) -> Table | None:
@@ -32,11 +34,7 @@ def against_baseline(comparisons: list[Comparison], base: Group | None) -> Table
         "Each config against the baseline",
         f"Baseline: {base.label} ({base.names}), {rule}. Speed-up: the config's throughput / the "
         "baseline's, or the baseline's step time or latency / the config's (> 1: the config is "
-        "faster): the ratio of the two groups' medians [95% bootstrap interval over their "
-        "repeats] verdict (n: the smaller group's runs). Faster or slower when the interval "
-        "lies above or below 1; within noise when it contains 1, a side has one run (separate "
-        "runs are not timed side by side: repeat them with replicate=0,1,2), or a run was "
-        "tagged hpml.noisy.",
+        f"faster): {GROUP_VERDICT.format(why=SEPARATE)}",
         ["config", "measure", "baseline (median)", "config (median)", "speed-up (x)"],
         rows,
         name="baseline",

@@ -36,6 +36,13 @@ VERDICTS = (
     "interval) and its cell says so."
 )
 
+# how a cell of two groups' runs reads (``why``: what else a one-run side should know)
+GROUP_VERDICT = (
+    "the ratio of the two groups' medians [95% bootstrap interval over their repeats] verdict "
+    "(n: the smaller group's runs). Faster or slower when the interval lies above or below 1; "
+    "within noise when it contains 1, a side has one run{why}, or a run was tagged hpml.noisy."
+)
+
 
 @dataclass(frozen=True)
 class Table:
