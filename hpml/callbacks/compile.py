@@ -2,7 +2,13 @@
 
 How is :func:`hpml.optimize.compile.apply_compile`'s. Where a batch size's verdict is
 ``slower``, the run keeps the eager model and says so in one line (``force=true`` deploys the
-compiled one anyway). Metrics, tags and artifacts: docs/quantisation-compilation.md.
+compiled one anyway).
+
+``compile.train=true`` also compiles the training step, kept only where it is faster: at train
+start the net is compiled, warmed up and timed side by side with eager steps; unless that verdict
+is ``faster`` (or ``force``), the run trains eagerly. The compiled module serves training batches
+only, so everything else sees the eager net. Metrics, tags and artifacts:
+docs/quantisation-compilation.md.
 """
 
 from __future__ import annotations
@@ -14,13 +20,20 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
 from hpml.analysis.compare import Timing, compare_forward
-from hpml.analysis.stats import SLOWER
-from hpml.callbacks.compile_train import CompiledTraining
+from hpml.analysis.stats import FASTER, SLOWER
 from hpml.callbacks.logging import log_file, log_metrics, set_tags
-from hpml.callbacks.measure import Side, compare, latency_metrics, on_trainer_device
+from hpml.callbacks.measure import (
+    Side,
+    compare,
+    latency_metrics,
+    on_trainer_device,
+    speedup_metrics,
+)
+from hpml.callbacks.measure_settings import OptimizationStep
 from hpml.errors import ConfigError, IncompatibleError
 from hpml.names import S, X, metric
 from hpml.optimize.compile import (
@@ -33,6 +46,7 @@ from hpml.optimize.compile import (
     method_class,
 )
 from hpml.optimize.compile.torch_compile import check_mode
+from hpml.optimize.compile.training import compile_for_training, training_speedup
 
 BEFORE, AFTER = "compile_before", "compile_after"
 AUTO, EAGER = "auto", "eager"  # the method tag of compile=auto; the deployed tag of a kept net
@@ -40,7 +54,7 @@ FREEZING = ("torch_compile", "aot_inductor")  # the methods compile.freezing app
 log = logging.getLogger(__name__)
 
 
-class Compile(CompiledTraining):
+class Compile(OptimizationStep):
     """Compile the LightningModule's ``net`` with ``method`` after fit (see the module).
 
     Args:
@@ -51,7 +65,7 @@ class Compile(CompiledTraining):
             them: the net as it is); the other options give none.
         mode, dynamic, fullgraph: ``torch.compile``'s.
         tolerance: outputs must match eager within this times the largest eager output.
-        train: also compile the training step (:mod:`hpml.callbacks.compile_train`).
+        train: also compile the training step (see the module).
         freezing: inductor's weight freezing (``torch_compile``, ``aot_inductor``).
         channels_last: NHWC weights and inputs (``torch_compile``).
         force: deploy the compiled model (and train compiled) even where it measured slower.
@@ -87,6 +101,9 @@ class Compile(CompiledTraining):
         self.tolerance = tolerance
         self.done = False
         self.compile_train = train
+        self.train_net: nn.Module | None = None  # compiled for training, shares the parameters
+        self.eager_net: nn.Module | None = None  # put back after each training batch
+        self.compiled_of: nn.Module | None = None  # the eager net train_net compiles
         self.freezing, self.channels_last = freezing, channels_last
         self.force = force
         self.cache_dir = Path(cache_dir) if cache_dir else None
@@ -105,6 +122,68 @@ class Compile(CompiledTraining):
     def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.done:
             self._compile(trainer, pl_module)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self.compile_train or self.train_net is not None:
+            return
+        examples = [pl_module.example_input(b) for b in _train_batch_sizes(trainer)]
+        context = trainer.precision_plugin.train_step_context
+        self.compiled_of = pl_module.net
+        self.train_net, seconds = compile_for_training(
+            pl_module.net,
+            examples,
+            Path(trainer.default_root_dir) / "compile" / "train",
+            self.mode,
+            self.dynamic,
+            self.fullgraph,
+            context,
+            self.cache_dir,
+        )
+        ratio = training_speedup(
+            pl_module.net, self.train_net, examples[0], context, self.settings.plan
+        )
+        compile_time = {metric("train", "compile_time", S): seconds}
+        log_metrics(trainer, compile_time | speedup_metrics("compile", "train_speedup", ratio))
+        keep = self.force or ratio.verdict == FASTER
+        if not keep:
+            log.warning(
+                f"compile.train: a compiled training step is not faster than eager here "
+                f"({ratio.describe()}, eager / compiled); training eagerly "
+                f"(compile.force=true trains compiled anyway)"
+            )
+            self.train_net = None
+        set_tags(
+            trainer,
+            {
+                "hpml.compile.train": "compiled" if keep else "eager",
+                "hpml.compile.mode": self.mode,
+            },
+        )
+
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any
+    ) -> None:
+        if self.train_net is None:
+            return
+        if pl_module.net is not self.compiled_of:
+            # replaced mid-training (QAT's prepare, physical pruning): train that net eagerly
+            rank_zero_warn("compile.train: the net was replaced during training; it runs eager")
+            self.train_net = None
+            return
+        self.eager_net, pl_module.net = pl_module.net, self.train_net
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
+        self._put_back_eager(pl_module)
+
+    on_exception = on_train_batch_end  # a failed step leaves the eager net in place too
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._put_back_eager(pl_module)
+        self.train_net = self.compiled_of = None
+
+    def _put_back_eager(self, pl_module: L.LightningModule) -> None:
+        if self.eager_net is not None:
+            pl_module.net, self.eager_net = self.eager_net, None
 
     def variant(
         self, eager: nn.Module, examples: list[Any], workdir: Path, method: Method | None = None
@@ -232,3 +311,12 @@ class Compile(CompiledTraining):
 
 def _median_iqr(timing: Timing) -> str:
     return f"{timing.median_ms:.3g} ms (IQR {timing.iqr_ms:.2g}, n={timing.n})"
+
+
+def _train_batch_sizes(trainer: L.Trainer) -> list[int]:
+    """The loader's batch size, and the last batch's where the dataset leaves a smaller one."""
+    loader = trainer.train_dataloader
+    size = getattr(loader, "batch_size", None) or 1
+    samples = len(getattr(loader, "dataset", ()))
+    last = samples % size if samples and not getattr(loader, "drop_last", False) else 0
+    return [size, last] if last else [size]
