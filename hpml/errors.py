@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class HpmlError(Exception):
@@ -68,6 +70,14 @@ class DatasetNotFoundError(HpmlError):
 
 class IncompatibleError(HpmlError):
     """Two valid choices do not work together (a model and the data it is given)."""
+
+
+def one_of(key: str, value: T, choices: Collection[Any]) -> T:
+    """Return ``value`` if it is one of ``choices``, else raise a ConfigError naming ``key``
+    and them."""
+    if value not in choices:
+        raise ConfigError(key, value, f"one of {', '.join(map(str, choices))}")
+    return value
 
 
 def positive_int(key: str, value: Any) -> int:

@@ -9,17 +9,17 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_leaves
 
 
 def tensors_in(value: Any) -> list[torch.Tensor]:
     """Every tensor in ``value`` (a tensor, or nested tuples, lists and dicts of them), in order."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, list | tuple):
-        return [t for item in value for t in tensors_in(item)]
-    if isinstance(value, dict):
-        return [t for item in value.values() for t in tensors_in(item)]
-    return []
+    return [leaf for leaf in tree_leaves(value) if isinstance(leaf, torch.Tensor)]
+
+
+def as_args(example: Any) -> tuple[Any, ...]:
+    """``example`` as a model's positional arguments: a tuple is several, anything else one."""
+    return example if isinstance(example, tuple) else (example,)
 
 
 def first_tensor(value: Any) -> torch.Tensor | None:

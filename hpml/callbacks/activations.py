@@ -17,7 +17,7 @@ from torch import nn
 
 from hpml.callbacks.base import HpmlCallback
 from hpml.callbacks.logging import set_tags
-from hpml.errors import ConfigError
+from hpml.errors import ConfigError, one_of
 from hpml.models.base import HpmlModule
 from hpml.optimize.activations import Bf16SavedTensors, Stage, checkpointed, resolve
 
@@ -28,8 +28,7 @@ class Activations(HpmlCallback):
     """Apply ``method`` to every training step of the fit (see the module)."""
 
     def __init__(self, method: str, modules: list[str] | None = None) -> None:
-        if method not in METHODS:
-            raise ConfigError("method", method, f"one of {', '.join(METHODS)}")
+        one_of("method", method, METHODS)
         if method != "checkpoint" and modules is not None:
             raise ConfigError("modules", modules, "null: only method=checkpoint takes modules")
         self.method = method

@@ -18,6 +18,14 @@ from hpml.names import FLOPS_PER_S, FLOPS_PER_SAMPLE, PCT, metric
 PEAKS = ("table", "measured")  # what MFU is against: the datasheet's peak, a measured one
 
 
+def per_sample_metrics(forward: FlopCount, both: FlopCount) -> dict[str, float]:
+    """The model's FLOPs per sample: of its forward pass, and of forward and backward."""
+    return {
+        metric("model", "fwd", FLOPS_PER_SAMPLE): forward.per_sample,
+        metric("model", "fwd_bwd", FLOPS_PER_SAMPLE): both.per_sample,
+    }
+
+
 class FlopBudget:
     """A run's FLOPs per sample by stage and the peaks (FLOP/s) it is measured against."""
 
@@ -56,13 +64,7 @@ class FlopBudget:
             "val": forward.per_sample,
             "test": forward.per_sample,
         }
-        log_metrics(
-            trainer,
-            {
-                metric("model", "fwd", FLOPS_PER_SAMPLE): forward.per_sample,
-                metric("model", "fwd_bwd", FLOPS_PER_SAMPLE): both.per_sample,
-            },
-        )
+        log_metrics(trainer, per_sample_metrics(forward, both))
         if first:
             total = forward.by_module.get("", forward.total) or 1
             rows = ["module,fwd_flops_per_sample,fwd_bwd_flops_per_sample,share_of_fwd_pct"]

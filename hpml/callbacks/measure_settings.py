@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from hpml.analysis.blocks import AUTO, CLOCKS
 from hpml.analysis.compare import BUDGET_S, CI_WIDTH, MIN_RUN_TIME_S, ROUNDS, Plan
 from hpml.callbacks.base import HpmlCallback
-from hpml.errors import ConfigError, non_negative_int, positive_int
+from hpml.errors import ConfigError, non_negative_int, one_of, positive_int
 from hpml.ranges import Count, Range
 
 # the ranges of the latency knobs, as each callback that measures declares them
@@ -33,39 +33,6 @@ class Settings:
     ci_width: float = CI_WIDTH
     clock: Clock = AUTO
 
-    @classmethod
-    def checked(
-        cls,
-        latency_batch_size: int = 64,
-        latency_rounds: int = ROUNDS,
-        latency_min_run_time_s: float = MIN_RUN_TIME_S,
-        eval_batches: int | None = 4,
-        latency_budget_s: float = BUDGET_S,
-        latency_ci_width: float = CI_WIDTH,
-        latency_clock: Clock = AUTO,
-    ) -> Settings:
-        """Settings from a callback's config values (``conf/base/measure.yaml``'s keys), each
-        refused in one line when invalid."""
-        for key, value, hint in (
-            ("latency_min_run_time_s", latency_min_run_time_s, RunTime),
-            ("latency_budget_s", latency_budget_s, Budget),
-            ("latency_ci_width", latency_ci_width, Width),
-        ):
-            (allowed,) = hint.__metadata__
-            if not allowed.accepts(value):
-                raise ConfigError(key, value, allowed.expected())
-        if latency_clock not in CLOCKS:
-            raise ConfigError("latency_clock", latency_clock, f"one of {', '.join(CLOCKS)}")
-        return cls(
-            positive_int("latency_batch_size", latency_batch_size),
-            positive_int("latency_rounds", latency_rounds),
-            float(latency_min_run_time_s),
-            None if eval_batches is None else non_negative_int("eval_batches", eval_batches),
-            float(latency_budget_s),
-            float(latency_ci_width),
-            latency_clock,
-        )
-
     @property
     def plan(self) -> Plan:
         """How :mod:`hpml.analysis.compare` times one batch size."""
@@ -77,7 +44,8 @@ class Settings:
 
 
 class OptimizationStep(HpmlCallback):
-    """A callback that measures a model before and after it changes it.
+    """A callback that measures a model before and after it changes it; its ``__init__`` is the
+    one declaration of the knobs, each refused in one line when invalid.
 
     Args:
         latency_batch_size: batch N of ``<stage>/latency_bN_ms`` (batch 1 is always timed).
@@ -99,12 +67,21 @@ class OptimizationStep(HpmlCallback):
         latency_clock: Clock = AUTO,
         eval_batches: int | None = 4,
     ) -> None:
-        self.settings = Settings.checked(
-            latency_batch_size,
-            latency_rounds,
-            latency_min_run_time_s,
-            eval_batches,
-            latency_budget_s,
-            latency_ci_width,
+        for key, value, hint in (
+            ("latency_min_run_time_s", latency_min_run_time_s, RunTime),
+            ("latency_budget_s", latency_budget_s, Budget),
+            ("latency_ci_width", latency_ci_width, Width),
+        ):
+            (allowed,) = hint.__metadata__
+            if not allowed.accepts(value):
+                raise ConfigError(key, value, allowed.expected())
+        one_of("latency_clock", latency_clock, CLOCKS)
+        self.settings = Settings(
+            positive_int("latency_batch_size", latency_batch_size),
+            positive_int("latency_rounds", latency_rounds),
+            float(latency_min_run_time_s),
+            None if eval_batches is None else non_negative_int("eval_batches", eval_batches),
+            float(latency_budget_s),
+            float(latency_ci_width),
             latency_clock,
         )

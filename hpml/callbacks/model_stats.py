@@ -10,7 +10,7 @@ from hpml.analysis.model_stats import nonzero_param_count, param_count, state_di
 from hpml.callbacks.base import HpmlCallback
 from hpml.callbacks.in_array import InArray
 from hpml.callbacks.logging import log_metrics, log_text, resuming
-from hpml.names import BYTES, COUNT, FLOPS_PER_SAMPLE, member_named, metric
+from hpml.names import BYTES, COUNT, member_named, metric
 
 
 class ModelStats(HpmlCallback):
@@ -54,15 +54,12 @@ class MemberStats(ModelStats):
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         from hpml.analysis.flops import count_flops
+        from hpml.callbacks.flop_budget import per_sample_metrics
 
         for index, member in enumerate(pl_module.members):
             example = member.example_input(1)
-            counted = self.stats(member, "model") | {
-                metric("model", "fwd", FLOPS_PER_SAMPLE): count_flops(member, example).per_sample,
-                metric("model", "fwd_bwd", FLOPS_PER_SAMPLE): count_flops(
-                    member, example, with_backward=True
-                ).per_sample,
-            }
+            forward, both = (count_flops(member, example, backward) for backward in (False, True))
+            counted = self.stats(member, "model") | per_sample_metrics(forward, both)
             log_metrics(trainer, member_named(counted, index))
         log_text(trainer, str(pl_module.members[0]), "model/architecture.txt")
 

@@ -193,9 +193,7 @@ class PerformanceMonitor(HpmlCallback):
         self.probe.close()
         self._noise(trainer)
 
-    def on_test_end(self, trainer: L.Trainer, *_: Any) -> None:
-        self.probe.close()
-        self._noise(trainer)
+    on_test_end = on_fit_end
 
     # training
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

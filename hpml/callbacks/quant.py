@@ -21,7 +21,7 @@ from torch import nn
 from hpml.callbacks.base import HpmlCallback
 from hpml.callbacks.logging import log_text, mlflow_loggers, set_tags
 from hpml.callbacks.measure import Side, compare, on_trainer_device
-from hpml.callbacks.measure_settings import Settings
+from hpml.callbacks.measure_settings import OptimizationStep
 from hpml.errors import ConfigError, IncompatibleError, non_negative_int, positive_int
 from hpml.names import S, metric
 from hpml.optimize.quant import OnDevice, Quantizer, apply_quant
@@ -29,7 +29,7 @@ from hpml.optimize.quant.base import no_calibration
 from hpml.tensors import first_tensor
 
 BEFORE, AFTER = "quant_before", "quant_after"
-MEASURE_KNOBS = tuple(inspect.signature(Settings.checked).parameters)
+MEASURE_KNOBS = tuple(inspect.signature(OptimizationStep).parameters)
 
 
 def requested_device(trainer: L.Trainer, pl_module: L.LightningModule) -> torch.device:
@@ -84,7 +84,7 @@ class Quantize(HpmlCallback):
         calibration_batches: training batches a calibrated method observes.
         qat_epochs: the last epochs of fit that QAT fine-tunes with fake quantisation.
         **options: the quantiser's knobs, and the measurement knobs of
-            :meth:`~hpml.callbacks.measure_settings.Settings.checked`.
+            :class:`~hpml.callbacks.measure_settings.OptimizationStep`.
     """
 
     def __init__(
@@ -100,7 +100,8 @@ class Quantize(HpmlCallback):
         if self.quantizer.needs_calibration and calibration_batches == 0:
             raise no_calibration()
         self.qat_epochs = positive_int("qat_epochs", qat_epochs)
-        self.settings = Settings.checked(**measure)
+        # checked as every optimisation step's (not a subclass: its open **options stay open)
+        self.settings = OptimizationStep(**measure).settings
         self.float_net: nn.Module | None = None  # kept until timed beside the quantised one
         self.before_device: torch.device | None = None
         self.done = False

@@ -21,7 +21,7 @@ from torch.utils.data import Dataset
 
 from hpml.data.base import DataDescription, HpmlDataModule
 from hpml.data.spec import DataSpec
-from hpml.errors import ConfigError, positive_int
+from hpml.errors import ConfigError, one_of, positive_int
 from hpml.ranges import NonNegative, Range
 
 MODALITIES = ("image", "tokens")
@@ -216,9 +216,7 @@ class SyntheticDataModule(HpmlDataModule):
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
-        if modality not in MODALITIES:
-            raise ConfigError("modality", modality, f"one of {', '.join(MODALITIES)}")
-        self.modality = modality
+        self.modality = one_of("modality", modality, MODALITIES)
         self.num_classes = positive_int("num_classes", num_classes)
         self.channels = positive_int("channels", channels)
         self.image_size = positive_int("image_size", image_size)

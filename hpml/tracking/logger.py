@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.loggers import MLFlowLogger
 
-from hpml.names import MEMBER_PREFIX
+from hpml.fused.members import member_metrics
 from hpml.tracking.jobs import this_process
 from hpml.tracking.resume import BEST_TAG, CHECKPOINT_ARTIFACTS, LAST_TAG, WRITER_TAG
 
 log = logging.getLogger(__name__)
-_MEMBER = re.compile(rf"^{MEMBER_PREFIX}(\d+)/(.+)$")
 
 
 class AttachedMLFlowLogger(MLFlowLogger):
@@ -78,11 +76,4 @@ class MemberLogger(AttachedMLFlowLogger):
         self.member = member
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        own: dict[str, float] = {}
-        for name, value in metrics.items():
-            match = _MEMBER.match(name)
-            if match is None:
-                own[name] = value
-            elif int(match[1]) == self.member:
-                own[match[2]] = value
-        super().log_metrics(own, step)
+        super().log_metrics(member_metrics(metrics, self.member), step)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torchvision
 from torch import Tensor, nn
-from torchvision.models.vgg import cfgs
+from torchvision.models.vgg import cfgs, make_layers
 
-from hpml.errors import ConfigError
+from hpml.errors import one_of
 
 # Output channels per conv layer, "M" for a 2x2 max pool (Simonyan & Zisserman, configs A, B, D, E):
 # torchvision's table, which its ImageNet layout builds from too.
@@ -15,24 +15,13 @@ LAYOUTS = ("cifar", "imagenet")
 
 
 class CifarVGG(nn.Module):
-    """VGG for 32x32 inputs as in the widely used pytorch-cifar code: conv-BN-ReLU, one Linear
-    after five poolings bring 32x32 down to 1x1."""
+    """VGG for 32x32 inputs as in the widely used pytorch-cifar code: torchvision's conv-BN-ReLU
+    features, one Linear after five poolings bring 32x32 down to 1x1."""
 
     def __init__(self, depth: int = 11, num_classes: int = 10, batch_norm: bool = True) -> None:
         super().__init__()
-        layers: list[nn.Module] = []
-        channels = 3
-        for width in CONFIGS[depth]:
-            if width == "M":
-                layers.append(nn.MaxPool2d(kernel_size=2, stride=2))
-                continue
-            layers.append(nn.Conv2d(channels, int(width), kernel_size=3, padding=1))
-            if batch_norm:
-                layers.append(nn.BatchNorm2d(int(width)))
-            layers.append(nn.ReLU(inplace=True))
-            channels = int(width)
-        layers.append(nn.AvgPool2d(kernel_size=1, stride=1))
-        self.features = nn.Sequential(*layers)
+        pool = nn.AvgPool2d(kernel_size=1, stride=1)
+        self.features = nn.Sequential(*make_layers(CONFIGS[depth], batch_norm), pool)
         self.classifier = nn.Linear(512, num_classes)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -43,11 +32,8 @@ def vgg(
     depth: int = 11, num_classes: int = 10, layout: str = "cifar", batch_norm: bool = True
 ) -> nn.Module:
     """Build VGG-``depth`` in the ``cifar`` or ``imagenet`` (torchvision, 224x224) layout."""
-    if depth not in CONFIGS:
-        raise ConfigError("depth", depth, f"one of {', '.join(map(str, CONFIGS))}")
-    if layout == "cifar":
+    one_of("depth", depth, CONFIGS)
+    if one_of("layout", layout, LAYOUTS) == "cifar":
         return CifarVGG(depth, num_classes, batch_norm)
-    if layout == "imagenet":
-        name = f"vgg{depth}_bn" if batch_norm else f"vgg{depth}"
-        return getattr(torchvision.models, name)(weights=None, num_classes=num_classes)
-    raise ConfigError("layout", layout, f"one of {', '.join(LAYOUTS)}")
+    name = f"vgg{depth}_bn" if batch_norm else f"vgg{depth}"
+    return getattr(torchvision.models, name)(weights=None, num_classes=num_classes)

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from hpml.errors import ConfigError, IncompatibleError
-from hpml.optimize.compile.base import Compiled, Compiler, as_args, max_abs_diff
+from hpml.optimize.compile.base import Compiled, Compiler, max_abs_diff
 from hpml.optimize.compile.kernels import (
     DISPATCH_ONLY,
     FAST_CONV,
@@ -26,6 +26,7 @@ from hpml.optimize.compile.kernels import (
     deployed_kernels,
     fast_path,
 )
+from hpml.tensors import as_args
 
 # a method, as its config's `_target_` gives it: the class, or a partial of it
 Method = Callable[..., Compiler]

@@ -1,5 +1,5 @@
 """What every compile method shares: the :class:`Compiler` contract, its result, and the helpers
-the methods call (inputs as arguments, device sync, one-line refusals, caches)."""
+the methods call (device sync, one-line refusals, caches)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from hpml.errors import IncompatibleError
+from hpml.tensors import as_args
 
 
 @dataclass
@@ -69,10 +70,6 @@ class Program(nn.Module):
 
     def extra_repr(self) -> str:
         return f"method={self.method}"
-
-
-def as_args(example: Any) -> tuple[Any, ...]:
-    return example if isinstance(example, tuple) else (example,)
 
 
 def sync(example: Any) -> None:

@@ -11,7 +11,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from hpml.optimize.compile.base import CompileOutput, Compiler, Program, as_args, untraceable
+from hpml.optimize.compile.base import CompileOutput, Compiler, Program, untraceable
+from hpml.tensors import as_args
 
 
 def exported(net: nn.Module, examples: Sequence[Any], method: str) -> Any:

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hpml.optimize.compile.base import as_args
+from hpml.tensors import as_args
 
 FAST_CONV = "mkldnn::_convolution_pointwise"  # pre-packed oneDNN convolution, pointwise op fused
 # these route a convolution to a kernel and run none themselves

@@ -21,16 +21,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from hpml.errors import ConfigError
+from hpml.errors import one_of
 from hpml.optimize.compile.base import CompileOutput, Compiler, run_each, untraceable, use_cache_dir
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 def check_mode(mode: str) -> str:
-    if mode not in MODES:
-        raise ConfigError("mode", mode, f"one of {', '.join(MODES)}")
-    return mode
+    return one_of("mode", mode, MODES)
 
 
 class Graph(nn.Module):

@@ -19,6 +19,7 @@ from torch import nn
 
 from hpml.console import notice_once
 from hpml.optimize.compile import base
+from hpml.tensors import as_args
 
 
 class Torchscript(base.Compiler):
@@ -33,8 +34,8 @@ class Torchscript(base.Compiler):
             with torch.no_grad():
                 traced = torch.jit.trace(
                     net,
-                    base.as_args(examples[0]),
-                    check_inputs=[base.as_args(e) for e in examples[1:]] or None,
+                    as_args(examples[0]),
+                    check_inputs=[as_args(e) for e in examples[1:]] or None,
                 )
                 frozen = torch.jit.freeze(traced)
                 workdir.mkdir(parents=True, exist_ok=True)

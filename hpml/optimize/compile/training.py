@@ -15,9 +15,9 @@ import torch
 from torch import nn
 
 from hpml.analysis.compare import PLAN, Plan, Speedup, speedup, time_side_by_side
-from hpml.optimize.compile.base import as_args, sync, untraceable, use_cache_dir
+from hpml.optimize.compile.base import sync, untraceable, use_cache_dir
 from hpml.optimize.compile.torch_compile import check_mode
-from hpml.tensors import tensors_in
+from hpml.tensors import as_args, tensors_in
 
 Context = Callable[[], AbstractContextManager]
 

@@ -15,7 +15,7 @@ import torch_pruning as tp
 from torch import Tensor, nn
 from torch.nn.utils import prune
 
-from hpml.errors import ConfigError
+from hpml.errors import ConfigError, one_of
 
 MODES = ("mask", "physical")
 
@@ -94,8 +94,7 @@ class Method:
     def check_mode(self, mode: str | None) -> str:
         """``mode`` (the default for None) when this method prunes in it; a ConfigError if not."""
         mode = mode or self.default_mode
-        if mode not in MODES:
-            raise ConfigError("mode", mode, f"one of {', '.join(MODES)}")
+        one_of("mode", mode, MODES)
         if mode not in self.modes:
             raise ConfigError(
                 "mode",

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from hpml.errors import ConfigError
+from hpml.errors import one_of
 from hpml.names import BYTES, FLOPS_PER_SAMPLE, X, metric
 
 SCHEDULES = ("before_fit", "after_fit", "gradual")
 
 
 def check_schedule(schedule: str) -> str:
-    if schedule not in SCHEDULES:
-        raise ConfigError("schedule", schedule, f"one of {', '.join(SCHEDULES)}")
-    return schedule
+    return one_of("schedule", schedule, SCHEDULES)
 
 
 def steps(schedule: str, amount: float, epochs: int) -> dict[int, float]:

@@ -10,9 +10,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from hpml.optimize.quant.base import Quantizer, as_args
+from hpml.optimize.quant.base import Quantizer
 from hpml.optimize.quant.pt2e import PT2EStatic
 from hpml.optimize.quant.torch_ao import STATIC_LAYERS, Static, eager_static_problem
+from hpml.tensors import as_args
 
 
 class AutoStatic(Quantizer):

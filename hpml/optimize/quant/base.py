@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_map
 
 from hpml.errors import ConfigError, IncompatibleError
 from hpml.tensors import first_tensor
@@ -88,20 +89,16 @@ def no_calibration() -> ConfigError:
     )
 
 
-def as_args(inputs: Any) -> tuple[Any, ...]:
-    return inputs if isinstance(inputs, tuple) else (inputs,)
-
-
 def to_device(value: Any, device: torch.device, float32: bool = False) -> Any:
     """``value``'s tensors, nested or not, on ``device``; floats as float32 if ``float32``."""
-    if isinstance(value, torch.Tensor):
-        value = value.to(device)
-        return value.float() if float32 and value.is_floating_point() else value
-    if isinstance(value, list | tuple):
-        return type(value)(to_device(v, device, float32) for v in value)
-    if isinstance(value, dict):
-        return {k: to_device(v, device, float32) for k, v in value.items()}
-    return value
+
+    def move(leaf: Any) -> Any:
+        if not isinstance(leaf, torch.Tensor):
+            return leaf
+        leaf = leaf.to(device)
+        return leaf.float() if float32 and leaf.is_floating_point() else leaf
+
+    return tree_map(move, value)
 
 
 class OnDevice(nn.Module):

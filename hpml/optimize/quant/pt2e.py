@@ -14,8 +14,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from hpml.optimize.quant.base import Quantizer, as_args, no_calibration
+from hpml.optimize.quant.base import Quantizer, no_calibration
 from hpml.optimize.quant.torch_ao import STATIC_LAYERS
+from hpml.tensors import as_args
 
 
 def drop_unused_state(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:

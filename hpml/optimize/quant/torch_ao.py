@@ -16,8 +16,9 @@ import torch.ao.quantization as tq
 from torch import nn
 
 from hpml.console import notice_once
-from hpml.errors import ConfigError, IncompatibleError
-from hpml.optimize.quant.base import Quantizer, as_args, no_calibration, to_device
+from hpml.errors import ConfigError, IncompatibleError, one_of
+from hpml.optimize.quant.base import Quantizer, no_calibration, to_device
+from hpml.tensors import as_args
 
 ENGINES = ("x86", "fbgemm", "onednn", "qnnpack")
 CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
@@ -30,8 +31,7 @@ EAGER_INT8_MODELS = ("vgg11", "vgg13", "vgg16", "vgg19", "alexnet")
 
 def use_engine(engine: str) -> None:
     """Select the quantised kernel library (x86 = fbgemm + onednn; qnnpack for ARM)."""
-    if engine not in ENGINES:
-        raise ConfigError("engine", engine, f"one of {', '.join(ENGINES)}")
+    one_of("engine", engine, ENGINES)
     if engine not in torch.backends.quantized.supported_engines:
         raise ConfigError(
             "engine",
@@ -80,7 +80,7 @@ class Dynamic(Quantizer):
     supported = (nn.Linear, nn.LSTM, nn.GRU, nn.Embedding)
 
     def __init__(self, engine: str = "x86", embeddings: bool = True) -> None:
-        self.engine, self.embeddings = engine, embeddings
+        self.engine = engine
         if not embeddings:
             self.supported = (nn.Linear, nn.LSTM, nn.GRU)
 
