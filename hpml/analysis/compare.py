@@ -40,7 +40,7 @@ from hpml.analysis.rounds import round_order
 from hpml.analysis.stats import CONFIDENCE, Interval, iqr, median_ci, verdict
 from hpml.errors import ConfigError
 from hpml.ranges import Count, NonNegative, Positive, refuse_out_of_range
-from hpml.tensors import first_tensor
+from hpml.tensors import as_args, first_tensor
 
 log = logging.getLogger(__name__)
 
@@ -237,7 +237,7 @@ def evaluating(models: Sequence[nn.Module]) -> Iterator[None]:
 
 def forward_call(model: nn.Module, example: Any) -> Callable[[], object]:
     """``model`` called on ``example``: a tensor, or a tuple of inputs."""
-    args = example if isinstance(example, tuple) else (example,)
+    args = as_args(example)
     return lambda: model(*args)
 
 

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
-from hpml.tensors import tensors_in
+from hpml.tensors import as_args, tensors_in
 
 aten = torch.ops.aten
 NO_AUTOGRAD_KERNEL = r".*: an autograd kernel was not registered to the Autograd key"
@@ -128,7 +128,7 @@ def count_flops(model: nn.Module, example: Any, with_backward: bool = False) -> 
     The model is left as it was: eval mode, buffers restored, and ``torch.autograd.grad`` touches
     no ``.grad`` and fires no gradient hook (DDP's all-reduce).
     """
-    args = example if isinstance(example, tuple) else (example,)
+    args = as_args(example)
     batch = tensors_in(args)[0].shape[0]
     was_training = model.training
     model.eval()

@@ -47,6 +47,7 @@ from hpml.optimize.compile import (
 )
 from hpml.optimize.compile.torch_compile import check_mode
 from hpml.optimize.compile.training import compile_for_training, training_speedup
+from hpml.ranges import Positive
 
 BEFORE, AFTER = "compile_before", "compile_after"
 AUTO, EAGER = "auto", "eager"  # the method tag of compile=auto; the deployed tag of a kept net
@@ -80,7 +81,7 @@ class Compile(OptimizationStep):
         mode: str = "default",
         dynamic: bool | None = None,
         fullgraph: bool = False,
-        tolerance: float = 1e-3,
+        tolerance: Positive = 1e-3,
         train: bool = False,
         freezing: bool = False,
         channels_last: bool = False,

@@ -72,8 +72,6 @@ RANGES: dict[str, Range] = {
     "callbacks.checkpoint.save_top_k": Range(
         ge=-1, kind=int, note="-1: every epoch"
     ),  # Lightning's
-    # hpml/callbacks/compile.py is another branch's: to move onto Compile's tolerance parameter
-    "compile.tolerance": Range(gt=0),
 }
 
 
