@@ -29,7 +29,7 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from hpml.build import Member, Parts, build
+from hpml.build import Member, Parts, build, planned_model
 from hpml.hydra_job import HydraJob
 
 log = logging.getLogger(__name__)
@@ -197,10 +197,10 @@ def on_cpu(config: DictConfig) -> bool:
 
 
 def member_model(cfg: DictConfig) -> tuple[Any, int]:
-    """Job ``cfg``'s model and batch size for the memory guard's probe, from the data's
-    planned spec, so no data file is read."""
+    """Job ``cfg``'s model, built on the CPU as the builder plans it (from the data's planned
+    spec, so no data file is read), and its batch size, for the memory guard's probe."""
     datamodule = build("data", cfg.data)
-    return build("model", cfg.model, data=datamodule.planned_spec()), datamodule.batch_size
+    return planned_model(cfg, datamodule.planned_spec(), "cpu"), datamodule.batch_size
 
 
 def capacity(configs: list[DictConfig]) -> int | None:
