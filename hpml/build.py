@@ -7,7 +7,6 @@ the trainer once the runs give it loggers (:func:`build_trainer`). Importing thi
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,8 +41,8 @@ class Parts:
     Args:
         planned: the model as planned: built on the meta device (no memory, no compute) from
             the data's planned spec, as the model that trains needs its data prepared.
-        cpu_net: the planned model's net, built for real on the CPU the first time it is
-            called, for a check that must run one (eager int8 kernels).
+        cpu_net: builds the planned model's net for real on the CPU, for a check that must
+            run one (eager int8 kernels); not kept here, so its weights go with the check.
     """
 
     datamodule: HpmlDataModule | None
@@ -146,8 +145,9 @@ def build_parts(cfg: DictConfig) -> Parts:
     if spec is None:
         return Parts(datamodule, callbacks or [], refused=refused)
     planned = attempt("model", lambda: planned_model(cfg, spec))
-    cpu_net = functools.cache(lambda: planned_model(cfg, spec, "cpu").net)
-    return Parts(datamodule, callbacks or [], planned, cpu_net, refused)
+    return Parts(
+        datamodule, callbacks or [], planned, lambda: planned_model(cfg, spec, "cpu").net, refused
+    )
 
 
 def planned_model(cfg: DictConfig, spec: DataSpec, device: str = "meta") -> HpmlModule:
