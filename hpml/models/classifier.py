@@ -42,7 +42,7 @@ def check_input_fits(net: Callable[..., nn.Module], data: DataSpec, name: str) -
     channels, height, width = data.input_shape
     size = min(height, width)
     with torch.device("meta"):
-        probe_net = net(num_classes=data.num_classes).eval()
+        probe_net = net(num_classes=data.num_classes)
     if probe(probe_net, channels, size).runs:
         return
     sizes = size_range(lambda s: probe(probe_net, channels, s).runs)

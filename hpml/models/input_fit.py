@@ -39,7 +39,8 @@ class Pass:
 
 
 def probe(net: nn.Module, channels: int, size: int) -> Pass:
-    """Run ``net`` on one meta image of ``channels x size x size``; see :class:`Pass`."""
+    """Run ``net`` in eval mode (batch norm takes one image) on one meta image of ``channels x
+    size x size``, its mode restored after; see :class:`Pass`."""
     stretched: list[str] = []
 
     def watch(module: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
@@ -48,11 +49,13 @@ def probe(net: nn.Module, channels: int, size: int) -> Pass:
             stretched.append(f"{type(module).__name__} enlarges {_dims(before)} to {_dims(after)}")
 
     hooks = [m.register_forward_hook(watch) for m in net.modules() if isinstance(m, ADAPTIVE_POOLS)]
+    training = net.training
     try:
-        net(torch.empty(1, channels, size, size, device="meta"))
+        net.eval()(torch.empty(1, channels, size, size, device="meta"))
     except (RuntimeError, ValueError, IndexError):
         return Pass(False)
     finally:
+        net.train(training)
         for hook in hooks:
             hook.remove()
     return Pass(True, stretched[0] if stretched else None)

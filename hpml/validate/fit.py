@@ -51,15 +51,14 @@ def check_layout(cfg: DictConfig, spec: DataSpec, name: str, planned: HpmlModule
     if current not in layouts:
         return  # the builder names the valid layouts itself
     channels, size = spec.input_shape[0], min(spec.input_shape[1:])
-    if planned is not None and probe(planned.net.eval(), channels, size).as_laid_out:
-        planned.net.train()
+    if planned is not None and probe(planned.net, channels, size).as_laid_out:
         return
     builder = instantiate(net_cfg, _partial_=True)
     nets: dict[str, nn.Module] = {}
     try:
         for layout in layouts:
             with torch.device("meta"):
-                nets[layout] = builder(layout=layout, num_classes=spec.num_classes).eval()
+                nets[layout] = builder(layout=layout, num_classes=spec.num_classes)
     except ConfigError as exc:
         raise exc.under("model.net") from None
     here = probe(nets[current], channels, size)
