@@ -74,9 +74,10 @@ def test_a_command_ending_before_its_job_leaves_the_thresholds_and_freezes(full_
 
 def test_outside_a_command_a_job_start_changes_nothing(full_collections):
     thresholds, frozen = gc.get_threshold(), gc.get_freeze_count()
-    unfrozen = make_cycles(1000)  # objects a freeze would move, changing the count
+    unfrozen = make_cycles(1000)  # 2,000 objects a freeze would move into the frozen count
     garbage.job_started()
-    assert gc.get_threshold() == thresholds and gc.get_freeze_count() == frozen, len(unfrozen)
+    # frozen objects another thread lets go leave the count, so it may fall, never grow
+    assert gc.get_threshold() == thresholds and gc.get_freeze_count() <= frozen, len(unfrozen)
 
 
 def test_the_report_commands_hold_full_collections_and_freeze_at_exit(root):
