@@ -1,8 +1,9 @@
 """The one place a job's parts are built from its composed config, each once, typed.
 
 Data module, callbacks and the model as planned come first (:func:`build_parts`: validation
-reads these very objects), then the model once its data is prepared (:func:`build_model`), then
-the trainer once the runs give it loggers (:func:`build_trainer`). Importing this is cheap.
+reads these very objects), then, once they are judged, the model for its prepared data
+(:func:`build_model`) and the trainer (:func:`build_trainer`), before any run opens: the runs
+give the trainer their loggers. Importing this is cheap.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from hpml.hydra_job import HydraJob
 
 if TYPE_CHECKING:
     import lightning as L
-    from lightning.pytorch.loggers import Logger
     from torch import nn
 
     from hpml.data.base import HpmlDataModule
@@ -170,11 +170,9 @@ def build_model(cfg: DictConfig, datamodule: HpmlDataModule) -> HpmlModule:
     return build("model", cfg.model, data=datamodule.spec)
 
 
-def build_trainer(
-    cfg: DictConfig, callbacks: Sequence[L.Callback], loggers: Sequence[Logger], array: bool
-) -> L.Trainer:
-    """Job ``cfg``'s trainer, with ``callbacks`` and the epoch summary, logging to ``loggers``
-    (one per run); an ``array`` keeps no checkpoint."""
+def build_trainer(cfg: DictConfig, callbacks: Sequence[L.Callback], array: bool) -> L.Trainer:
+    """Job ``cfg``'s trainer, with ``callbacks`` and the epoch summary, and no logger until its
+    runs open (they set ``trainer.loggers``, one per run); an ``array`` keeps no checkpoint."""
     from hpml.callbacks.epoch_summary import EpochSummary
     from hpml.console import progress_bar
 
@@ -182,7 +180,7 @@ def build_trainer(
         "trainer",
         cfg.trainer,
         callbacks=[*callbacks, EpochSummary()],
-        logger=list(loggers) if len(loggers) > 1 else loggers[0],
+        logger=False,
         enable_progress_bar=progress_bar(cfg.trainer.get("enable_progress_bar")),
         **({"enable_checkpointing": False} if array else {}),
     )

@@ -1,6 +1,6 @@
 """One lifecycle for a job of N >= 1 members, once their parts are built and checked.
 
-:func:`run_members` opens one run per member, completes the parts, fits, tests and closes the
+:func:`run_members` completes the parts, opens one run per member, fits, tests and closes the
 runs; :func:`follow` is the same steps for a DDP rank other than zero, which opens no run.
 """
 
@@ -20,7 +20,7 @@ from hpml.errors import HpmlError
 from hpml.tracking.jobs import record_run
 
 if TYPE_CHECKING:  # imports MLflow and Lightning: the functions import them when called
-    from lightning.pytorch.loggers import Logger
+    import lightning as L
 
     from hpml.tracking.run import MlflowTracker
     from hpml.tracking.tracked import TrackedRun
@@ -28,10 +28,10 @@ if TYPE_CHECKING:  # imports MLflow and Lightning: the functions import them whe
 log = logging.getLogger(__name__)
 
 
-def assemble(members: Sequence[Member], loggers: Sequence[Logger]) -> Assembled:
-    """The job's parts, completed: each member's model built as its serial job's (seeded, its
-    data prepared), then (several members: a fused array wrapped around theirs,
-    :mod:`hpml.fused`) the trainer, logging to ``loggers``."""
+def assemble(members: Sequence[Member]) -> Assembled:
+    """The job's parts, completed before its runs open: each member's model built as its serial
+    job's (seeded, its data prepared), then (several members: a fused array wrapped around
+    theirs, :mod:`hpml.fused`) the trainer, with no logger until the runs give it theirs."""
     models = [build_model(m.cfg, m.parts.datamodule) for m in members]
     parts = members[0].parts
     datamodule, model, callbacks = parts.datamodule, models[0], parts.callbacks
@@ -39,7 +39,7 @@ def assemble(members: Sequence[Member], loggers: Sequence[Logger]) -> Assembled:
         from hpml.fused.members import wrapped
 
         datamodule, model, callbacks = wrapped(members, models)
-    trainer = build_trainer(members[0].cfg, callbacks, loggers, array=len(members) > 1)
+    trainer = build_trainer(members[0].cfg, callbacks, array=len(members) > 1)
     return Assembled(datamodule, model, trainer)
 
 
@@ -67,9 +67,11 @@ def run_members(
     tracker: MlflowTracker, members: Sequence[Member]
 ) -> tuple[list[dict[str, float]], list[TrackedRun]]:
     """Train checked ``members`` as one job, one run each under the sweep's parent: one member
-    is a single job, several a fused array. Each member's final metrics and its run, in order; an
-    array member whose loss stopped being finite returns NaN, tagged with the step."""
-    from hpml.distributed import hand_off, processes, starts_processes
+    is a single job, several a fused array. The parts are completed first: what refuses them
+    then (a download, a resume the job cannot make) ends each member's run FAILED as it opens.
+    Each member's final metrics and its run, in order; an array member whose loss stopped being
+    finite returns NaN, tagged with the step."""
+    from hpml.distributed import hand_off, processes
     from hpml.fused import members as fused
     from hpml.tracking.stop import StopOnSignals
     from hpml.worker import start_job
@@ -82,14 +84,18 @@ def run_members(
     logging.getLogger("lightning").handlers.clear()
     output_dir = Path(cfg.paths.output_dir)
     resume, ckpt_path = start_points(tracker, members)
+    try:
+        parts = assemble(members)
+        check_resume(parts.trainer, ckpt_path)
+    except Exception as exc:
+        for member in members:
+            tracker.record_failed(member.cfg, member.job, exc)
+        raise
+    trainer = parts.trainer
     tags = [fused.member_tags(i, len(members), job) if array else {} for i in range(len(members))]
-    built: list[Assembled] = []
 
     def record(run: TrackedRun, trained: bool) -> None:  # as each run ends
-        if not built:
-            return
-        parts, tags = built[0], {}
-        datamodule, model = parts.datamodule, parts.model
+        datamodule, model, tags = parts.datamodule, parts.model, {}
         if array:
             datamodule, model, tags = fused.member_parts(parts, run.member)
         run.log_dataset(datamodule)
@@ -103,22 +109,13 @@ def run_members(
         tracker.runs([(m.cfg, m.job) for m in members], resume, tags, record) as runs,
     ):
         stop.run_id, stop.resumed_from = ", ".join(run.run_id for run in runs), ckpt_path
+        stop.trainer = trainer
         for member, run in zip(members, runs, strict=True):
             record_run(member.job.output_dir if array else output_dir, run.run_id)
         if array:
             log.info("fused array of %d members: runs %s", len(members), stop.run_id)
+        trainer.loggers = [run.lightning_logger() for run in runs]
         try:
-            loggers = [run.lightning_logger() for run in runs]
-            built.append(assemble(members, loggers))
-            parts = built[0]
-            stop.trainer = trainer = parts.trainer
-            if ckpt_path is not None and processes(trainer) > 1 and not starts_processes(trainer):
-                raise HpmlError(
-                    f"resume: this job's {processes(trainer)} processes were started by the "
-                    "cluster (srun, torchrun), and only rank zero would resume from the "
-                    "checkpoint; resume it with trainer.num_nodes=1 and the processes "
-                    "Lightning starts"
-                )
             name = job.name if job is not None else "train"
             with hand_off(cfg, trainer, output_dir, name, runs[0].run_id, ckpt_path):
                 for run in runs:
@@ -133,6 +130,20 @@ def run_members(
     for index in parts.model.diverged if cfg.optimized_metric else ():
         results[index][cfg.optimized_metric] = math.nan  # its serial job's metric: NaN
     return results, runs
+
+
+def check_resume(trainer: L.Trainer, ckpt_path: str | None) -> None:
+    """Refuse to resume a job whose processes the cluster started: only rank zero would read
+    the checkpoint."""
+    from hpml.distributed import processes, starts_processes
+
+    if ckpt_path is not None and processes(trainer) > 1 and not starts_processes(trainer):
+        raise HpmlError(
+            f"resume: this job's {processes(trainer)} processes were started by the "
+            "cluster (srun, torchrun), and only rank zero would resume from the "
+            "checkpoint; resume it with trainer.num_nodes=1 and the processes "
+            "Lightning starts"
+        )
 
 
 def start_points(
@@ -165,8 +176,9 @@ def follow(cfg: DictConfig, run_id: str | None, ckpt_path: str | None) -> None:
     for name in ("lightning", "lightning.fabric", "lightning.pytorch"):  # to this rank's log
         logging.getLogger(name).handlers.clear()
         logging.getLogger(name).propagate = True
-    logger = build("logger", cfg.logger).attached_logger(run_id)
     parts = build_parts(cfg)  # checked by rank zero
     for refused in parts.refused.values():
         raise refused
-    fit_and_test(cfg, assemble([Member(cfg, None, parts)], [logger]), ckpt_path)
+    assembled = assemble([Member(cfg, None, parts)])
+    assembled.trainer.loggers = [build("logger", cfg.logger).attached_logger(run_id)]
+    fit_and_test(cfg, assembled, ckpt_path)

@@ -85,7 +85,7 @@ def test_verbose_shows_the_upstream_start_up_lines(
     cfg = composed([*TINY, "hpml.verbose=true"])
     try:
         tracker = tracker_of(cfg)
-        build_trainer(cfg, [], [tracker.attached_logger(None)], array=False)
+        build_trainer(cfg, [], array=False).loggers = [tracker.attached_logger(None)]
         with tracker.runs([(cfg, None)], [None], [{}], lambda run, trained: None):
             pass
     finally:

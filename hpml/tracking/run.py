@@ -226,9 +226,17 @@ class MlflowTracker:
             best_effort(f"the run's end ({status})", mlflow.end_run, status)
 
     def record_refused(self, cfg: DictConfig, job: HydraJob | None, exc: BaseException) -> None:
-        """A job of a sweep refused before its run started, as a FAILED child of the sweep, so
-        the sweep's page lists every job. Outside a sweep the one line on the terminal is all."""
-        if _sweep_record_or_none(job) is None or isinstance(exc, StoreError):
+        """A job of a sweep its config refused, as a FAILED child of the sweep, so the sweep's
+        page lists every job. Outside a sweep the one line on the terminal is all."""
+        if _sweep_record_or_none(job) is not None:
+            self.record_failed(cfg, job, exc)
+
+    def record_failed(self, cfg: DictConfig, job: HydraJob | None, exc: BaseException) -> None:
+        """A job that failed before its run opened (its data unreadable, say), as a FAILED run
+        with its config, the error and its log; in a sweep, a child of the sweep."""
+        if isinstance(exc, StoreError) or (
+            job is not None and job.sweep is not None and _sweep_record_or_none(job) is None
+        ):
             return
         mlflow.set_tracking_uri(self.tracking_uri)
         best_effort("the refused run", self._record_unstarted, cfg, job, *self._named(job, {}), exc)
