@@ -30,7 +30,7 @@ from hpml.callbacks.measure import (
     validation_quality,
 )
 from hpml.callbacks.measure_settings import OptimizationStep
-from hpml.errors import ConfigError, non_negative_int
+from hpml.errors import ConfigError, non_negative_int, one_of
 from hpml.names import COUNT, FLOPS_PER_SAMPLE, PCT, metric
 from hpml.optimize.prune import io as prune_io
 from hpml.optimize.prune import schedule as schedules
@@ -77,7 +77,7 @@ class Prune(OptimizationStep):
     ) -> None:
         super().__init__(**measure)
         self.amount = check_amount(amount)
-        self.schedule = schedules.check_schedule(schedule)
+        self.schedule = one_of("schedule", schedule, schedules.SCHEDULES)
         self.finetune_epochs = non_negative_int("finetune_epochs", finetune_epochs)
         self.sensitivity = [check_amount(a, "sensitivity") for a in (sensitivity or [])]
         self.save_model = bool(save_model)

@@ -119,15 +119,12 @@ def _call_order(model: nn.Module, example: Any) -> list[str]:
 
 @dataclass
 class LSTMPlan:
-    """What one LSTM lost: kept hidden units per (layer, direction), kept embedding dims."""
+    """What one LSTM lost: the hidden units it kept per (layer, direction)."""
 
     name: str
     hidden_before: int
     hidden_after: int
     keep: dict[tuple[int, int], Tensor]
-    consumer: str
-    embedding: str | None = None
-    embedding_keep: Tensor | None = None
 
 
 class LSTMPruner:
@@ -193,9 +190,7 @@ class LSTMPruner:
                 if lstm.bidirectional:
                     columns = torch.cat([columns, lstm.weight_ih_l0_reverse.detach().float()])
                 input_keep = top_units(self.scores(columns.t()).cpu(), keep_e)
-            plan = LSTMPlan(
-                name, lstm.hidden_size, keep_n, keep, consumer_name, feeder_name, input_keep
-            )
+            plan = LSTMPlan(name, lstm.hidden_size, keep_n, keep)
             columns_out = _output_columns(lstm, keep)
             new = shrink_lstm(lstm, keep, input_keep)
             consumer = _keep_columns(model.get_submodule(consumer_name), columns_out)

@@ -9,14 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from hpml.errors import one_of
 from hpml.names import BYTES, FLOPS_PER_SAMPLE, X, metric
 
 SCHEDULES = ("before_fit", "after_fit", "gradual")
-
-
-def check_schedule(schedule: str) -> str:
-    return one_of("schedule", schedule, SCHEDULES)
 
 
 def steps(schedule: str, amount: float, epochs: int) -> dict[int, float]:

@@ -100,22 +100,13 @@ def _select(
     return list(chosen)
 
 
-def resolve(
-    model: nn.Module,
-    targets: Sequence[str] = DEFAULT_TARGETS,
-    exclude: Sequence[str] = DEFAULT_EXCLUDE,
-) -> list[Target]:
+def resolve(model: nn.Module, targets: Sequence[str], exclude: Sequence[str]) -> list[Target]:
     """The weights to prune, in registration order; raises ConfigError naming the bad key."""
     candidates = all_weights(model)
     if not candidates:
         raise ConfigError(
             "targets", list(targets), f"a model with weights; {type(model).__name__} has none"
         )
-    if isinstance(targets, str):
-        targets = [targets]
-    if isinstance(exclude, str):
-        exclude = [exclude]
-    targets = list(targets) if targets else list(DEFAULT_TARGETS)
     defaults = list(targets) == list(DEFAULT_TARGETS)
     if defaults:  # the defaults name types a model may lack: keep the ones present
         present = {
