@@ -86,15 +86,6 @@ def image_spec(shape: tuple[int, ...], num_classes: int, *pipelines: T.Compose) 
     return DataSpec("image", shape, num_classes, value_range=None if standardised else (0.0, 1.0))
 
 
-class ResizeForCenterCrop(T.Resize):
-    """Resize the short side to ``crop_size / crop_fraction`` (256 for a 224 crop, ImageNet's
-    standard evaluation), so the config can size it from ``${data.image_size}``: OmegaConf has
-    no arithmetic to write ``image_size * 256 / 224`` with."""
-
-    def __init__(self, crop_size: int, crop_fraction: float = 0.875, **kwargs: Any) -> None:
-        super().__init__(int(crop_size / crop_fraction), **kwargs)
-
-
 def train_crop(size: int, small_image: int = SMALL_IMAGE) -> Transform:
     """The random crop that trains a model on ``size`` px squares.
 
@@ -113,4 +104,4 @@ def eval_resize(size: int, small_image: int = SMALL_IMAGE) -> Transform:
     """The resize before a ``size`` px centre crop: ImageNet's ``size * 256 / 224`` short side
     above ``small_image`` px (a photo's border is mostly background), ``size`` itself at or under
     it (a small image's border holds what it shows, and :func:`train_crop` trains on it whole)."""
-    return ResizeForCenterCrop(size) if size > small_image else T.Resize(size)
+    return T.Resize(int(size / 0.875) if size > small_image else size)
