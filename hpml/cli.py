@@ -5,9 +5,7 @@ Imports nothing heavy: ``--help`` and bad group names answer before torch is loa
 
 from __future__ import annotations
 
-import ast
 import difflib
-import importlib.util
 import logging
 import sys
 from pathlib import Path
@@ -156,13 +154,11 @@ def hoist_flags(args: list[str]) -> list[str]:
 
 def trainer_arguments() -> list[str]:
     """The argument names of ``lightning.Trainer``, read from its source (importing Lightning
-    costs seconds)."""
-    spec = importlib.util.find_spec("lightning")
-    source = Path(spec.submodule_search_locations[0]) / "pytorch" / "trainer" / "trainer.py"
-    for node in ast.walk(ast.parse(source.read_text())):
-        if isinstance(node, ast.FunctionDef) and node.name == "__init__":
-            return [a.arg for a in node.args.args[1:] + node.args.kwonlyargs]
-    return []
+    costs seconds), as validation reads every ``_target_``'s."""
+    from hpml.validate.source import signature
+
+    found = signature("lightning.Trainer")
+    return sorted(found[1]) if found else []
 
 
 def trainer_overrides(args: list[str], conf_dir: Path = CONF_DIR) -> list[str]:

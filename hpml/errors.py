@@ -107,8 +107,7 @@ def config_file_problem(exc: BaseException, config_dirs: Iterable[Path]) -> str 
     composition looked) are read to find it."""
     import yaml
 
-    seen: BaseException | None = exc
-    while seen is not None:
+    for seen in causes(exc):
         problem = None
         if isinstance(seen, yaml.MarkedYAMLError) and seen.problem_mark is not None:
             mark = seen.problem_mark  # where the file stops being YAML
@@ -119,8 +118,18 @@ def config_file_problem(exc: BaseException, config_dirs: Iterable[Path]) -> str 
             problem = undecodable(config_dirs)
         if problem is not None:
             return f"config file {problem[0]} cannot be read: {problem[1]}; {CONFIG_FILE_HINT}"
-        seen = seen.__cause__ or seen.__context__
     return None
+
+
+def causes(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the errors it was raised from or while handling, outermost first, each once:
+    MLflow, SQLAlchemy, requests and hpml each wrap the error that says what went wrong."""
+    chain: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and seen not in chain:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    return chain
 
 
 def undecodable(config_dirs: Iterable[Path]) -> tuple[Path, str] | None:

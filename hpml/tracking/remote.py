@@ -13,11 +13,11 @@ import threading
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
-from hpml.errors import ConfigError
+from hpml.errors import ConfigError, causes
 from hpml.ranges import Range
 from hpml.tracking.redact import redact_logs, redact_text
 from hpml.tracking.retries import RETRY_S, configure_retries, undo_fail_fast
-from hpml.tracking.store import StoreError, causes
+from hpml.tracking.store import StoreError
 from hpml.validate.store import sqlite_path
 
 PREFLIGHT_TIMEOUT_S = 3.0  # the whole check, name lookup included; loopback answers in ms

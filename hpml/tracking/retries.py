@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import os
 
-from hpml.tracking.store import causes
+from hpml.errors import causes
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from filelock import FileLock
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
-from hpml.errors import HpmlError
+from hpml.errors import HpmlError, causes
 from hpml.validate.store import DAMAGED_CODES, DAMAGED_HINT, damaged_store, sqlite_path
 
 log = logging.getLogger(__name__)
@@ -70,17 +70,6 @@ def prepare_store(tracking_uri: str) -> None:
         raise StoreError(
             f"the MLflow store {problem}; it should be an SQLite MLflow store: {DAMAGED_HINT}"
         )
-
-
-def causes(exc: BaseException) -> list[BaseException]:
-    """``exc`` and the errors it was raised from or while handling, outermost first, each once:
-    MLflow, SQLAlchemy, requests and hpml each wrap the error that says what went wrong."""
-    chain: list[BaseException] = []
-    seen: BaseException | None = exc
-    while seen is not None and seen not in chain:
-        chain.append(seen)
-        seen = seen.__cause__ or seen.__context__
-    return chain
 
 
 def sqlite_damage(exc: BaseException) -> BaseException | None:
