@@ -212,10 +212,8 @@ class Bf16SavedTensors:
     only the innermost pair, so this one calls the enclosing pair itself.
     """
 
-    def __init__(self, model: nn.Module | None = None, dtype: torch.dtype = torch.bfloat16) -> None:
-        params = model.parameters() if model is not None else ()
-        self.exclude = {p.untyped_storage().data_ptr() for p in params}
-        self.dtype = dtype
+    def __init__(self, model: nn.Module) -> None:
+        self.exclude = {p.untyped_storage().data_ptr() for p in model.parameters()}
         self.encoded: dict[tuple, torch.Tensor] = {}
         self.outer: tuple[Any, Any] | None = None
         self._hooks: Any = None
@@ -225,7 +223,7 @@ class Bf16SavedTensors:
             return tensor
         key = (tensor.data_ptr(), tuple(tensor.shape), tensor.stride(), tensor._version)
         if key not in self.encoded:
-            self.encoded[key] = tensor.detach().to(self.dtype)
+            self.encoded[key] = tensor.detach().to(torch.bfloat16)
             # the key stays valid while the tensor lives: its address cannot be reused
             weakref.finalize(tensor, self.encoded.pop, key, None)
         return self.encoded[key]
