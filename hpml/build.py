@@ -128,8 +128,9 @@ def build_callbacks(cfg: DictConfig) -> list[L.Callback]:
 
 
 def build_parts(cfg: DictConfig) -> Parts:
-    """Job ``cfg``'s data module, callbacks and planned model, each built once; what a
-    constructor raised is kept in :attr:`Parts.refused` for validation, not raised."""
+    """Job ``cfg``'s data module, callbacks and planned model (its optimiser made once to
+    try it), each built once; what a constructor raised is kept in :attr:`Parts.refused` for
+    validation, not raised."""
     refused: dict[str, Exception] = {}
 
     def attempt(group: str, make: Callable[[], T]) -> T | None:
@@ -145,6 +146,8 @@ def build_parts(cfg: DictConfig) -> Parts:
     if spec is None:
         return Parts(datamodule, callbacks or [], refused=refused)
     planned = attempt("model", lambda: planned_model(cfg, spec))
+    if planned is not None:  # its optimiser and scheduler, as fit will make them
+        attempt("model.optimizer", planned.configure_optimizers)
     return Parts(
         datamodule, callbacks or [], planned, lambda: planned_model(cfg, spec, "cpu").net, refused
     )

@@ -88,18 +88,46 @@ def test_a_fused_array_of_two_builds_each_members_parts_once(
 
 
 def test_validation_reads_the_built_parts_and_builds_none(
-    root: Path, composed, built: Counter
+    root: Path, composed, built: Counter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Checking a job with steps that ask for the model (pruning targets, eager int8 kernels)
-    builds no part; the one real CPU net the int8 check runs is made by the builder's factory,
-    once."""
+    builds no part, nor the optimiser the builder tried on the planned model; the one real CPU
+    net the int8 check runs is made by the builder's factory, once."""
     from hpml.build import build_parts
     from hpml.validate import check
 
+    real_init = torch.optim.Optimizer.__init__
+
+    def init(optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> None:
+        built[type(optimizer).__name__] += 1
+        real_init(optimizer, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.Optimizer, "__init__", init)
     cfg = composed(["prune=l1_structured", "quant=static_int8", "trainer.max_epochs=1"])
     parts = build_parts(cfg)
     assert parts.refused == {}
     before = Counter(built)
     check(parts, cfg, None)
-    assert before["ImageClassifier on meta"] == 1
+    assert before["ImageClassifier on meta"] == 1 and before["Adam"] == 1
     assert built - before == Counter({"ImageClassifier": 1})  # the int8 check's CPU net
+
+
+def test_a_refused_optimiser_is_named_by_validation_before_training(composed) -> None:
+    """The builder keeps what the planned model's optimiser raised (a combination of values no
+    range refuses: torch's SGD takes Nesterov momentum only with some momentum); validation
+    names it."""
+    from hpml.build import build_parts
+    from hpml.errors import HpmlError
+    from hpml.validate import check
+
+    overrides = [
+        "model/optimizer=sgd",
+        "model.optimizer.momentum=0",
+        "+model.optimizer.nesterov=true",
+    ]
+    cfg = composed(overrides)
+    parts = build_parts(cfg)
+    assert set(parts.refused) == {"model.optimizer"}
+    with pytest.raises(HpmlError, match=r"model\.optimizer") as raised:
+        check(parts, cfg, None)
+    assert "Nesterov" in str(raised.value)

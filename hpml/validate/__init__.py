@@ -80,9 +80,9 @@ def check_model(parts: Parts, cfg: DictConfig, job: HydraJob | None) -> None:
     model = constructed(
         "model", lambda: fit.built_for_data(cfg, job, spec, parts.planned, parts.refused)
     )
-    constructed("model.optimizer", model.configure_optimizers)
-    if "callbacks" in parts.refused:
-        raise parts.refused["callbacks"]
+    for group in ("model.optimizer", "callbacks"):
+        if group in parts.refused:
+            raise parts.refused[group]
     for callback in parts.callbacks:
         if isinstance(callback, HpmlCallback):
             callback.check_model(model, parts.cpu_net, spec.input_shape, name)
