@@ -67,8 +67,8 @@ def run_members(
     tracker: MlflowTracker, members: Sequence[Member]
 ) -> tuple[list[dict[str, float]], list[TrackedRun]]:
     """Train checked ``members`` as one job, one run each under the sweep's parent: one member
-    is a single job, several a fused array. The parts are completed first: what refuses them
-    then (a download, a resume the job cannot make) ends each member's run FAILED as it opens.
+    is a single job, several a fused array. The parts are completed first: what stops them
+    (a download, a resume the job cannot make) is recorded as a FAILED run per member.
     Each member's final metrics and its run, in order; an array member whose loss stopped being
     finite returns NaN, tagged with the step."""
     from hpml.distributed import hand_off, processes
