@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -79,9 +80,16 @@ NO_CUDA = "needs a CUDA device: torch.cuda.is_available() is False"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``gpu`` are skipped, saying why, where torch sees no CUDA device: the one
+    """The files with the most ``slow`` (end-to-end) tests first, each file's tests in their
+    order: ``make test`` hands whole files to its workers, the next to the first one free
+    (``--dist loadfile``), so none of the long ones starts last and holds the suite's end, and
+    a module's fixtures are made once.
+
+    Tests marked ``gpu`` are skipped, saying why, where torch sees no CUDA device: the one
     place that decides it, so a GPU test needs only ``@pytest.mark.gpu``. ``pytest -m gpu``
     runs them on a GPU host; ``make test`` collects them and skips them on a CPU one."""
+    slow = Counter(item.path for item in items if item.get_closest_marker("slow") is not None)
+    items.sort(key=lambda item: -slow[item.path])  # stable: a file's tests stay together
     gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu:
         return
