@@ -75,6 +75,15 @@ NOISY_RECORDS: tuple[tuple[str, str], ...] = (
 )
 
 
+def _loggers(name: str) -> list[logging.Logger]:
+    """Logger ``name`` and, for one of Lightning's, the standalone package's of the same module:
+    Lightning's rank-zero lines go through one logger, named by whichever of ``lightning.pytorch``
+    and ``pytorch_lightning`` was imported last (``import mlflow.pytorch``, as a run with
+    ``logger.log_model=true`` does, imports the latter)."""
+    names = dict.fromkeys([name, name.replace("lightning.pytorch.", "pytorch_lightning.", 1)])
+    return [logging.getLogger(alias) for alias in names]
+
+
 def _kept(start: str, record: logging.LogRecord) -> bool:
     """A record filter: False for a record whose message starts with ``start``."""
     return not str(record.msg).startswith(start)
@@ -122,9 +131,10 @@ def quiet_upstream(verbose: bool = False) -> None:
         warnings.filterwarnings("ignore", message=message, category=category, module=module)
         _installed_warnings.append(warnings.filters[0])
     for name, start in NOISY_RECORDS:
-        logger, record_filter = logging.getLogger(name), partial(_kept, start)
-        logger.addFilter(record_filter)
-        _installed_filters.append((logger, record_filter))
+        for logger in _loggers(name):
+            record_filter = partial(_kept, start)
+            logger.addFilter(record_filter)
+            _installed_filters.append((logger, record_filter))
 
 
 def compare_hint(uri: str, ui_path: str) -> str:
