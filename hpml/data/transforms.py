@@ -104,4 +104,4 @@ def eval_resize(size: int, small_image: int = SMALL_IMAGE) -> Transform:
     """The resize before a ``size`` px centre crop: ImageNet's ``size * 256 / 224`` short side
     above ``small_image`` px (a photo's border is mostly background), ``size`` itself at or under
     it (a small image's border holds what it shows, and :func:`train_crop` trains on it whole)."""
-    return T.Resize(int(size / 0.875) if size > small_image else size)
+    return T.Resize(size * 256 // 224 if size > small_image else size)
