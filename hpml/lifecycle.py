@@ -95,12 +95,12 @@ def run_members(
     tags = [fused.member_tags(i, len(members), job) if array else {} for i in range(len(members))]
 
     def record(run: TrackedRun, trained: bool) -> None:  # as each run ends
-        datamodule, model, tags = parts.datamodule, parts.model, {}
+        datamodule, model, outcome = parts.datamodule, parts.model, {}
         if array:
-            datamodule, model, tags = fused.member_parts(parts, run.member)
+            datamodule, model, outcome = fused.member_parts(parts, run.member)
         run.log_dataset(datamodule)
         if trained:
-            for key, value in tags.items():
+            for key, value in outcome.items():
                 run.set_tag(key, value)
             run.log_model(model.net, datamodule)
 
