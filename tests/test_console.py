@@ -228,12 +228,16 @@ def quieted_lines(name: str, verbose: bool) -> Iterator[list[str]]:
 def test_a_trainers_start_up_lines_show_only_when_verbose(verbose: bool) -> None:
     """A real Trainer given ``limit_*_batches=1`` (as a quick run is) says its device and that
     an int 1 means one batch: Lightning's start-up lines, none unless verbose; any other line
-    of the same logger still shows."""
+    of the same logger still shows. The logger is the one Lightning writes to in this process:
+    ``lightning.pytorch``'s, or ``pytorch_lightning``'s once an earlier test of the worker has
+    imported ``mlflow.pytorch`` (:func:`hpml.console._loggers`)."""
     import lightning as L
+    from lightning.fabric.utilities.rank_zero import rank_zero_module
 
-    with quieted_lines("lightning.pytorch.utilities.rank_zero", verbose) as seen:
+    name = rank_zero_module.log.name
+    with quieted_lines(name, verbose) as seen:
         L.Trainer(logger=False, limit_train_batches=1, limit_val_batches=1, limit_test_batches=1)
-        logging.getLogger("lightning.pytorch.utilities.rank_zero").info("something else")
+        logging.getLogger(name).info("something else")
     limits = [line for line in seen if line.startswith("`Trainer(limit_")]
     assert len(limits) == (3 if verbose else 0), seen
     assert any(line.startswith("GPU available: ") for line in seen) is verbose, seen
