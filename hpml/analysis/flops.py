@@ -9,7 +9,7 @@ attention: the rules below count them as their matmul decomposition would be.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from math import prod
 from typing import Any
@@ -25,36 +25,19 @@ NO_AUTOGRAD_KERNEL = r".*: an autograd kernel was not registered to the Autograd
 Shape = Sequence[int]
 
 
-def _rnn_flops(input_shape: Shape, weights: Sequence[Shape]) -> int:
-    """2 x cell steps x elements of the 2-D weights; ``input_shape`` ends in the feature size
-    whatever its layout, so its other dimensions multiply to the cell steps."""
-    steps = prod(input_shape[:-1])
-    return 2 * steps * sum(prod(w) for w in weights if len(w) == 2)
+def _rnn_rule(factor: int, stacked: bool) -> Callable[..., int]:
+    """A rule for an RNN op: ``factor`` x 2 x cell steps x elements of its 2-D weights. The
+    weights are the op's first two arguments after the input (``w_ih``, ``w_hh``: one layer in
+    one direction, mkldnn's CPU op), or ``stacked`` in one list (cuDNN's op: all layers and
+    directions). The input's shape ends in the feature size whatever its layout, so its other
+    dimensions multiply to the cell steps. A backward has ``factor`` 2: gradients for inputs and
+    for weights, two products per forward product."""
 
+    def rule(input_shape: Shape, *args: Any, **kwargs: Any) -> int:
+        weights = args[0] if stacked else args[:2]
+        return factor * 2 * prod(input_shape[:-1]) * sum(prod(w) for w in weights if len(w) == 2)
 
-def mkldnn_rnn_layer_flop(
-    input_shape: Shape, w_ih: Shape, w_hh: Shape, *args: Any, **kwargs: Any
-) -> int:
-    """One LSTM layer (one direction) on CPU: ``4H x I`` and ``4H x H`` products per step."""
-    return _rnn_flops(input_shape, [w_ih, w_hh])
-
-
-def mkldnn_rnn_layer_backward_flop(
-    input_shape: Shape, w_ih: Shape, w_hh: Shape, *args: Any, **kwargs: Any
-) -> int:
-    """Gradients for inputs and for weights: two products per forward product."""
-    return 2 * _rnn_flops(input_shape, [w_ih, w_hh])
-
-
-def cudnn_rnn_flop(input_shape: Shape, weights: Sequence[Shape], *args: Any, **kwargs: Any) -> int:
-    """All layers and directions of a cuDNN RNN in one op: every 2-D weight is one product."""
-    return _rnn_flops(input_shape, weights)
-
-
-def cudnn_rnn_backward_flop(
-    input_shape: Shape, weights: Sequence[Shape], *args: Any, **kwargs: Any
-) -> int:
-    return 2 * _rnn_flops(input_shape, weights)
+    return rule
 
 
 def cpu_sdpa_flop(query: Shape, key: Shape, value: Shape, *args: Any, **kwargs: Any) -> int:
@@ -69,10 +52,10 @@ def cpu_sdpa_backward_flop(
 
 
 MISSING_RULES = {
-    aten.mkldnn_rnn_layer: mkldnn_rnn_layer_flop,
-    aten.mkldnn_rnn_layer_backward: mkldnn_rnn_layer_backward_flop,
-    aten._cudnn_rnn: cudnn_rnn_flop,
-    aten._cudnn_rnn_backward: cudnn_rnn_backward_flop,
+    aten.mkldnn_rnn_layer: _rnn_rule(1, stacked=False),
+    aten.mkldnn_rnn_layer_backward: _rnn_rule(2, stacked=False),
+    aten._cudnn_rnn: _rnn_rule(1, stacked=True),
+    aten._cudnn_rnn_backward: _rnn_rule(2, stacked=True),
     aten._scaled_dot_product_flash_attention_for_cpu: cpu_sdpa_flop,
     aten._scaled_dot_product_flash_attention_for_cpu_backward: cpu_sdpa_backward_flop,
 }
@@ -93,15 +76,6 @@ class FlopCount:
     @property
     def per_sample(self) -> float:
         return self.total / self.batch_size
-
-
-def _module_path(name: str, root: str) -> str | None:
-    """FlopCounterMode names modules ``Root.child.grandchild``; hpml uses ``child.grandchild``."""
-    if name == root:
-        return ""
-    if name.startswith(root + "."):
-        return name[len(root) + 1 :]
-    return None
 
 
 def _leaf_free(params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -172,11 +146,12 @@ def count_flops(model: nn.Module, example: Any, with_backward: bool = False) -> 
 
 
 def _tallied(counts: dict[str, dict[Any, int]], root: str, batch: int) -> FlopCount:
-    """A :class:`FlopCount` from ``FlopCounterMode.get_flop_counts()`` of a model named ``root``."""
-    by_module = {}
-    for name, ops in counts.items():
-        path = _module_path(name, root)
-        if path is not None:
-            by_module[path] = int(sum(ops.values()))
+    """A :class:`FlopCount` from ``FlopCounterMode.get_flop_counts()`` of a model named ``root``:
+    its modules ``Root.child.grandchild`` become hpml's ``child.grandchild`` (the model ``""``)."""
+    by_module = {
+        name.removeprefix(root).removeprefix("."): int(sum(ops.values()))
+        for name, ops in counts.items()
+        if name == root or name.startswith(f"{root}.")
+    }
     by_op = {str(op): int(n) for op, n in counts.get("Global", {}).items()}
     return FlopCount(sum(by_op.values()), batch, by_module, by_op)
