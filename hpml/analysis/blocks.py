@@ -19,7 +19,7 @@ import torch
 AUTO, WALL, THREAD_CPU = "auto", "wall", "thread_cpu"
 CLOCKS = (AUTO, WALL, THREAD_CPU)
 CALIBRATION_SHARE = 0.1  # a calibration block this share of min_run_time times one call well
-WARM_CALLS = 10  # blocks of this many calls or fewer need no warm-up call (warmup_calls)
+WARM_CALLS = 10  # blocks of this many calls or fewer need no warm-up call (time_block)
 # the thread clock missed work where the process's CPU time over the rounds exceeds the thread's
 # by more than this share: other threads ran part of the calls (a compiled graph's own OpenMP
 # team, inter-op threads); a background thread's sampling stays far below it
@@ -61,18 +61,14 @@ def synchronizer(devices: Iterable[str]) -> Callable[[], None]:
     return sync
 
 
-def warmup_calls(number: int) -> int:
-    """Untimed calls before a block of ``number``, so the caches the other side filled are this
-    side's again: 1%, at least one; none for blocks of a few long calls."""
-    return 0 if number <= WARM_CALLS else max(1, number // 100)
-
-
 def time_block(
     fn: Callable[[], object], number: int, sync: Callable[[], None]
 ) -> tuple[float, float, float]:
-    """Seconds per call of ``number`` calls of ``fn`` after its warm-up: (wall, thread CPU,
-    process CPU), the last to tell whether other threads did some of the work."""
-    for _ in range(warmup_calls(number)):
+    """Seconds per call of ``number`` calls of ``fn``: (wall, thread CPU, process CPU), the last
+    to tell whether other threads did some of the work. Untimed calls first, so the caches the
+    other side filled are this side's again: 1%, at least one; none for blocks of a few long
+    calls."""
+    for _ in range(0 if number <= WARM_CALLS else max(1, number // 100)):
         fn()
     sync()
     wall, cpu, process = time.perf_counter(), time.thread_time(), time.process_time()

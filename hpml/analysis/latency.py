@@ -1,5 +1,6 @@
 """Inference latency of one model on a fixed input, call by call: the bench's per-variant step
-(a run's before/after comparisons use :mod:`hpml.analysis.compare` instead)."""
+and a roofline's whole-model time (a run's before/after comparisons use
+:mod:`hpml.analysis.compare` instead)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,23 @@ from hpml.analysis.timing import call_seconds
 from hpml.tensors import first_tensor
 
 
-def measure_latency(model: nn.Module, example: Any, rounds: int = 20, warmup: int = 3) -> float:
-    """Median milliseconds of ``rounds`` calls of ``model(example)`` (a tensor or a tuple of
-    inputs) after ``warmup`` untimed ones, timed call by call in eval mode under
+def example_device(model: nn.Module, example: Any) -> torch.device:
+    """Where ``model(example)`` runs: its first input tensor's device, else its parameters'."""
+    first = first_tensor(example)
+    return first.device if first is not None else next(model.parameters()).device
+
+
+def forward_seconds(model: nn.Module, example: Any, calls: int, warmup: int) -> list[float]:
+    """Seconds of each of ``calls`` calls of ``model(example)`` (a tensor or a tuple of inputs)
+    after ``warmup`` untimed ones, timed call by call in eval mode under
     ``torch.inference_mode``."""
-    if rounds < 1:
-        raise ValueError(f"rounds={rounds} must be at least 1")
     forward = forward_call(model, example)
     with evaluating([model]), torch.inference_mode():
-        times = call_seconds(forward, rounds, first_tensor(example).device, warmup)
-    return 1e3 * statistics.median(times)
+        return call_seconds(forward, calls, example_device(model, example), warmup)
+
+
+def measure_latency(model: nn.Module, example: Any, rounds: int = 20, warmup: int = 3) -> float:
+    """Median milliseconds of ``rounds`` calls of :func:`forward_seconds`."""
+    if rounds < 1:
+        raise ValueError(f"rounds={rounds} must be at least 1")
+    return 1e3 * statistics.median(forward_seconds(model, example, rounds, warmup))

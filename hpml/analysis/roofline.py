@@ -22,8 +22,9 @@ from torch.utils.hooks import RemovableHandle
 from hpml.analysis.compare import evaluating, forward_call
 from hpml.analysis.devices import DevicePeak
 from hpml.analysis.flops import FlopCount, count_flops
-from hpml.analysis.timing import call_seconds, synchronized_now
-from hpml.tensors import first_tensor, tensors_in
+from hpml.analysis.latency import example_device, forward_seconds
+from hpml.analysis.timing import synchronized_now
+from hpml.tensors import tensors_in
 
 Bound = Literal["memory-bound", "compute-bound"]
 
@@ -123,17 +124,10 @@ def layer_bytes(model: nn.Module, example: Any) -> dict[str, int]:
     return moved
 
 
-def _device_of(model: nn.Module, example: Any) -> torch.device:
-    first = first_tensor(example)
-    if first is not None:
-        return first.device
-    return next(model.parameters()).device
-
-
 def layer_seconds(model: nn.Module, example: Any, passes: int = 3) -> dict[str, float]:
     """Seconds each leaf module takes per forward pass, best of ``passes`` (after a warm-up),
     from its forward pre-hook to its forward hook (module docstring)."""
-    device = _device_of(model, example)
+    device = example_device(model, example)
     starts: dict[str, float] = {}
     current: dict[str, float] = {}
 
@@ -158,14 +152,6 @@ def layer_seconds(model: nn.Module, example: Any, passes: int = 3) -> dict[str, 
     return best
 
 
-def forward_seconds(model: nn.Module, example: Any, passes: int = 3) -> float:
-    """Seconds of one whole forward pass without hooks, best of ``passes`` after a warm-up."""
-    forward = forward_call(model, example)
-    with evaluating([model]), torch.inference_mode():
-        times = call_seconds(forward, passes, _device_of(model, example), warmup=1)
-    return min(times, default=float("inf"))
-
-
 def analyse(
     model: nn.Module, example: Any, timing_passes: int = 3, flops: FlopCount | None = None
 ) -> RooflineAnalysis:
@@ -186,7 +172,9 @@ def analyse(
         )
         for name, nbytes in moved.items()
     ]
-    model_seconds = forward_seconds(model, example, timing_passes) if timing_passes else None
+    model_seconds = (
+        min(forward_seconds(model, example, timing_passes, 1)) if timing_passes else None
+    )
     model_point = RooflinePoint(
         "model (forward)", float(flops.total), float(sum(moved.values())), model_seconds
     )
