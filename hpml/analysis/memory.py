@@ -63,14 +63,14 @@ def optimizer_state_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tens
     ]
 
 
-class SavedActivations:
+class SavedActivations(torch.autograd.graph.saved_tensors_hooks):
     """Context manager recording what autograd saves for backward during a forward pass: the
     saved tensors that are not parameters, each storage once, in ``bytes`` after the block."""
 
     def __init__(self, model: nn.Module) -> None:
         self.exclude = {p.untyped_storage().data_ptr() for p in model.parameters()}
         self.saved: dict[int, int] = {}
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+        super().__init__(self._pack, lambda t: t)
 
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
         storage = tensor.untyped_storage()
@@ -79,11 +79,8 @@ class SavedActivations:
         return tensor
 
     def __enter__(self) -> SavedActivations:
-        self._hooks.__enter__()
+        super().__enter__()
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._hooks.__exit__(*exc)
 
     @property
     def bytes(self) -> int:

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from hpml.analysis.stats import cv_pct, iqr
@@ -126,11 +127,6 @@ class StepTimer:
             n / cycle
             for n, cycle in zip(self.samples[self.warmup :], self.cycle_seconds(), strict=True)
         ]
-        deciles = (
-            statistics.quantiles(steady, n=10, method="inclusive")
-            if len(steady) > 1
-            else [steady[0]] * 9
-        )
         return StepStats(
             steps=len(steady),
             samples=samples,
@@ -138,7 +134,7 @@ class StepTimer:
             throughput_samples_per_s=statistics.median(rates),
             throughput_iqr_samples_per_s=iqr(rates),
             step_p50_ms=statistics.median(steady) * 1e3,
-            step_p90_ms=deciles[8] * 1e3,
+            step_p90_ms=float(np.percentile(steady, 90)) * 1e3,
             step_iqr_ms=iqr(steady) * 1e3,
             step_cv_pct=cv_pct(steady),
             data_wait_pct=100.0 * sum(self.gaps) / seconds,
