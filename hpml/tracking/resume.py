@@ -7,12 +7,13 @@ finds its unfinished run in its folder and continues it.
 
 from __future__ import annotations
 
-import os
 import shlex
 import socket
 import sys
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from hpml.errors import HpmlError
 from hpml.tracking.checkpoint import unreadable_checkpoint
@@ -90,13 +91,7 @@ def alive(run: Any) -> bool:
     host, _, pid = run.data.tags.get(WRITER_TAG, "").rpartition(":")
     if run.info.status != "RUNNING" or host != socket.gethostname() or not pid.isdigit():
         return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's live process
-        return True
-    return True
+    return psutil.pid_exists(int(pid))  # another user's live process included
 
 
 def _candidates(client: Any, experiment_name: str) -> list[Any]:

@@ -29,11 +29,6 @@ class StoreError(HpmlError):
     """The tracking store cannot be created or written."""
 
 
-def is_local(tracking_uri: str) -> bool:
-    """True for stores on this machine (SQLite files), whose artifacts must be placed explicitly."""
-    return urlparse(tracking_uri).scheme in ("sqlite", "file", "")
-
-
 @functools.cache
 def prepare_store(tracking_uri: str) -> None:
     """Create and migrate a local SQLite store once, under an inter-process lock: MLflow creates
@@ -79,11 +74,6 @@ def sqlite_damage(exc: BaseException) -> BaseException | None:
     return next(damaged, None)
 
 
-def is_locked_error(exc: BaseException) -> bool:
-    """SQLite's ``database is locked``, however wrapped."""
-    return any("database is locked" in str(e) for e in causes(exc))
-
-
 def retry_locked(action: Callable[[], T], retries: int = LOCKED_RETRIES) -> T:
     """Run ``action``, again with jittered backoff while SQLite says the database is locked
     (its busy timeout does not cover a reader upgrading to a writer)."""
@@ -91,7 +81,7 @@ def retry_locked(action: Callable[[], T], retries: int = LOCKED_RETRIES) -> T:
         try:
             return action()
         except Exception as exc:
-            if not is_locked_error(exc):
+            if not any("database is locked" in str(e) for e in causes(exc)):
                 raise
             delay = min(0.1 * 2**attempt, 5.0) * (0.5 + random.random())
             log.debug("database is locked; retrying in %.2f s", delay)
@@ -112,7 +102,7 @@ def experiment_id(client: MlflowClient, name: str, artifact_root: str | None) ->
     if found is not None:
         return found.experiment_id
     location = None
-    if artifact_root and is_local(client.tracking_uri):
+    if artifact_root and urlparse(client.tracking_uri).scheme in ("sqlite", "file", ""):
         location = (Path(artifact_root).resolve() / name).as_uri()
     try:
         return retry_locked(lambda: client.create_experiment(name, artifact_location=location))
