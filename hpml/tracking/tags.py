@@ -19,17 +19,14 @@ from hpml.tracking.redact import redact_text
 
 def git_commit(cwd: Path) -> tuple[str, bool] | None:
     """The commit checked out at ``cwd`` and whether the tree has uncommitted changes."""
+    commands = (["rev-parse", "HEAD"], ["status", "--porcelain", "--untracked-files=no"])
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+        commit, dirty = (
+            subprocess.run(
+                ["git", *args], cwd=cwd, capture_output=True, text=True, check=True
+            ).stdout.strip()
+            for args in commands
+        )
     except (OSError, subprocess.CalledProcessError):
         return None
     return commit, bool(dirty)
@@ -79,14 +76,12 @@ def hydra_tags(job: HydraJob | None) -> dict[str, str]:
     tags = {
         "hpml.command": redact_text(shlex.join(["python", "-m", "hpml.train", *job.overrides])),
         "hpml.output_dir": str(job.output_dir),
-    }
-    tags.update(
-        {
+        **{
             f"hpml.choice.{group}": str(option)
             for group, option in job.choices.items()
             if not group.startswith("hydra") and option is not None
-        }
-    )
+        },
+    }
     if job.sweep is not None:
         tags["hpml.sweep_dir"] = job.sweep.dir
         tags["hpml.sweep_command"] = redact_text(
