@@ -29,16 +29,6 @@ FP64 = ("64", "64-true")  # no table figure: held to the fp32 peak, which bounds
 PRECISIONS = FP32 + FP16 + BF16  # the Lightning precision settings a peak is known for
 
 
-def tf32_enabled() -> bool:
-    """Whether float32 work may run on tf32 tensor cores: matmuls once
-    ``torch.set_float32_matmul_precision("high")`` turned them on, convolutions (and cuDNN's
-    RNNs) by cuDNN's default, ``torch.backends.cudnn.allow_tf32``: a roof must bound every
-    layer."""
-    import torch
-
-    return bool(torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32)
-
-
 @dataclass(frozen=True)
 class DevicePeak:
     """Dense peak throughputs of one device, in FLOP/s and bytes/s, and where they come from.
@@ -60,8 +50,11 @@ class DevicePeak:
     ) -> float:
         """The compute roof for a Lightning ``precision`` setting, in FLOP/s.
 
-        ``"32-true"``: the tf32 peak when ``tf32`` (default: :func:`tf32_enabled`) and the device
-        has tf32 units, else fp32. ``"16-mixed"``/``"16-true"``: the fp16 tensor peak;
+        ``"32-true"``: the tf32 peak when ``tf32`` and the device has tf32 units, else fp32;
+        ``tf32`` defaults to whether float32 work may run on tf32 tensor cores: matmuls once
+        ``torch.set_float32_matmul_precision("high")`` turned them on, convolutions (and cuDNN's
+        RNNs) by cuDNN's default, ``torch.backends.cudnn.allow_tf32``: a roof must bound every
+        layer. ``"16-mixed"``/``"16-true"``: the fp16 tensor peak;
         ``"bf16-mixed"``/``"bf16-true"``: the bf16 one. A device without those units is held to
         its fp32 peak, as ``"64-true"`` is (a bound: no fp64 rate exceeds the fp32 one). Other
         settings (``"transformer-engine"``) have no figure here: ValueError.
@@ -69,7 +62,9 @@ class DevicePeak:
         text = str(precision)
         if text in FP32:
             if tf32 is None:
-                tf32 = tf32_enabled()
+                import torch
+
+                tf32 = torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32
             return (
                 self.tf32_flops_per_s if tf32 and self.tf32_flops_per_s else self.fp32_flops_per_s
             )
@@ -166,7 +161,7 @@ KNOWN_DEVICES: dict[str, DevicePeak] = {
     "h200": _peak("H200 SXM", 67.0, 4800, _datasheet("H200"), **_HOPPER_SXM),
 }
 
-# What torch.cuda.get_device_name() reports for each entry, after _normalise (full match).
+# What torch.cuda.get_device_name() reports for each entry, brand words off (full match).
 CUDA_NAMES: dict[str, str] = {
     "k80": r"K80",
     "p40": r"P40",
@@ -188,19 +183,15 @@ CUDA_NAMES: dict[str, str] = {
 }
 
 
-def _normalise(name: str) -> str:
-    """``"NVIDIA GeForce RTX 2060 SUPER"`` -> ``"RTX 2060 SUPER"``: vendor and brand words off."""
-    words = [w for w in name.upper().split() if w not in ("NVIDIA", "TESLA", "GEFORCE")]
-    return " ".join(words)
-
-
 def match_device_name(name: str) -> DevicePeak | None:
     """The table entry for a CUDA device name (``"Tesla V100-SXM2-16GB"``), or None if unknown.
 
     Names must match a whole pattern, so a variant with other figures (``"H200 NVL"``, ``"RTX
     2060"``) is unknown rather than given a neighbour's peak.
     """
-    normal = _normalise(name)
+    # vendor and brand words off: "NVIDIA GeForce RTX 2060 SUPER" -> "RTX 2060 SUPER"
+    words = [w for w in name.upper().split() if w not in ("NVIDIA", "TESLA", "GEFORCE")]
+    normal = " ".join(words)
     for key, pattern in CUDA_NAMES.items():
         if re.fullmatch(pattern, normal):
             return KNOWN_DEVICES[key]
