@@ -19,26 +19,23 @@ CPU_CATEGORIES = ("data_loading", "operator_compute", "framework_overhead")
 CATEGORIES = (*dict.fromkeys([*CUDA_CATEGORIES, *CPU_CATEGORIES]), "other")  # every one, once
 
 
-def _clip(intervals: Iterable[Interval], window: Interval) -> list[Interval]:
-    lo, hi = window
-    return [(max(a, lo), min(b, hi)) for a, b in intervals if b > lo and a < hi]
-
-
 def breakdown(
     window: Interval, categories: Sequence[tuple[str, Iterable[Interval]]]
 ) -> dict[str, float]:
     """Seconds of ``window`` owned by each category (highest priority first) and ``other``:
     a sweep over the sorted span edges."""
     names = [name for name, _ in categories]
+    lo, hi = window
     edges: list[tuple[float, int, int]] = []  # (time, +1 opens / -1 closes, category)
     for index, (_, spans) in enumerate(categories):
-        for start, end in _clip(spans, window):
-            edges += [(start, 1, index), (end, -1, index)]
+        for start, end in spans:
+            if end > lo and start < hi:  # clipped to the window
+                edges += [(max(start, lo), 1, index), (min(end, hi), -1, index)]
     edges.sort()
     owned = dict.fromkeys([*names, "other"], 0.0)
     open_count = [0] * len(names)
-    cursor = window[0]
-    for time, change, index in [*edges, (window[1], 0, -1)]:
+    cursor = lo
+    for time, change, index in [*edges, (hi, 0, -1)]:
         if time > cursor:
             owner = next((names[i] for i, n in enumerate(open_count) if n > 0), "other")
             owned[owner] += time - cursor
@@ -55,10 +52,6 @@ def shares_pct(seconds: dict[str, float]) -> dict[str, float]:
 
 def _span(event) -> Interval:
     return (event.time_range.start, event.time_range.end)
-
-
-def _is_op(event) -> bool:
-    return event.name.startswith("aten::")
 
 
 def _on_host(event) -> bool:
@@ -85,7 +78,7 @@ def summarise_events(events: Iterable, cuda: bool) -> dict[str, float]:
         for e in events
         if _on_host(e) and (e.name == DATA_REGION or e.name.startswith("enumerate(DataLoader)"))
     ]
-    cpu_ops = [_span(e) for e in events if _is_op(e) and _on_host(e)]
+    cpu_ops = [_span(e) for e in events if e.name.startswith("aten::") and _on_host(e)]
     if cuda:
         device = [
             e for e in events if str(e.device_type).endswith("CUDA") and not _is_device_range(e)
