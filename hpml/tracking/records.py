@@ -28,14 +28,11 @@ FOLDER_KEY = re.compile(r"dir(path)?$")
 def flatten(tree: Any) -> dict[str, str]:
     """``{"a": {"b": 1}}`` -> ``{"a.b": "1"}``: one MLflow param per config leaf
     (:func:`hpml.config_tree.leaves`), its text cut to MLflow's limit."""
-    return {key: param_text(value) for key, value in leaves(tree)}
-
-
-def param_text(value: Any) -> str:
-    text = str(value)
-    if len(text) > MAX_PARAM_CHARS:
-        text = text[: MAX_PARAM_CHARS - 3] + "..."
-    return text
+    flat = {key: str(value) for key, value in leaves(tree)}
+    return {
+        key: text if len(text) <= MAX_PARAM_CHARS else text[: MAX_PARAM_CHARS - 3] + "..."
+        for key, text in flat.items()
+    }
 
 
 def is_path(key: str, value: str, folders: tuple[str, ...]) -> bool:
