@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import binom
 
-CONFIDENCE = 0.95
+CONFIDENCE = 0.95  # asked of every interval here
+RESAMPLES = 2000  # of the bootstrap of ratio_ci
 FASTER, SLOWER, WITHIN_NOISE = "faster", "slower", "within noise"
 VERDICTS = (FASTER, SLOWER, WITHIN_NOISE)
 
@@ -51,15 +52,15 @@ def cv_pct(values: Sequence[float]) -> float:
     return 100.0 * statistics.stdev(values) / mean if mean else math.inf
 
 
-def median_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
+def median_ci(values: Sequence[float]) -> Interval:
     """The median of ``values`` and its order-statistic interval [x_(k), x_(n-k+1)], ``k`` the
-    largest rank still covering ``confidence``; where even [min, max] covers less, [min, max].
+    largest rank still covering ``CONFIDENCE``; where even [min, max] covers less, [min, max].
     """
     if not values:
         raise ValueError("median_ci needs at least one value")
     ordered = sorted(values)
     n = len(ordered)
-    best = _rank(n, confidence)
+    best = _rank(n)
     return Interval(
         statistics.median(ordered),
         ordered[best - 1],
@@ -70,11 +71,11 @@ def median_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> Interv
 
 
 @functools.cache
-def _rank(n: int, confidence: float) -> int:
-    """The ``k`` of :func:`median_ci` for ``n`` values (1 where none reaches ``confidence``)."""
+def _rank(n: int) -> int:
+    """The ``k`` of :func:`median_ci` for ``n`` values (1 where none reaches ``CONFIDENCE``)."""
     best = 1
     for k in range(1, n // 2 + 1):
-        if _coverage(n, k) < confidence:
+        if _coverage(n, k) < CONFIDENCE:
             break
         best = k
     return best
@@ -86,13 +87,7 @@ def _coverage(n: int, k: int) -> float:
     return float(binom.cdf(n - k, n, 0.5) - binom.cdf(k - 1, n, 0.5))
 
 
-def ratio_ci(
-    numerator: Sequence[float],
-    denominator: Sequence[float],
-    confidence: float = CONFIDENCE,
-    resamples: int = 2000,
-    seed: int = 0,
-) -> Interval:
+def ratio_ci(numerator: Sequence[float], denominator: Sequence[float], seed: int = 0) -> Interval:
     """median(numerator) / median(denominator) with a seeded percentile-bootstrap interval, for
     two independent groups; with one value on either side the point, ``coverage`` 0."""
     if not numerator or not denominator:
@@ -103,12 +98,12 @@ def ratio_ci(
         return Interval(point, point, point, n, 0.0)
     rng = np.random.default_rng(seed)
     a, b = np.asarray(numerator, float), np.asarray(denominator, float)
-    ra = np.median(rng.choice(a, (resamples, a.size)), axis=1)
-    rb = np.median(rng.choice(b, (resamples, b.size)), axis=1)
+    ra = np.median(rng.choice(a, (RESAMPLES, a.size)), axis=1)
+    rb = np.median(rng.choice(b, (RESAMPLES, b.size)), axis=1)
     ratios = ra / rb
-    tail = 100 * (1 - confidence) / 2
+    tail = 100 * (1 - CONFIDENCE) / 2
     low, high = np.percentile(ratios, [tail, 100 - tail])
-    return Interval(point, float(low), float(high), n, confidence)
+    return Interval(point, float(low), float(high), n, CONFIDENCE)
 
 
 def verdict(interval: Interval, noisy: bool = False, margin: float = 0.0) -> str:
