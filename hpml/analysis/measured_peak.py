@@ -35,19 +35,15 @@ def _slug(text: str) -> str:
 
 
 def _best_seconds(
-    work: Callable[[], Any],
-    device: torch.device,
-    budget_s: float,
-    min_repeats: int = 3,
-    max_repeats: int = 50,
+    work: Callable[[], Any], device: torch.device, budget_s: float, min_repeats: int = 3
 ) -> float:
-    """Shortest of repeated timings of ``work`` (after one untimed call), until ``budget_s``:
-    best-of, not median, as other load only ever slows a repeat down."""
+    """Shortest of repeated timings of ``work`` (after one untimed call), until ``budget_s`` (at
+    most 50 repeats): best-of, not median, as other load only ever slows a repeat down."""
     from hpml.analysis.timing import call_seconds
 
     work()
     best, spent, repeats = float("inf"), 0.0, 0
-    while repeats < min_repeats or (spent < budget_s and repeats < max_repeats):
+    while repeats < min_repeats or (spent < budget_s and repeats < 50):
         [elapsed] = call_seconds(work, 1, device)
         best, spent, repeats = min(best, elapsed), spent + elapsed, repeats + 1
     return best
