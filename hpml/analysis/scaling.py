@@ -14,22 +14,11 @@ from dataclasses import dataclass
 from hpml.errors import HpmlError
 
 
-@dataclass(frozen=True)
-class Line:
+def fit_line(xs: Sequence[float], ys: Sequence[float]) -> statistics.LinearRegression:
     """``intercept + slope * x``, fitted by least squares."""
-
-    intercept: float
-    slope: float
-
-    def __call__(self, x: float) -> float:
-        return self.intercept + self.slope * x
-
-
-def fit_line(xs: Sequence[float], ys: Sequence[float]) -> Line:
     if len(set(xs)) < 2:
         raise HpmlError(f"scaling needs runs at two or more batch sizes, got {sorted(set(xs))}")
-    slope, intercept = statistics.linear_regression(xs, ys)
-    return Line(intercept, slope)
+    return statistics.linear_regression(xs, ys)
 
 
 @dataclass(frozen=True)
@@ -45,8 +34,8 @@ class Prediction:
 class ScalingModel:
     """Step time (seconds) and memory (bytes) as lines in the batch size."""
 
-    step_time_s: Line
-    memory_bytes: Line
+    step_time_s: statistics.LinearRegression
+    memory_bytes: statistics.LinearRegression
 
     @classmethod
     def fit(
@@ -58,8 +47,8 @@ class ScalingModel:
         return cls(fit_line(batch_sizes, step_times_s), fit_line(batch_sizes, memory_bytes))
 
     def predict(self, batch_size: int, capacity_bytes: float | None = None) -> Prediction:
-        step = self.step_time_s(batch_size)
-        memory = self.memory_bytes(batch_size)
+        step = self.step_time_s.intercept + self.step_time_s.slope * batch_size
+        memory = self.memory_bytes.intercept + self.memory_bytes.slope * batch_size
         fits = None if capacity_bytes is None else memory <= capacity_bytes
         return Prediction(batch_size, step, batch_size / step, memory, fits)
 
