@@ -15,10 +15,12 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from mlflow import MlflowClient
 
 from hpml.hydra_job import HydraJob
 from hpml.tracking.interrupts import active, interrupted
 from hpml.tracking.jobs import this_process
+from hpml.tracking.redact import redact_text
 from hpml.tracking.run import sweep_record
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -113,13 +115,9 @@ def _end_sweep(job: HydraJob | None) -> None:
     try:
         record = sweep_record(job)
         if record is not None and record.get("process") == this_process():
-            from mlflow import MlflowClient
-
             MlflowClient(record["tracking_uri"]).set_terminated(record["run_id"], "KILLED")
             print(f"hpml: sweep {record['run_id']} stopped (KILLED in MLflow)", file=sys.stderr)
     except Exception as exc:  # the stop itself matters more than its record
-        from hpml.tracking.redact import redact_text
-
         print(
             f"hpml: could not end the sweep's parent run: {redact_text(str(exc))}", file=sys.stderr
         )

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import mlflow
 from mlflow import MlflowClient
+from mlflow.entities import RunTag
 
 from hpml.errors import one_line
 from hpml.hydra_job import HydraJob
@@ -63,8 +64,6 @@ class TrackedRun:
     def set_device(self, device: Any, processes: int = 1) -> None:
         """Tag the device the trainer actually chose (known only once the trainer exists) and
         how many processes train (``hpml.processes``: devices x nodes under DDP)."""
-        from mlflow.entities import RunTag
-
         tags = {**device_tags(device), "hpml.processes": str(processes)}
         MlflowClient(self.tracker.tracking_uri).log_batch(
             self.run_id, tags=[RunTag(key, value) for key, value in tags.items()]
