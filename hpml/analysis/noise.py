@@ -8,6 +8,7 @@ never judged: it counts this run's own threads). :func:`judge` applies :class:`N
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Iterable
@@ -67,22 +68,15 @@ def busy_seconds(times: object) -> float:
 def tree_cpu_seconds(pids: Iterable[int]) -> float:
     """User and system CPU seconds of the processes ``pids`` and all their descendants (reaped
     children included), each counted once."""
-    seen: set[int] = set()
-    total = 0.0
+    processes: dict[int, psutil.Process] = {}
     for pid in pids:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             root = psutil.Process(pid)
-            tree = [root, *root.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            continue
-        for process in tree:
-            if process.pid in seen:
-                continue
-            seen.add(process.pid)
-            try:
-                t = process.cpu_times()
-            except psutil.NoSuchProcess:  # a worker that exited since the listing
-                continue
+            processes.update((p.pid, p) for p in [root, *root.children(recursive=True)])
+    total = 0.0
+    for process in processes.values():
+        with contextlib.suppress(psutil.NoSuchProcess):  # a worker that exited since the listing
+            t = process.cpu_times()
             total += t.user + t.system + t.children_user + t.children_system
     return total
 
