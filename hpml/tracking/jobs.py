@@ -49,8 +49,5 @@ def earlier_attempt(job_dir: Path) -> str | None:
 
 def failed_jobs(sweep_dir: Path) -> list[str]:
     """Job folders of the sweep that failed, or that started (``.hydra`` exists) but never ended."""
-    failed = []
-    for job_dir in sorted(p for p in sweep_dir.iterdir() if (p / ".hydra").is_dir()):
-        if _read(job_dir).get("status") != "FINISHED":
-            failed.append(job_dir.name)
-    return failed
+    job_dirs = sorted(p for p in sweep_dir.iterdir() if (p / ".hydra").is_dir())
+    return [job_dir.name for job_dir in job_dirs if _read(job_dir).get("status") != "FINISHED"]
