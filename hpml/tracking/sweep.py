@@ -25,14 +25,6 @@ from hpml.tracking.jobs import PARENT_FILE, failed_jobs, this_process
 from hpml.tracking.redact import redact_text
 
 
-def job_failed(job_return: JobReturn) -> bool:
-    """A job that raised, or that hpml's task reported failed by returning NaN."""
-    if job_return.status == JobStatus.FAILED:
-        return True
-    value = job_return.return_value  # safe: raises only for FAILED, handled above
-    return isinstance(value, float) and math.isnan(value)
-
-
 def swept_keys(config: DictConfig) -> list[str]:
     """The keys a sweep varies, as Hydra's basic sweeper reads them: the sweeper's own params
     (an experiment's), then the command line's overrides, a later value of a key winning."""
@@ -86,7 +78,12 @@ class MlflowSweepCallback(Callback):
         self.ended = True  # until a multirun starts: nothing to close at exit
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
-        self.failed_returns += job_failed(job_return)
+        """Count a job that raised, or that hpml's task reported failed by returning NaN."""
+        if job_return.status == JobStatus.FAILED:
+            self.failed_returns += 1
+            return
+        value = job_return.return_value  # safe: raises only for FAILED, handled above
+        self.failed_returns += isinstance(value, float) and math.isnan(value)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from hpml.tracking.remote import prepare
