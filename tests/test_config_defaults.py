@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
-from hydra.utils import instantiate
+from hydra.utils import get_object, instantiate
 from omegaconf import OmegaConf
 
 from hpml.validate.knobs import _record
-from hpml.validate.signatures import hints, locate
+from hpml.validate.signatures import hints
 from tests.conftest import CONF
 
 # Overlays of values chosen for one study, not defaults.
@@ -90,7 +90,7 @@ def set_values(node: Any, target: Any = None) -> Iterator[tuple[str, str, Any, A
     if not isinstance(node, dict):
         return
     if isinstance(node.get("_target_"), str):
-        target = locate(node["_target_"])
+        target = get_object(node["_target_"])
     declared = own_defaults(target) if target is not None else {}
     types = hints(target)[0] if target is not None else {}
     for key, value in node.items():
@@ -117,7 +117,7 @@ def built_alike(function: str, name: str, value: Any) -> bool:
     (``_target_`` lists: a data set's transforms): every attribute the same, tuple or list."""
     if "_target_" not in str(value) or not function.endswith(".__init__"):
         return False
-    target = locate(function.removesuffix(".__init__"))
+    target = get_object(function.removesuffix(".__init__"))
     spelt = [vars(target()), vars(target(**{name: instantiate(value)}))]
     flat = [{k: re.sub(r"[][()]", "", repr(v)) for k, v in attrs.items()} for attrs in spelt]
     return flat[0] == flat[1]

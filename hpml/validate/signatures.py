@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hydra.utils import get_object
+
 from hpml.errors import ConfigError
 
 Num = int | float
@@ -25,15 +27,9 @@ Signature = tuple[dict[str, Any], set[str], bool]  # hints, argument names, take
 Reader = Callable[[str], Signature | None]
 
 
-def locate(path: str) -> Any:
-    from hydra.utils import get_object
-
-    return get_object(path)
-
-
 def imported(path: str) -> Signature:
     """The signature of ``_target_`` ``path``, its module imported."""
-    return hints(locate(path))
+    return hints(get_object(path))
 
 
 def hints(target: Any) -> Signature:
