@@ -11,7 +11,7 @@ sentiment lexicon per class, with words of other classes as confusers, into neut
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Annotated, NamedTuple
 
 import torch
@@ -259,32 +259,24 @@ class SyntheticDataModule(HpmlDataModule):
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:
             return
-        offsets = {"train": 0, "val": 1_000_000, "test": 2_000_000}
         if self.modality == "tokens":
-            splits = {
-                name: SyntheticTokens(
-                    size,
-                    self.seq_len,
-                    self.vocab_size,
-                    self.num_classes,
-                    self.signal,
-                    self.seed + offsets[name],
-                )
-                for name, size in self.sizes.items()
-            }
+            split = partial(
+                SyntheticTokens,
+                seq_len=self.seq_len,
+                vocab_size=self.vocab_size,
+                num_classes=self.num_classes,
+                signal=self.signal,
+            )
         else:
-            templates = prototypes(self.num_classes, self.channels, self.image_size, self.seed)
-            shape = (self.channels, self.image_size, self.image_size)
-            splits = {
-                name: SyntheticImages(
-                    size,
-                    shape,
-                    self.num_classes,
-                    self.noise,
-                    self.seed + offsets[name],
-                    templates,
-                    self.own_colour,
-                )
-                for name, size in self.sizes.items()
-            }
-        self.train_set, self.val_set, self.test_set = splits["train"], splits["val"], splits["test"]
+            split = partial(
+                SyntheticImages,
+                shape=(self.channels, self.image_size, self.image_size),
+                num_classes=self.num_classes,
+                noise=self.noise,
+                templates=prototypes(self.num_classes, self.channels, self.image_size, self.seed),
+                own_colour=self.own_colour,
+            )
+        self.train_set, self.val_set, self.test_set = (
+            split(size=self.sizes[name], seed=self.seed + offset)
+            for name, offset in (("train", 0), ("val", 1_000_000), ("test", 2_000_000))
+        )
