@@ -20,19 +20,6 @@ SMALL_IMAGE = 64  # px: Tiny ImageNet's size; CIFAR-10 (32) and MNIST (28) are u
 EXPECTED = "a non-empty list of transforms, each a {_target_: torchvision.transforms.<Name>} node"
 
 
-def transform_list(key: str, value: Sequence[Transform] | None, default: list[Transform]) -> list:
-    """``value`` as a list of callables (``default`` when None), else a ConfigError naming
-    ``key``, refused when the data module is built rather than by the DataLoader mid-epoch."""
-    if value is None:
-        return default
-    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
-        raise ConfigError(key, value, EXPECTED)
-    steps = list(value)
-    if not steps or not all(callable(step) for step in steps):
-        raise ConfigError(key, steps, EXPECTED)
-    return steps
-
-
 def pipeline(
     key: str,
     value: Sequence[Transform] | None,
@@ -41,10 +28,19 @@ def pipeline(
     shape: tuple[int, ...],
     then: Sequence[Transform] = (),
 ) -> T.Compose:
-    """The transforms of ``value`` (then ``then``), checked on ``sample``, a blank image in the
-    dataset's format, to give the float ``shape`` tensor the model is built for; the global RNGs
-    are restored, so the probe leaves a seeded run's draws unchanged."""
-    steps = transform_list(key, value, default)
+    """The transforms of ``value`` (``default`` when None; then ``then``), checked on ``sample``,
+    a blank image in the dataset's format, to give the float ``shape`` tensor the model is built
+    for: a bad list is a ConfigError naming ``key`` when the data module is built, not the
+    DataLoader's error mid-epoch. The global RNGs are restored, so the probe leaves a seeded
+    run's draws unchanged."""
+    if value is None:
+        steps = default
+    elif isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise ConfigError(key, value, EXPECTED)
+    else:
+        steps = list(value)
+        if not steps or not all(callable(step) for step in steps):
+            raise ConfigError(key, steps, EXPECTED)
     composed = T.Compose([*steps, *then])
     state = random.getstate()
     try:
