@@ -72,50 +72,99 @@ def _val_fraction(value: Any) -> float:
     return float(value)
 
 
-def _hold_out(
-    full: Dataset, fraction: float, seed: int, train_tf: Callable, eval_tf: Callable
-) -> tuple[TransformedSubset, TransformedSubset]:
-    """Split the official train set into train and val by a seeded permutation (same every run)."""
-    n = len(full)  # type: ignore[arg-type]
-    n_val = max(1, round(n * fraction))
-    if n_val >= n:
-        raise HpmlError(f"{n} training images are too few to hold out val_fraction={fraction}")
-    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
-    return (
-        TransformedSubset(full, order[n_val:], train_tf),
-        TransformedSubset(full, order[:n_val], eval_tf),
-    )
-
-
-def _download(name: str, fetch: Callable[[], object]) -> None:
-    """Run torchvision's download, turning network and archive failures into one line."""
-    log.info("downloading %s", name)
-    try:
-        fetch()
-    except (URLError, OSError, RuntimeError) as err:
-        raise HpmlError(f"downloading {name} failed: {' '.join(str(err).split())}") from err
-
-
 class _UnverifiedCIFAR10(datasets.CIFAR10):
     """CIFAR-10 that still requires every file but skips their md5 checks: torchvision's
     ``check_integrity(path, md5)`` only tests existence when md5 is None."""
 
-    train_list: ClassVar[list[list[str | None]]] = [
-        [name, None] for name, _ in datasets.CIFAR10.train_list
-    ]
-    test_list: ClassVar[list[list[str | None]]] = [
-        [name, None] for name, _ in datasets.CIFAR10.test_list
-    ]
-    meta: ClassVar[dict[str, str | None]] = {**datasets.CIFAR10.meta, "md5": None}
+    train_list = tuple((name, None) for name, _ in CIFAR.train_list)
+    test_list = tuple((name, None) for name, _ in CIFAR.test_list)
+    meta: ClassVar[dict[str, str | None]] = {**CIFAR.meta, "md5": None}
 
 
-class CIFAR10DataModule(HpmlDataModule):
+class HeldOutImages(HpmlDataModule):
+    """Ten classes of ``shape`` images that torchvision reads from ``files`` (name, md5) in the
+    subclass's ``folder``, checked to be there first: val is its ``val_fraction`` of the training
+    images, held out by a seeded permutation (the same every run); test is the official test
+    split. Its ``train_transform`` applies to train only, ``eval_transform`` to val and test."""
+
+    title: ClassVar[str]  # in messages
+    key: ClassVar[str]  # the dataset's name in the run's record
+    shape: ClassVar[tuple[int, int, int]]
+    files: ClassVar[Sequence[Sequence[str | None]]]
+    missing_hint: ClassVar[str] = DOWNLOAD_HINT
+    verify = False  # whether a file that fails its md5 is downloaded again
+
+    @property
+    def spec(self) -> DataSpec:
+        return image_spec(self.shape, 10, self.train_transform, self.eval_transform)
+
+    def torchvision_dataset(self) -> type[datasets.VisionDataset]:
+        raise NotImplementedError
+
+    def read(self) -> tuple[Dataset, Dataset]:
+        """The official train set, untransformed, and the test set, with the eval transforms."""
+        raise NotImplementedError
+
+    def _first_bad(self, check_md5: bool = False) -> Path | None:
+        """The folder if absent, else the first file that is missing (or fails its md5)."""
+        if not self.folder.is_dir():
+            return self.folder
+        for name, md5 in self.files:
+            if not check_integrity(self.folder / name, md5 if check_md5 else None):
+                return self.folder / name
+        return None
+
+    def _require_files(self) -> None:
+        missing = self._first_bad()
+        if missing is not None:
+            raise DatasetNotFoundError(self.title, missing, self.missing_hint)
+
+    def description(self) -> DataDescription:
+        """The files torchvision reads, by name, size and content (not the archives beside
+        them)."""
+        files = [self.folder / name for name, _ in self.files]
+        return DataDescription.of_files(self.key, self.folder, files)
+
+    def prepare_data(self) -> None:
+        """Torchvision's download where a file is missing (or, verified, fails its md5), its
+        network and archive failures in one line."""
+        if self.download and self._first_bad(check_md5=self.verify) is not None:
+            log.info("downloading %s", self.title)
+            try:
+                self.torchvision_dataset()(self.data_dir, train=False, download=True)
+            except (URLError, OSError, RuntimeError) as err:
+                message = " ".join(str(err).split())
+                raise HpmlError(f"downloading {self.title} failed: {message}") from err
+        self._require_files()
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_set is not None:
+            return
+        self._require_files()
+        full, test = self.read()
+        n = len(full)  # type: ignore[arg-type]
+        n_val = max(1, round(n * self.val_fraction))
+        if n_val >= n:
+            raise HpmlError(
+                f"{n} training images are too few to hold out val_fraction={self.val_fraction}"
+            )
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed)).tolist()
+        self.train_set = TransformedSubset(full, order[n_val:], self.train_transform)
+        self.val_set = TransformedSubset(full, order[:n_val], self.eval_transform)
+        self.test_set = test
+
+
+class CIFAR10DataModule(HeldOutImages):
     """CIFAR-10 from the pickled ``cifar-10-batches-py`` folder under ``data_dir``.
 
-    val is ``val_fraction`` of the training images (seeded); test is the official test batch.
-    ``verify=False`` skips the md5 checks. ``train_transforms`` (None: crop, flip, standardise)
-    applies to train only, ``eval_transforms`` (None: standardise) to val and test.
+    ``verify=False`` skips the md5 checks. ``train_transforms`` default to crop, flip,
+    standardise, ``eval_transforms`` to standardise.
     """
+
+    title = "CIFAR-10"
+    key = "cifar10"
+    shape = (3, 32, 32)
+    files = CIFAR_FILES
 
     def __init__(
         self,
@@ -126,60 +175,25 @@ class CIFAR10DataModule(HpmlDataModule):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        sample, shape = Image.new("RGB", (32, 32)), (3, 32, 32)
+        sample = Image.new("RGB", (32, 32))
         self.train_transform = pipeline(
-            "train_transforms", train_transforms, cifar10_train_transforms(), sample, shape
+            "train_transforms", train_transforms, cifar10_train_transforms(), sample, self.shape
         )
         self.eval_transform = pipeline(
-            "eval_transforms", eval_transforms, cifar10_eval_transforms(), sample, shape
+            "eval_transforms", eval_transforms, cifar10_eval_transforms(), sample, self.shape
         )
         self.val_fraction = _val_fraction(val_fraction)
         self.verify = bool(verify)
+        self.folder = self.data_dir / CIFAR.base_folder
 
-    @property
-    def spec(self) -> DataSpec:
-        return image_spec((3, 32, 32), 10, self.train_transform, self.eval_transform)
+    def torchvision_dataset(self) -> type[datasets.CIFAR10]:
+        return CIFAR if self.verify else _UnverifiedCIFAR10
 
-    @property
-    def folder(self) -> Path:
-        return self.data_dir / datasets.CIFAR10.base_folder
-
-    def _dataset_cls(self) -> type[datasets.CIFAR10]:
-        return datasets.CIFAR10 if self.verify else _UnverifiedCIFAR10
-
-    def _first_bad(self, check_md5: bool) -> Path | None:
-        """The folder if absent, else the first file that is missing (or fails its md5)."""
-        if not self.folder.is_dir():
-            return self.folder
-        for name, md5 in CIFAR_FILES:
-            if not check_integrity(self.folder / name, md5 if check_md5 else None):
-                return self.folder / name
-        return None
-
-    def _require_files(self) -> None:
-        missing = self._first_bad(check_md5=False)
-        if missing is not None:
-            raise DatasetNotFoundError("CIFAR-10", missing, DOWNLOAD_HINT)
-
-    def description(self) -> DataDescription:
-        """The batches and meta file torchvision reads, by name, size and content."""
-        files = [self.folder / name for name, _ in CIFAR_FILES]
-        return DataDescription.of_files("cifar10", self.folder, files)
-
-    def prepare_data(self) -> None:
-        if self.download and self._first_bad(check_md5=self.verify) is not None:
-            cls = self._dataset_cls()
-            _download("CIFAR-10", lambda: cls(self.data_dir, train=False, download=True))
-        self._require_files()
-
-    def setup(self, stage: str | None = None) -> None:
-        if self.train_set is not None:
-            return
-        self._require_files()
-        cls = self._dataset_cls()
+    def read(self) -> tuple[Dataset, Dataset]:
+        cls = self.torchvision_dataset()
         try:
             full = cls(self.data_dir, train=True)
-            test = cls(self.data_dir, train=False, transform=self.eval_transform)
+            return full, cls(self.data_dir, train=False, transform=self.eval_transform)
         except RuntimeError as err:  # the files exist, so torchvision is reporting an md5 mismatch
             bad = self._first_bad(check_md5=True) or self.folder
             raise HpmlError(
@@ -192,19 +206,21 @@ class CIFAR10DataModule(HpmlDataModule):
                 f"CIFAR-10 files in {self.folder} cannot be read ({type(err).__name__}: {err}): "
                 "delete them and set data.download=true"
             ) from err
-        self.train_set, self.val_set = _hold_out(
-            full, self.val_fraction, self.seed, self.train_transform, self.eval_transform
-        )
-        self.test_set = test
 
 
-class MNISTDataModule(HpmlDataModule):
+class MNISTDataModule(HeldOutImages):
     """MNIST from the uncompressed idx files in ``data_dir/MNIST/raw``.
 
     Pixels stay in [0, 1] by default, as a Bernoulli VAE reads them as probabilities;
-    ``normalize=True`` standardises them for classifiers. val is held out from the train set;
-    transforms (None: ``ToTensor``) run before ``normalize``.
+    ``normalize=True`` standardises them for classifiers. Transforms (None: ``ToTensor``) run
+    before ``normalize``.
     """
+
+    title = "MNIST"
+    key = "mnist"
+    shape = (1, 28, 28)
+    files = tuple((name, None) for name in MNIST_FILES)
+    missing_hint = f"{DOWNLOAD_HINT}, or put the uncompressed idx files there"
 
     def __init__(
         self,
@@ -215,7 +231,7 @@ class MNISTDataModule(HpmlDataModule):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        sample, shape = Image.new("L", (28, 28)), (1, 28, 28)
+        sample, shape = Image.new("L", (28, 28)), self.shape
         standardise = [T.Normalize(MNIST_MEAN, MNIST_STD)] if normalize else []
         self.train_transform = pipeline(
             "train_transforms", train_transforms, [T.ToTensor()], sample, shape, standardise
@@ -224,52 +240,22 @@ class MNISTDataModule(HpmlDataModule):
             "eval_transforms", eval_transforms, [T.ToTensor()], sample, shape, standardise
         )
         self.val_fraction = _val_fraction(val_fraction)
-
-    @property
-    def spec(self) -> DataSpec:
-        return image_spec((1, 28, 28), 10, self.train_transform, self.eval_transform)
-
-    @property
-    def folder(self) -> Path:
         # torchvision derives this from the class name, which is why MNIST is not subclassed here
-        return self.data_dir / "MNIST" / "raw"
+        self.folder = self.data_dir / "MNIST" / "raw"
 
-    def _first_missing(self) -> Path | None:
-        if not self.folder.is_dir():
-            return self.folder
-        return next((self.folder / f for f in MNIST_FILES if not (self.folder / f).is_file()), None)
+    def torchvision_dataset(self) -> type[datasets.MNIST]:
+        return datasets.MNIST
 
     def _require_files(self) -> None:
-        missing = self._first_missing()
-        if missing is not None:
-            raise DatasetNotFoundError(
-                "MNIST", missing, f"{DOWNLOAD_HINT}, or put the uncompressed idx files there"
-            )
+        super()._require_files()
         check_mnist(self.folder, MNIST_FILES)
 
-    def description(self) -> DataDescription:
-        """The four idx files, by name, size and content (not the archives beside them)."""
-        files = [self.folder / name for name in MNIST_FILES]
-        return DataDescription.of_files("mnist", self.folder, files)
-
-    def prepare_data(self) -> None:
-        if self.download and self._first_missing() is not None:
-            _download("MNIST", lambda: datasets.MNIST(self.data_dir, train=False, download=True))
-        self._require_files()
-
-    def setup(self, stage: str | None = None) -> None:
-        if self.train_set is not None:
-            return
-        self._require_files()
+    def read(self) -> tuple[Dataset, Dataset]:
         try:
             full = datasets.MNIST(self.data_dir, train=True)
-            test = datasets.MNIST(self.data_dir, train=False, transform=self.eval_transform)
+            return full, datasets.MNIST(self.data_dir, train=False, transform=self.eval_transform)
         except (AssertionError, TypeError, ValueError, RuntimeError) as err:
             raise HpmlError(
                 f"MNIST files in {self.folder} are not valid idx files ({type(err).__name__}): "
                 f"delete them and set data.download=true"
             ) from err
-        self.train_set, self.val_set = _hold_out(
-            full, self.val_fraction, self.seed, self.train_transform, self.eval_transform
-        )
-        self.test_set = test
