@@ -102,11 +102,9 @@ class HpmlDataModule(L.LightningDataModule):
         self.data_dir = Path(data_dir)
         self.batch_size = positive_int("batch_size", batch_size)
         self.num_workers = non_negative_int("num_workers", num_workers)
-        if limit is not None:
-            positive_int("limit", limit)
+        self.limit = None if limit is None else positive_int("limit", limit)
         self.pin_memory = bool(pin_memory)
         self.download = bool(download)
-        self.limit = limit
         self.seed = seed
         self.train_set: Dataset | None = None
         self.val_set: Dataset | None = None
@@ -127,19 +125,16 @@ class HpmlDataModule(L.LightningDataModule):
         run then records no dataset). Called once the data is prepared."""
         return None
 
-    def _limited(self, dataset: Dataset | None, split: str) -> Dataset:
-        if dataset is None:
-            raise ConfigError("split", split, "a split this dataset has (call setup first)")
-        if self.limit is not None and self.limit < len(dataset):  # type: ignore[arg-type]
-            return Subset(dataset, range(self.limit))
-        return dataset
-
     def _loader(self, dataset: Dataset | None, split: str, shuffle: bool) -> DataLoader:
         """Shuffled from ``seed``'s own generator, so a job's data order is its seed's alone (a
         fused array's members each read their serial twin's order); under DDP Lightning's
         DistributedSampler shuffles instead."""
+        if dataset is None:
+            raise ConfigError("split", split, "a split this dataset has (call setup first)")
+        if self.limit is not None and self.limit < len(dataset):  # type: ignore[arg-type]
+            dataset = Subset(dataset, range(self.limit))
         return DataLoader(
-            self._limited(dataset, split),
+            dataset,
             batch_size=self.batch_size,
             shuffle=shuffle,
             generator=torch.Generator().manual_seed(self.seed) if shuffle else None,
