@@ -19,11 +19,11 @@ from hpml.build import CONF_DIR
 trace = logging.getLogger("hpml.trace")  # to the job log file only (conf/hydra/default.yaml)
 
 
-def group_options(group: str, *conf_dirs: Path) -> list[str] | None:
-    """Options of config group ``group``: its files under ``conf/`` (and any further config
-    folders) and the options Hydra and its plugins register (``hydra/launcher=joblib``), or None
-    if there is no such group."""
-    folders = [d / group for d in (conf_dirs or (CONF_DIR,)) if (d / group).is_dir()]
+def group_options(group: str, conf_dirs: list[Path]) -> list[str] | None:
+    """Options of config group ``group``: its files in ``conf_dirs`` (``conf/`` and any further
+    config folders) and the options Hydra and its plugins register (``hydra/launcher=joblib``),
+    or None if there is no such group."""
+    folders = [d / group for d in conf_dirs if (d / group).is_dir()]
     registered = registered_options(group)
     if not folders and registered is None:
         return None
@@ -77,13 +77,13 @@ def malformed_override(args: list[str]) -> str | None:
     return None
 
 
-def unknown_option(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
+def unknown_option(args: list[str]) -> str | None:
     """A one-line message for the first ``group=option`` whose option has no config file,
     naming the valid ones (Hydra's spans a dozen lines)."""
-    dirs = (conf_dir, *extra_config_dirs(args))
+    dirs = [CONF_DIR, *extra_config_dirs(args)]
     for override in overrides_of(args):
         group = override.key_or_group
-        options = group_options(group, *dirs)
+        options = group_options(group, dirs)
         if options is None or override.is_delete() or override.value() is None:
             continue
         if override.is_sweep_override():
@@ -122,23 +122,23 @@ def sweep_without_multirun(args: list[str]) -> str | None:
     return None
 
 
-def composition_error(args: list[str], conf_dir: Path = CONF_DIR) -> str | None:
+def composition_error(args: list[str]) -> str | None:
     """Hydra's complaint about the overrides (a mistyped key, a bad value type), on one line."""
     from hydra import compose, initialize_config_dir
 
-    searchpath = [f"file://{d.resolve()}" for d in extra_config_dirs(args)]
+    extra = extra_config_dirs(args)
+    searchpath = [f"file://{d.resolve()}" for d in extra]
     overrides = [o for o in first_job(args) if not o.startswith("hydra.searchpath=")]
     if searchpath:
         overrides.append(f"hydra.searchpath=[{','.join(searchpath)}]")
     try:
-        with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             compose("train", overrides=overrides)
     except Exception as exc:
         from hpml.errors import config_file_problem
 
         text = str(exc).split("Set the environment variable HYDRA_FULL_ERROR")[0]
-        dirs = [conf_dir, *extra_config_dirs(args)]
-        return config_file_problem(exc, dirs) or " ".join(text.split())
+        return config_file_problem(exc, [CONF_DIR, *extra]) or " ".join(text.split())
     return None
 
 
@@ -161,13 +161,13 @@ def trainer_arguments() -> list[str]:
     return sorted(found[1]) if found else []
 
 
-def trainer_overrides(args: list[str], conf_dir: Path = CONF_DIR) -> list[str]:
+def trainer_overrides(args: list[str]) -> list[str]:
     """``trainer.<name>=...`` for any argument of ``lightning.Trainer``: those
     ``conf/trainer/default.yaml`` leaves out are added (``++``), so they need no ``+``; a name
     Lightning does not take exits with one line."""
     from omegaconf import OmegaConf
 
-    listed = set(OmegaConf.load(conf_dir / "trainer" / "default.yaml"))
+    listed = set(OmegaConf.load(CONF_DIR / "trainer" / "default.yaml"))
     known: list[str] = []
     out = []
     for arg in args:
