@@ -11,6 +11,7 @@ import collections.abc as abc
 import difflib
 import inspect
 import os
+import re
 import types
 import typing
 from collections.abc import Callable
@@ -161,15 +162,9 @@ def describe(hint: Any) -> str:
 
 
 def _plural(noun: str) -> str:
-    for article in ("an ", "a "):
-        if noun.startswith(article):
-            noun = noun[len(article) :]
-    return (
-        noun.replace("integer", "integers")
-        .replace("number", "numbers")
-        .replace("string", "strings")
-        .replace("path", "paths")
-        .replace("node", "nodes")
+    """``an integer or null`` -> ``integers or null``: a list's items in a user's words."""
+    return re.sub(
+        r"integer|number|string|path|node", r"\g<0>s", noun.removeprefix("an ").removeprefix("a ")
     )
 
 
