@@ -188,11 +188,7 @@ def check_trainer_option(cfg: DictConfig, job: HydraJob | None) -> int:
         if OmegaConf.select(own, exc.key.removeprefix("trainer.")) != exc.value:
             raise  # set by an experiment or another group: the key is what to name
         runs = options.working(cfg, "trainer", check_trainer)
-        reason = (
-            exc.expected.split(": ", 1)[1]
-            if ": " in exc.expected
-            else (f"{exc.key} must be {exc.expected}")
-        )
+        reason = exc.expected.partition(": ")[2] or f"{exc.key} must be {exc.expected}"
         raise IncompatibleError(
             f"{chosen} sets {exc.key}={exc.value!r}, and {reason}: "
             f"use {options.alternatives('trainer', runs)}"
