@@ -69,9 +69,8 @@ RANGES: dict[str, Range] = {
     "model.scheduler.gamma": Range(gt=0),
     "model.scheduler.eta_min": Range(ge=0),
     "model.net.dropout": Range(ge=0, lt=1),  # torchvision's nets; hpml's declare their own
-    "callbacks.checkpoint.save_top_k": Range(
-        ge=-1, kind=int, note="-1: every epoch"
-    ),  # Lightning's
+    # Lightning's ModelCheckpoint
+    "callbacks.checkpoint.save_top_k": Range(ge=-1, kind=int, note="-1: every epoch"),
 }
 
 
