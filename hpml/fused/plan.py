@@ -84,37 +84,31 @@ def unfusable_callback(cfg: DictConfig) -> str | None:
 
 def unfusable_setting(cfg: DictConfig) -> str | None:
     """What every job shares that an array cannot train with, as ``<key> is set, and <why>``:
-    a callback (:func:`unfusable_callback`) or a trainer setting; None when there is none."""
+    a callback (:func:`unfusable_callback`), a trainer setting or ``resume``; None when there is
+    none."""
     callback = unfusable_callback(cfg)
     if callback is not None:
         return callback
-    setting = trainer_setting(cfg)
-    if setting is None:
+    trainer = cfg.trainer
+    strategy = trainer.get("strategy", "auto")
+    if strategy not in ("auto", "single_device"):
+        setting = f"trainer.strategy={strategy}"
+    elif processes(trainer) > 1:
+        setting = f"trainer.devices={trainer.get('devices')} (x trainer.num_nodes)"
+    elif trainer.get("accumulate_grad_batches", 1) != 1:
+        setting = f"trainer.accumulate_grad_batches={trainer.accumulate_grad_batches}"
+    elif trainer.get("gradient_clip_val") is not None:
+        setting = f"trainer.gradient_clip_val={trainer.gradient_clip_val}"
+    elif str(trainer.get("precision")).startswith("16"):  # one GradScaler, N optimiser steps
+        setting = f"trainer.precision={trainer.precision}"
+    elif cfg.get("resume") is not None:
+        setting = f"resume={cfg.resume}"
+    else:
         return None
     return (
         f"{setting} is set, and an array trains on one device, without fp16 loss scaling, "
         "gradient accumulation or clipping, and starts afresh"
     )
-
-
-def trainer_setting(cfg: DictConfig) -> str | None:
-    """A trainer setting (or ``resume``) every job shares that an array cannot train with, as
-    ``key=value``."""
-    trainer = cfg.trainer
-    strategy = trainer.get("strategy", "auto")
-    if strategy not in ("auto", "single_device"):
-        return f"trainer.strategy={strategy}"
-    if processes(trainer) > 1:
-        return f"trainer.devices={trainer.get('devices')} (x trainer.num_nodes)"
-    for key, default in (("accumulate_grad_batches", 1), ("gradient_clip_val", None)):
-        value = trainer.get(key, default)
-        if value != default:
-            return f"trainer.{key}={value}"
-    if str(trainer.get("precision")).startswith("16"):  # one GradScaler, N optimiser steps
-        return f"trainer.precision={trainer.precision}"
-    if cfg.get("resume") is not None:
-        return f"resume={cfg.resume}"
-    return None
 
 
 def plan(
