@@ -35,19 +35,6 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
-def folder_train_transforms(size: int, small_image: int = SMALL_IMAGE) -> list[Transform]:
-    """The random crop of :func:`~hpml.data.transforms.train_crop` (ImageNet's above
-    ``small_image`` px, CIFAR-10's at or under), a flip half the time, then standardised:
-    conf/data/imagenet.yaml's train_transforms."""
-    return [train_crop(size, small_image), T.RandomHorizontalFlip(), *_standardise()]
-
-
-def folder_eval_transforms(size: int, small_image: int = SMALL_IMAGE) -> list[Transform]:
-    """The short side resized (to ``size * 256 / 224`` above ``small_image`` px, to ``size`` at
-    or under), the centre ``size`` square, standardised."""
-    return [eval_resize(size, small_image), T.CenterCrop(size), *_standardise()]
-
-
 def _standardise() -> list[Transform]:
     return [T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
 
@@ -78,8 +65,9 @@ class ImageFolderDataModule(HpmlDataModule):
         small = positive_int("small_image", small_image)
         # photos come in every size: probe with one that is neither square nor image_size
         sample, shape = Image.new("RGB", (size + 13, size + 7)), (3, size, size)
-        train_default = folder_train_transforms(size, small)
-        eval_default = folder_eval_transforms(size, small)
+        # conf/data/imagenet.yaml's lists, built for this size
+        train_default = [train_crop(size, small), T.RandomHorizontalFlip(), *_standardise()]
+        eval_default = [eval_resize(size, small), T.CenterCrop(size), *_standardise()]
         self.train_transform = pipeline(
             "train_transforms", train_transforms, train_default, sample, shape
         )
