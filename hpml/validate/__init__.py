@@ -13,7 +13,7 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from hpml.build import Parts, constructed
-from hpml.errors import ConfigError, HpmlError, Problems, raise_all
+from hpml.errors import HpmlError, raise_all
 from hpml.hydra_job import HydraJob
 
 
@@ -87,6 +87,3 @@ def check_model(parts: Parts, cfg: DictConfig, job: HydraJob | None) -> None:
         if isinstance(callback, HpmlCallback):
             callback.check_model(model, parts.cpu_net, spec.input_shape, name)
             fit.check_activations(callback, model)
-
-
-__all__ = ["ConfigError", "HpmlError", "Problems", "check", "check_config"]
