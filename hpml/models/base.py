@@ -22,7 +22,6 @@ from hpml.errors import ConfigError, IncompatibleError
 Measured = dict[str, Tensor | Metric]
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 SchedulerFactory = Callable[[torch.optim.Optimizer], Any]
-PROGRESS_BAR = ("loss", "acc")
 
 
 class HpmlModule(L.LightningModule):
@@ -148,5 +147,5 @@ def log_measured(
             on_step=False,
             on_epoch=True,
             sync_dist=not isinstance(value, Metric),
-            prog_bar=not prefix and name in PROGRESS_BAR,
+            prog_bar=not prefix and name in ("loss", "acc"),
         )

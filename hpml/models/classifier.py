@@ -13,8 +13,6 @@ from hpml.errors import IncompatibleError
 from hpml.models.base import HpmlModule, Measured
 from hpml.models.input_fit import CANDIDATES, MAX_SIZE, probe, size_range, sizes_text
 
-STAGES = ("train", "val", "test")
-
 
 class Classifier(HpmlModule):
     """Cross-entropy classifier; logs ``<stage>/loss`` and ``<stage>/acc`` (top-1) per epoch."""
@@ -25,7 +23,7 @@ class Classifier(HpmlModule):
         self.accuracy = nn.ModuleDict(
             {
                 f"{stage}_acc": MulticlassAccuracy(self.data_spec.num_classes, average="micro")
-                for stage in STAGES
+                for stage in ("train", "val", "test")
             }
         )
 
