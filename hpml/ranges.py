@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -73,6 +74,25 @@ NonNegative = Annotated[float, Range(ge=0)]
 Percent = Annotated[float, Range(ge=0, le=100)]  # a share of a whole
 
 
+def union_members(hint: Any) -> tuple[Any, ...]:
+    """The types of a union hint (``int | None``: ``int``, ``NoneType``); any other, alone."""
+    origin = typing.get_origin(hint)
+    return typing.get_args(hint) if origin in (typing.Union, types.UnionType) else (hint,)
+
+
+def declared_range(hint: Any) -> Range | None:
+    """The :class:`Range` an annotation carries, its kind (integer or number) from the type it
+    annotates: ``Annotated[int, Range(ge=1)]``, also inside ``... | None``."""
+    for part in union_members(hint):
+        if typing.get_origin(part) is Annotated:
+            found = [m for m in part.__metadata__ if isinstance(m, Range)]
+            if found:
+                kinds = [a for a in union_members(part.__origin__) if a is not type(None)]
+                kind = int if kinds and all(k is int for k in kinds) else float
+                return dataclasses.replace(found[0], kind=kind)
+    return None
+
+
 def refuse_out_of_range(record: Any, error: Callable[[str, Any, str], Exception]) -> None:
     """Raise ``error(field, value, expected)`` for the first field of the dataclass ``record``
     whose value is outside the range its annotation declares (``Annotated[int, Range(ge=1)]``):
@@ -80,8 +100,6 @@ def refuse_out_of_range(record: Any, error: Callable[[str, Any, str], Exception]
     since this leaf imports no other."""
     hints = typing.get_type_hints(type(record), include_extras=True)
     for field in dataclasses.fields(record):
-        hint, value = hints[field.name], getattr(record, field.name)
-        ranges = [m for m in getattr(hint, "__metadata__", ()) if isinstance(m, Range)]
-        for allowed in (dataclasses.replace(r, kind=hint.__origin__) for r in ranges):
-            if not allowed.accepts(value):
-                raise error(field.name, value, allowed.expected())
+        allowed, value = declared_range(hints[field.name]), getattr(record, field.name)
+        if allowed is not None and not allowed.accepts(value):
+            raise error(field.name, value, allowed.expected())

@@ -12,15 +12,13 @@ import contextlib
 import dataclasses
 import fnmatch
 import math
-import types
-import typing
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from hpml.config_tree import leaves
 from hpml.errors import ConfigError
-from hpml.ranges import SEED_RANGE, Range
+from hpml.ranges import SEED_RANGE, Range, declared_range, union_members
 from hpml.validate.signatures import Reader, check_types, hints, imported
 
 
@@ -78,28 +76,11 @@ def range_for(key: str) -> Range | None:
     return next((r for pattern, r in RANGES.items() if fnmatch.fnmatchcase(key, pattern)), None)
 
 
-def _union(hint: Any) -> tuple[Any, ...]:
-    origin = typing.get_origin(hint)
-    return typing.get_args(hint) if origin in (typing.Union, types.UnionType) else (hint,)
-
-
-def declared_range(hint: Any) -> Range | None:
-    """The :class:`Range` an annotation carries, its kind (integer or number) from the type it
-    annotates: ``Annotated[int, Range(ge=1)]``, also inside ``... | None``."""
-    for part in _union(hint):
-        if typing.get_origin(part) is typing.Annotated:
-            found = [m for m in part.__metadata__ if isinstance(m, Range)]
-            if found:
-                kinds = [a for a in _union(part.__origin__) if a is not type(None)]
-                kind = int if kinds and all(k is int for k in kinds) else float
-                return dataclasses.replace(found[0], kind=kind)
-    return None
-
-
 def _record(hint: Any) -> type | None:
     """The dataclass a plain mapping stands for, where the hint offers one (``NoiseRule``)."""
     return next(
-        (p for p in _union(hint) if isinstance(p, type) and dataclasses.is_dataclass(p)), None
+        (p for p in union_members(hint) if isinstance(p, type) and dataclasses.is_dataclass(p)),
+        None,
     )
 
 
