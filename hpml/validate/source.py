@@ -54,13 +54,10 @@ def parsed(module: str) -> ast.Module:
 
 def absolute(module: str, node: ast.ImportFrom) -> str:
     """The module an ``import from`` in ``module`` names, relative ones resolved."""
-    if not node.level:
-        return node.module or ""
-    package = module.split(".")
-    is_package = module_file(module) is not None and module_file(module).name == "__init__.py"
-    base = package if is_package else package[:-1]
-    base = base[: len(base) - node.level + 1]
-    return ".".join([*base, *([node.module] if node.module else [])])
+    path = module_file(module)
+    is_package = path is not None and path.name == "__init__.py"
+    package = module if is_package else module.rpartition(".")[0]
+    return importlib.util.resolve_name("." * node.level + (node.module or ""), package)
 
 
 @functools.cache
@@ -195,5 +192,5 @@ def signature(path: str) -> Signature | None:
     module, _, name = path.rpartition(".")
     try:
         return read(*definition(module, name))
-    except (Unknown, SyntaxError, OSError, RecursionError, ValueError):
+    except (Unknown, SyntaxError, OSError, RecursionError, ValueError, ImportError):
         return None
