@@ -41,8 +41,7 @@ def cuda_device() -> str | None:
 
 
 def ncu() -> str | None:
-    found = shutil.which("ncu")
-    return found or next((p for g in NCU_GLOBS for p in sorted(glob.glob(g))), None)
+    return shutil.which("ncu") or next((p for g in NCU_GLOBS for p in sorted(glob.glob(g))), None)
 
 
 def run_command(argv: Sequence[str], env: dict[str, str], timeout_s: float, log) -> str:

@@ -193,14 +193,11 @@ def study2_rows(store: Store) -> list[Row]:
 def roofline_rows(store: Store) -> list[Row]:
     rows = []
     for run in store.of("gpu_study5"):
-        m = run.data.metrics
-        intensity = m.get(INTENSITY)
-        achieved = m.get(FORWARD_ACHIEVED)
-        ridge = m.get(RIDGE)
-        bandwidth = m.get(PEAK_BANDWIDTH)
-        if None in (intensity, achieved, ridge, bandwidth):
+        names = (INTENSITY, FORWARD_ACHIEVED, RIDGE, PEAK_BANDWIDTH)
+        if any(name not in run.data.metrics for name in names):
             rows.append(Row(f"study 5 roofline, {run.info.run_name}", "failed", "no roofline"))
             continue
+        intensity, achieved, ridge, bandwidth = (run.data.metrics[name] for name in names)
         roof = min(ridge, intensity) * bandwidth  # the precision's compute roof, or the slope
         where = "above the roof" if achieved > roof * (1 + 1e-9) else "under the roof"
         rows.append(
