@@ -13,7 +13,6 @@ from mlflow.data.sources import LocalArtifactDatasetSource
 from mlflow.types import Schema, TensorSpec
 
 from hpml.data.base import DataDescription, HpmlDataModule
-from hpml.data.spec import DataSpec
 
 # One input per run: MLflow keeps one input per dataset and run (the val and test splits come
 # from the same files), under the context its own autologgers give training data.
@@ -22,17 +21,20 @@ SOURCE_NAME_TAG = "mlflow.source.name"  # what MLflow's code sources name their 
 
 
 def log_dataset(datamodule: HpmlDataModule) -> None:
-    """Record the prepared ``datamodule``'s data as the active run's input, if it can say."""
+    """Record the prepared ``datamodule``'s data as the active run's input, if it can say:
+    metadata only (MLflow stores no copy of the data, just where it is and its digest), its
+    schema a batch of inputs and its class labels, as tensors of any batch size."""
     description = datamodule.description()
-    if description is not None:
-        mlflow.log_input(mlflow_dataset(description, datamodule.spec), context=CONTEXT)
-
-
-def mlflow_dataset(description: DataDescription, spec: DataSpec) -> MetaDataset:
-    """Metadata only: MLflow stores no copy of the data, just where it is and its digest."""
-    return MetaDataset(
-        source(description), name=description.name, digest=description.digest, schema=schema(spec)
+    if description is None:
+        return
+    spec = datamodule.spec
+    dtype = np.dtype(np.int64 if spec.modality == "tokens" else np.float32)
+    inputs = TensorSpec(dtype, (-1, *spec.input_shape), spec.modality)
+    schema = Schema([inputs, TensorSpec(np.dtype(np.int64), (-1,), "label")])
+    dataset = MetaDataset(
+        source(description), name=description.name, digest=description.digest, schema=schema
     )
+    mlflow.log_input(dataset, context=CONTEXT)
 
 
 def source(description: DataDescription) -> DatasetSource:
@@ -41,14 +43,3 @@ def source(description: DataDescription) -> DatasetSource:
     if description.path is not None:
         return LocalArtifactDatasetSource(str(description.path))
     return CodeDatasetSource({SOURCE_NAME_TAG: description.generator, **description.config})
-
-
-def schema(spec: DataSpec) -> Schema:
-    """A batch of inputs and its class labels, as tensors of any batch size."""
-    dtype = np.dtype(np.int64 if spec.modality == "tokens" else np.float32)
-    return Schema(
-        [
-            TensorSpec(dtype, (-1, *spec.input_shape), spec.modality),
-            TensorSpec(np.dtype(np.int64), (-1,), "label"),
-        ]
-    )
