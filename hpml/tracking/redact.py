@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 MASK = "***"
+# names of keys or environment variables that hold secrets (HF_TOKEN, db_password)
 SECRET_NAME = re.compile(
     r"token|passw|secret|api[_-]?key|access[_-]?key|private[_-]?key|"
     r"credential|auth",
@@ -22,24 +23,19 @@ def redact_text(text: str) -> str:
     return URI_CREDENTIALS.sub(rf"\g<scheme>{MASK}@", text)
 
 
-def is_secret_name(name: str) -> bool:
-    """Names of keys or environment variables that hold secrets (``HF_TOKEN``, ``db_password``)."""
-    return bool(SECRET_NAME.search(name))
-
-
 def redact_config(resolved: Any, raw: Any) -> Any:
     """``resolved`` with secret-named keys, values read from secret-named environment variables
     (seen in the unresolved ``raw`` tree) and URI credentials masked."""
     if isinstance(resolved, dict):
         raw = raw if isinstance(raw, dict) else {}
         return {
-            key: MASK if is_secret_name(str(key)) else redact_config(value, raw.get(key))
+            key: MASK if SECRET_NAME.search(str(key)) else redact_config(value, raw.get(key))
             for key, value in resolved.items()
         }
     if isinstance(resolved, list):
         raw = raw if isinstance(raw, list) and len(raw) == len(resolved) else [None] * len(resolved)
         return [redact_config(value, r) for value, r in zip(resolved, raw, strict=True)]
-    if isinstance(raw, str) and any(is_secret_name(n) for n in ENV_REFERENCE.findall(raw)):
+    if isinstance(raw, str) and any(SECRET_NAME.search(n) for n in ENV_REFERENCE.findall(raw)):
         return MASK
     return redact_text(resolved) if isinstance(resolved, str) else resolved
 
