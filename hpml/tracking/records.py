@@ -35,25 +35,20 @@ def flatten(tree: Any) -> dict[str, str]:
     }
 
 
-def is_path(key: str, value: str, folders: tuple[str, ...]) -> bool:
-    """Whether config leaf ``key`` is a path rather than a knob: a key under ``paths.``, a key
-    naming a folder, or a value inside one of the job's own ``folders`` (its output and sweep
-    dirs), however the config reached it (``${hydra:...}`` interpolations included)."""
-    if key.startswith("paths.") or FOLDER_KEY.search(key.rsplit(".", 1)[-1]):
-        return True
-    return any(value == folder or value.startswith(f"{folder}/") for folder in folders)
-
-
 def split_paths(
     flat: dict[str, str], job: HydraJob | None
 ) -> tuple[dict[str, str], dict[str, str]]:
-    """``flat`` as ``(params, tags)``: paths (:func:`is_path`) become ``hpml.path.<key>`` tags."""
+    """``flat`` as ``(params, tags)``: paths become ``hpml.path.<key>`` tags. A config leaf is a
+    path rather than a knob if its key is under ``paths.`` or names a folder, or if its value
+    lies inside one of the job's own folders (its output and sweep dirs), however the config
+    reached it (``${hydra:...}`` interpolations included)."""
     folders = () if job is None else (str(job.output_dir),)
     if job is not None and job.sweep is not None:
         folders += (job.sweep.dir,)
     params, tags = {}, {}
     for key, text in flat.items():
-        if is_path(key, text, folders):
+        named = key.startswith("paths.") or FOLDER_KEY.search(key.rsplit(".", 1)[-1])
+        if named or any(text == folder or text.startswith(f"{folder}/") for folder in folders):
             tags[f"{PATH_TAG}{key}"] = text
         else:
             params[key] = text
