@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import threading
-from typing import Any, Protocol
+from typing import Protocol
 from urllib.parse import urlparse
 
 from hpml.errors import ConfigError, causes
@@ -182,16 +182,13 @@ def probe(tracking_uri: str, timeout_s: float) -> str | None:
             f"HTTP {code}, the credentials were refused (MLFLOW_TRACKING_USERNAME and "
             "MLFLOW_TRACKING_PASSWORD, or MLFLOW_TRACKING_TOKEN)"
         )
-    if code != 200 or not _is_mlflow_answer(response):
+    try:
+        answer = response.json()
+    except ValueError:
+        answer = None
+    if code != 200 or not isinstance(answer, dict):
         return f"HTTP {code} for {PREFLIGHT_ENDPOINT}, not an MLflow tracking server"
     return None
-
-
-def _is_mlflow_answer(response: Any) -> bool:
-    try:
-        return isinstance(response.json(), dict)
-    except ValueError:
-        return False
 
 
 def _reason(exc: BaseException, timeout_s: float) -> str:
