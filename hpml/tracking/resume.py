@@ -64,12 +64,6 @@ def merge_overrides(recorded: list[str], given: list[str]) -> list[str]:
     return [*kept, *given]
 
 
-def recorded_overrides(run: Any) -> list[str]:
-    """Overrides of the job that made ``run``, from its ``hpml.command`` tag."""
-    command = run.data.tags.get("hpml.command", "")
-    return shlex.split(command)[COMMAND_PREFIX:] if command.startswith("python -m ") else []
-
-
 def last_checkpoint(client: Any, run: Any) -> str | None:
     """Where ``run``'s last checkpoint can be read: its path on disk, else its artifact path."""
     local = run.data.tags.get(LAST_TAG)
@@ -206,7 +200,9 @@ def resume_args(args: list[str]) -> list[str]:
         print(f"hpml: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     given = [f"resume={run.info.run_id}" if requested([arg]) else arg for arg in args]
-    return merge_overrides(recorded_overrides(run), given)
+    command = run.data.tags.get("hpml.command", "")  # the overrides of the job that made run
+    recorded = shlex.split(command)[COMMAND_PREFIX:] if command.startswith("python -m ") else []
+    return merge_overrides(recorded, given)
 
 
 def _store_of(args: list[str]) -> tuple[Any, str]:
