@@ -12,17 +12,13 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 active: list[Any] = []  # the StopOnSignals of the jobs in progress in this process (one, or none)
 
 
-def stopping() -> bool:
-    """Whether the job in progress got a stop signal: then whatever it raises is that stop's
-    doing (SLURM signals DataLoader workers too, and their death raises a RuntimeError)."""
-    return any(job.received is not None for job in active)
-
-
 def interrupted(exc: BaseException) -> bool:
     """Ctrl-C or SIGTERM: Lightning turns KeyboardInterrupt into SystemExit(1), keeping it as
-    the context, and a signal into SIGTERMException at the next batch (hpml.tracking.stop)."""
+    the context, and a signal into SIGTERMException at the next batch (hpml.tracking.stop). Once
+    the job in progress got a stop signal, whatever it raises is that stop's doing (SLURM signals
+    DataLoader workers too, and their death raises a RuntimeError)."""
     return (
         isinstance(exc, KeyboardInterrupt | SIGTERMException)
         or isinstance(exc.__context__, KeyboardInterrupt)
-        or stopping()
+        or any(job.received is not None for job in active)
     )
