@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,17 +39,6 @@ def files_digest(root: Path, files: Iterable[Path], content_bytes: int = CONTENT
                 digest.update(chunk)
                 budget -= len(chunk)
     return digest.hexdigest()[:DIGEST_CHARS]
-
-
-def files_under(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
-    """Files below ``folder`` whose names end in one of ``suffixes`` (any case), links followed
-    as torchvision's ImageFolder follows them."""
-    return [
-        Path(parent, name)
-        for parent, _, names in os.walk(folder, followlinks=True)
-        for name in names
-        if name.lower().endswith(suffixes)
-    ]
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,9 @@ after a line that says so."""
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from PIL import Image
@@ -15,7 +17,7 @@ from torchvision import datasets
 from torchvision import transforms as T
 from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes
 
-from hpml.data.base import DataDescription, HpmlDataModule, files_under
+from hpml.data.base import DataDescription, HpmlDataModule
 from hpml.data.formats import empty_class_folder, load_image
 from hpml.data.image_sizes import ImageSizes, upsampling_note
 from hpml.data.spec import DataSpec
@@ -33,10 +35,6 @@ log = logging.getLogger(__name__)
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-
-
-def _standardise() -> list[Transform]:
-    return [T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
 
 
 class ImageFolderDataModule(HpmlDataModule):
@@ -66,8 +64,9 @@ class ImageFolderDataModule(HpmlDataModule):
         # photos come in every size: probe with one that is neither square nor image_size
         sample, shape = Image.new("RGB", (size + 13, size + 7)), (3, size, size)
         # conf/data/imagenet.yaml's lists, built for this size
-        train_default = [train_crop(size, small), T.RandomHorizontalFlip(), *_standardise()]
-        eval_default = [eval_resize(size, small), T.CenterCrop(size), *_standardise()]
+        standardise = [T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+        train_default = [train_crop(size, small), T.RandomHorizontalFlip(), *standardise]
+        eval_default = [eval_resize(size, small), T.CenterCrop(size), *standardise]
         self.train_transform = pipeline(
             "train_transforms", train_transforms, train_default, sample, shape
         )
@@ -114,11 +113,14 @@ class ImageFolderDataModule(HpmlDataModule):
 
     def description(self) -> DataDescription:
         """The image files of train/ and val/ (one stat each; content within the digest's
-        budget), named after the folder: ``imagenet`` by default."""
+        budget), links followed as torchvision's ImageFolder follows them; named after the
+        folder: ``imagenet`` by default."""
         files = [
-            f
+            Path(parent, name)
             for split in ("train", "val")
-            for f in files_under(self.data_dir / split, IMG_EXTENSIONS)
+            for parent, _, names in os.walk(self.data_dir / split, followlinks=True)
+            for name in names
+            if name.lower().endswith(IMG_EXTENSIONS)
         ]
         name = self.data_dir.resolve().name or "image_folder"
         return DataDescription.of_files(name, self.data_dir, files)
