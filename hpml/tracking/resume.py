@@ -174,17 +174,6 @@ def find_run(client: Any, experiment_name: str, value: str) -> Any:
     return run
 
 
-def checkpoint_file(client: Any, run: Any, download_dir: Path) -> str:
-    """A local path of ``run``'s last checkpoint, downloaded into ``download_dir`` if need be."""
-    where = last_checkpoint(client, run)
-    if where is None:
-        raise ResumeError(f"resume={run.info.run_id}: its last checkpoint is gone")
-    if Path(where).is_absolute():
-        return where
-    download_dir.mkdir(parents=True, exist_ok=True)
-    return client.download_artifacts(run.info.run_id, where, str(download_dir))
-
-
 def resume_args(args: list[str]) -> list[str]:
     """``args`` with the resumed run's own overrides put first and ``resume=last`` made an id;
     exits with status 2 and one line when ``resume=`` names nothing resumable."""
@@ -278,13 +267,20 @@ def restarted_run(tracker: Any, job_dir: Path) -> str | None:
 
 
 def resume_point(tracker: Any, value: Any, output_dir: Path) -> tuple[str | None, str | None]:
-    """``(run id, local last checkpoint)`` for ``resume=value``, the checkpoint checked to load;
-    ``(None, None)`` without one (a reopened run's error tag is cleared as it starts)."""
+    """``(run id, local last checkpoint)`` for ``resume=value``, the checkpoint downloaded into
+    ``output_dir/resumed_from`` if need be and checked to load; ``(None, None)`` without one (a
+    reopened run's error tag is cleared as it starts)."""
     if value is None:
         return None, None
     client = tracker.client()
     run = find_run(client, tracker.experiment_name, str(value))
-    path = checkpoint_file(client, run, output_dir / "resumed_from")
+    path = last_checkpoint(client, run)
+    if path is None:
+        raise ResumeError(f"resume={run.info.run_id}: its last checkpoint is gone")
+    if not Path(path).is_absolute():
+        download_dir = output_dir / "resumed_from"
+        download_dir.mkdir(parents=True, exist_ok=True)
+        path = client.download_artifacts(run.info.run_id, path, str(download_dir))
     problem = unreadable_checkpoint(Path(path))
     if problem is not None:
         raise ResumeError(
