@@ -17,21 +17,6 @@ from hpml.hydra_job import HydraJob
 from hpml.tracking.redact import redact_text
 
 
-def git_commit(cwd: Path) -> tuple[str, bool] | None:
-    """The commit checked out at ``cwd`` and whether the tree has uncommitted changes."""
-    commands = (["rev-parse", "HEAD"], ["status", "--porcelain", "--untracked-files=no"])
-    try:
-        commit, dirty = (
-            subprocess.run(
-                ["git", *args], cwd=cwd, capture_output=True, text=True, check=True
-            ).stdout.strip()
-            for args in commands
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return commit, bool(dirty)
-
-
 def device_tags(device: torch.device) -> dict[str, str]:
     """Name of the device a run computes on, for comparing runs across machines."""
     if device.type == "cuda":
@@ -60,11 +45,21 @@ def environment_tags() -> dict[str, str]:
         "hpml.cuda_available": str(torch.cuda.is_available()),
         "hpml.load_avg_1m_5m_15m": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
-    revision = git_commit(Path(__file__).resolve().parent)
-    if revision is not None:
-        tags["mlflow.source.git.commit"] = revision[0]
-        tags["hpml.git_commit"] = revision[0]
-        tags["hpml.git_dirty"] = str(revision[1])
+    # the commit checked out where hpml lies, and whether it has uncommitted changes
+    here = Path(__file__).resolve().parent
+    queries = (["rev-parse", "HEAD"], ["status", "--porcelain", "--untracked-files=no"])
+    try:
+        commit, dirty = (
+            subprocess.run(
+                ["git", *args], cwd=here, capture_output=True, text=True, check=True
+            ).stdout.strip()
+            for args in queries
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return tags
+    tags["mlflow.source.git.commit"] = commit
+    tags["hpml.git_commit"] = commit
+    tags["hpml.git_dirty"] = str(bool(dirty))
     return tags
 
 
