@@ -23,8 +23,6 @@ from hpml.tracking.jobs import this_process
 from hpml.tracking.redact import redact_text
 from hpml.tracking.run import sweep_record
 
-SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
 
 class Terminated(SIGTERMException):
     """SIGTERM received outside Lightning's loops."""
@@ -69,7 +67,7 @@ class StopOnSignals:
     def __enter__(self) -> StopOnSignals:
         active.append(self)
         if threading.current_thread() is threading.main_thread():
-            for signum in SIGNALS:
+            for signum in (signal.SIGTERM, signal.SIGINT):
                 self._previous[signum] = signal.signal(signum, self._handler)
         return self
 
