@@ -46,10 +46,10 @@ def export_problem(net: nn.Module, example: Tensor) -> str | None:
     return None
 
 
-def log_model(net: nn.Module, example: Tensor) -> str:
+def log_model(net: nn.Module, example: Tensor) -> None:
     """Log ``net`` to the active run, on the CPU in eval mode, with ``example`` as its input
-    example; return the format. Nets with several outputs get the example as a tensor, so MLflow
-    gives them no pyfunc flavour (which serves one output only)."""
+    example. Nets with several outputs get the example as a tensor, so MLflow gives them no
+    pyfunc flavour (which serves one output only)."""
     net = net.cpu().eval()
     problem = export_problem(net, example)
     serialization_format = "pt2" if problem is None else "pickle"
@@ -69,4 +69,3 @@ def log_model(net: nn.Module, example: Tensor) -> str:
     )
     mlflow.set_tag(FORMAT_TAG, serialization_format)
     log.info("logged the net as %s (%s)", info.model_uri, serialization_format)
-    return serialization_format
