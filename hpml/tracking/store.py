@@ -74,10 +74,10 @@ def sqlite_damage(exc: BaseException) -> BaseException | None:
     return next(damaged, None)
 
 
-def retry_locked(action: Callable[[], T], retries: int = LOCKED_RETRIES) -> T:
+def retry_locked(action: Callable[[], T]) -> T:
     """Run ``action``, again with jittered backoff while SQLite says the database is locked
     (its busy timeout does not cover a reader upgrading to a writer)."""
-    for attempt in range(retries):
+    for attempt in range(LOCKED_RETRIES):
         try:
             return action()
         except Exception as exc:
