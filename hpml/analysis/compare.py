@@ -241,9 +241,10 @@ def forward_call(model: nn.Module, example: Any) -> Callable[[], object]:
     return lambda: model(*args)
 
 
-def _device(example: Any) -> str:
-    tensor = first_tensor(example)
-    return "cpu" if tensor is None else str(tensor.device)
+def example_device(model: nn.Module, example: Any) -> torch.device:
+    """Where ``model(example)`` runs: its first input tensor's device, else its parameters'."""
+    first = first_tensor(example)
+    return first.device if first is not None else next(model.parameters()).device
 
 
 def compare_forward(
@@ -252,7 +253,7 @@ def compare_forward(
     """Forward latency of each ``name: (model, example)`` (a tensor or a tuple of inputs), side
     by side as ``plan`` asks, in eval mode under ``torch.inference_mode``."""
     calls = {name: forward_call(model, x) for name, (model, x) in variants.items()}
-    devices = {name: _device(x) for name, (_, x) in variants.items()}
+    devices = {name: str(example_device(model, x)) for name, (model, x) in variants.items()}
     with evaluating([model for model, _ in variants.values()]), torch.inference_mode():
         timings = time_side_by_side(calls, plan, set(devices.values()))
     return {name: dataclasses.replace(t, device=devices[name]) for name, t in timings.items()}

@@ -10,15 +10,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from hpml.analysis.compare import evaluating, forward_call
+from hpml.analysis.compare import evaluating, example_device, forward_call
 from hpml.analysis.timing import call_seconds
-from hpml.tensors import first_tensor
-
-
-def example_device(model: nn.Module, example: Any) -> torch.device:
-    """Where ``model(example)`` runs: its first input tensor's device, else its parameters'."""
-    first = first_tensor(example)
-    return first.device if first is not None else next(model.parameters()).device
 
 
 def forward_seconds(model: nn.Module, example: Any, calls: int, warmup: int) -> list[float]:

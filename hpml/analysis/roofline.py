@@ -19,10 +19,10 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from hpml.analysis.compare import evaluating, forward_call
+from hpml.analysis.compare import evaluating, example_device, forward_call
 from hpml.analysis.devices import DevicePeak
 from hpml.analysis.flops import FlopCount, count_flops
-from hpml.analysis.latency import example_device, forward_seconds
+from hpml.analysis.latency import forward_seconds
 from hpml.analysis.timing import synchronized_now
 from hpml.tensors import tensors_in
 
