@@ -108,18 +108,13 @@ def pack(out: Path, name: str, folders: Sequence[Path], suffixes: Sequence[str] 
                     tar.add(path, arcname=f"{folder.name}/{path.relative_to(folder)}")
 
 
-def gpu_test_files() -> list[str]:
-    """The test files that mark a test ``gpu``, relative to the repository."""
-    return sorted(
-        str(path.relative_to(ROOT))
-        for path in (ROOT / "tests").rglob("test_*.py")
-        if "mark.gpu" in path.read_text()
-    )
-
-
 def expand(arg: str, names: dict[str, str]) -> list[str]:
-    """One argument with its ``{name}``s filled in; ``{gpu_tests}`` becomes the test files."""
-    return gpu_test_files() if arg == "{gpu_tests}" else [arg.format(**names)]
+    """One argument with its ``{name}``s filled in; ``{gpu_tests}`` becomes the test files that
+    mark a test ``gpu``, relative to the repository."""
+    if arg != "{gpu_tests}":
+        return [arg.format(**names)]
+    tests = (ROOT / "tests").rglob("test_*.py")
+    return sorted(str(path.relative_to(ROOT)) for path in tests if "mark.gpu" in path.read_text())
 
 
 def run_part(
