@@ -94,12 +94,6 @@ def non_negative_int(key: str, value: Any) -> int:
     return value
 
 
-CONFIG_FILE_HINT = (
-    "it should be UTF-8 YAML text of config keys and values, as the files in conf/ are: fix or "
-    "restore it"
-)
-
-
 def config_file_problem(exc: BaseException, config_dirs: Iterable[Path]) -> str | None:
     """One line naming the config file that composing a config failed to read (``exc``: what
     Hydra raised) and what it should be, or None if ``exc`` is about no file. YAML's own errors
@@ -114,10 +108,18 @@ def config_file_problem(exc: BaseException, config_dirs: Iterable[Path]) -> str 
             problem = (mark.name, f"{seen.problem} at line {mark.line + 1}:{mark.column + 1}")
         elif isinstance(seen, yaml.reader.ReaderError):  # a character YAML never allows
             problem = (seen.name, f"{seen.reason} at byte {seen.position}")
-        elif isinstance(seen, UnicodeDecodeError):
-            problem = undecodable(config_dirs)
+        elif isinstance(seen, UnicodeDecodeError):  # the first config file that is not UTF-8
+            for path in sorted(p for folder in config_dirs for p in Path(folder).rglob("*.yaml")):
+                try:
+                    path.read_text(encoding="utf-8")
+                except UnicodeDecodeError as bad:
+                    problem = (path, f"{bad.reason} at byte {bad.start}")
+                    break
         if problem is not None:
-            return f"config file {problem[0]} cannot be read: {problem[1]}; {CONFIG_FILE_HINT}"
+            return (
+                f"config file {problem[0]} cannot be read: {problem[1]}; it should be UTF-8 YAML "
+                "text of config keys and values, as the files in conf/ are: fix or restore it"
+            )
     return None
 
 
@@ -130,13 +132,3 @@ def causes(exc: BaseException) -> list[BaseException]:
         chain.append(seen)
         seen = seen.__cause__ or seen.__context__
     return chain
-
-
-def undecodable(config_dirs: Iterable[Path]) -> tuple[Path, str] | None:
-    """The first config file under ``config_dirs`` that is not UTF-8 text, and why."""
-    for path in sorted(p for folder in config_dirs for p in Path(folder).rglob("*.yaml")):
-        try:
-            path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as bad:
-            return path, f"{bad.reason} at byte {bad.start}"
-    return None
