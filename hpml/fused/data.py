@@ -9,6 +9,7 @@ their serial twins would: one loader each, zipped, each step a list of one batch
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partialmethod
 from typing import Any
 
 import lightning as L
@@ -35,11 +36,6 @@ class FusedData(L.LightningDataModule):
             return loaders[0]
         return CombinedLoader(loaders, mode="min_size")
 
-    def train_dataloader(self) -> Any:
-        return self._loader("train")
-
-    def val_dataloader(self) -> Any:
-        return self._loader("val")
-
-    def test_dataloader(self) -> Any:
-        return self._loader("test")
+    train_dataloader = partialmethod(_loader, "train")
+    val_dataloader = partialmethod(_loader, "val")
+    test_dataloader = partialmethod(_loader, "test")
