@@ -51,14 +51,13 @@ def wheel_name_version(wheel: Path) -> tuple[str, str]:
     return normalize(parts[0]), parts[1]
 
 
-def pip(python: str, *args: str, quiet: bool = True) -> None:
-    """``python -m pip ARGS``, failing loudly. The machine's pip configuration applies: its
-    constraint file caps only torch and torchvision, which the kit never resolves (no deps)."""
-    command = [python, "-m", "pip", *args, "--disable-pip-version-check"]
-    subprocess.run([*command, "-qq"] if quiet else command, check=True)
+def pip(python: str, *args: str) -> None:
+    """``python -m pip ARGS``, quiet, failing loudly. The machine's pip configuration applies:
+    its constraint file caps only torch and torchvision, which the kit never resolves (no deps)."""
+    subprocess.run([python, "-m", "pip", *args, "--disable-pip-version-check", "-qq"], check=True)
 
 
-def build(folder: Path | str, python_version: str = "3.12", *, python: str = sys.executable) -> int:
+def build(folder: Path | str, python_version: str) -> int:
     """Fetch the kit's wheels for CPython ``python_version`` on x86-64 Linux into ``folder``;
     return their total size in bytes. Wheels at the kit's version are kept, any other removed."""
     folder = Path(folder)
@@ -81,7 +80,7 @@ def build(folder: Path | str, python_version: str = "3.12", *, python: str = sys
     if fetch:
         platforms = [arg for platform in PLATFORMS for arg in ("--platform", platform)]
         pip(
-            python,
+            sys.executable,
             "download",
             "--no-deps",
             "--only-binary=:all:",
@@ -96,7 +95,7 @@ def build(folder: Path | str, python_version: str = "3.12", *, python: str = sys
         )
     for name, version in missing:
         if name in BUILT_HERE:  # pure Python: a py3-none-any wheel built by any Python 3
-            pip(python, "wheel", "--no-deps", "-w", str(folder), f"{name}=={version}")
+            pip(sys.executable, "wheel", "--no-deps", "-w", str(folder), f"{name}=={version}")
     return sum(wheel.stat().st_size for wheel in folder.glob("*.whl"))
 
 
@@ -111,7 +110,7 @@ def install(folder: Path | str, target: Path | str, *, python: str = sys.executa
     return target
 
 
-def host_venv(venv: Path, *, python: str = sys.executable) -> Path:
+def host_venv(venv: Path) -> Path:
     """A virtual environment of the GPU machine's packages (``HOST_BASE`` and what they pull),
     made once and re-used while ``HOST_BASE`` is unchanged; returns its python."""
     venv_python = venv / "bin" / "python"
@@ -120,7 +119,7 @@ def host_venv(venv: Path, *, python: str = sys.executable) -> Path:
     if venv_python.exists() and stamp.exists() and stamp.read_text() == wanted:
         return venv_python
     shutil.rmtree(venv, ignore_errors=True)
-    subprocess.run([python, "-m", "venv", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pip(str(venv_python), "install", *HOST_BASE)
     listed = subprocess.run(
         [str(venv_python), "-m", "pip", "list", "--format=json", "--disable-pip-version-check"],
@@ -160,7 +159,7 @@ def missing_module(output: str) -> str | None:
     return found[-1] if found else None
 
 
-def check(folder: Path | str = CHECK_FOLDER, *, python: str = sys.executable) -> str:
+def check(folder: Path | str = CHECK_FOLDER) -> str:
     """Prove the kit complete: built for the running Python and installed beside only the GPU
     machine's packages, it runs ``hpml.train`` into a fresh store, from which a FINISHED run with
     metrics is read back. Returns the line that says so; raises ``RuntimeError`` naming what
@@ -168,9 +167,9 @@ def check(folder: Path | str = CHECK_FOLDER, *, python: str = sys.executable) ->
     folder = Path(folder).resolve()
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     kit = folder / f"kit-{version}"
-    build(kit, version, python=python)
+    build(kit, version)
     wheels = len(list(kit.glob("*.whl")))
-    venv_python = str(host_venv(folder / "venv", python=python))
+    venv_python = str(host_venv(folder / "venv"))
     site = folder / "site"
     shutil.rmtree(site, ignore_errors=True)
     install(kit, site, python=venv_python)
