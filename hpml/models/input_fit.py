@@ -44,9 +44,10 @@ def probe(net: nn.Module, channels: int, size: int) -> Pass:
     stretched: list[str] = []
 
     def watch(module: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
-        before, after = tuple(inputs[0].shape[2:]), tuple(output.shape[2:])
-        if not stretched and any(a > b for a, b in zip(after, before, strict=False)):
-            stretched.append(f"{type(module).__name__} enlarges {_dims(before)} to {_dims(after)}")
+        sizes = inputs[0].shape[2:], output.shape[2:]
+        if not stretched and any(a > b for b, a in zip(*sizes, strict=False)):
+            before, after = ("x".join(map(str, size)) for size in sizes)
+            stretched.append(f"{type(module).__name__} enlarges {before} to {after}")
 
     hooks = [m.register_forward_hook(watch) for m in net.modules() if isinstance(m, ADAPTIVE_POOLS)]
     training = net.training
@@ -81,7 +82,3 @@ def sizes_text(sizes: tuple[int, int | None]) -> str:
     if high is None:
         return f"{low}x{low} and larger"
     return f"{low}x{low}" if low == high else f"{low}x{low} to {high}x{high}"
-
-
-def _dims(shape: tuple[int, ...]) -> str:
-    return "x".join(str(d) for d in shape)
