@@ -45,9 +45,6 @@ class FusedArray(ArrayModule):
         self.scheduled: list[int] = []  # the members with a scheduler, in Lightning's order
         self.automatic_optimization = False
 
-    def __len__(self) -> int:
-        return len(self.members)
-
     def forward(self, x: Any, stacked: bool = False) -> Any:
         return self.fused(x, stacked, keep=self.frozen)
 
@@ -75,7 +72,7 @@ class FusedArray(ArrayModule):
         return losses
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor | None:
-        if len(self.frozen) == len(self):  # min_epochs / min_steps keep the loop going
+        if len(self.frozen) == len(self.members):  # min_epochs / min_steps keep the loop going
             self.trainer.should_stop = True
             return None
         losses = self._scored(batch, "train")
