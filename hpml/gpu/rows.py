@@ -29,8 +29,6 @@ from hpml.names import (
     metric,
 )
 
-THROUGHPUT_IQR = metric("train", "throughput_iqr", SAMPLES_PER_S)
-MFU_TABLE = metric("train", "mfu_table", PCT)
 ENERGY = {stage: metric(stage, "energy", J_PER_SAMPLE) for stage in ("train", "test")}
 
 
@@ -115,10 +113,10 @@ def default_rows(store: Store) -> list[Row]:
                 f"default run, {precision} ({t.get('hpml.device', '?')})",
                 ok,
                 f"train {_num(m.get(THROUGHPUT))} samples/s "
-                f"(IQR {_num(m.get(THROUGHPUT_IQR))}); "
+                f"(IQR {_num(m.get(metric('train', 'throughput_iqr', SAMPLES_PER_S)))}); "
                 f"peak {_mib(m.get(PEAK_MEMORY))} "
                 f"({t.get('hpml.peak_memory_source', '?')}); "
-                f"MFU {_num(m.get(MFU_TABLE), '.1f', '%')} of datasheet, "
+                f"MFU {_num(m.get(metric('train', 'mfu_table', PCT)), '.1f', '%')} of datasheet, "
                 f"{_num(m.get(MFU_MEASURED), '.1f', '%')} of measured peak; "
                 f"val/acc {_num(m.get(VAL_ACC), '.3f')}",
             )
@@ -216,16 +214,16 @@ def roofline_rows(store: Store) -> list[Row]:
 def fused_rows(store: Store) -> list[Row]:
     runs = store.of("gpu_fused")
     fused = [r for r in runs if r.data.tags.get("hpml.fused") == "true"]
-    rows = [
+    size = fused[0].data.tags.get("hpml.fused.array_size", "?") if fused else "-"
+    ratios = re.compile(r"N=(8|16) samples/s").search
+    return [
         Row(
             "fuse=array on CUDA (no force)",
             "yes" if fused else "no",
-            f"{len(fused)} of {len(runs)} runs trained fused, array size "
-            f"{fused[0].data.tags.get('hpml.fused.array_size', '?') if fused else '-'}",
-        )
+            f"{len(fused)} of {len(runs)} runs trained fused, array size {size}",
+        ),
+        bench_row(store, "fuse", "fused vs serial (bench fuse)", ratios),
     ]
-    ratio = re.compile(r"N=(8|16) samples/s")
-    return [*rows, bench_row(store, "fuse", "fused vs serial (bench fuse)", ratio.search)]
 
 
 def optimise_rows(store: Store) -> list[Row]:
