@@ -33,11 +33,6 @@ def typed(job: HydraJob | None, prefix: str) -> list[str]:
     ]
 
 
-def names(group: str) -> list[str]:
-    """The options of ``group`` that are files under ``conf/`` (what a refusal can suggest)."""
-    return sorted(path.stem for path in (CONF_DIR / group).glob("*.yaml"))
-
-
 def own_config(group: str, name: str) -> DictConfig:
     """Option ``name`` of ``group`` with the same-group options its defaults list extends
     (``trainer=fp16`` extends ``default``), merged as Hydra would with ``_self_`` last unless
@@ -68,10 +63,11 @@ def in_place_of(cfg: DictConfig, group: str, name: str) -> DictConfig:
 
 
 def working(cfg: DictConfig, group: str, check: Callable[[DictConfig], Any]) -> list[str]:
-    """The options of ``group`` whose own config passes ``check`` (returns without an error)."""
+    """The options of ``group`` that are files under ``conf/`` (what a refusal can suggest)
+    whose own config passes ``check`` (returns without an error)."""
     return [
         name
-        for name in names(group)
+        for name in sorted(path.stem for path in (CONF_DIR / group).glob("*.yaml"))
         if works(lambda name=name: check(in_place_of(cfg, group, name)))
     ]
 
