@@ -98,20 +98,17 @@ def check_checkpointing(cfg: DictConfig) -> None:
     ``quant=qat``: its ``QuantWrapper``), so the stages would not be found mid-fit."""
     if OmegaConf.select(cfg, "activations.method") != "checkpoint":
         return
-    replacing = [
-        choice
-        for choice, on in (
-            ("compile.train=true", OmegaConf.select(cfg, "compile.train") is True),
-            ("quant=qat", quant_method(cfg) == "qat"),
-        )
-        if on
-    ]
-    if replacing:
-        raise IncompatibleError(
-            f"activations=checkpoint cannot run with {replacing[0]}: it replaces the net during "
-            "training, and the checkpointed stages are the eager net's; use activations=bf16, "
-            "or drop one of the two"
-        )
+    if OmegaConf.select(cfg, "compile.train") is True:
+        replacing = "compile.train=true"
+    elif quant_method(cfg) == "qat":
+        replacing = "quant=qat"
+    else:
+        return
+    raise IncompatibleError(
+        f"activations=checkpoint cannot run with {replacing}: it replaces the net during "
+        "training, and the checkpointed stages are the eager net's; use activations=bf16, "
+        "or drop one of the two"
+    )
 
 
 SAMPLES = {"image": "images", "tokens": "token sequences"}
