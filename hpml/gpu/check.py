@@ -97,14 +97,13 @@ def write_summary(out: Path, header: dict[str, str], done: dict[str, list[Row]])
     (out / "summary.json").write_text(json.dumps(data, indent=1) + "\n")
 
 
-def pack(out: Path, name: str, folders: Sequence[Path], suffixes: Sequence[str] = ()) -> None:
-    """The files of ``folders`` (with one of ``suffixes``, if any) into ``out/name``; files over
-    4 MiB are left out (the way back takes a few files of 16 MiB at most)."""
+def pack(out: Path, name: str, folders: Sequence[Path], suffixes: Sequence[str]) -> None:
+    """The files of ``folders`` with one of ``suffixes`` into ``out/name``; files over 4 MiB are
+    left out (the way back takes a few files of 16 MiB at most)."""
     with tarfile.open(out / name, "w:gz") as tar:
         for folder in folders:
             for path in sorted(folder.rglob("*")):
-                small = path.is_file() and path.stat().st_size <= 4 * 2**20
-                if small and (not suffixes or path.suffix in suffixes):
+                if path.suffix in suffixes and path.is_file() and path.stat().st_size <= 4 * 2**20:
                     tar.add(path, arcname=f"{folder.name}/{path.relative_to(folder)}")
 
 
