@@ -35,12 +35,11 @@ class Fraction(Range):
 
 
 FINITE = Range()  # any number with no declared range: inf and nan are never a knob's value
-SEED = dataclasses.replace(SEED_RANGE, kind=int)
 COUNT, STEPS = Range(ge=1, kind=int), Range(ge=0, kind=int)
 
 # Knobs of no hpml constructor: keys are globs over the composed config; the first match decides.
 RANGES: dict[str, Range] = {
-    "seed": SEED,
+    "seed": dataclasses.replace(SEED_RANGE, kind=int),
     "replicate": STEPS,
     "threads": Range(ge=1, kind=int, null="the process's own"),
     "trainer.max_epochs": Range(ge=-1, kind=int, null="Lightning's default", note="-1: no limit"),
@@ -70,10 +69,6 @@ RANGES: dict[str, Range] = {
     # Lightning's ModelCheckpoint
     "callbacks.checkpoint.save_top_k": Range(ge=-1, kind=int, note="-1: every epoch"),
 }
-
-
-def range_for(key: str) -> Range | None:
-    return next((r for pattern, r in RANGES.items() if fnmatch.fnmatchcase(key, pattern)), None)
 
 
 def _record(hint: Any) -> type | None:
@@ -141,7 +136,9 @@ def range_problems(resolved: dict[str, Any], read: Reader = imported) -> list[Co
             "two finite numbers in [0, 1), e.g. [0.9, 0.999]",
         )
     for key, value in leaves(resolved):
-        wanted = declared.get(key) or range_for(key)
+        wanted = declared.get(key) or next(
+            (r for pattern, r in RANGES.items() if fnmatch.fnmatchcase(key, pattern)), None
+        )
         if wanted is None and isinstance(value, float) and not math.isfinite(value):
             wanted = FINITE
         if key in found:
