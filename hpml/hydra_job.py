@@ -37,13 +37,12 @@ class HydraJob:
     def of(cls, hydra: DictConfig) -> HydraJob:
         """The facts in ``hydra``, the node ``HydraConfig.get()`` returns (``cfg.hydra``)."""
         output_dir = Path(hydra.runtime.output_dir)
-        subdir = hydra.output_subdir
         sweep = None
         if hydra.mode == RunMode.MULTIRUN:  # job.num is unset outside a multirun
             sweep = SweepPlace(str(hydra.sweep.dir), hydra.job.num, hydra.job.override_dirname)
         return cls(
             output_dir=output_dir,
-            config_dir=None if subdir is None else output_dir / subdir,
+            config_dir=None if hydra.output_subdir is None else output_dir / hydra.output_subdir,
             name=hydra.job.name,
             overrides=tuple(hydra.overrides.task),
             choices=dict(hydra.runtime.choices),
