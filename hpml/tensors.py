@@ -24,8 +24,7 @@ def as_args(example: Any) -> tuple[Any, ...]:
 
 def first_tensor(value: Any) -> torch.Tensor | None:
     """The first tensor in ``value``, None when there is none."""
-    found = tensors_in(value)
-    return found[0] if found else None
+    return next(iter(tensors_in(value)), None)
 
 
 def batch_size(batch: Any) -> int:
