@@ -104,7 +104,7 @@ class FusedLauncher(Launcher):
         return [returns[index] for index in range(len(configs))]
 
     def _run(self, config: DictConfig, task: Any) -> JobReturn:
-        assert self.hydra_context is not None
+        assert self.hydra_context is not None and self.config is not None
         result = run_job(
             hydra_context=self.hydra_context,
             task_function=task,
@@ -112,7 +112,6 @@ class FusedLauncher(Launcher):
             job_dir_key="hydra.sweep.dir",
             job_subdir_key="hydra.sweep.subdir",
         )
-        assert self.config is not None
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         return result
 
