@@ -13,13 +13,6 @@ from hpml.errors import IncompatibleError
 from hpml.models.base import HpmlModule, Measured
 
 
-def vae_loss(logits: Tensor, x: Tensor, mu: Tensor, logvar: Tensor) -> tuple[Tensor, Tensor]:
-    """Per-sample BCE (summed over pixels) and KL divergence to N(0, I), as in Kingma & Welling."""
-    bce = F.binary_cross_entropy_with_logits(logits, x.flatten(1), reduction="sum") / len(x)
-    kld = -0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp()) / len(x)
-    return bce, kld
-
-
 class VAEModule(HpmlModule):
     """Logs ``<stage>/loss``, ``<stage>/bce`` and ``<stage>/kld``, each per sample, per epoch."""
 
@@ -36,6 +29,8 @@ class VAEModule(HpmlModule):
     def measure(
         self, output: tuple[Tensor, Tensor, Tensor], batch: tuple[Tensor, Tensor], stage: str
     ) -> Measured:
-        logits, mu, logvar = output
-        bce, kld = vae_loss(logits, batch[0], mu, logvar)
+        (logits, mu, logvar), x = output, batch[0]
+        # per sample: BCE summed over pixels, KL divergence to N(0, I) (Kingma & Welling)
+        bce = F.binary_cross_entropy_with_logits(logits, x.flatten(1), reduction="sum") / len(x)
+        kld = -0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp()) / len(x)
         return {"loss": bce + kld, "bce": bce, "kld": kld}
