@@ -76,22 +76,22 @@ def bindings(module: str) -> dict[str, ast.AST]:
     return found
 
 
-def binding(module: str, name: str) -> tuple[str, ast.AST]:
+def binding(module: str, name: str) -> ast.AST:
     """The top-level statement of ``module`` that binds ``name``."""
     found = bindings(module).get(name)
     if found is None:
         raise Unknown(f"{module}.{name}")
-    return module, found
+    return found
 
 
 def definition(module: str, name: str) -> tuple[str, ast.ClassDef | ast.FunctionDef]:
     """The class or function ``name`` of ``module``, through the imports that re-export it."""
-    where, node = binding(module, name)
+    node = binding(module, name)
     if isinstance(node, ast.ClassDef | ast.FunctionDef):
-        return where, node
+        return module, node
     if isinstance(node, ast.ImportFrom):
         alias = next(a for a in node.names if (a.asname or a.name) == name)
-        return definition(absolute(where, node), alias.name)
+        return definition(absolute(module, node), alias.name)
     raise Unknown(f"{module}.{name}")
 
 
@@ -101,7 +101,7 @@ def value(module: str, name: str) -> Any:
     if name in loaded:
         return loaded[name]
     try:
-        where, node = binding(module, name)
+        node = binding(module, name)
     except Unknown:
         if name in vars(builtins):
             return vars(builtins)[name]
@@ -113,9 +113,9 @@ def value(module: str, name: str) -> Any:
             return sys.modules[full]
     elif isinstance(node, ast.ImportFrom):
         alias = next(a for a in node.names if (a.asname or a.name) == name)
-        return value(absolute(where, node), alias.name)
+        return value(absolute(module, node), alias.name)
     elif isinstance(node, ast.Assign | ast.AnnAssign):
-        return evaluate(where, node.value)
+        return evaluate(module, node.value)
     raise Unknown(f"{module}.{name}")
 
 
