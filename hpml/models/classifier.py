@@ -34,9 +34,10 @@ class Classifier(HpmlModule):
         return {"loss": self.criterion(output, y), "acc": accuracy}
 
 
-def check_input_fits(net: Callable[..., nn.Module], data: DataSpec, name: str) -> None:
+def check_input_fits(net: Callable[..., nn.Module], data: DataSpec) -> None:
     """Fail early, naming the image sizes that work, when ``net`` cannot take the data's
     images (on the meta device: no memory, no compute)."""
+    name = getattr(net, "func", net).__name__
     channels, height, width = data.input_shape
     size = min(height, width)
     with torch.device("meta"):
@@ -68,8 +69,7 @@ class ImageClassifier(Classifier):
     modality = "image"
 
     def build_net(self, net: Callable[..., nn.Module], data: DataSpec) -> nn.Module:
-        name = getattr(net, "func", net).__name__
-        check_input_fits(net, data, name)
+        check_input_fits(net, data)
         return net(num_classes=data.num_classes)
 
 
