@@ -52,10 +52,8 @@ def unit_of(name: str) -> str | None:
     """The unit a metric's name ends in (:data:`UNIT_LABELS` keys), None for names outside the
     convention (a model's own ``val/loss`` or ``val/acc``)."""
     quantity = name.rsplit("/", 1)[-1]
-    for unit in sorted(UNIT_LABELS, key=len, reverse=True):
-        if quantity.endswith(f"_{unit}"):
-            return unit
-    return None
+    units = sorted(UNIT_LABELS, key=len, reverse=True)  # samples_per_s before s
+    return next((unit for unit in units if quantity.endswith(f"_{unit}")), None)
 
 
 def label(name: str) -> str:
