@@ -14,15 +14,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import hydra
+from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hpml import garbage
 from hpml.build import CONF_DIR, Member, Parts, build, build_parts
 from hpml.cli import check_args, hoist_flags, report_failure, trainer_overrides
 from hpml.console import compare_hint, quiet_upstream
-from hpml.errors import HpmlError
+from hpml.errors import HpmlError, one_line
 from hpml.hydra_job import HydraJob
 from hpml.lifecycle import follow, run_members
 from hpml.tracking.jobs import write_job_status
@@ -106,9 +107,6 @@ def array_task(members: list[Member]) -> list[float | None]:
 def compose_job(overrides: list[str], output_dir: Path) -> DictConfig:
     """The job config ``@hydra.main`` would hand ``main``, composed in-process, with the
     runtime fields ``train`` reads filled in and HydraConfig set."""
-    from hydra import compose, initialize_config_dir
-    from omegaconf import open_dict
-
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("train", overrides=overrides, return_hydra_config=True)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -153,7 +151,6 @@ def follow_handed_job() -> bool:
     import signal
 
     from hpml.distributed import handed_job
-    from hpml.errors import one_line
 
     handed = handed_job()
     if handed is None:
