@@ -10,11 +10,14 @@ import logging
 import sys
 from pathlib import Path
 
+from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import OverrideParseException
+from omegaconf import OmegaConf
 
 from hpml.build import CONF_DIR
+from hpml.errors import config_file_problem, one_line, problem_lines
 
 trace = logging.getLogger("hpml.trace")  # to the job log file only (conf/hydra/default.yaml)
 
@@ -124,8 +127,6 @@ def sweep_without_multirun(args: list[str]) -> str | None:
 
 def composition_error(args: list[str]) -> str | None:
     """Hydra's complaint about the overrides (a mistyped key, a bad value type), on one line."""
-    from hydra import compose, initialize_config_dir
-
     extra = extra_config_dirs(args)
     searchpath = [f"file://{d.resolve()}" for d in extra]
     overrides = [o for o in first_job(args) if not o.startswith("hydra.searchpath=")]
@@ -135,8 +136,6 @@ def composition_error(args: list[str]) -> str | None:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             compose("train", overrides=overrides)
     except Exception as exc:
-        from hpml.errors import config_file_problem
-
         text = str(exc).split("Set the environment variable HYDRA_FULL_ERROR")[0]
         return config_file_problem(exc, [CONF_DIR, *extra]) or " ".join(text.split())
     return None
@@ -165,8 +164,6 @@ def trainer_overrides(args: list[str]) -> list[str]:
     """``trainer.<name>=...`` for any argument of ``lightning.Trainer``: those
     ``conf/trainer/default.yaml`` leaves out are added (``++``), so they need no ``+``; a name
     Lightning does not take exits with one line."""
-    from omegaconf import OmegaConf
-
     listed = set(OmegaConf.load(CONF_DIR / "trainer" / "default.yaml"))
     known: list[str] = []
     out = []
@@ -210,7 +207,6 @@ def check_args(args: list[str]) -> None:
 def report_failure(exc: BaseException, log_file: Path | None) -> str:
     """Print ``exc`` as one line (one per problem when there are several) plus where its
     traceback went; the traceback goes to the log. Returns it all as one line."""
-    from hpml.errors import one_line, problem_lines
     from hpml.tracking.redact import redact_text
 
     trace.error("run failed", exc_info=exc)
