@@ -6,6 +6,7 @@ The compiled module shares the net's parameters; the eager ``net`` stays what a 
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -15,16 +16,12 @@ import torch
 from torch import nn
 
 from hpml.analysis.compare import PLAN, Plan, Speedup, speedup, time_side_by_side
+from hpml.errors import one_of
 from hpml.optimize.compile.base import sync, untraceable, use_cache_dir
-from hpml.optimize.compile.torch_compile import check_mode
+from hpml.optimize.compile.torch_compile import MODES
 from hpml.tensors import as_args, tensors_in
 
 Context = Callable[[], AbstractContextManager]
-
-
-def _scalar(output: object) -> torch.Tensor:
-    """A scalar that depends on every floating output, so the backward covers the whole graph."""
-    return torch.stack([t.float().sum() for t in tensors_in(output) if t.is_floating_point()]).sum()
 
 
 def compile_for_training(
@@ -40,7 +37,7 @@ def compile_for_training(
     """``net`` compiled and warmed up (forward and backward, :func:`untouched`) on ``examples``
     (one per batch size the training meets) inside ``context`` (the trainer's autocast), and the
     seconds that took."""
-    check_mode(mode)
+    one_of("mode", mode, MODES)
     use_cache_dir(cache_dir or workdir / "inductor_cache")
     torch._dynamo.reset()
     start = time.perf_counter()
@@ -48,7 +45,7 @@ def compile_for_training(
     try:
         with untouched(net, examples):
             for example in examples:
-                _step(compiled, example, context)()
+                _train_step(compiled, example, context)
                 sync(example)
     except Exception as exc:
         raise untraceable(net, "torch_compile", exc) from exc
@@ -75,15 +72,13 @@ def untouched(net: nn.Module, examples: Sequence[torch.Tensor]) -> Iterator[None
         net.train(was_training)
 
 
-def _step(net: nn.Module, example: torch.Tensor, context: Context) -> Callable[[], None]:
-    """Forward (inside ``context``) and backward of a loss covering every output."""
-
-    def step() -> None:
-        with context():
-            output = net(*as_args(example))
-        _scalar(output).backward()
-
-    return step
+def _train_step(net: nn.Module, example: torch.Tensor, context: Context) -> None:
+    """Forward (inside ``context``) and backward of a scalar that depends on every floating
+    output, so the backward covers the whole graph."""
+    with context():
+        output = net(*as_args(example))
+    floats = [t.float().sum() for t in tensors_in(output) if t.is_floating_point()]
+    torch.stack(floats).sum().backward()
 
 
 def training_speedup(
@@ -95,7 +90,10 @@ def training_speedup(
 ) -> Speedup:
     """Eager / compiled time of one training step's forward and backward on ``example``, timed
     side by side as ``plan`` asks; ``eager`` is left as it was."""
-    calls = {"eager": _step(eager, example, context), "compiled": _step(compiled, example, context)}
+    calls = {
+        side: functools.partial(_train_step, net, example, context)
+        for side, net in (("eager", eager), ("compiled", compiled))
+    }
     with untouched(eager, [example]):
         timings = time_side_by_side(calls, plan, [str(example.device)])
     return speedup(timings["eager"].rounds_ms, timings["compiled"].rounds_ms)
