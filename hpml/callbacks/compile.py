@@ -34,7 +34,7 @@ from hpml.callbacks.measure import (
     speedup_metrics,
 )
 from hpml.callbacks.measure_settings import OptimizationStep
-from hpml.errors import ConfigError, IncompatibleError
+from hpml.errors import ConfigError, IncompatibleError, one_of
 from hpml.names import S, X, metric
 from hpml.optimize.compile import (
     UNKNOWN,
@@ -45,7 +45,7 @@ from hpml.optimize.compile import (
     fast_path,
     method_class,
 )
-from hpml.optimize.compile.torch_compile import check_mode
+from hpml.optimize.compile.torch_compile import MODES
 from hpml.optimize.compile.training import compile_for_training, training_speedup
 from hpml.ranges import Positive
 
@@ -98,7 +98,7 @@ class Compile(OptimizationStep):
         if method is None and not candidates:
             raise ConfigError("candidates", [], "at least one method, with method null (auto)")
         self.method, self.mode, self.dynamic, self.fullgraph = method, mode, dynamic, fullgraph
-        check_mode(mode)
+        one_of("mode", mode, MODES)
         self.tolerance = tolerance
         self.done = False
         self.compile_train = train

@@ -27,10 +27,6 @@ from hpml.optimize.compile.base import CompileOutput, Compiler, run_each, untrac
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
-def check_mode(mode: str) -> str:
-    return one_of("mode", mode, MODES)
-
-
 class Graph(nn.Module):
     """What is compiled: ``net``, on its 4-d tensor inputs in NHWC where ``channels_last`` (the
     conversion then in the graph). A wrapper, so compiling it in place leaves ``net`` eager."""
@@ -83,7 +79,7 @@ class TorchCompile(Compiler):
         channels_last: bool = False,
         cache_dir: Path | None = None,
     ) -> None:
-        self.mode, self.dynamic, self.fullgraph = check_mode(mode), dynamic, fullgraph
+        self.mode, self.dynamic, self.fullgraph = one_of("mode", mode, MODES), dynamic, fullgraph
         self.freezing, self.channels_last, self.cache_dir = freezing, channels_last, cache_dir
 
     def compile(self, net: nn.Module, examples: Sequence[Any], workdir: Path) -> CompileOutput:
