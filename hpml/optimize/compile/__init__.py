@@ -104,5 +104,5 @@ def apply_compile(
             f"(tolerance {tolerance:g} x {max(scale, 1.0):.3g}): the model is not traceable as is"
         )
     kernels = deployed_kernels(net, module, examples)
-    size = method.size_bytes(module, artifact)
+    size = None if artifact is None else artifact.stat().st_size  # else the state dict's
     return Compiled(module, method.name(), seconds, diff, artifact, size, kernels)

@@ -47,10 +47,6 @@ class Compiler:
         any; a model it cannot compile is an :class:`~hpml.errors.IncompatibleError`."""
         raise NotImplementedError
 
-    def size_bytes(self, module: nn.Module, artifact: Path | None) -> int | None:
-        """The deployed size where it is not the state dict's: the saved file's."""
-        return None if artifact is None else artifact.stat().st_size
-
 
 CompileOutput = tuple[nn.Module, Path | None]
 
@@ -95,12 +91,11 @@ def untraceable(net: nn.Module, method: str, exc: BaseException) -> Incompatible
     )
 
 
-def use_cache_dir(cache: Path) -> Path:
+def use_cache_dir(cache: Path) -> None:
     """Point inductor's and triton's on-disk caches at ``cache``."""
     cache.mkdir(parents=True, exist_ok=True)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
     os.environ["TRITON_CACHE_DIR"] = str(cache / "triton")
-    return cache
 
 
 def max_abs_diff(reference: Any, other: Any) -> float:
