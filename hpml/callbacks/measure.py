@@ -11,8 +11,6 @@ from __future__ import annotations
 import itertools
 import logging
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,17 +85,6 @@ def val_loader(trainer: L.Trainer) -> Any:
         return None
 
 
-@contextmanager
-def net_in_place(pl_module: HpmlModule, net: nn.Module) -> Iterator[None]:
-    """``pl_module.net`` is ``net`` inside the block and what it was after."""
-    saved = pl_module.net
-    pl_module.net = net
-    try:
-        yield
-    finally:
-        pl_module.net = saved
-
-
 def validation_quality(
     pl_module: HpmlModule, loader: Any, max_batches: int | None
 ) -> dict[str, float]:
@@ -137,23 +124,6 @@ def quality(
     return {f"{stage}/{quantity}": value for quantity, value in named}
 
 
-def latencies(
-    pl_module: HpmlModule, settings: Settings, sides: Sequence[Side]
-) -> dict[int, dict[str, Timing]]:
-    """Per batch size, each side's forward latency, the sides timed side by side, each on its
-    device with ``pl_module.example_input``."""
-    return {
-        batch: compare_forward(
-            {
-                side.stage: (side.net, pl_module.example_input(batch).to(side.device))
-                for side in sides
-            },
-            settings.plan,
-        )
-        for batch in settings.batch_sizes
-    }
-
-
 def size_and_quality(
     trainer: L.Trainer, pl_module: HpmlModule, settings: Settings, side: Side
 ) -> dict[str, float]:
@@ -161,9 +131,12 @@ def size_and_quality(
     ``pl_module.net``, behind :class:`OnDevice` when it runs on another device."""
     size = state_dict_bytes(side.net) if side.size_bytes is None else side.size_bytes
     found = {metric(side.stage, "size", BYTES): float(size)}
-    judged = side.net if side.device == pl_module.device else OnDevice(side.net, side.device)
-    with net_in_place(pl_module, judged):
+    saved = pl_module.net
+    pl_module.net = side.net if side.device == pl_module.device else OnDevice(side.net, side.device)
+    try:
         found |= quality(trainer, pl_module, side.stage, settings.eval_batches)
+    finally:
+        pl_module.net = saved
     return found
 
 
@@ -218,7 +191,16 @@ def compare(
 ) -> Comparison:
     """``before`` against ``after``, timed side by side: each side's metrics and, per batch
     size, the speed-up before / after with its interval, n and verdict (module docstring)."""
-    timings = latencies(pl_module, settings, [before, after])
+    timings = {  # per batch size, each side's forward on its device
+        batch: compare_forward(
+            {
+                s.stage: (s.net, pl_module.example_input(batch).to(s.device))
+                for s in (before, after)
+            },
+            settings.plan,
+        )
+        for batch in settings.batch_sizes
+    }
     metrics = size_and_quality(trainer, pl_module, settings, before)
     metrics |= size_and_quality(trainer, pl_module, settings, after)
     for batch, timing in timings.items():
