@@ -239,8 +239,9 @@ class Prune(OptimizationStep):
             found = validation_quality(pl_module, loader, self.settings.eval_batches)
             return dict(quality_name(k, v) for k, v in found.items())
 
+        pruner = self.pruner
         results = scan(
-            pl_module.net, self.pruner.targets, self.pruner.mask_alone, self.sensitivity, quality
+            pl_module.net, pruner.targets, pruner.method.mask_alone, self.sensitivity, quality
         )
         for weight, by_amount in results.items():
             for pct, named in by_amount.items():

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from torch import Tensor, nn
+from torch import nn
 
 from hpml.errors import ConfigError, IncompatibleError
 from hpml.optimize.prune import mask as masks
@@ -30,13 +30,6 @@ from hpml.optimize.prune.targets import (
     Target,
     resolve,
 )
-
-
-class Engine(Protocol):
-    """Brings ``model`` to ``amount`` of the original, in place, and says which layers changed
-    width (``{name: (before, after)}``)."""
-
-    def prune(self, model: nn.Module, amount: float) -> dict[str, tuple[int, int]]: ...
 
 
 @dataclass
@@ -105,7 +98,8 @@ class Pruner:
         self.min_channels, self.embedding, self.coupled = min_channels, embedding, coupled
         self.targets: list[Target] = []
         self.before: dict[str, LayerStats] = {}
-        self._engine: Engine | None = None
+        # brings a model to an amount of the original, in place; says which widths changed
+        self._engine: masks.MaskPruner | LSTMPruner | ChannelPruner | None = None
         self._shapes: list[Any] = []
         self._example: Any = None
 
@@ -171,10 +165,6 @@ class Pruner:
         self, model: nn.Module, amount: float, widths: dict[str, tuple[int, int]] | None = None
     ) -> PruneReport:
         return PruneReport(amount, layer_stats(model, self.targets, self.before), widths or {})
-
-    def mask_alone(self, weight: Tensor, amount: float) -> Tensor:
-        """The mask this pruner's method gives ``weight`` pruned alone (sensitivity scans)."""
-        return self.method.mask_alone(weight, check_amount(amount))
 
     def finalize(self, model: nn.Module) -> nn.Module:
         """Make masks permanent (mask mode); physical pruning is permanent already."""

@@ -1,6 +1,6 @@
 """Sensitivity scan: each targeted weight alone pruned to each amount, the model judged, restored.
 
-found = scan(net, pruner.targets, pruner.mask_alone, [0.5, 0.9], lambda: evaluate(net))
+found = scan(net, pruner.targets, pruner.method.mask_alone, [0.5, 0.9], lambda: evaluate(net))
 found["fc1.weight"][50]            # {quantity: value} with fc1.weight alone pruned 50%
 """
 
