@@ -87,12 +87,6 @@ def shrink_lstm(
     return new
 
 
-def _output_columns(lstm: nn.LSTM, keep: dict[tuple[int, int], Tensor]) -> Tensor:
-    """Columns of the LSTM's output features that survive: the top layer's units per direction."""
-    top, dirs = lstm.num_layers - 1, 2 if lstm.bidirectional else 1
-    return torch.cat([keep[(top, d)] + d * lstm.hidden_size for d in range(dirs)])
-
-
 def _keep_columns(module: nn.Module, columns: Tensor) -> nn.Module:
     """``module`` with only ``columns`` of its weight left (its input features)."""
     with torch.no_grad():
@@ -191,7 +185,8 @@ class LSTMPruner:
                     columns = torch.cat([columns, lstm.weight_ih_l0_reverse.detach().float()])
                 input_keep = top_units(self.scores(columns.t()).cpu(), keep_e)
             plan = LSTMPlan(name, lstm.hidden_size, keep_n, keep)
-            columns_out = _output_columns(lstm, keep)
+            top = lstm.num_layers - 1  # the output features that survive: its units per direction
+            columns_out = torch.cat([keep[(top, d)] + d * lstm.hidden_size for d in range(dirs)])
             new = shrink_lstm(lstm, keep, input_keep)
             consumer = _keep_columns(model.get_submodule(consumer_name), columns_out)
             consumer.in_features = len(columns_out)

@@ -54,8 +54,8 @@ class ChannelPruner:
             if (isinstance(m, LAYER_TYPES) and n not in self.layers) or isinstance(m, nn.RNNBase)
         ]
         self.graph = self._trace()
-        width = self.graph.get_out_channels
-        self.original = {name: width(model.get_submodule(name)) for name in self.roots()}
+        roots = [g[0].dep.target.module for g in self._groups()]
+        self.original = {self.names[m]: self.graph.get_out_channels(m) for m in roots}
         if not self.original:
             raise IncompatibleError(
                 f"physical pruning found no channels it can remove in {type(model).__name__}: "
@@ -79,9 +79,6 @@ class ChannelPruner:
             ignored_layers=self.ignored, root_module_types=list(LAYER_TYPES)
         )
         return [g for g in groups if self.names.get(g[0].dep.target.module) in self.layers]
-
-    def roots(self) -> list[str]:
-        return [self.names[g[0].dep.target.module] for g in self._groups()]
 
     def prune(self, model: nn.Module, amount: float) -> dict[str, tuple[int, int]]:
         """Cut each group to ``amount`` of its original width; ``{root: (before, after)}``.

@@ -56,14 +56,6 @@ def output_layer(model: nn.Module) -> str | None:
     return layers[-1] if layers else None
 
 
-def all_weights(model: nn.Module) -> list[Target]:
-    return [
-        Target(name, param)
-        for name, module in model.named_modules()
-        for param in weight_names(module)
-    ]
-
-
 def _matches(entry: str, target: Target, model: nn.Module) -> bool:
     module = target.module(model)
     if any(cls.__name__ == entry for cls in type(module).__mro__[:-1]):
@@ -102,7 +94,7 @@ def _select(
 
 def resolve(model: nn.Module, targets: Sequence[str], exclude: Sequence[str]) -> list[Target]:
     """The weights to prune, in registration order; raises ConfigError naming the bad key."""
-    candidates = all_weights(model)
+    candidates = [Target(n, p) for n, m in model.named_modules() for p in weight_names(m)]
     if not candidates:
         raise ConfigError(
             "targets", list(targets), f"a model with weights; {type(model).__name__} has none"
