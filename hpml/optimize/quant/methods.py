@@ -45,7 +45,7 @@ def dynamic_int8(
     flags(embeddings=embeddings)
     engines = {
         "torch_ao": lambda: torch_ao.Dynamic(engine, embeddings),
-        "torchao": _torchao("dynamic_int8"),
+        "torchao": lambda: _torchao("dynamic_int8"),
     }
     return pick("dynamic_int8", backend, engines)
 
@@ -93,15 +93,11 @@ def weight_only_int8(method: str = "weight_only_int8", backend: str = "auto") ->
             f"{' or '.join(methods)} for this quantiser (another method is another option: "
             "quant=<option>)",
         )
-    return pick(method, backend, {"torchao": _torchao(method)})
+    return pick(method, backend, {"torchao": lambda: _torchao(method)})
 
 
-def _torchao(method: str) -> Callable[[], Quantizer]:
-    """Builds torchao's engine, importing torchao only where it is chosen."""
+def _torchao(method: str) -> Quantizer:
+    """torchao's engine, importing torchao only where it is chosen."""
+    from hpml.optimize.quant.torchao_backend import TorchaoInt8
 
-    def build() -> Quantizer:
-        from hpml.optimize.quant.torchao_backend import TorchaoInt8
-
-        return TorchaoInt8(method)
-
-    return build
+    return TorchaoInt8(method)

@@ -13,8 +13,6 @@ from torch import nn
 from hpml.errors import HpmlError
 from hpml.optimize.quant.base import Quantizer
 
-VERSION_HINT = "pip install 'torchao==0.18.*'"
-
 
 class BackendMissingError(HpmlError):
     """The selected backend's package is not installed."""
@@ -25,8 +23,8 @@ def load_torchao() -> Any:
         return importlib.import_module("torchao.quantization")
     except ImportError as exc:
         raise BackendMissingError(
-            f"quant.backend=torchao needs the torchao package ({exc.msg}): {VERSION_HINT}, "
-            "or use quant.backend=torch_ao"
+            f"quant.backend=torchao needs the torchao package ({exc.msg}): "
+            "pip install 'torchao==0.18.*', or use quant.backend=torch_ao"
         ) from None
 
 
