@@ -9,7 +9,6 @@ measures it and validation, test and the after-fit steps run the model as built.
 from __future__ import annotations
 
 import functools
-from contextlib import AbstractContextManager
 from typing import Any
 
 import lightning as L
@@ -41,14 +40,12 @@ class Activations(HpmlCallback):
         which :mod:`hpml.validate` calls before training on the meta-built model."""
         return resolve(model, self.modules) if self.method == "checkpoint" else []
 
-    def context(self, model: nn.Module, stages: list[Stage]) -> AbstractContextManager[Any]:
-        if self.method == "checkpoint":
-            return checkpointed(model, stages)
-        return Bf16SavedTensors(model)
-
     def on_fit_start(self, trainer: L.Trainer, pl_module: HpmlModule) -> None:
         stages = self.stages(pl_module)
-        self._entered = functools.partial(self.context, pl_module, stages)
+        if self.method == "checkpoint":
+            self._entered = functools.partial(checkpointed, pl_module, stages)
+        else:
+            self._entered = functools.partial(Bf16SavedTensors, pl_module)
         pl_module.step_contexts.append(self._entered)
         self._module = pl_module
         set_tags(
