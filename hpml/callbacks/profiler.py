@@ -65,16 +65,6 @@ class StepRegions:
                 torch.cuda.nvtx.range_pop()
 
 
-def _sort_keys(cuda: bool) -> dict[str, str]:
-    keys = {"self_cpu_time": "self_cpu_time_total", "memory": "self_cpu_memory_usage"}
-    if cuda:
-        keys |= {
-            "self_device_time": "self_device_time_total",
-            "device_memory": "self_device_memory_usage",
-        }
-    return keys
-
-
 def _csv(averages: Any) -> str:
     out = io.StringIO()
     writer = csv.writer(out)
@@ -153,15 +143,14 @@ class TorchProfilerWindow(HpmlCallback):
     def on_train_epoch_end(self, *_: Any) -> None:
         self.regions.close()
 
-    def _stop(self) -> None:
+    def _stop(self, *_: Any) -> None:
+        """Stop the profiler and close its open range (both process-wide), a failed run's too."""
         self.regions.close()
         if self.profiler is not None:
             self.profiler.stop()
             self.profiler = None
 
-    def on_exception(self, *_: Any) -> None:
-        """A failed run stops the profiler and closes its open range (both process-wide)."""
-        self._stop()
+    on_exception = _stop
 
     def on_train_end(self, *_: Any) -> None:
         self._stop()
@@ -178,7 +167,13 @@ class TorchProfilerWindow(HpmlCallback):
         prefix = f"profiler/window_{self.windows}"
         self.windows += 1
         averages = prof.key_averages()
-        for title, key in _sort_keys(self.cuda).items():
+        keys = {"self_cpu_time": "self_cpu_time_total", "memory": "self_cpu_memory_usage"}
+        if self.cuda:
+            keys |= {
+                "self_device_time": "self_device_time_total",
+                "device_memory": "self_device_memory_usage",
+            }
+        for title, key in keys.items():
             log_text(
                 trainer,
                 averages.table(sort_by=key, row_limit=self.row_limit),
@@ -201,14 +196,10 @@ class TorchProfilerWindow(HpmlCallback):
             lines = [f"{name:<20} {value:6.2f} %" for name, value in summary.items()]
             log_text(trainer, "\n".join(lines) + "\n", f"{prefix}/execution_summary.txt")
         if self.trace:
-            self._log_trace(trainer, prof, prefix)
-
-    @staticmethod
-    def _log_trace(trainer: L.Trainer, prof: profile, prefix: str) -> None:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "trace.json"
-            prof.export_chrome_trace(str(path))
-            log_file(trainer, path, prefix)
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "trace.json"
+                prof.export_chrome_trace(str(path))
+                log_file(trainer, path, prefix)
 
 
 class ProfilerReport(HpmlCallback):
