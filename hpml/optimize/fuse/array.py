@@ -86,8 +86,7 @@ class FusedNets(nn.Module):
     @torch.no_grad()
     def sync_buffers(self) -> None:
         """Copy the stacked running statistics into each member's own buffers."""
-        for k, name in enumerate(self.buffer_names):
-            stacked = self.get_buffer(f"stacked_{k}")
+        for name, stacked in self.stacked_buffers().items():
             for index, net in enumerate(self.nets):
                 net.get_buffer(name).copy_(stacked[index])
 

@@ -103,10 +103,8 @@ class GateLSTM(nn.Module):
         # x is time-major from here: (T, B, F)
         states = self.num_layers * self.num_directions
         if hx is None:
-            zeros = x.new_zeros(states, x.shape[1], self.hidden_size)
-            h0, c0 = zeros, zeros
-        else:
-            h0, c0 = hx
+            hx = (x.new_zeros(states, x.shape[1], self.hidden_size),) * 2
+        h0, c0 = hx
         h_n: list[Tensor] = []
         c_n: list[Tensor] = []
         for layer in range(self.num_layers):
