@@ -10,7 +10,7 @@ import copy
 from collections.abc import Sequence
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 from torch.nn.utils import prune
 
 from hpml.optimize.prune.amount import units_to_remove
@@ -18,19 +18,13 @@ from hpml.optimize.prune.methods import Method
 from hpml.optimize.prune.targets import Target
 
 
-def _mask(module: nn.Module, name: str) -> Tensor | None:
-    return getattr(module, f"{name}_mask", None)
-
-
-def pruned_rows(module: nn.Module, name: str) -> int:
-    """Rows (dim 0) whose mask is all zero."""
-    mask = _mask(module, name)
-    return 0 if mask is None else int((mask.flatten(1) == 0).all(1).sum())
-
-
-def pruned_elements(module: nn.Module, name: str) -> int:
-    mask = _mask(module, name)
-    return 0 if mask is None else int((mask == 0).sum())
+def pruned(module: nn.Module, name: str, rows: bool) -> int:
+    """Elements of ``module.<name>`` whose mask is zero, or with ``rows`` the rows (dim 0) whose
+    mask is all zero."""
+    mask = getattr(module, f"{name}_mask", None)
+    if mask is None:
+        return 0
+    return int(((mask.flatten(1) == 0).all(1) if rows else mask == 0).sum())
 
 
 class MaskPruner:
@@ -45,7 +39,7 @@ class MaskPruner:
         if self.method.global_scope:
             pairs = [(t.module(model), t.param_name) for t in self.targets]
             total = sum(getattr(m, n).numel() for m, n in pairs)
-            done = sum(pruned_elements(m, n) for m, n in pairs)
+            done = sum(pruned(m, n, rows=False) for m, n in pairs)
             missing = max(0, units_to_remove(total, amount) - done)
             prune.global_unstructured(
                 pairs, pruning_method=self.method.mask, amount=missing, **self.method.mask_kwargs
@@ -54,10 +48,8 @@ class MaskPruner:
         for target in self.targets:
             module = target.module(model)
             weight = getattr(module, target.param_name)
-            if self.method.structured:
-                total, done = weight.shape[0], pruned_rows(module, target.param_name)
-            else:
-                total, done = weight.numel(), pruned_elements(module, target.param_name)
+            total = weight.shape[0] if self.method.structured else weight.numel()
+            done = pruned(module, target.param_name, self.method.structured)
             missing = max(0, units_to_remove(total, amount) - done)
             self.method.apply_mask(module, target.param_name, missing)
         return {}
