@@ -47,10 +47,7 @@ class ScoredRows(prune.BasePruningMethod):
         if n_prune == 0:
             return mask
         drop = torch.argsort(self.scores(rows).to(rows.device))[:n_prune]
-        index = [slice(None)] * t.dim()
-        index[self.dim] = drop
-        mask[tuple(index)] = 0
-        return mask
+        return mask.index_fill_(self.dim, drop, 0)
 
 
 class RowScores:
