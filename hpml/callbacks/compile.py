@@ -49,7 +49,6 @@ from hpml.optimize.compile.torch_compile import MODES
 from hpml.optimize.compile.training import compile_for_training, training_speedup
 from hpml.ranges import Positive
 
-BEFORE, AFTER = "compile_before", "compile_after"
 AUTO, EAGER = "auto", "eager"  # the method tag of compile=auto; the deployed tag of a kept net
 FREEZING = ("torch_compile", "aot_inductor")  # the methods compile.freezing applies to
 log = logging.getLogger(__name__)
@@ -262,8 +261,8 @@ class Compile(OptimizationStep):
             pl_module,
             self.settings,
             "compile",
-            Side(BEFORE, eager, device),
-            Side(AFTER, compiled.module, device, compiled.size_bytes),
+            Side("compile_before", eager, device),
+            Side("compile_after", compiled.module, device, compiled.size_bytes),
         )
         verdict = "hpml.verdict.compile.speedup_b{}"
         slower = [

@@ -28,7 +28,6 @@ from hpml.optimize.quant import OnDevice, Quantizer, apply_quant
 from hpml.optimize.quant.base import no_calibration
 from hpml.tensors import first_tensor
 
-BEFORE, AFTER = "quant_before", "quant_after"
 MEASURE_KNOBS = tuple(inspect.signature(OptimizationStep).parameters)
 
 
@@ -195,8 +194,8 @@ class Quantize(HpmlCallback):
             pl_module,
             self.settings,
             "quant",
-            Side(BEFORE, float_net, self.before_device),
-            Side(AFTER, qnet, device),
+            Side("quant_before", float_net, self.before_device),
+            Side("quant_after", qnet, device),
         )
         extra = {}
         if compile_time_s is not None:
