@@ -96,11 +96,9 @@ class Method:
             raise ConfigError(
                 "mode",
                 mode,
-                (
-                    f"{' or '.join(self.modes)} for {self.name}: single "
-                    "weights cannot be removed from a dense layer, only whole channels (a "
-                    "structured method such as l1_structured)"
-                ),
+                f"{' or '.join(self.modes)} for {self.name}: single "
+                "weights cannot be removed from a dense layer, only whole channels (a "
+                "structured method such as l1_structured)",
             )
         return mode
 

@@ -83,10 +83,8 @@ def _select(
                 raise ConfigError(
                     key,
                     entry,
-                    (
-                        f"a module type ({', '.join(types)}) or a layer or weight name of "
-                        f"{type(model).__name__} (e.g. {examples}); it matches nothing"
-                    ),
+                    f"a module type ({', '.join(types)}) or a layer or weight name of "
+                    f"{type(model).__name__} (e.g. {examples}); it matches nothing",
                 )
         chosen.update(dict.fromkeys(hits))
     return list(chosen)
@@ -114,9 +112,7 @@ def resolve(model: nn.Module, targets: Sequence[str], exclude: Sequence[str]) ->
         raise ConfigError(
             "exclude",
             list(exclude or []),
-            (
-                f"to leave something to prune: it removes every targeted weight "
-                f"({', '.join(t.name for t in chosen)})"
-            ),
+            f"to leave something to prune: it removes every targeted weight "
+            f"({', '.join(t.name for t in chosen)})",
         )
     return kept
