@@ -117,11 +117,8 @@ def quality(
     loader = val_loader(trainer)
     if loader is None or max_batches == 0:
         return {}
-    named = (
-        quality_name(name, value)
-        for name, value in validation_quality(pl_module, loader, max_batches).items()
-    )
-    return {f"{stage}/{quantity}": value for quantity, value in named}
+    found = validation_quality(pl_module, loader, max_batches)
+    return {f"{stage}/{q}": value for q, value in map(quality_name, found, found.values())}
 
 
 def size_and_quality(
