@@ -18,19 +18,6 @@ from hpml.callbacks.logging import set_tags
 PRUNED_ATTR = "pruned_at_epoch"
 
 
-def open_trial(storage: str, study_name: str, number: int, pruner: Any) -> Any:
-    """Trial ``number`` of study ``study_name`` in ``storage``, judged by ``pruner``."""
-    import optuna
-
-    store = optuna.storages.get_storage(storage)
-    pruner = pruner if pruner is not None else optuna.pruners.NopPruner()  # None: Optuna's default
-    study = optuna.load_study(study_name=study_name, storage=store, pruner=pruner)
-    study_id = store.get_study_id_from_name(study_name)
-    return optuna.trial.Trial(
-        study, store.get_trial_id_from_study_id_trial_number(study_id, number)
-    )
-
-
 class OptunaPruning(HpmlCallback):
     """Reports ``monitor`` to trial ``trial`` of Optuna study ``study_name`` after every
     validation epoch and stops training when ``pruner`` (an Optuna pruner, the sweeper's) prunes
@@ -54,7 +41,15 @@ class OptunaPruning(HpmlCallback):
             return
         if self.storage is None or self.study_name is None:
             raise ValueError("callbacks.optuna_pruning: a trial needs its study's storage and name")
-        self._trial = open_trial(self.storage, self.study_name, int(self.trial), self.study_pruner)
+        import optuna
+
+        store = optuna.storages.get_storage(self.storage)
+        # None: Optuna's default
+        pruner = self.study_pruner if self.study_pruner is not None else optuna.pruners.NopPruner()
+        study = optuna.load_study(study_name=self.study_name, storage=store, pruner=pruner)
+        study_id = store.get_study_id_from_name(self.study_name)
+        trial_id = store.get_trial_id_from_study_id_trial_number(study_id, int(self.trial))
+        self._trial = optuna.trial.Trial(study, trial_id)
 
     def on_validation_end(self, trainer: L.Trainer, *_: Any) -> None:
         if self.trial is None or trainer.sanity_checking:
