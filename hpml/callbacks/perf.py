@@ -58,9 +58,8 @@ class PerformanceMonitor(HpmlCallback):
     ) -> None:
         self.warmup_steps = warmup_steps
         self.inference_warmup_steps = inference_warmup_steps
-        self.count_flops, self.measured_peak = count_flops, measured_peak
-        self.peak_cache_dir = Path(peak_cache_dir) if peak_cache_dir else None
-        self.budget = FlopBudget(measured_peak, self.peak_cache_dir)
+        self.count_flops = count_flops
+        self.budget = FlopBudget(measured_peak, Path(peak_cache_dir) if peak_cache_dir else None)
         self.energy = StageEnergy()
         self.timers: dict[str, StepTimer] = {}
         self.epoch_start: dict[str, float] = {}
