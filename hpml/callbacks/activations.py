@@ -20,14 +20,12 @@ from hpml.errors import ConfigError, one_of
 from hpml.models.base import HpmlModule
 from hpml.optimize.activations import Bf16SavedTensors, Stage, checkpointed, resolve
 
-METHODS = ("checkpoint", "bf16")
-
 
 class Activations(HpmlCallback):
     """Apply ``method`` to every training step of the fit (see the module)."""
 
     def __init__(self, method: str, modules: list[str] | None = None) -> None:
-        one_of("method", method, METHODS)
+        one_of("method", method, ("checkpoint", "bf16"))
         if method != "checkpoint" and modules is not None:
             raise ConfigError("modules", modules, "null: only method=checkpoint takes modules")
         self.method = method
