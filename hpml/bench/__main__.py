@@ -87,17 +87,13 @@ def parse_args(argv: Sequence[str], cases: Mapping[str, Case] = CASES) -> argpar
     return parser.parse_args(argv)
 
 
-class UnknownCase(ValueError):
-    """A ``--case`` that is not in the registry."""
-
-
 def select_cases(names: Sequence[str] | None, cases: Mapping[str, Case]) -> list[str]:
     """The cases asked for, in order and once each; all when none was."""
     if not names:
         return list(cases)
     for name in names:
         if name not in cases:
-            raise UnknownCase(f"unknown case '{name}' (valid: {', '.join(cases)})")
+            raise ValueError(f"unknown case '{name}' (valid: {', '.join(cases)})")
     return list(dict.fromkeys(names))
 
 
@@ -181,7 +177,7 @@ def main(
     args = parse_args(sys.argv[1:] if argv is None else argv, cases)
     try:
         names = select_cases(args.case, cases)
-    except UnknownCase as exc:
+    except ValueError as exc:
         print(f"hpml: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     settings = Settings(args.rounds, args.steps, args.warmup, args.threads)
