@@ -35,15 +35,6 @@ STEP, THROUGHPUT = "step_time_ms", "throughput_samples_per_s"
 CPU = torch.device("cpu")
 
 
-def speed_up(name: str) -> Ratio:
-    return Ratio(
-        f"VGG11-CIFAR training step speed-up, {name}", STEP, "ms", EAGER, name, speedup=True
-    )
-
-
-Context = Callable[[], AbstractContextManager]
-
-
 def batch_size(device: torch.device) -> int:
     return CUDA_BATCH if device.type == "cuda" else BATCH
 
@@ -60,7 +51,7 @@ def trainer_step(
     net: nn.Module,
     images: torch.Tensor,
     labels: torch.Tensor,
-    context: Context = nullcontext,
+    context: Callable[[], AbstractContextManager] = nullcontext,
     scaler: torch.amp.GradScaler | None = None,
 ) -> Callable[[], None]:
     """One optimiser step of ``net`` on the batch (SGD with momentum, cross-entropy).
@@ -203,5 +194,9 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
         torch.set_num_threads(settings.threads)
         notes["bf16_one_step_ms"] = once_ms(bf16_step)
         notes["eager_one_step_ms"] = once_ms(trainer_step(copy.deepcopy(eager), images, labels))
-    ratios = [speed_up(name) for name in variants if name != EAGER]
+    ratios = [
+        Ratio(f"VGG11-CIFAR training step speed-up, {name}", STEP, "ms", EAGER, name, speedup=True)
+        for name in variants
+        if name != EAGER
+    ]
     return run_case("train_speed", variants, ratios, settings, report, notes)
