@@ -57,32 +57,28 @@ MNIST = DataSpec("image", (1, 28, 28), 10, value_range=(0.0, 1.0))
 CIFAR = DataSpec("image", (3, 32, 32), 10)
 
 
-def vae_member(index: int) -> HpmlModule:
-    """Member ``index`` of an Adam lr sweep: 1e-4 x 1.25^index."""
-    optimizer = partial(torch.optim.Adam, lr=1e-4 * 1.25**index)
-    return VAEModule(partial(VAE, hidden=400, latent=20), MNIST, optimizer)
-
-
-def vgg_member(index: int) -> HpmlModule:
-    """Member ``index`` of an SGD lr sweep: 0.01 x 1.15^index."""
-    lr = 0.01 * 1.15**index
-    optimizer = partial(torch.optim.SGD, lr=lr, momentum=0.9, weight_decay=5e-4)
-    net = partial(vgg, depth=11, layout="cifar", batch_norm=True)
-    return ImageClassifier(net, CIFAR, optimizer)
-
-
 def vae(batch_size: int = 128) -> Family:
+    def member(index: int) -> HpmlModule:  # of an Adam lr sweep: 1e-4 x 1.25^index
+        optimizer = partial(torch.optim.Adam, lr=1e-4 * 1.25**index)
+        return VAEModule(partial(VAE, hidden=400, latent=20), MNIST, optimizer)
+
     def batch(size: int) -> tuple[Tensor, Tensor]:  # pixels in [0, 1]; the VAE ignores labels
         return torch.rand(size, 1, 28, 28), torch.zeros(size, dtype=torch.long)
 
-    return Family("VAE", batch_size, vae_member, batch)
+    return Family("VAE", batch_size, member, batch)
 
 
 def vgg11(batch_size: int) -> Family:
+    def member(index: int) -> HpmlModule:  # of an SGD lr sweep: 0.01 x 1.15^index
+        lr = 0.01 * 1.15**index
+        optimizer = partial(torch.optim.SGD, lr=lr, momentum=0.9, weight_decay=5e-4)
+        net = partial(vgg, depth=11, layout="cifar", batch_norm=True)
+        return ImageClassifier(net, CIFAR, optimizer)
+
     def batch(size: int) -> tuple[Tensor, Tensor]:
         return torch.randn(size, 3, 32, 32), torch.randint(0, 10, (size,))
 
-    return Family("VGG11-CIFAR", batch_size, vgg_member, batch)
+    return Family("VGG11-CIFAR", batch_size, member, batch)
 
 
 def pristine(family: Family, count: int) -> list[HpmlModule]:
