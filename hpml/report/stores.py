@@ -44,13 +44,9 @@ class Stores:
         return cls([MlflowClient(uri) for uri in dict.fromkeys(uris)])
 
     @property
-    def uris(self) -> list[str]:
-        return [str(c.tracking_uri) for c in self.clients]
-
-    @property
     def where(self) -> str:
         """``sqlite:///a.db`` or ``sqlite:///a.db and sqlite:///b.db``: for messages."""
-        return " and ".join(self.uris)
+        return " and ".join(str(c.tracking_uri) for c in self.clients)
 
     def of(self, run: Run) -> MlflowClient:
         """The client of the store ``run`` was read from (the first store, unmarked)."""
