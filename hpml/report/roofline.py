@@ -98,9 +98,13 @@ def run_point(run: Run, label: str) -> tuple[RooflinePoint, str]:
     return RooflinePoint(label, flops, nbytes, seconds), basis
 
 
-def logged_peak(run: Run) -> DevicePeak | None:
-    """The roof the run's callback used, from its metrics and tags."""
+def run_peak(run: Run) -> DevicePeak | None:
+    """The roof of the run's own device: the datasheet of its GPU, else the roof its callback
+    used, from its metrics and tags."""
     m, tags = run.data.metrics, run.data.tags
+    kind, _, name = tags.get("hpml.device", "").partition(": ")
+    if kind == "cuda" and (found := match_device_name(name)) is not None:
+        return found
     if PEAK_FP32 not in m or PEAK_BANDWIDTH not in m:
         return None
     return DevicePeak(
@@ -112,12 +116,6 @@ def logged_peak(run: Run) -> DevicePeak | None:
         m[PEAK_BANDWIDTH],
         tags.get(PEAK_SOURCE_TAG, f"logged by run {run.info.run_id}"),
     )
-
-
-def run_peak(run: Run) -> DevicePeak | None:
-    """The roof of the run's own device: the datasheet of its GPU, else the peak it logged."""
-    kind, _, name = run.data.tags.get("hpml.device", "").partition(": ")
-    return (match_device_name(name) if kind == "cuda" else None) or logged_peak(run)
 
 
 def choose_peak(choice: str | None, runs: list[Run]) -> DevicePeak:
