@@ -135,16 +135,14 @@ def log_if_wide(ax: Axes, which: str, values: Sequence[float]) -> bool:
     return True
 
 
-def ticks_at(ax: Axes, which: str, values: Sequence[float], log2: bool = False) -> None:
-    """Ticks of axis ``which`` exactly at ``values``, on a base-2 log scale if ``log2``."""
+def ticks_at(ax: Axes, values: Sequence[float]) -> None:
+    """x ticks exactly at ``values``, on a base-2 log scale."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-    axis = ax.xaxis if which == "x" else ax.yaxis
-    if log2:
-        (ax.set_xscale if which == "x" else ax.set_yscale)("log", base=2)
-    axis.set_major_locator(FixedLocator(sorted(set(values))))
-    axis.set_major_formatter(FuncFormatter(plain))
-    axis.set_minor_locator(NullLocator())
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(sorted(set(values))))
+    ax.xaxis.set_major_formatter(FuncFormatter(plain))
+    ax.xaxis.set_minor_locator(NullLocator())
 
 
 def _fits(boxes: list[Any], rotation: float, gap: float = 2.0) -> bool:

@@ -28,7 +28,7 @@ def batch_scaling(runs: list[Run], keys: list[str]) -> Figure | None:
         (speed, step),
     )
     for ax in canvas.axes:
-        ticks_at(ax, "x", [param_value(r, key) or 0 for r in measured], log2=True)
+        ticks_at(ax, [param_value(r, key) or 0 for r in measured])
         ax.set_xlabel("batch size (samples)")
     legend_above(canvas, canvas.axes[0])
     return Figure(
