@@ -11,6 +11,7 @@ the baseline was repeated. A comparison across runs with a noisy side (tag ``hpm
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Callable
@@ -196,11 +197,7 @@ def baseline(groups: list[Group]) -> Group | None:
 
 def plain(group: Group) -> bool:
     """Whether a group's runs prune, quantise and compile nothing."""
-    return all(_unoptimised(run) for run in group.runs)
-
-
-def _unoptimised(run: Run) -> bool:
-    for step in STEPS:
+    for run, step in itertools.product(group.runs, STEPS):
         option = run.data.tags.get(f"{CHOICE_TAG}{step}")
         if option not in (None, "none"):
             return False
