@@ -96,12 +96,6 @@ def _names_key(name: str, key: str, any_env: bool = False) -> bool:
     return named or (any_env and is_env(name))
 
 
-def rest(run: Run, key: str, by_seed: bool = False, any_env: bool = False) -> frozenset:
-    """A run's identity (:func:`~hpml.report.groups.identity`) but ``key``, and but every
-    environment key where ``any_env``."""
-    return frozenset((n, t) for n, t in identity(run, by_seed) if not _names_key(n, key, any_env))
-
-
 def _order(values: list[str]) -> list[str]:
     try:
         return sorted(values, key=float)
@@ -130,9 +124,11 @@ def paired(
     keys = [k for k in label_keys(runs, by_seed) if not _names_key(k, key, any_env)]
     configs: dict[frozenset, dict[str, list[Run]]] = {}
     for run in runs:
-        if run.info.status == FINISHED:
-            config = configs.setdefault(rest(run, key, by_seed, any_env), {})
-            config.setdefault(side(run), []).append(run)
+        if run.info.status == FINISHED:  # by its identity but the key (and the environment)
+            rest = frozenset(
+                e for e in identity(run, by_seed) if not _names_key(e[0], key, any_env)
+            )
+            configs.setdefault(rest, {}).setdefault(side(run), []).append(run)
     values = _order(list(dict.fromkeys(side(r) for r in runs if r.info.status == FINISHED)))
     values.sort(key=lambda v: v != reference)  # stable: the reference first, if any
     pairs, alone = [], []
