@@ -144,8 +144,6 @@ def number(value: float | None) -> str:
     """A table cell: 4 significant digits, thousands grouped for large counts; empty for None."""
     if value is None:
         return ""
-    if value != value:  # NaN
-        return "nan"
     if abs(value) >= 1e4 and float(value).is_integer():
         return f"{value:,.0f}"
     return f"{value:.4g}"
