@@ -5,6 +5,7 @@ machine's speed spreads over the configs; Hydra's basic sweeper runs them back t
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -48,10 +49,10 @@ def run_order(runs: Sequence[Run], by_seed: bool = False) -> str | None:
             sweeps.setdefault(parent, []).append((int(num), run))
     if not sweeps:
         return None
-    said: dict[str, int] = {}
-    for jobs in sweeps.values():
-        how = arrangement([run for _, run in sorted(jobs, key=lambda job: job[0])], by_seed)
-        said[how] = said.get(how, 0) + 1
+    said = Counter(
+        arrangement([run for _, run in sorted(jobs, key=lambda job: job[0])], by_seed)
+        for jobs in sweeps.values()
+    )
     lead = "Runs in the order they ran (hpml.job_num)"
     if len(sweeps) == 1:
         return f"{lead}: {next(iter(said))}."
