@@ -201,9 +201,7 @@ class CaseResult:
             "case": self.case,
             "settings": asdict(self.settings),
             "ratios": [s.to_dict() for s in self.summaries],
-            "rounds": [
-                {"order": list(r.order), "measurements": r.measurements} for r in self.rounds
-            ],
+            "rounds": [asdict(r) for r in self.rounds],
             "load_avg_before_1m_5m_15m": list(self.load_before),
             "load_avg_after_1m_5m_15m": list(self.load_after),
             "seconds": self.seconds,
