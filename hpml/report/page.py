@@ -25,7 +25,6 @@ from hpml.report.table import Row, number
 # speed; every other column is folded below it
 KEY_METRICS = (VAL_LOSS, VAL_ACC, TEST_ACC, THROUGHPUT, STEP_TIME)
 SHOWN = 7  # metric columns beside the swept keys: the table fits 1400 px with a few keys
-TABLES = "tables"  # the CSV files' folder
 _GROUPED = re.compile(r"^-?\d{1,3}(,\d{3})+$")  # a count as table.number groups it
 
 STYLE = """
@@ -140,8 +139,8 @@ class Report:
             f"{lead}{runs}{tables}{figures}</body></html>\n"
         )
 
-    def markdown(self, figure_dir: str) -> str:
-        """Markdown whose figures are ``<figure_dir>/<n>.svg`` (:meth:`write` puts them there)."""
+    def markdown(self) -> str:
+        """Markdown whose figures are ``figures/<n>.svg`` (:meth:`write` puts them there)."""
         lines = [f"# {self.title}", ""]
         lines += [
             f"- **{name}**: " + (f"`{t}`" if name == "command" else t) for name, t in self.header
@@ -155,7 +154,7 @@ class Report:
             lines += _table_md(table)
         for index, figure in enumerate(self.figures):
             lines += ["", f"## {figure.title}", "", figure.caption, ""]
-            lines.append(f"![{figure.title}]({figure_dir}/{index + 1}.svg)")
+            lines.append(f"![{figure.title}](figures/{index + 1}.svg)")
         return "\n".join(lines) + "\n"
 
     def write(self, folder: Path) -> tuple[Path, Path]:
@@ -165,13 +164,9 @@ class Report:
             (folder / "figures" / f"{index + 1}.svg").write_text(figure.svg)
         html, md = folder / "report.html", folder / "report.md"
         html.write_text(self.html())
-        self.write_csv(folder / TABLES)
-        md.write_text(self.markdown("figures"))
-        return html, md
-
-    def write_csv(self, out: Path) -> None:
-        """``runs.csv``, a file per table and ``comparisons.csv`` in ``out``."""
-        out.mkdir(parents=True, exist_ok=True)
+        md.write_text(self.markdown())
+        out = folder / "tables"  # runs.csv, a file per table and comparisons.csv
+        out.mkdir(exist_ok=True)
         runs = [
             [
                 row.name,
@@ -190,6 +185,7 @@ class Report:
             columns, rows = table.data or (table.headings, table.rows)
             _csv(out / f"{table.name or slug(table.title)}.csv", columns, rows)
         _csv(out / "comparisons.csv", COLUMNS, [c.row() for c in self.comparisons])
+        return html, md
 
 
 def _number(value: float) -> str:
