@@ -113,10 +113,7 @@ def attached(module: L.LightningModule, device: torch.device) -> L.LightningModu
     module.to(device)
     trainer.strategy.connect(module)
     module.trainer = trainer
-    optimizers = module.configure_optimizers()
-    if isinstance(optimizers, tuple):  # FusedArray: (optimizers, schedulers)
-        optimizers = optimizers[0]
-    trainer.strategy.optimizers = optimizers if isinstance(optimizers, list) else [optimizers]
+    trainer.strategy.setup_optimizers(trainer)
     return module
 
 
