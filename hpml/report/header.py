@@ -3,6 +3,7 @@ which command and commit, on which machine and store, under what load, when."""
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -17,12 +18,12 @@ if TYPE_CHECKING:
     from mlflow.entities import Run
 
 
-def _one(values: Sequence[str], what: str = "runs") -> str:
+def _one(values: Sequence[str]) -> str:
     """Values the runs share as one; differing ones listed, said to differ."""
     found = list(dict.fromkeys(v for v in values if v))
     if len(found) <= 1:
         return found[0] if found else ""
-    return f"{'; '.join(found)} (differs between {what})"
+    return f"{'; '.join(found)} (differs between runs)"
 
 
 def _tag(runs: Sequence[Run], tag: str) -> list[str]:
@@ -47,10 +48,8 @@ def _load(runs: Sequence[Run]) -> str:
     parts = []
     ones = []
     for text in _tag(runs, "hpml.load_avg_1m_5m_15m"):
-        try:
+        with contextlib.suppress(IndexError, ValueError):
             ones.append(float(text.split()[0]))
-        except (IndexError, ValueError):
-            continue
     cores = _one(_tag(runs, "hpml.cpu_count"))
     if ones:
         per = f" on {cores} logical CPUs" if cores else ""
