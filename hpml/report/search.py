@@ -52,8 +52,7 @@ def parallel_coordinates(runs: list[Run], keys: list[str]) -> Figure | None:
     it: which settings the good runs share."""
     names = Counter(r.data.params.get("optimized_metric") for r in runs)
     name = names.most_common(1)[0][0] if names else None
-    scored = [r for r in runs if name and name in r.data.metrics]
-    scored = [r for r in scored if math.isfinite(r.data.metrics[name])]
+    scored = [r for r in runs if name and math.isfinite(r.data.metrics.get(name, math.nan))]
     if not keys or len(scored) < 3:
         return None
     from matplotlib import colormaps

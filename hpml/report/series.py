@@ -126,14 +126,13 @@ def series_panels(
 
 def legend_above(canvas: Canvas, ax: Axes, title: str | None = None) -> None:
     """The series' legend above the panel, where it hides no line (both panels share it)."""
-    entries = len(ax.get_legend_handles_labels()[1])
     canvas.legend(
         ax,
         title=title,
         title_fontsize=7,
         loc="lower left",
         bbox_to_anchor=(0.0, 1.02),
-        ncols=1 if entries <= 3 else 2,
+        ncols=1 if len(ax.get_legend_handles_labels()[1]) <= 3 else 2,
     )
 
 

@@ -92,7 +92,6 @@ def memory(runs: list[Run], _keys: list[str]) -> Figure | None:
         ax.set_xlabel(across)
         ax.set_ylabel(f"memory ({unit})")
         canvas.legend(ax, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=2)
-    cuda = any(s.startswith("torch.cuda") for s in sources)
     over = [p / t for p, t in zip(peaks, totals, strict=True) if p is not None and t > 0]
     here = ""
     if over:  # one figure where every run's ratio rounds alike
@@ -107,7 +106,7 @@ def memory(runs: list[Run], _keys: list[str]) -> Figure | None:
             "On CUDA the peak is torch.cuda.max_memory_allocated: every tensor alive at once, "
             "temporaries and workspaces included, but not the allocator's cached free blocks or "
             "the CUDA context. "
-            if cuda
+            if any(s.startswith("torch.cuda") for s in sources)
             else ""
         )
         + (
