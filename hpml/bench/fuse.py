@@ -38,7 +38,6 @@ from hpml.models.vae import VAEModule
 SIZES = (2, 4, 8, 16)
 FUSED, SERIAL = "fused", "serial"
 SAMPLES, STEP, FIRST_LOSS = "samples_per_s", "step_ms", "first_step_loss"
-CPU_CNN_BATCH = 4
 GOAL_VAE_N8 = 2.4  # HFTA's lower bound for fused arrays on a GPU
 SEED = 0
 
@@ -199,7 +198,7 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
     torch.set_num_threads(settings.threads)
     device = default_device()
     on_gpu = device.type == "cuda"
-    families = (vae(), vgg11(32 if on_gpu else CPU_CNN_BATCH))
+    families = (vae(), vgg11(32 if on_gpu else 4))
     variants: dict[str, Callable[[], Measurement]] = {}
     ratios, timed = [], {}
     for family in families:

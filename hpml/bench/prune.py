@@ -24,8 +24,6 @@ from hpml.models.nets.vgg import vgg
 from hpml.optimize.prune import Method, apply_prune
 from hpml.optimize.prune.methods import L1Structured, L2Structured
 
-BATCH_SIZE = 32  # on the CPU
-CUDA_BATCH_SIZE = 128
 AMOUNT = 0.5
 LATENCY = "latency_ms"
 VGG, VGG_PHYSICAL, VGG_MASK = "vgg11", "vgg11 physical 50%", "vgg11 mask 50%"
@@ -53,7 +51,7 @@ def timer(model: nn.Module, example: torch.Tensor, settings: Settings):
 
 def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> CaseResult:
     device = default_device()
-    batch = CUDA_BATCH_SIZE if device.type == "cuda" else BATCH_SIZE
+    batch = 128 if device.type == "cuda" else 32
     torch.set_num_threads(settings.threads)
     torch.manual_seed(0)
     images = torch.randn(batch, 3, 32, 32)
