@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from mlflow.entities import Run
 
 NOISY_TAG = "hpml.noisy"
-VERDICT_TAG = "hpml.verdict."
 _IN_RUN = re.compile(
     r"^(?P<step>\w+?)(?:_before|_after)?/(?:latency|speedup)_b(?P<n>\d+)_(?:ms|x)$"
 )
@@ -98,7 +97,7 @@ def in_run(run: Run) -> list[Comparison]:
         high = m.get(speedup(step, batch, "_ci_high"))
         count = m.get(speedup(step, batch, "_rounds", COUNT))
         n = int(count) if count is not None and low is not None and high is not None else 1
-        tag = tags.get(f"{VERDICT_TAG}{step}.speedup_b{batch}")
+        tag = tags.get(f"hpml.verdict.{step}.speedup_b{batch}")
         if n < 2:
             said, low, high = WITHIN_NOISE, None, None
         elif tag in VERDICTS:

@@ -35,8 +35,6 @@ from hpml.report.table import BOOKKEEPING, CHOICE_TAG, differing_keys, short_nam
 if TYPE_CHECKING:
     from mlflow.entities import Run
 
-REPEAT_KEYS = ("replicate",)
-SEED_KEYS = ("seed", "data.seed")
 STEPS = ("prune", "quant", "compile")  # steps whose callbacks time before and after
 FINISHED = "FINISHED"
 # speed measures a group is compared on against the baseline: higher is faster for throughput,
@@ -48,7 +46,7 @@ LOWER_IS_FASTER = re.compile(r"^[^/]+/(latency_b\d+|step_time_p50)_ms$")
 def ignored(key: str, by_seed: bool = False) -> bool:
     """Whether param ``key`` is left out of a run's identity: a repeat's number, its seeds
     (unless ``by_seed``), per-job bookkeeping, or the host and store it ran on and came from."""
-    if key in REPEAT_KEYS or key in SHOWN or (not by_seed and key in SEED_KEYS):
+    if key == "replicate" or key in SHOWN or (not by_seed and key in ("seed", "data.seed")):
         return True
     return key.startswith(BOOKKEEPING) or "dirpath" in key or key.endswith("_dir")
 
