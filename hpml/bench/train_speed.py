@@ -61,12 +61,11 @@ def trainer_step(
         scaler: where given, the gradient scaling Lightning's ``16-mixed`` plugin does.
     """
     optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-    loss_fn = nn.CrossEntropyLoss()
 
     def step() -> None:
         optimizer.zero_grad(set_to_none=True)
         with context():
-            loss = loss_fn(net(images), labels)
+            loss = nn.functional.cross_entropy(net(images), labels)
         if scaler is None:
             loss.backward()
             optimizer.step()
