@@ -69,8 +69,7 @@ def vae(batch_size: int = 128) -> Family:
 
 def vgg11(batch_size: int) -> Family:
     def member(index: int) -> HpmlModule:  # of an SGD lr sweep: 0.01 x 1.15^index
-        lr = 0.01 * 1.15**index
-        optimizer = partial(torch.optim.SGD, lr=lr, momentum=0.9, weight_decay=5e-4)
+        optimizer = partial(torch.optim.SGD, lr=0.01 * 1.15**index, momentum=0.9, weight_decay=5e-4)
         net = partial(vgg, depth=11, layout="cifar", batch_norm=True)
         return ImageClassifier(net, CIFAR, optimizer)
 

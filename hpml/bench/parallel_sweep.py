@@ -36,7 +36,6 @@ LAUNCHERS = {
 def sweep_args(settings: Settings, root: Path, name: str) -> list[str]:
     """The sweep as a user types it; start-up variants fit and test nothing."""
     samples = BATCH_SIZE * 16 * (settings.warmup + settings.steps)
-    work = ["fit=false", "test=false"] if name in (BASIC_START, JOBLIB_START) else []
     return [
         "-m",
         *LAUNCHERS[name],
@@ -49,7 +48,7 @@ def sweep_args(settings: Settings, root: Path, name: str) -> list[str]:
         "trainer.enable_progress_bar=false",
         "logger.experiment_name=bench_parallel_sweep",
         f"logger.tracking_uri=sqlite:///{root / 'mlflow.db'}",
-        *work,
+        *(["fit=false", "test=false"] if name in (BASIC_START, JOBLIB_START) else []),
         f"seed={','.join(str(s) for s in range(1, JOBS + 1))}",
     ]
 
