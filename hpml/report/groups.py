@@ -189,8 +189,7 @@ def baseline(groups: list[Group]) -> Group | None:
     """The first finished group whose runs prune, quantise and compile nothing; else the first
     finished group; None when no run finished."""
     finished = [g for g in groups if g.finished]
-    unoptimised = [g for g in finished if plain(g)]
-    return (unoptimised or finished or [None])[0]
+    return ([g for g in finished if plain(g)] or finished or [None])[0]
 
 
 def plain(group: Group) -> bool:
@@ -232,8 +231,7 @@ def versus(other: Group, base: Group, comparison: str, margin: float = 0.0) -> l
         mine, theirs = other.values(name), base.values(name)
         if not mine or not theirs:
             continue
-        faster = direction(name) > 0
-        interval = ratio_ci(mine, theirs) if faster else ratio_ci(theirs, mine)
+        interval = ratio_ci(mine, theirs) if direction(name) > 0 else ratio_ci(theirs, mine)
         real = interval.n >= 2
         found.append(
             Comparison(

@@ -85,8 +85,7 @@ def by_sweep(
         return BASELINE if run.data.tags.get("mlflow.parentRunId") == parent else NEW
 
     pairs, alone = paired(runs, SWEEP, side, by_seed, True, BASELINE, margin)
-    title = f"Sweep {new.info.run_id} against baseline sweep {parent}"
-    return Compared(SWEEP, pairs, alone, title)
+    return Compared(SWEEP, pairs, alone, f"Sweep {new.info.run_id} against baseline sweep {parent}")
 
 
 def _names_key(name: str, key: str, any_env: bool = False) -> bool:
@@ -168,8 +167,7 @@ def table(pairs: list[Pair], key: str, alone: list[str], title: str) -> Table | 
             for c in found:
                 medians = {pair.reference: c.before, other: c.after}
                 cells = [medians.get(v) for v in values]
-                shown = (number(m) for m in cells)
-                rows.append([pair.config, label(c.measure), *shown, c.cell()])
+                rows.append([pair.config, label(c.measure), *(number(m) for m in cells), c.cell()])
                 data.append([pair.config, c.measure, *cells, *c.row()[5:]])
     unpaired = (
         f" Configs with one value of {key} only, not compared: {'; '.join(alone)}." if alone else ""

@@ -92,8 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{p.memory_bytes:>14.0f} {'yes' if p.fits else 'no'}"
         )
     print("\n".join(lines))
-    largest = model.largest_batch(capacity)
-    print(f"largest batch that fits {capacity:.0f} bytes: {largest}")
+    print(f"largest batch that fits {capacity:.0f} bytes: {model.largest_batch(capacity)}")
     if parent is not None:
         stores.of(parent).log_text(
             parent.info.run_id, "\n".join(lines) + "\n", "predict/scaling.txt"

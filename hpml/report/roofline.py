@@ -257,9 +257,8 @@ def draw(args: argparse.Namespace) -> list[Path]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
     try:
-        draw(args)
+        draw(parse_args(argv))
     except HpmlError as exc:
         print(f"hpml: error: {exc}", file=sys.stderr)
         return 1

@@ -128,8 +128,7 @@ class Stores:
         found = []
         for run_id in run_ids:
             run = self.run(run_id)
-            sweep = run.data.tags.get("hpml.sweep_parent") == "true"
-            found += self.jobs(run) if sweep else [run]
+            found += self.jobs(run) if run.data.tags.get("hpml.sweep_parent") == "true" else [run]
         return found
 
     def texts(self, run: Run, paths: Sequence[str]) -> dict[str, str | None]:

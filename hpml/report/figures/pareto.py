@@ -101,8 +101,7 @@ def latency_size(runs: list[Run], keys: list[str]) -> Figure | None:
             colour = "0.45" if key[2] == BEFORE else f"C{n % 10}"
             styles[name] = {"color": colour, "marker": MARKERS[n % len(MARKERS)]}
         style = styles[name]
-        on_front = index in front
-        tip += "\n(Pareto front)" if on_front else ""
+        tip += "\n(Pareto front)" if index in front else ""
         canvas.point(ax, x / factor, ci.median, tip, label=name if first else None, **style)
         if ci.n > 1:
             bars = [[ci.median - ci.low], [ci.high - ci.median]]
