@@ -40,7 +40,6 @@ from hpml.report.runs import add_run_choice, default_tracking_uri, project_root
 from hpml.report.table import differing_keys
 
 if TYPE_CHECKING:
-    from matplotlib.axes import Axes
     from mlflow.entities import Run
 
     from hpml.analysis.roofline import RooflinePoint
@@ -146,6 +145,7 @@ def run_precision(run: Run) -> str:
 def figure(runs: list[Run], keys: list[str]) -> Figure | None:
     """The report's roofline: every run with roofline metrics under its device's roof; runs on
     other devices add theirs, dashed."""
+    from hpml.analysis.roofline import attainable_flops_per_s
     from hpml.analysis.roofline_plot import describe_peak, roofline_figure
 
     measured = [r for r in runs if INTENSITY in r.data.metrics]
@@ -157,8 +157,14 @@ def figure(runs: list[Run], keys: list[str]) -> Figure | None:
     precision = run_precision(measured[0])
     rows = points(measured)
     fig, artists = roofline_figure([point for point, _ in rows], peak, precision, peak.name)
+    ax = fig.axes[0]
+    low, high = ax.get_xlim()
+    xs = [low * (high / low) ** (i / 63) for i in range(64)]
     others = {p.name: p for r in measured if (p := run_peak(r)) and p.name != peak.name}
-    _roofs(fig.axes[0], list(others.values()), precision)
+    for index, other in enumerate(others.values()):  # their roofs dashed, named in the legend
+        ys = [attainable_flops_per_s(x, other, precision) for x in xs]
+        ax.plot(xs, ys, linestyle="--", color=f"C{index + 2}", label=f"roof of {other.name}")
+    ax.legend(loc="lower right", fontsize=8)  # as roofline_figure's, with the roofs added
     canvas = Canvas(figure=fig)
     for index, artist in artists.items():
         point, basis = rows[index]
@@ -179,18 +185,6 @@ def figure(runs: list[Run], keys: list[str]) -> Figure | None:
         + ".",
         canvas.svg(),
     )
-
-
-def _roofs(ax: Axes, peaks: list[DevicePeak], precision: str) -> None:
-    """Each of ``peaks``' roofs, dashed, named in the legend."""
-    from hpml.analysis.roofline import attainable_flops_per_s
-
-    low, high = ax.get_xlim()
-    xs = [low * (high / low) ** (i / 63) for i in range(64)]
-    for index, peak in enumerate(peaks):
-        ys = [attainable_flops_per_s(x, peak, precision) for x in xs]
-        ax.plot(xs, ys, linestyle="--", color=f"C{index + 2}", label=f"roof of {peak.name}")
-    ax.legend(loc="lower right", fontsize=8)  # as roofline_figure's, with the roofs added
 
 
 def table(
