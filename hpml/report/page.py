@@ -100,17 +100,6 @@ class Report:
             f"<tbody>{''.join(body)}</tbody></table></div>"
         )
 
-    def _header_html(self) -> str:
-        if not self.header:
-            return ""
-        rows = "".join(
-            f"<dt>{escape(name)}</dt><dd>"
-            + (f"<code>{escape(text)}</code>" if name == "command" else escape(text))
-            + "</dd>"
-            for name, text in self.header
-        )
-        return f'<dl class="header">{rows}</dl>'
-
     def html(self) -> str:
         folded = [c for c in self.columns if c not in self.key_columns]
         more = (
@@ -125,6 +114,13 @@ class Report:
             f"<section><h2>Runs</h2>{self._runs_html(self.key_columns, 'runs')}{more}"
             f'<p class="note">Hover a row for its run id. {escape(UNITS)}</p></section>'
         )
+        header = "".join(
+            f"<dt>{escape(name)}</dt><dd>"
+            + (f"<code>{escape(text)}</code>" if name == "command" else escape(text))
+            + "</dd>"
+            for name, text in self.header
+        )
+        header = f'<dl class="header">{header}</dl>' if header else ""
         lead = "".join(_table_html(t) for t in self.lead)
         tables = "".join(_table_html(t) for t in self.tables)
         figures = "".join(
@@ -135,7 +131,7 @@ class Report:
         return (
             f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
             f"<title>{escape(self.title)}</title><style>{STYLE}</style></head><body>"
-            f"<h1>{escape(self.title)}</h1>{self._header_html()}<p>{escape(self.summary)}</p>"
+            f"<h1>{escape(self.title)}</h1>{header}<p>{escape(self.summary)}</p>"
             f"{lead}{runs}{tables}{figures}</body></html>\n"
         )
 
