@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -136,8 +137,7 @@ def header(
 
 def _stores(runs: Sequence[Run]) -> str:
     """``sqlite:///a.db (6 runs); sqlite:///b.db (6 runs)``, where the runs came from several."""
-    stores = [env_value(run, STORE) for run in runs]
-    counts = {store: stores.count(store) for store in dict.fromkeys(stores) if store}
+    counts = Counter(store for run in runs if (store := env_value(run, STORE)))
     if len(counts) < 2:
         return ""
     return "; ".join(f"{store} ({n} runs)" for store, n in counts.items())
