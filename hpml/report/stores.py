@@ -68,10 +68,8 @@ class Stores:
         for client in self.clients:
             try:
                 ids = experiment_ids(client, experiment)
-            except HpmlError:
-                if not any(
-                    c.get_experiment_by_name(experiment) for c in self.clients if experiment
-                ):
+            except HpmlError:  # only a named experiment can be missing
+                if not any(c.get_experiment_by_name(experiment) for c in self.clients):
                     raise
                 continue
             runs = client.search_runs(ids, filter_string, **options) if ids else []
