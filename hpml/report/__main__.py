@@ -173,14 +173,13 @@ def build(
     if by is not None and by.key in table.differing_keys(runs) and by.key not in config_keys:
         config_keys.append(by.key)  # a series per value of what is compared (env.host, store)
     histories: dict[tuple[str, str], list[tuple[int, float]]] = {}
-    texts: dict[tuple[str, str], str | None] = {}
+    texts: dict[str, dict[str, str | None]] = {}
     for run in tqdm(runs, desc="hpml: reading runs", unit="run", disable=not sys.stderr.isatty()):
         points = stores.of(run).get_metric_history(run.info.run_id, VAL_LOSS)
         histories[(run.info.run_id, VAL_LOSS)] = sorted((m.step, m.value) for m in points)
-        for path, text in stores.texts(run, studies.TEXTS).items():
-            texts[(run.info.run_id, path)] = text
+        texts[run.info.run_id] = stores.texts(run, studies.TEXTS)
     tables = [studies.repeats(found, columns), studies.against_baseline(versus, base)]
-    tables += [make(found, lambda r, p: texts.get((r.info.run_id, p))) for make in studies.TABLES]
+    tables += [make(found, lambda r, p: texts[r.info.run_id].get(p)) for make in studies.TABLES]
     tables.append(fused.table(runs, serial))
     plots = [plot(runs, config_keys) for plot in figures.PLOTS]
     plots.append(roofline.figure(runs, keys))
@@ -208,6 +207,8 @@ def build(
     if (order := run_order(runs, by_seed)) is not None:
         summary += f" {order}"
     lead = pairs.table(by.pairs, by.key, by.alone, by.title) if by is not None else None
+    experiments = {(stores.of(run), run.info.experiment_id): None for run in runs}
+    experiment = ", ".join(dict.fromkeys(c.get_experiment(i).name for c, i in experiments))
     return Report(
         title,
         summary,
@@ -217,14 +218,9 @@ def build(
         [t for t in tables if t is not None],
         [p for p in plots if p is not None],
         comparisons,
-        header=page_header(runs, parent, _experiment(stores, runs), keys),
+        header=page_header(runs, parent, experiment, keys),
         lead=[lead] if lead is not None else [],
     )
-
-
-def _experiment(stores: Stores, runs: list[Run]) -> str:
-    found = {(stores.of(run), run.info.experiment_id): None for run in runs}
-    return ", ".join(dict.fromkeys(client.get_experiment(i).name for client, i in found))
 
 
 def out_folder(args: argparse.Namespace, runs: list[Run], parent: Run | None) -> Path:
