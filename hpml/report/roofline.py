@@ -210,7 +210,7 @@ def table(
     return "\n".join(lines)
 
 
-def draw(args: argparse.Namespace) -> list[Path]:
+def draw(args: argparse.Namespace) -> None:
     from hpml.analysis.roofline_plot import describe_peak, plot_roofline
     from hpml.report.stores import Stores
 
@@ -247,7 +247,6 @@ def draw(args: argparse.Namespace) -> list[Path]:
             stores.of(parent).log_artifact(parent.info.run_id, str(path), STAGE)
     for path in paths:
         print(f"hpml: wrote {path}" + (f" (and to run {parent.info.run_id})" if parent else ""))
-    return paths
 
 
 def main(argv: Sequence[str] | None = None) -> int:
