@@ -97,7 +97,6 @@ def quiet_barebones() -> Iterator[None]:
     logger.setLevel(logging.WARNING)
     try:
         with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=r"You are running in `Trainer\(barebones")
             warnings.filterwarnings("ignore", message=r"You are trying to `self.log\(\)` but")
             yield
     finally:
