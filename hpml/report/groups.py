@@ -100,8 +100,7 @@ class Group:
         return any(noisy(r) for r in self.runs)
 
     def values(self, name: str) -> list[float]:
-        found = (r.data.metrics.get(name) for r in self.runs)
-        return [v for v in found if v is not None and math.isfinite(v)]
+        return [v for r in self.runs if math.isfinite(v := r.data.metrics.get(name, math.nan))]
 
     def interval(self, name: str) -> Interval | None:
         values = self.values(name)

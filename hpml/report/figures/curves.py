@@ -43,9 +43,8 @@ def learning_curves(
         )
     from matplotlib.ticker import MaxNLocator
 
-    epochs = max(len(points) for _, points in curves)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
-    ax.set_xlim(0.5, epochs + 0.5)
+    ax.set_xlim(0.5, max(len(points) for _, points in curves) + 0.5)
     log_if_wide(ax, "y", [y for _, points in curves for _, y in points])
     ax.set_xlabel("epoch")
     ax.set_ylabel(f"{VAL_LOSS} (the model's loss)")

@@ -84,9 +84,7 @@ def runs_cell(group: Group) -> str:
 def pair(group: Group, before: str, after: str) -> str:
     """``before -> after``: two metrics' cells, empty unless the group carries both."""
     b, a = group.values(before), group.values(after)
-    if not b or not a:
-        return ""
-    return f"{spread(b)} -> {spread(a)}"
+    return f"{spread(b)} -> {spread(a)}" if b and a else ""
 
 
 def latency_cells(group: Group, step: str) -> list[tuple[str, str]]:
