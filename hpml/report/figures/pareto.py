@@ -108,8 +108,7 @@ def latency_size(runs: list[Run], keys: list[str]) -> Figure | None:
             ax.errorbar([x / factor], [ci.median], bars, capsize=3, **style)
     edge = sorted((found[i][0] / factor, found[i][1].median) for i in front)
     ax.plot(
-        [x for x, _ in edge],
-        [y for _, y in edge],
+        *zip(*edge, strict=True),
         color="C3",
         linestyle="--",
         marker="o",
@@ -117,7 +116,7 @@ def latency_size(runs: list[Run], keys: list[str]) -> Figure | None:
         markerfacecolor="none",
         label="Pareto front",
     )
-    if not log_if_wide(ax, "x", [x for x, _ in edge] + [x / factor for x, _, _ in found]):
+    if not log_if_wide(ax, "x", [x / factor for x, _, _ in found]):
         ax.margins(x=0.1)
     log_if_wide(ax, "y", [ci.median for _, ci, _ in found])
     ax.set_xlabel(f"model size, saved state dict ({unit})")
