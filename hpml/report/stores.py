@@ -5,6 +5,7 @@ never logged), for the report to show and to read its history and artifacts back
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -81,10 +82,8 @@ class Stores:
         from mlflow.exceptions import MlflowException
 
         for client in self.clients:
-            try:
+            with contextlib.suppress(MlflowException):
                 return self.mark(client, [client.get_run(run_id)])[0]
-            except MlflowException:
-                continue
         raise HpmlError(f"unknown run id '{run_id}' in {self.where}")
 
     def sweep(self, sweep: str, experiment: str | None = None) -> Run:
@@ -136,14 +135,13 @@ class Stores:
 
         client = self.of(run)
         listed: dict[str, set[str]] = {}
-        found: dict[str, str | None] = {}
+        found: dict[str, str | None] = dict.fromkeys(paths)
         for path in paths:
             folder, _, name = path.rpartition("/")
             if folder not in listed:
                 items = client.list_artifacts(run.info.run_id, folder)
                 listed[folder] = {Path(a.path).name for a in items}
             if name not in listed[folder]:
-                found[path] = None
                 continue
             with tempfile.TemporaryDirectory() as tmp:
                 local = client.download_artifacts(run.info.run_id, path, tmp)
