@@ -247,9 +247,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("hpml: warning: --twin: the report's runs have no fused members", file=sys.stderr)
         if by is not None and not by.pairs:
             print(f"hpml: warning: --by {by.key}: no two runs equal but for it", file=sys.stderr)
-        report = build(stores, runs, parent, serial, args.by_seed, by)
         folder = out_folder(args, runs, parent)
-        html, md = report.write(folder)
+        html, md = build(stores, runs, parent, serial, args.by_seed, by).write(folder)
         if parent is not None:
             stores.of(parent).log_artifacts(parent.info.run_id, str(folder), ARTIFACTS)
     except HpmlError as exc:
