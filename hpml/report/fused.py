@@ -48,8 +48,7 @@ def twins(fused: Sequence[Run], candidates: Sequence[Run]) -> dict[str, Run]:
         if r.data.tags.get(FUSED_TAG) != "true" and r.info.status == "FINISHED"
     ]
     by_config = {config(r): r for r in sorted(serial, key=lambda r: r.info.start_time or 0)}
-    found = {m.info.run_id: by_config.get(config(m)) for m in fused}
-    return {run_id: twin for run_id, twin in found.items() if twin is not None}
+    return {m.info.run_id: twin for m in fused if (twin := by_config.get(config(m))) is not None}
 
 
 def _size(run: Run) -> int:
