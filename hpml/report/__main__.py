@@ -229,8 +229,7 @@ def out_folder(args: argparse.Namespace, runs: list[Run], parent: Run | None) ->
     sweep_dir = parent.data.tags.get("hpml.sweep_dir") if parent is not None else None
     if sweep_dir:
         return Path(sweep_dir) / "report"
-    name = parent.info.run_id if parent is not None else runs[0].info.run_id
-    return project_root() / "outputs" / "report" / name
+    return project_root() / "outputs" / "report" / (parent or runs[0]).info.run_id
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -232,8 +232,7 @@ def draw(args: argparse.Namespace) -> None:
     rows = points(runs)
     print(f"roof: {describe_peak(peak, precision)}\n  source: {peak.source}")
     print(table(runs, rows, peak, precision))
-    name = parent.info.run_id if parent else runs[0].info.run_id
-    out = args.out or project_root() / "outputs" / "roofline" / name
+    out = args.out or project_root() / "outputs" / "roofline" / (parent or runs[0]).info.run_id
     what = parent.info.run_name if parent else f"{len(runs)} runs"
     paths = plot_roofline(
         [point for point, _ in rows],
