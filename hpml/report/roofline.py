@@ -129,8 +129,7 @@ def choose_peak(choice: str | None, runs: list[Run]) -> DevicePeak:
                 "drawing the first run's roof",
                 file=sys.stderr,
             )
-        found = run_peak(runs[0])
-        if found is not None:
+        if (found := run_peak(runs[0])) is not None:
             return found
     cache = os.environ.get("HPML_PEAK_CACHE") or project_root() / ".hpml" / "peaks"
     return resolve_peak(choice or "measured", default_device(), cache)
@@ -241,10 +240,9 @@ def draw(args: argparse.Namespace) -> None:
         precision,
         f"{what} on {peak.name}",
     )
-    if parent is not None:
-        for path in paths:
-            stores.of(parent).log_artifact(parent.info.run_id, str(path), STAGE)
     for path in paths:
+        if parent is not None:
+            stores.of(parent).log_artifact(parent.info.run_id, str(path), STAGE)
         print(f"hpml: wrote {path}" + (f" (and to run {parent.info.run_id})" if parent else ""))
 
 
