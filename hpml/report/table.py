@@ -134,8 +134,7 @@ def rows(runs: list[Run]) -> tuple[list[str], list[str], list[Row]]:
 def short_name(run: Run) -> str:
     """``job 3`` for a job of a sweep, else the run's name less its overrides (``vgg11/cifar10``
     of ``vgg11/cifar10 [prune=fpgm,...]``: the key columns say those)."""
-    job = run.data.tags.get("hpml.job_num")
-    if job is not None:
+    if (job := run.data.tags.get("hpml.job_num")) is not None:
         return f"job {job}"
     return str(run.info.run_name or run.info.run_id).split(" [", 1)[0]
 
@@ -144,6 +143,4 @@ def number(value: float | None) -> str:
     """A table cell: 4 significant digits, thousands grouped for large counts; empty for None."""
     if value is None:
         return ""
-    if abs(value) >= 1e4 and float(value).is_integer():
-        return f"{value:,.0f}"
-    return f"{value:.4g}"
+    return f"{value:,.0f}" if abs(value) >= 1e4 and float(value).is_integer() else f"{value:.4g}"
