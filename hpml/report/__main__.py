@@ -195,8 +195,7 @@ def build(
         if own < len(runs):  # --baseline: the earlier sweep's jobs too
             summary = f"{len(runs)} runs ({counts}): {own} of sweep {parent.info.run_id}, the "
             summary += f"other {len(runs) - own} of the baseline sweep"
-        best = parent.data.tags.get("hpml.optuna.best_value")
-        if best is not None:
+        if (best := parent.data.tags.get("hpml.optuna.best_value")) is not None:
             summary += (
                 f"; Optuna best {best} (trial {parent.data.tags.get('hpml.optuna.best_trial')})"
             )

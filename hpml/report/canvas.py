@@ -164,8 +164,7 @@ def tidy(fig: MplFigure) -> None:
 
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
-            formatter = axis.get_major_formatter()
-            if isinstance(formatter, ScalarFormatter):
+            if isinstance(formatter := axis.get_major_formatter(), ScalarFormatter):
                 formatter.set_useOffset(False)
                 formatter.set_scientific(False)
     fig.draw_without_rendering()
@@ -250,8 +249,7 @@ class Canvas:
         text = buffer.getvalue()
         text = text[text.index("<svg") :]  # the XML header and doctype stay out of HTML
         for gid, tip in self.tips.items():
-            start = text.find(f'<g id="{gid}"')
-            if start >= 0:
+            if (start := text.find(f'<g id="{gid}"')) >= 0:
                 end = text.index(">", start) + 1
                 text = f"{text[:end]}<title>{escape(tip)}</title>{text[end:]}"
         return text

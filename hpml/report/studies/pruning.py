@@ -103,8 +103,7 @@ def pruning(groups: list[Group], text: ReadText) -> Table | None:
                 *plain,
             ]
         )
-        after = text(group.runs[0], ARCHITECTURE[AFTER])
-        if after:
+        if after := text(group.runs[0], ARCHITECTURE[AFTER]):
             what = f"{param(group, 'prune.method')} at {param(group, 'prune.amount')}"
             texts.append((f"print(model) after pruning: {what} ({group.names})", after))
     before = next((t for g in pruned for r in g.runs if (t := text(r, ARCHITECTURE[BEFORE]))), None)
