@@ -42,8 +42,7 @@ def observations(
 
 def capacity_bytes(runs: list) -> float:
     """Device memory from the runs' tags (CUDA), else this host's RAM."""
-    tagged = [r.data.tags.get("hpml.device_memory_bytes") for r in runs]
-    if all(tagged):
+    if all(tagged := [r.data.tags.get("hpml.device_memory_bytes") for r in runs]):
         return float(tagged[0])
     import psutil
 
