@@ -91,8 +91,12 @@ def pristine(family: Family, count: int) -> list[HpmlModule]:
 
 @contextlib.contextmanager
 def quiet_barebones() -> Iterator[None]:
-    """Without the barebones Trainer's banner, its device lines and its warning per ``log``."""
-    logger = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    """Without the barebones Trainer's banner, its device lines and its warning per ``log``:
+    quiets the logger Lightning's rank-zero lines go through now, whose name changes once
+    ``mlflow.pytorch`` imports the standalone ``pytorch_lightning``."""
+    from lightning.fabric.utilities.rank_zero import rank_zero_module
+
+    logger = rank_zero_module.log
     level = logger.level
     logger.setLevel(logging.WARNING)
     try:

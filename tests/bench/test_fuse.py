@@ -85,3 +85,24 @@ def test_goal_only_for_vae_at_eight_members_on_a_gpu():
 
 def test_case_is_registered():
     assert "fuse" in CASES
+
+
+def test_the_barebones_banner_stays_quiet_after_mlflow_imports_pytorch_lightning(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``import mlflow.pytorch`` renames the logger Lightning's rank-zero lines go through; the
+    bench's trainer still prints none of them."""
+    import logging
+
+    from lightning.fabric.utilities.rank_zero import rank_zero_info, rank_zero_module
+
+    from hpml.bench.fuse import quiet_barebones
+
+    monkeypatch.setattr(rank_zero_module, "log", rank_zero_module.log)  # the next tests' again
+    import mlflow.pytorch  # noqa: F401
+
+    caplog.set_level(logging.INFO)
+    with quiet_barebones():
+        rank_zero_info("GPU available: False, used: False")
+    rank_zero_info("after the bench")
+    assert [r.getMessage() for r in caplog.records] == ["after the bench"]
