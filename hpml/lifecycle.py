@@ -6,6 +6,7 @@ runs; :func:`follow` is the same steps for a DDP rank other than zero, which ope
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections.abc import Callable, Sequence
@@ -68,7 +69,8 @@ def run_members(
 ) -> tuple[list[dict[str, float]], list[TrackedRun]]:
     """Train checked ``members`` as one job, one run each under the sweep's parent: one member
     is a single job, several a fused array. The parts are completed first: what stops them
-    (a download, a resume the job cannot make) is recorded as a FAILED run per member.
+    (a download, a resume the cluster's processes cannot make) is recorded as a FAILED run per
+    member; a SIGTERM or Ctrl-C from then on ends the job as one during training does.
     Each member's final metrics and its run, in order; an array member whose loss stopped being
     finite returns NaN, tagged with the step."""
     from hpml.distributed import hand_off, processes
@@ -84,14 +86,6 @@ def run_members(
     logging.getLogger("lightning").handlers.clear()
     output_dir = Path(cfg.paths.output_dir)
     resume, ckpt_path = start_points(tracker, members)
-    try:
-        parts = assemble(members)
-        check_resume(parts.trainer, ckpt_path)
-    except Exception as exc:
-        for member in members:
-            tracker.record_failed(member.cfg, member.job, exc)
-        raise
-    trainer = parts.trainer
     tags = [fused.member_tags(i, len(members), job) if array else {} for i in range(len(members))]
 
     def record(run: TrackedRun, trained: bool) -> None:  # as each run ends
@@ -104,12 +98,20 @@ def run_members(
                 run.set_tag(key, value)
             run.log_model(model.net, datamodule)
 
-    with (
-        StopOnSignals(job) as stop,
-        tracker.runs([(m.cfg, m.job) for m in members], resume, tags, record) as runs,
-    ):
+    with contextlib.ExitStack() as stack:
+        stop = stack.enter_context(StopOnSignals(job))  # from the data's download on
+        try:
+            parts = assemble(members)
+            check_resume(parts.trainer, ckpt_path)
+        except Exception as exc:
+            for member in members:
+                tracker.record_failed(member.cfg, member.job, exc)
+            raise
+        stop.trainer = trainer = parts.trainer
+        runs = stack.enter_context(
+            tracker.runs([(m.cfg, m.job) for m in members], resume, tags, record)
+        )
         stop.run_id, stop.resumed_from = ", ".join(run.run_id for run in runs), ckpt_path
-        stop.trainer = trainer
         for member, run in zip(members, runs, strict=True):
             record_run(member.job.output_dir if array else output_dir, run.run_id)
         if array:

@@ -20,6 +20,7 @@ import torch
 from hpml.callbacks.base import HpmlCallback
 from hpml.callbacks.in_array import InArray
 from hpml.callbacks.logging import log_metrics
+from hpml.data.synthetic import SyntheticDataModule
 
 ALLOCATOR_PEAK = "spy/train_max_memory_allocated_bytes"
 
@@ -137,3 +138,12 @@ def cpu_neighbour() -> Iterator[int]:
         yield pid
     finally:
         os.kill(pid, signal.SIGKILL)
+
+
+class SigtermOnPrepare(SyntheticDataModule):
+    """Synthetic data whose ``prepare_data`` (where a real dataset downloads) is stopped by a
+    SIGTERM: the job is stopped after its parts were judged and before any run opened."""
+
+    def prepare_data(self) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises in here

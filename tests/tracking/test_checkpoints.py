@@ -122,3 +122,29 @@ def test_sigterm_outside_lightning_ends_in_one_line_and_exit_143(capsys):
         "nothing to resume, run it again"
     ]
     assert signal.getsignal(signal.SIGTERM) is previous
+
+
+def test_sigterm_while_the_data_prepares_ends_the_job_in_one_line_and_exit_143(
+    composed, root, client, capsys
+):
+    """A stop during the download (the parts completed before any run opens) is the job's stop,
+    as one during training: one line, 128 + the signal, and no run left RUNNING."""
+    from hpml.train import train
+
+    previous = signal.getsignal(signal.SIGTERM)
+    cfg = composed(
+        [
+            "data._target_=tests.helpers.SigtermOnPrepare",
+            "trainer.max_epochs=1",
+            f"logger.tracking_uri={client.tracking_uri}",
+        ]
+    )
+    with pytest.raises(SystemExit) as exc:
+        train(cfg)
+    assert exc.value.code == 128 + signal.SIGTERM
+    assert capsys.readouterr().err.splitlines()[-1:] == [
+        "hpml: stopped by SIGTERM before the MLflow run started"
+    ]
+    assert signal.getsignal(signal.SIGTERM) is previous
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert [r.info.status for r in runs if r.info.status == "RUNNING"] == []
