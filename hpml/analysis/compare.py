@@ -242,9 +242,13 @@ def forward_call(model: nn.Module, example: Any) -> Callable[[], object]:
 
 
 def example_device(model: nn.Module, example: Any) -> torch.device:
-    """Where ``model(example)`` runs: its first input tensor's device, else its parameters'."""
+    """Where ``model(example)`` runs: its first input tensor's device, else its parameters',
+    else the CPU."""
     first = first_tensor(example)
-    return first.device if first is not None else next(model.parameters()).device
+    if first is not None:
+        return first.device
+    parameter = next(model.parameters(), None)
+    return parameter.device if parameter is not None else torch.device("cpu")
 
 
 def compare_forward(

@@ -218,3 +218,10 @@ def test_rounds_go_on_until_the_budget_while_the_interval_is_wide(one_thread) ->
     assert {t.stopped for t in timings.values()} == {BUDGET}
     assert 0.3 <= seconds < 1.5  # the round under way when it ran out, then no more
     assert timings["slow"].n == timings["fast"].n > 6
+
+
+def test_a_model_without_parameters_given_no_tensor_runs_on_the_cpu() -> None:
+    from hpml.analysis.compare import example_device
+
+    assert example_device(torch.nn.Identity(), ()) == torch.device("cpu")
+    assert example_device(torch.nn.Linear(2, 2).to("meta"), [3]) == torch.device("meta")
