@@ -13,8 +13,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from hpml.errors import HpmlError
 from hpml.tracking.checkpoint import unreadable_checkpoint
 from hpml.tracking.jobs import earlier_attempt
@@ -85,6 +83,8 @@ def alive(run: Any) -> bool:
     host, _, pid = run.data.tags.get(WRITER_TAG, "").rpartition(":")
     if run.info.status != "RUNNING" or host != socket.gethostname() or not pid.isdigit():
         return False
+    import psutil  # only a resume asks; a run's start need not load it
+
     return psutil.pid_exists(int(pid))  # another user's live process included
 
 

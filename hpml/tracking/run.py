@@ -228,7 +228,7 @@ class MlflowTracker:
     def record_refused(self, cfg: DictConfig, job: HydraJob | None, exc: BaseException) -> None:
         """A job of a sweep its config refused, as a FAILED child of the sweep, so the sweep's
         page lists every job. Outside a sweep the one line on the terminal is all."""
-        if _sweep_record_or_none(job) is not None:
+        if job is not None and job.sweep is not None:  # record_failed reads its record
             self.record_failed(cfg, job, exc)
 
     def record_failed(self, cfg: DictConfig, job: HydraJob | None, exc: BaseException) -> None:
