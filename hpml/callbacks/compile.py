@@ -35,7 +35,7 @@ from hpml.callbacks.measure import (
 )
 from hpml.callbacks.measure_settings import OptimizationStep
 from hpml.errors import ConfigError, IncompatibleError, one_of
-from hpml.names import S, X, metric
+from hpml.names import AFTER, BEFORE, S, X, metric, side
 from hpml.optimize.compile import (
     UNKNOWN,
     Compiled,
@@ -261,8 +261,8 @@ class Compile(OptimizationStep):
             pl_module,
             self.settings,
             "compile",
-            Side("compile_before", eager, device),
-            Side("compile_after", compiled.module, device, compiled.size_bytes),
+            Side(side("compile", BEFORE), eager, device),
+            Side(side("compile", AFTER), compiled.module, device, compiled.size_bytes),
         )
         verdict = "hpml.verdict.compile.speedup_b{}"
         slower = [

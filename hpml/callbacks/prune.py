@@ -31,7 +31,7 @@ from hpml.callbacks.measure import (
 )
 from hpml.callbacks.measure_settings import OptimizationStep
 from hpml.errors import ConfigError, non_negative_int, one_of
-from hpml.names import COUNT, FLOPS_PER_SAMPLE, PCT, metric
+from hpml.names import AFTER, BEFORE, COUNT, FLOPS_PER_SAMPLE, PCT, metric, side
 from hpml.optimize.prune import io as prune_io
 from hpml.optimize.prune import schedule as schedules
 from hpml.optimize.prune.amount import check_amount
@@ -165,7 +165,7 @@ class Prune(OptimizationStep):
         last: bool,
     ) -> None:
         if first:
-            self.before = self.counts(pl_module, "prune_before")
+            self.before = self.counts(pl_module, side("prune", BEFORE))
             log_metrics(trainer, self.before)
             self.kept = copy.deepcopy(pl_module.net)  # timed beside the pruned net, then dropped
             if self.sensitivity:
@@ -187,7 +187,7 @@ class Prune(OptimizationStep):
     def _log_last(
         self, trainer: L.Trainer, pl_module: L.LightningModule, report: PruneReport
     ) -> None:
-        after = self.counts(pl_module, "prune_after")
+        after = self.counts(pl_module, side("prune", AFTER))
         kept, self.kept = self.kept, None
         assert kept is not None  # set on the first step, which precedes or is the last
         device = pl_module.device
@@ -196,8 +196,8 @@ class Prune(OptimizationStep):
             pl_module,
             self.settings,
             "prune",
-            Side("prune_before", kept, device),
-            Side("prune_after", self._shipped(pl_module.net), device),
+            Side(side("prune", BEFORE), kept, device),
+            Side(side("prune", AFTER), self._shipped(pl_module.net), device),
         )
         # FLOPs and size, before / after (the speed-ups come with the side-by-side timing)
         metrics = after | schedules.reductions(self.before | after | comparison.metrics)

@@ -23,7 +23,7 @@ from hpml.callbacks.logging import log_text, mlflow_loggers, set_tags
 from hpml.callbacks.measure import Side, compare, on_trainer_device
 from hpml.callbacks.measure_settings import OptimizationStep
 from hpml.errors import ConfigError, IncompatibleError, non_negative_int, positive_int
-from hpml.names import S, metric
+from hpml.names import AFTER, BEFORE, S, metric, side
 from hpml.optimize.quant import OnDevice, Quantizer, apply_quant
 from hpml.optimize.quant.base import no_calibration
 from hpml.tensors import first_tensor
@@ -194,8 +194,8 @@ class Quantize(HpmlCallback):
             pl_module,
             self.settings,
             "quant",
-            Side("quant_before", float_net, self.before_device),
-            Side("quant_after", qnet, device),
+            Side(side("quant", BEFORE), float_net, self.before_device),
+            Side(side("quant", AFTER), qnet, device),
         )
         extra = {}
         if compile_time_s is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from hpml.names import BYTES, FLOPS_PER_SAMPLE, X, metric
+from hpml.names import AFTER, BEFORE, BYTES, FLOPS_PER_SAMPLE, X, metric, side
 
 SCHEDULES = ("before_fit", "after_fit", "gradual")
 
@@ -31,8 +31,8 @@ def reductions(figures: Mapping[str, float]) -> dict[str, float]:
         ("fwd", "flops_reduction", FLOPS_PER_SAMPLE),
         ("size", "size_reduction", BYTES),
     ):
-        before = figures.get(metric("prune_before", quantity, unit))
-        after = figures.get(metric("prune_after", quantity, unit))
+        before = figures.get(metric(side("prune", BEFORE), quantity, unit))
+        after = figures.get(metric(side("prune", AFTER), quantity, unit))
         if before and after:
             ratios[metric("prune", key, X)] = before / after
     return ratios
