@@ -37,7 +37,7 @@ Context = Callable[[nn.Module], contextlib.AbstractContextManager]
 CONTEXTS: dict[str, Context] = {
     KEEP: lambda net: contextlib.nullcontext(),
     CHECKPOINT: lambda net: checkpointed(net, default_stages(net)),
-    BF16: lambda net: Bf16SavedTensors(net),
+    BF16: Bf16SavedTensors,
 }
 
 

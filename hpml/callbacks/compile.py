@@ -173,14 +173,17 @@ class Compile(OptimizationStep):
         self.eager_net, pl_module.net = pl_module.net, self.train_net
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
-        if self.eager_net is not None:
-            pl_module.net, self.eager_net = self.eager_net, None
+        self._put_back_eager(pl_module)
 
     on_exception = on_train_batch_end  # a failed step leaves the eager net in place too
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.on_train_batch_end(trainer, pl_module)
+        self._put_back_eager(pl_module)
         self.train_net = self.compiled_of = None
+
+    def _put_back_eager(self, pl_module: L.LightningModule) -> None:
+        if self.eager_net is not None:
+            pl_module.net, self.eager_net = self.eager_net, None
 
     def variant(
         self, eager: nn.Module, examples: list[Any], workdir: Path, method: Method | None = None

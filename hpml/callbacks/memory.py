@@ -50,15 +50,18 @@ class MemoryBreakdown(HpmlCallback):
         self.saved = SavedActivations(pl_module)
         self.saved.__enter__()
 
-    def on_before_backward(self, *_: Any) -> None:
+    def _stop_recording(self) -> None:
         if self.saved is not None:
             self.saved.__exit__(None, None, None)
             self.activations = self.saved.bytes
             self.saved = None
 
+    def on_before_backward(self, *_: Any) -> None:
+        self._stop_recording()
+
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any) -> None:
         """Never leave the saved-tensor hooks (process-wide) on after a failed step."""
-        self.on_before_backward()
+        self._stop_recording()
         if self.cuda_snapshot and pl_module.device.type == "cuda":
             torch.cuda.memory._record_memory_history(enabled=None)
 
@@ -66,7 +69,7 @@ class MemoryBreakdown(HpmlCallback):
         if self.done:
             return
         self.done = True
-        self.on_before_backward()  # a step with no backward (manual optimisation) ends it here
+        self._stop_recording()  # a step with no backward (manual optimisation) ends it here
         params = list(pl_module.parameters())
         parts = {
             "weights": tensor_bytes(params),

@@ -101,6 +101,7 @@ def test_the_barebones_banner_stays_quiet_after_mlflow_imports_pytorch_lightning
     monkeypatch.setattr(rank_zero_module, "log", rank_zero_module.log)  # the next tests' again
     import mlflow.pytorch  # noqa: F401
 
+    assert rank_zero_module.log.name == "pytorch_lightning.utilities.rank_zero"
     caplog.set_level(logging.INFO)
     with quiet_barebones():
         rank_zero_info("GPU available: False, used: False")

@@ -108,7 +108,8 @@ def latency_size(runs: list[Run], keys: list[str]) -> Figure | None:
             ax.errorbar([x / factor], [ci.median], bars, capsize=3, **style)
     edge = sorted((found[i][0] / factor, found[i][1].median) for i in front)
     ax.plot(
-        *zip(*edge, strict=True),
+        [x for x, _ in edge],
+        [y for _, y in edge],
         color="C3",
         linestyle="--",
         marker="o",
