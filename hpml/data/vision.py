@@ -91,6 +91,7 @@ class HeldOutImages(HpmlDataModule):
     key: ClassVar[str]  # the dataset's name in the run's record
     shape: ClassVar[tuple[int, int, int]]
     files: ClassVar[Sequence[Sequence[str | None]]]
+    folder: Path  # set by the subclass: where its files are
     missing_hint: ClassVar[str] = DOWNLOAD_HINT
     verify = False  # whether a file that fails its md5 is downloaded again
 
@@ -99,6 +100,7 @@ class HeldOutImages(HpmlDataModule):
         return image_spec(self.shape, 10, self.train_transform, self.eval_transform)
 
     def torchvision_dataset(self) -> type[datasets.VisionDataset]:
+        """The torchvision class that reads (and downloads) these files."""
         raise NotImplementedError
 
     def read(self) -> tuple[Dataset, Dataset]:
