@@ -258,3 +258,22 @@ def composed(root: Path) -> Iterator:
 
     yield lambda overrides: compose_job(overrides, root / "outputs" / "job")
     HydraConfig.instance().cfg = None
+
+
+@pytest.fixture
+def after_mlflow_pytorch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lightning's rank-zero lines going through the logger ``import mlflow.pytorch`` leaves
+    them in: the standalone ``pytorch_lightning``'s, which renames it at its first import in a
+    process. An earlier test of the worker may have made that import (and put the logger
+    back), so the rename is replayed by reloading the module that makes it; the logger is put
+    back after the test."""
+    import importlib
+
+    from lightning.fabric.utilities.rank_zero import rank_zero_module
+
+    monkeypatch.setattr(rank_zero_module, "log", rank_zero_module.log)
+    import mlflow.pytorch  # noqa: F401
+    import pytorch_lightning.utilities.rank_zero
+
+    importlib.reload(pytorch_lightning.utilities.rank_zero)
+    assert rank_zero_module.log.name == "pytorch_lightning.utilities.rank_zero"

@@ -71,25 +71,18 @@ def test_a_first_run_into_a_fresh_store_prints_no_upstream_start_up_line(
     assert run.info.status == "FINISHED"
 
 
-@pytest.mark.usefixtures("without_gitpython")
+@pytest.mark.usefixtures("without_gitpython", "after_mlflow_pytorch")
 def test_a_run_after_mlflow_pytorch_is_imported_prints_no_lightning_start_up_line(
     composed,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """``import mlflow.pytorch`` (a run with ``logger.log_model=true`` makes it) imports the
     standalone ``pytorch_lightning``, whose logger then carries all of Lightning's rank-zero
     lines: every later job of the process (a sweep's) printed its start-up lines again."""
-    from lightning.fabric.utilities.rank_zero import rank_zero_module
-
     from hpml.train import train
 
-    monkeypatch.setattr(rank_zero_module, "log", rank_zero_module.log)  # the next tests' again
-    import mlflow.pytorch  # noqa: F401
-
-    assert rank_zero_module.log.name == "pytorch_lightning.utilities.rank_zero"
     caplog.set_level(logging.INFO)
     train(composed([*TINY, f"logger.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}"]))
     printed, logged = shown(capsys, caplog)

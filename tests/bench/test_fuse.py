@@ -87,21 +87,18 @@ def test_case_is_registered():
     assert "fuse" in CASES
 
 
+@pytest.mark.usefixtures("after_mlflow_pytorch")
 def test_the_barebones_banner_stays_quiet_after_mlflow_imports_pytorch_lightning(
-    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """``import mlflow.pytorch`` renames the logger Lightning's rank-zero lines go through; the
     bench's trainer still prints none of them."""
     import logging
 
-    from lightning.fabric.utilities.rank_zero import rank_zero_info, rank_zero_module
+    from lightning.fabric.utilities.rank_zero import rank_zero_info
 
     from hpml.bench.fuse import quiet_barebones
 
-    monkeypatch.setattr(rank_zero_module, "log", rank_zero_module.log)  # the next tests' again
-    import mlflow.pytorch  # noqa: F401
-
-    assert rank_zero_module.log.name == "pytorch_lightning.utilities.rank_zero"
     caplog.set_level(logging.INFO)
     with quiet_barebones():
         rank_zero_info("GPU available: False, used: False")
