@@ -6,9 +6,9 @@ small without changing what it sweeps: the jobs are the ones Hydra's sweeper mak
 experiment's own ``hydra.sweeper.params``, and MLflow must end with one parent and one FINISHED
 child per job. Experiments that read real data get tiny files in the real format
 (``tests/real_data.py``). A sweep whose values only repeat one code path in the tiny form runs
-fewer of them (``FEWER_JOBS``: a command-line override of the key, which Hydra's basic sweeper
-puts in place of the config's sweep): still its own overlay, every model builder, method and
-mode it sweeps, and more than one job.
+fewer of them, or at fewer shapes (``FEWER_JOBS``: a command-line override of the key, which
+Hydra's basic sweeper puts in place of the config's sweep): still its own overlay, every model
+builder, method and mode it sweeps, and more than one job.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ STUDY_FIGURES = {
 STUDIED = set(
     re.findall(r"^study-[\w-]+: EXPERIMENT = (\w+)$", (REPO / "Makefile").read_text(), re.M)
 )
-# Sweeps cut where their values only repeat one code path at the tiny size, each keeping every
-# model builder, method and mode it sweeps:
+# Sweeps cut where their values (or shapes) only repeat one code path at the tiny size, each
+# keeping every model builder, method and mode it sweeps:
 FEWER_JOBS = {
     # with `data.limit=2` its five batch sizes all train on the same 2 samples, and each of its
     # 15 jobs builds a 224 px net (VGG16: 138 M parameters); the smallest and largest size of
@@ -57,9 +57,12 @@ FEWER_JOBS = {
     "vgg_pruning": ["prune.amount=0.5"],
     # its report plots against sparsity: two amounts for each of the 3 pruners (6 jobs, not 9)
     "vae_pruning": ["prune.amount=0.2,0.8"],
-    # VGG11, 13 and 19 are one builder at three depths: the shallowest and the deepest still
-    # draw two nets on one roofline (each job builds a 224 px VGG with a 1000-class head)
-    "roofline_vgg": ["model=vgg11,vgg19"],
+    # VGG11, 13 and 19 are one builder at three depths: the two shallowest still draw two nets
+    # on one roofline (each job builds a 224 px VGG with a 1000-class head; VGG19's costs most)
+    "roofline_vgg": ["model=vgg11,vgg13"],
+    # torch.compile compiles once per input shape, and batch 1 is always timed: at batch 1 the
+    # compiled job compiles one shape, not two (still every compile method the sweep names)
+    "compile_compare": ["data.batch_size=1"],
 }
 CASES = [pytest.param(name, [], id=name) for name in EXPERIMENTS]
 # the study's own data, as the README runs it: covers the real-format path end to end
