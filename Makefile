@@ -57,7 +57,7 @@ server: $(STAMP)  ## a tracking server for a team (foreground): DB=postgresql://
 # compile hpml's sources again.
 test: $(STAMP)
 	$(BIN)/python -m compileall -q hpml tests
-	$(BIN)/pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations=20
+	$(BIN)/pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=20
 
 lint: $(STAMP)  ## ruff, then the layers of pyproject.toml's [tool.importlinter]: imports point down
 	$(BIN)/ruff check .

@@ -41,10 +41,9 @@ QUICK = [
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Under pytest-xdist (``make test`` runs three workers on two cores: one often waits on a
-    server or a subprocess) each worker, and every run it starts, uses one torch thread: workers
-    of one thread each share the cores, where several threads each would fight over them. Set
-    here, before any test module imports torch."""
+    """Under pytest-xdist (``make test`` runs one worker per core) each worker, and every run
+    it starts, uses one torch thread: workers of one thread each share the cores, where several
+    threads each would fight over them. Set here, before any test module imports torch."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ.setdefault("OMP_NUM_THREADS", "1")
 
