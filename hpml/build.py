@@ -17,7 +17,7 @@ import hydra
 from hydra.errors import InstantiationException
 from omegaconf import DictConfig
 
-from hpml.errors import ConfigError, HpmlError
+from hpml.errors import ConfigError, constructed
 from hpml.hydra_job import HydraJob
 
 if TYPE_CHECKING:
@@ -84,22 +84,6 @@ def build(group: str, node: DictConfig, **kwargs: Any) -> Any:
         raise cause from exc
     except ConfigError as exc:
         raise exc.under(group) from exc
-
-
-def constructed(group: str, make: Callable[[], T]) -> T:
-    """``make()``, with a constructor's own TypeError/ValueError turned into one line naming
-    ``group``: validation's checks of the values should have named the key; this is the net
-    below them."""
-    try:
-        return make()
-    except HpmlError:
-        raise
-    except (TypeError, ValueError, AttributeError, KeyError) as exc:
-        message = " ".join(str(exc).split())
-        raise HpmlError(
-            f"{group}: {type(exc).__name__}: {message} (check the {group}.* values "
-            f"against `python -m hpml.train --cfg job`)"
-        ) from exc
 
 
 def callback_nodes(cfg: DictConfig) -> list[tuple[str, DictConfig]]:

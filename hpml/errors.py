@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -70,6 +70,22 @@ class DatasetNotFoundError(HpmlError):
 
 class IncompatibleError(HpmlError):
     """Two valid choices do not work together (a model and the data it is given)."""
+
+
+def constructed(group: str, make: Callable[[], T]) -> T:
+    """``make()``, with a constructor's own TypeError/ValueError turned into one line naming
+    ``group``: validation's checks of the values should have named the key; this is the net
+    below them."""
+    try:
+        return make()
+    except HpmlError:
+        raise
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:
+        message = " ".join(str(exc).split())
+        raise HpmlError(
+            f"{group}: {type(exc).__name__}: {message} (check the {group}.* values "
+            f"against `python -m hpml.train --cfg job`)"
+        ) from exc
 
 
 def one_of(key: str, value: T, choices: Collection[Any]) -> T:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from hpml.build import Parts, constructed
-from hpml.errors import HpmlError, raise_all
+from hpml.build import Parts
+from hpml.errors import HpmlError, constructed, raise_all
 from hpml.hydra_job import HydraJob
 
 
