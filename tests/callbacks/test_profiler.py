@@ -13,12 +13,13 @@ import torch
 
 from hpml.analysis.profile_summary import CUDA_CATEGORIES, breakdown, shares_pct, summarise_events
 from hpml.train import train
-from tests.conftest import QUICK
+from tests.conftest import QUICK, QUICK_BATCH
 
 REGIONS = {"hpml/data", "hpml/forward", "hpml/zero_grad", "hpml/backward", "hpml/optimizer_step"}
 STEP = ["hpml/forward", "hpml/zero_grad", "hpml/backward", "hpml/optimizer_step", "hpml/data"]
-PROFILED = [*QUICK, "data.train_samples=512", "profile=torch", "profile.skip_first=2"]
-PROFILED += ["profile.active=2"]
+PROFILED_SAMPLES = 512
+PROFILED = [*QUICK, f"data.train_samples={PROFILED_SAMPLES}", "profile=torch"]
+PROFILED += ["profile.skip_first=2", "profile.active=2"]
 
 
 def test_breakdown_gives_each_instant_to_the_highest_priority_category():
@@ -218,6 +219,6 @@ def test_step_regions_push_and_pop_nvtx_ranges_on_cuda(composed, monkeypatch):
         assert depth >= 0
         deepest = max(deepest, depth)
     assert depth == 0 and deepest == 1  # consecutive regions, each closed before the next
-    steps = 512 // 32  # PROFILED's training samples over QUICK's batch size, one epoch
+    steps = PROFILED_SAMPLES // QUICK_BATCH  # one epoch
     pushed = [name for kind, name, _ in calls if kind == "push"]
     assert pushed == ["hpml/data", *STEP * steps]
