@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from hpml.errors import HpmlError
 from hpml.report.environment import STORE_TAG
 from hpml.report.runs import experiment_ids, sweep_children
-from hpml.validate.store import damaged_store, sqlite_path
+from hpml.store_file import damaged_store, sqlite_path
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient

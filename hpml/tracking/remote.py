@@ -15,10 +15,10 @@ from urllib.parse import urlparse
 
 from hpml.errors import ConfigError, causes
 from hpml.ranges import Range
+from hpml.store_file import sqlite_path
 from hpml.tracking.redact import redact_logs, redact_text
 from hpml.tracking.retries import RETRY_S, configure_retries, undo_fail_fast
 from hpml.tracking.store import StoreError
-from hpml.validate.store import sqlite_path
 
 PREFLIGHT_TIMEOUT_S = 3.0  # the whole check, name lookup included; loopback answers in ms
 # A job of a sweep asks a store its sweep's parent run already reached: silence there is far

@@ -17,7 +17,7 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from hpml.errors import HpmlError, causes
-from hpml.validate.store import DAMAGED_CODES, DAMAGED_HINT, damaged_store, sqlite_path
+from hpml.store_file import DAMAGED_CODES, DAMAGED_HINT, damaged_store, sqlite_path
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -8,21 +8,14 @@ Imports nothing heavy: ``hpml.cli`` uses it before Hydra starts.
 from __future__ import annotations
 
 import os
-import sqlite3
 import tempfile
-from contextlib import closing
 from pathlib import Path
 from urllib.parse import urlparse
 
 from hpml.errors import ConfigError
+from hpml.store_file import DAMAGED_HINT, damaged_store, sqlite_path
 
 STORE_HINT = "set logger.tracking_uri=sqlite:///<writable dir>/mlflow.db, or HPML_ROOT"
-DAMAGED_HINT = (
-    "move or remove it (a new store is made in its place), or set "
-    "logger.tracking_uri=sqlite:///<another file>"
-)
-# SQLite's own verdicts on a file it cannot read as a database (a busy one is not damaged)
-DAMAGED_CODES = ("SQLITE_NOTADB", "SQLITE_CORRUPT")
 
 
 def cannot_write(folder: Path) -> str | None:
@@ -38,32 +31,6 @@ def cannot_write(folder: Path) -> str | None:
         return f"{existing} is read-only ({exc.strerror or exc})"
     os.close(handle)
     os.unlink(name)
-    return None
-
-
-def sqlite_path(tracking_uri: str) -> Path | None:
-    """The database file of a ``sqlite:///`` URI (None for servers and in-memory stores)."""
-    if not tracking_uri.startswith("sqlite:///"):
-        return None
-    path = tracking_uri.removeprefix("sqlite:///").split("?")[0]
-    return None if path in ("", ":memory:") else Path("/" + path.lstrip("/"))
-
-
-def damaged_store(path: Path) -> str | None:
-    """Why SQLite cannot read the existing file ``path`` as a database (a text file, truncated
-    bytes), else None: also for no file yet or an empty one, which MLflow makes a store of. Reads
-    only SQLite's schema table, as MLflow does first, so a large store costs no more."""
-    if path.is_dir():
-        return f"{path} is a directory"
-    if not path.is_file():
-        return None
-    try:
-        with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=20)) as db:
-            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.DatabaseError as exc:
-        if exc.sqlite_errorname not in DAMAGED_CODES:
-            return None  # busy or locked: MLflow waits and retries (hpml.tracking.store)
-        return f"{path} cannot be read as an SQLite database (SQLite: {exc})"
     return None
 
 
