@@ -140,6 +140,12 @@ def speedup(step: str, batch: int, part: str = "", unit: str = X) -> str:
     return metric(step, f"speedup_b{batch}{part}", unit)
 
 
+def verdict_tag(step: str, batch: int) -> str:
+    """The tag holding the verdict on a step's speed-up at ``batch`` (faster, slower, within
+    noise): ``hpml.verdict.compile.speedup_b1``."""
+    return f"hpml.verdict.{step}.speedup_b{batch}"
+
+
 # What the roofline callback logs and `python -m hpml.report.roofline` reads back.
 STAGE = "roofline"
 INTENSITY = metric(STAGE, "intensity", FLOP_PER_BYTE)

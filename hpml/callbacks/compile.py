@@ -35,7 +35,7 @@ from hpml.callbacks.measure import (
 )
 from hpml.callbacks.measure_settings import OptimizationStep
 from hpml.errors import ConfigError, IncompatibleError, one_of
-from hpml.names import AFTER, BEFORE, S, X, metric, side
+from hpml.names import AFTER, BEFORE, S, X, metric, side, verdict_tag
 from hpml.optimize.compile import (
     UNKNOWN,
     Compiled,
@@ -267,9 +267,10 @@ class Compile(OptimizationStep):
             Side(side("compile", BEFORE), eager, device),
             Side(side("compile", AFTER), compiled.module, device, compiled.size_bytes),
         )
-        verdict = "hpml.verdict.compile.speedup_b{}"
         slower = [
-            b for b in self.settings.batch_sizes if comparison.tags[verdict.format(b)] == SLOWER
+            b
+            for b in self.settings.batch_sizes
+            if comparison.tags[verdict_tag("compile", b)] == SLOWER
         ]
         deploy = self.force or not slower
         if deploy:

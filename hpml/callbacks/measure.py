@@ -36,7 +36,7 @@ from hpml.callbacks.logging import log_metrics, set_tags
 from hpml.callbacks.measure_settings import Settings
 from hpml.errors import ConfigError
 from hpml.models.base import HpmlModule
-from hpml.names import BYTES, COUNT, MS, NATS, PCT, X, metric
+from hpml.names import BYTES, COUNT, MS, NATS, PCT, X, metric, verdict_tag
 from hpml.optimize.quant.base import OnDevice
 from hpml.tensors import batch_size
 
@@ -212,7 +212,7 @@ def compare(
         quantity = f"speedup_b{batch}"
         metrics |= speedup_metrics(name, quantity, ratio)
         stopped = timing[before.stage].stopped
-        tags[f"hpml.verdict.{name}.{quantity}"] = ratio.verdict
+        tags[verdict_tag(name, batch)] = ratio.verdict
         tags[f"hpml.compare.{name}.{quantity}_stopped"] = stopped
         across = "" if before.device == after.device else f"; across devices: {devices}"
         lines.append(f"{name}: speed-up at batch {batch}: {ratio.describe()}{across}")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 from hpml.analysis.stats import VERDICTS, WITHIN_NOISE, Interval, verdict
-from hpml.names import AFTER, BEFORE, COUNT, latency, side, speedup
+from hpml.names import AFTER, BEFORE, COUNT, latency, side, speedup, verdict_tag
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -97,7 +97,7 @@ def in_run(run: Run) -> list[Comparison]:
         high = m.get(speedup(step, batch, "_ci_high"))
         count = m.get(speedup(step, batch, "_rounds", COUNT))
         n = int(count) if count is not None and low is not None and high is not None else 1
-        tag = tags.get(f"hpml.verdict.{step}.speedup_b{batch}")
+        tag = tags.get(verdict_tag(step, batch))
         if n < 2:
             said, low, high = WITHIN_NOISE, None, None
         elif tag in VERDICTS:
