@@ -1,9 +1,8 @@
 """``profile=torch``: torch.profiler over a window of training steps, with labelled step regions.
 
-Each step is cut into ``hpml/data``, ``hpml/forward``, ``hpml/zero_grad``, ``hpml/backward`` and
-``hpml/optimizer_step`` ranges (NVTX too on CUDA). Each closed window's trace, key-averages
-tables and execution summary go to MLflow under ``profiler/window_<n>/``, the summary also as
-``profile/<category>_pct`` metrics.
+Each step is cut into the regions of :mod:`hpml.callbacks.regions` (NVTX ranges too on CUDA).
+Each closed window's trace, key-averages tables and execution summary go to MLflow under
+``profiler/window_<n>/``, the summary also as ``profile/<category>_pct`` metrics.
 """
 
 from __future__ import annotations
@@ -16,13 +15,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import lightning as L
-import torch
-from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from hpml.analysis.profile_summary import DATA_REGION, summarise_events
+from hpml.analysis.profile_summary import summarise_events
 from hpml.callbacks.base import HpmlCallback
 from hpml.callbacks.logging import log_file, log_metrics, log_text
+from hpml.callbacks.regions import StepRanges, StepRegions
 from hpml.names import PCT, metric
 from hpml.ranges import Count, Range, Steps
 
@@ -43,28 +41,6 @@ CSV_FIELDS = {  # column -> the key-averages event's attribute
 }
 
 
-class StepRegions:
-    """Consecutive named ranges: opening one closes the previous (record_function, and NVTX)."""
-
-    def __init__(self, nvtx: bool) -> None:
-        self.nvtx = nvtx
-        self.current: record_function | None = None
-
-    def open(self, name: str) -> None:
-        self.close()
-        self.current = record_function(name)
-        self.current.__enter__()
-        if self.nvtx:
-            torch.cuda.nvtx.range_push(name)
-
-    def close(self) -> None:
-        if self.current is not None:
-            self.current.__exit__(None, None, None)
-            self.current = None
-            if self.nvtx:
-                torch.cuda.nvtx.range_pop()
-
-
 def _csv(averages: Any) -> str:
     out = io.StringIO()
     writer = csv.writer(out)
@@ -73,7 +49,7 @@ def _csv(averages: Any) -> str:
     return out.getvalue()
 
 
-class TorchProfilerWindow(HpmlCallback):
+class TorchProfilerWindow(StepRanges):
     """Profiles training steps ``skip_first + wait + warmup`` onwards for ``active`` steps,
     ``repeat`` times (0: until training ends), with ``torch.profiler``'s schedule and switches;
     ``nvtx`` adds NVTX ranges on CUDA, ``trace=false`` keeps only the tables and summary."""
@@ -103,16 +79,19 @@ class TorchProfilerWindow(HpmlCallback):
             "with_stack": with_stack,
         }
         self.row_limit, self.nvtx, self.trace = row_limit, nvtx, trace
+        super().__init__()
         self.profiler: profile | None = None
-        self.regions = StepRegions(nvtx=False)
         self.trainer: L.Trainer | None = None
         self.windows = 0
+
+    def regions_for(self, pl_module: L.LightningModule) -> StepRegions:
+        """Regions torch.profiler records, NVTX ranges too on CUDA with ``nvtx``."""
+        return StepRegions(record=True, nvtx=self.nvtx and pl_module.device.type == "cuda")
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         cuda = pl_module.device.type == "cuda"
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
         self.trainer, self.cuda = trainer, cuda
-        self.regions = StepRegions(nvtx=self.nvtx and cuda)
         self.profiler = profile(
             activities=activities,
             schedule=self.schedule,
@@ -120,28 +99,11 @@ class TorchProfilerWindow(HpmlCallback):
             **self.options,
         )
         self.profiler.start()
-        self.regions.open(DATA_REGION)
+        super().on_train_start(trainer, pl_module)
 
-    def on_train_batch_start(self, *_: Any) -> None:
-        self.regions.open("hpml/forward")
-
-    def on_before_zero_grad(self, *_: Any) -> None:
-        self.regions.open("hpml/zero_grad")
-
-    def on_before_backward(self, *_: Any) -> None:
-        self.regions.open("hpml/backward")
-
-    def on_before_optimizer_step(self, *_: Any) -> None:
-        self.regions.open("hpml/optimizer_step")
-
-    def on_train_batch_end(self, *_: Any) -> None:
-        self.regions.close()
+    def stepped(self) -> None:
         if self.profiler is not None:
             self.profiler.step()
-        self.regions.open(DATA_REGION)
-
-    def on_train_epoch_end(self, *_: Any) -> None:
-        self.regions.close()
 
     def _stop(self, *_: Any) -> None:
         """Stop the profiler and close its open range (both process-wide), a failed run's too."""

@@ -192,33 +192,57 @@ def test_cuda_profile_has_kernel_and_copy_time_and_device_columns(composed, clie
     assert sum(float(r["self_device_time_total_us"]) for r in rows) > 0
 
 
-@pytest.mark.gpu
-def test_step_regions_push_and_pop_nvtx_ranges_on_cuda(composed, monkeypatch):
-    """The calls reach torch's NVTX functions, which still run: recorded, not replaced. What
-    ``range_push`` returns is the range depth only while a tool such as Nsight Systems is
-    attached (without one, NVTX answers -2), so the nesting is counted from the calls."""
-    calls: list[tuple[str, str | None, object]] = []
+@pytest.fixture
+def nvtx_calls(monkeypatch) -> list[tuple[str, str | None, object, bool]]:
+    """torch's NVTX push and pop calls during the test, recorded, not replaced: (kind, name,
+    what NVTX answered, whether torch.profiler was recording then)."""
+    calls: list[tuple[str, str | None, object, bool]] = []
     push, pop = torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
+    profiling = torch._C._autograd._profiler_enabled
 
     def recorded_push(msg: str) -> object:
-        calls.append(("push", msg, push(msg)))
+        calls.append(("push", msg, push(msg), profiling()))
         return calls[-1][2]
 
     def recorded_pop() -> object:
-        calls.append(("pop", None, pop()))
+        calls.append(("pop", None, pop(), profiling()))
         return calls[-1][2]
 
     monkeypatch.setattr(torch.cuda.nvtx, "range_push", recorded_push)
     monkeypatch.setattr(torch.cuda.nvtx, "range_pop", recorded_pop)
-    train(composed(["trainer=gpu", "model=vae", *PROFILED]))
+    return calls
 
+
+def assert_step_ranges(calls: list[tuple[str, str | None, object, bool]], steps: int) -> None:
+    """NVTX ranges one after another, each closed before the next, every step's regions."""
     depth, deepest = 0, 0
-    for kind, _, answer in calls:
+    for kind, _, answer, _ in calls:
         assert isinstance(answer, int)  # torch's own NVTX call ran
         depth += 1 if kind == "push" else -1
         assert depth >= 0
         deepest = max(deepest, depth)
-    assert depth == 0 and deepest == 1  # consecutive regions, each closed before the next
-    steps = PROFILED_SAMPLES // QUICK_BATCH  # one epoch
-    pushed = [name for kind, name, _ in calls if kind == "push"]
+    assert depth == 0 and deepest == 1
+    pushed = [name for kind, name, _, _ in calls if kind == "push"]
     assert pushed == ["hpml/data", *STEP * steps]
+
+
+def test_profile_nvtx_ranges_every_step_with_no_profiler_running(composed, client, nvtx_calls):
+    """``profile=nvtx``: the step regions as NVTX ranges on the CPU too, and torch.profiler
+    never on, so an Nsight tool attached to the run is CUDA's only tracer."""
+    samples = 256
+    train(composed(["model=vae", *QUICK, f"data.train_samples={samples}", "profile=nvtx"]))
+    assert_step_ranges(nvtx_calls, samples // QUICK_BATCH)
+    assert not any(profiling for *_, profiling in nvtx_calls)
+    run = client.search_runs([client.get_experiment_by_name("hpml").experiment_id])[0]
+    assert run.info.status == "FINISHED"
+    assert not client.list_artifacts(run.info.run_id, "profiler")
+    assert not any(key.startswith("profile/") for key in run.data.metrics)
+
+
+@pytest.mark.gpu
+def test_step_regions_push_and_pop_nvtx_ranges_on_cuda(composed, nvtx_calls):
+    """The calls reach torch's NVTX functions, which still run. What ``range_push`` returns is
+    the range depth only while a tool such as Nsight Systems is attached (without one, NVTX
+    answers -2), so the nesting is counted from the calls."""
+    train(composed(["trainer=gpu", "model=vae", *PROFILED]))
+    assert_step_ranges(nvtx_calls, PROFILED_SAMPLES // QUICK_BATCH)  # one epoch
