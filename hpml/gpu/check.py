@@ -86,6 +86,21 @@ def read_store(uri: str) -> dict[str, list]:
     }
 
 
+def close_left_running(uri: str) -> list[str]:
+    """End as KILLED every run still RUNNING once a part's processes are gone: one whose process
+    was cut before it could end its run (a run under Nsight Compute, which stops its target
+    itself). Returns their ids."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    left = client.search_runs(experiments, "attributes.status = 'RUNNING'", max_results=1000)
+    for run in left:
+        client.set_tag(run.info.run_id, "hpml.gpu_check", "left RUNNING by its cut process")
+        client.set_terminated(run.info.run_id, "KILLED")
+    return [run.info.run_id for run in left]
+
+
 def write_summary(out: Path, header: dict[str, str], done: dict[str, list[Row]]) -> None:
     rows = [row for part in done.values() for row in part]
     lines = [f"# hpml GPU check: {header['device']}", ""]
@@ -208,6 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         part_start = time.monotonic()
         outputs[part.name] = run_part(part, env, names, deadline, logs)
         try:
+            close_left_running(uri)
             store = Store(read_store(uri), str(work), outputs, str(bench), started)
             done[part.name] = part.rows(store)
         except Exception as error:  # a part's rows must not stop the next part

@@ -16,6 +16,7 @@ from hpml.gpu.rows import (
     default_rows,
     fused_rows,
     nvtx_rows,
+    nvtx_torch_rows,
     optimise_rows,
     pytest_rows,
     roofline_rows,
@@ -52,7 +53,8 @@ def py(*args: str) -> tuple[str, ...]:
 
 
 def parts() -> list[Part]:
-    """The check's parts, highest priority first (a run cut short keeps the first ones)."""
+    """The check's parts, highest priority first (a run cut short keeps the first ones); the
+    last is a diagnosis, not a path of hpml's: ``profile=torch`` under Nsight Compute."""
     one_epoch = ("trainer=gpu", "trainer.max_epochs=1")
     # epochs of seconds on a GPU: NVML's energy counter moves in steps of a tenth of a second
     energy = ("data.train_samples=8192", "data.val_samples=1024", "data.test_samples=16384")
@@ -62,11 +64,16 @@ def parts() -> list[Part]:
     )
     study5 = train("gpu_study5", "experiment=roofline_vgg", "trainer=gpu", sweep=True)
     # Nsight Compute profiles one kernel inside hpml's forward range and prints its NVTX stack
-    nvtx = (
+    ncu_nvtx = (
         "{ncu}",
         *("--nvtx", "--nvtx-include", "regex:hpml.forward/", "--launch-count", "1"),
         *("--metrics", "gpu__time_duration.sum"),
-        *train("gpu_nvtx", *one_epoch, "profile=torch", TRACE_OFF, "test=false"),
+    )
+    nvtx = (*ncu_nvtx, *train("gpu_nvtx", *one_epoch, "profile=nvtx", "test=false"))
+    # whether torch.profiler's CUDA tracing (CUPTI) runs beside Nsight Compute's
+    nvtx_torch = (
+        *ncu_nvtx,
+        *train("gpu_nvtx_torch", *one_epoch, "profile=torch", TRACE_OFF, "test=false"),
     )
     lrs = f"model.optimizer.lr={FUSED_LRS}"
     fused = train("gpu_fused", "model=vae", "fuse=array", *one_epoch, lrs, sweep=True)
@@ -94,4 +101,5 @@ def parts() -> list[Part]:
             optimise_rows,
         ),
         Part("pytest", 90, (py(*pytest),), pytest_rows),
+        Part("nvtx_torch", 30, (nvtx_torch,), nvtx_torch_rows),
     ]

@@ -273,19 +273,36 @@ def bench_row(store: Store, case: str, path: str, keep: Callable[[str], object])
 
 
 def nvtx_rows(store: Store) -> list[Row]:
-    """The NVTX ranges Nsight Compute saw around the kernel it profiled: the lines of its
-    ``NVTX Push/Pop Stack`` (``<0,hpml/forward>``)."""
+    """The NVTX ranges Nsight Compute saw around the kernel it profiled (the lines of its
+    ``NVTX Push/Pop Stack``: ``<0,hpml/forward>``) in a ``profile=nvtx`` run, and how that run
+    ended."""
     ranges = re.findall(r"<\d+,(hpml/[a-z_]+)>", store.outputs.get("nvtx", ""))
     kernels = re.findall(r"==PROF== Profiling \"([^\"]+)\"", store.outputs.get("nvtx", ""))
-    found = ", ".join(sorted(set(ranges)))
-    where = f" around {kernels[0]}" if kernels and ranges else ""
+    runs = store.of("gpu_nvtx")
+    status = runs[0].info.status if runs else "not started"
+    seen = f"{', '.join(sorted(set(ranges)))}{f' around {kernels[0]}' if kernels else ''}"
+    done = "yes" if status == "FINISHED" else "partly"
     return [
         Row(
-            "NVTX ranges (Nsight Compute)",
-            "yes" if ranges else "no",
-            f"{found}{where}" if ranges else "no hpml range seen (see logs)",
+            "NVTX ranges (Nsight Compute, profile=nvtx)",
+            done if ranges else "no",
+            f"{seen if ranges else 'no hpml range seen (see logs)'}; the run {status}",
         )
     ]
+
+
+def nvtx_torch_rows(store: Store) -> list[Row]:
+    """A diagnosis: how a ``profile=torch`` run ended under Nsight Compute. CUPTI, through which
+    torch.profiler traces CUDA, serves one tracer, and NVIDIA documents Nsight's tools as one;
+    the run's end and CUPTI's own lines in its output say what happened on this machine."""
+    runs = store.of("gpu_nvtx_torch")
+    out = store.outputs.get("nvtx_torch", "")
+    cupti = sorted(set(re.findall(r"^.*CUPTI.*$", out, re.M)))[:2]
+    if not runs:
+        return [Row("profile=torch under Nsight Compute", "no", "no run started (see logs)")]
+    status = runs[0].info.status
+    said = f"; CUPTI said: {' | '.join(line.strip()[:160] for line in cupti)}" if cupti else ""
+    return [Row("profile=torch under Nsight Compute", "yes", f"the run {status}{said}")]
 
 
 def pytest_rows(store: Store) -> list[Row]:

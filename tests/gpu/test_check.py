@@ -12,7 +12,17 @@ import torch
 from hpml.bench.harness import Ratio, Settings, run_case, write_json
 from hpml.gpu import check
 from hpml.gpu.parts import Part, parts
-from hpml.gpu.rows import Row, Store, bench_row, comparisons, pytest_rows, study2_rows
+from hpml.gpu.rows import (
+    Row,
+    Store,
+    bench_row,
+    comparisons,
+    nvtx_rows,
+    nvtx_torch_rows,
+    pytest_rows,
+    ran,
+    study2_rows,
+)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
@@ -80,7 +90,8 @@ def test_summary_and_packs_are_written_for_what_ran(tmp_path):
 def test_parts_run_hpml_commands_in_priority_order_with_budgets_under_the_check():
     found = parts()
     assert [p.name for p in found][:3] == ["default", "study2", "study5"]
-    assert found[-1].name == "pytest"
+    assert found[-1].name == "nvtx_torch"  # a diagnosis, after every path of hpml's
+    assert [p.name for p in found].index("pytest") == len(found) - 2
     for command in (c for part in found for c in part.commands if "hpml.train" in c):
         overrides = command[command.index("hpml.train") + 1 :]
         assert "-m" not in overrides[1:]  # Hydra 1.3 refuses overrides after -m
@@ -129,3 +140,75 @@ def test_study2_without_a_profiled_run_says_it_failed():
         Row("study 2 execution summary", "failed", "no profiled run logged"),
         Row("study 2 report (time-share plot)", "no", "0 runs, 0 failed"),
     ]
+
+
+def test_runs_left_running_by_a_cut_process_end_killed_and_read_as_cut(client):
+    """Nsight Compute stops its target itself when the part is cut, so the run cannot end its
+    own MLflow run: the check ends it, and only it."""
+    experiment = client.create_experiment("gpu_nvtx")
+    left = client.create_run(experiment).info.run_id
+    done = client.create_run(experiment).info.run_id
+    client.set_terminated(done, "FINISHED")
+    assert check.close_left_running(client.tracking_uri) == [left]
+    assert client.get_run(left).info.status == "KILLED"
+    assert client.get_run(left).data.tags["hpml.gpu_check"] == "left RUNNING by its cut process"
+    assert client.get_run(done).info.status == "FINISHED"
+    store = Store(check.read_store(client.tracking_uri), ".")
+    assert sorted(ran(run) for run in store.of("gpu_nvtx")) == ["cut", "yes"]
+    assert check.close_left_running(client.tracking_uri) == []
+
+
+NCU_OUT = """==PROF== Connected to process 4242 (/usr/bin/python3.12)
+==PROF== Profiling "sm80_xmma_fprop_implicit_gemm_f32f32" - 0: 0%....50%....100% - 1 pass
+  sm80_xmma_fprop_implicit_gemm_f32f32 (32, 2, 1)x(128, 1, 1), Context 1, Stream 7
+    NVTX Push/Pop Stack for Thread 4242:
+      <0,hpml/forward>
+"""
+
+
+def test_nvtx_row_names_the_ranges_kernel_and_how_the_run_ended(client):
+    experiment = client.create_experiment("gpu_nvtx")
+    run = client.create_run(experiment).info.run_id
+
+    def row() -> Row:
+        store = Store(check.read_store(client.tracking_uri), ".", {"nvtx": NCU_OUT})
+        return nvtx_rows(store)[0]
+
+    assert row().ran == "partly" and row().measured.endswith("the run RUNNING")
+    client.set_terminated(run, "FINISHED")
+    assert row() == Row(
+        "NVTX ranges (Nsight Compute, profile=nvtx)",
+        "yes",
+        "hpml/forward around sm80_xmma_fprop_implicit_gemm_f32f32; the run FINISHED",
+    )
+    assert nvtx_rows(Store({}, ".", {"nvtx": "==PROF== Connected"}))[0].ran == "no"
+
+
+def test_profile_torch_under_nsight_row_says_how_the_run_ended_and_what_cupti_said(client):
+    assert nvtx_torch_rows(Store({}, ".", {}))[0].ran == "no"
+    run = client.create_run(client.create_experiment("gpu_nvtx_torch")).info.run_id
+    client.set_terminated(run, "KILLED")
+    said = "ERROR: CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED\n[cut at its budget of 30 s]"
+    store = Store(check.read_store(client.tracking_uri), ".", {"nvtx_torch": said})
+    measured = nvtx_torch_rows(store)[0].measured
+    cupti = "ERROR: CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"
+    assert measured == f"the run KILLED; CUPTI said: {cupti}"
+
+
+def test_every_hpml_run_of_the_check_is_a_config_hpml_accepts(composed):
+    """A misspelt option would only show on the GPU's few minutes: each run's overrides (every
+    value of a sweep's lists) are composed and judged here, as ``train`` judges them first."""
+    from hpml.train import check_config
+
+    commands = [c for part in parts() for c in part.commands if "hpml.train" in c]
+    judged = 0
+    for command in commands:
+        overrides = [o for o in command[command.index("hpml.train") + 1 :] if o != "-m"]
+        lists = [o for o in overrides if "," in o.partition("=")[2]]
+        for chosen in lists or [None]:
+            key, _, values = (chosen or "").partition("=")
+            for value in values.split(",") if chosen else [None]:
+                job = [f"{key}={value}" if o == chosen else o for o in overrides]
+                check_config(composed(job))
+                judged += 1
+    assert judged >= len(commands) + 2 + 7  # precisions and learning rates one by one
