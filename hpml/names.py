@@ -124,6 +124,11 @@ def fwd_flops(stage: str) -> str:
     return metric(stage, "fwd", FLOPS_PER_SAMPLE)
 
 
+def mfu_peak(kind: str) -> str:
+    """The peak (FLOP/s) MFU of ``kind`` is against: ``mfu/peak_table_flops_per_s``."""
+    return metric("mfu", f"peak_{kind}", FLOPS_PER_S)
+
+
 def val_loss(stage: str) -> str:
     """A side's validation loss: ``prune_after/val_loss_nats``."""
     return metric(stage, "val_loss", NATS)

@@ -13,7 +13,7 @@ import torch
 
 from hpml.analysis.flops import FlopCount, count_flops
 from hpml.callbacks.logging import log_metrics, log_text
-from hpml.names import FLOPS_PER_S, FLOPS_PER_SAMPLE, PCT, metric
+from hpml.names import FLOPS_PER_S, FLOPS_PER_SAMPLE, PCT, metric, mfu_peak
 
 PEAKS = ("table", "measured")  # what MFU is against: the datasheet's peak, a measured one
 
@@ -77,6 +77,8 @@ class FlopBudget:
             log_text(trainer, "\n".join(rows) + "\n", "flops/by_module.csv")
         if self.peaks is None:
             self.peaks = self._peaks(trainer, pl_module.device)
+            # the denominators, so that every MFU can be worked out again from the run alone
+            log_metrics(trainer, {mfu_peak(kind): v for kind, v in self.peaks.items()})
 
     def _peaks(self, trainer: L.Trainer, device: torch.device) -> dict[str, float]:
         from hpml.analysis.devices import PRECISIONS, table_peak

@@ -27,6 +27,7 @@ from hpml.names import (
     THROUGHPUT,
     VAL_ACC,
     metric,
+    mfu_peak,
 )
 
 ENERGY = {stage: metric(stage, "energy", J_PER_SAMPLE) for stage in ("train", "test")}
@@ -68,6 +69,10 @@ def ran(run: Any) -> str:
 
 def _mib(value: float | None) -> str:
     return "n/a" if value is None else f"{value / 2**20:,.1f} MiB"
+
+
+def _tflops(value: float | None) -> str:
+    return "n/a" if value is None else f"{value / 1e12:,.1f} TFLOP/s"
 
 
 def _num(value: float | None, fmt: str = ",.1f", unit: str = "") -> str:
@@ -116,8 +121,10 @@ def default_rows(store: Store) -> list[Row]:
                 f"(IQR {_num(m.get(metric('train', 'throughput_iqr', SAMPLES_PER_S)))}); "
                 f"peak {_mib(m.get(PEAK_MEMORY))} "
                 f"({t.get('hpml.peak_memory_source', '?')}); "
-                f"MFU {_num(m.get(metric('train', 'mfu_table', PCT)), '.1f', '%')} of datasheet, "
-                f"{_num(m.get(MFU_MEASURED), '.1f', '%')} of measured peak; "
+                f"MFU {_num(m.get(metric('train', 'mfu_table', PCT)), '.1f', '%')} of datasheet "
+                f"({_tflops(m.get(mfu_peak('table')))}), "
+                f"{_num(m.get(MFU_MEASURED), '.1f', '%')} of measured peak "
+                f"({_tflops(m.get(mfu_peak('measured')))}); "
                 f"val/acc {_num(m.get(VAL_ACC), '.3f')}",
             )
         )

@@ -50,6 +50,7 @@ def test_mixed_precision_mfu_is_against_the_datasheet_peak_of_that_precision(
     expected_peak = getattr(peak, figure)
     assert expected_peak is not None and expected_peak > peak.fp32_flops_per_s  # tensor cores
     assert peak.peak_for_precision(precision) == expected_peak
+    assert m["mfu/peak_table_flops_per_s"] == pytest.approx(expected_peak, rel=1e-5)
     for stage in STAGES:
         achieved = m[f"{stage}/achieved_flops_per_s"]
         assert 0 < achieved < expected_peak, stage
@@ -87,6 +88,8 @@ def test_fp32_mfu_against_a_measured_peak_below_the_datasheets(
         roof = peak.peak_for_precision("32-true", tf32=tf32[kind])
         assert 0 < rate < 1.2 * roof, (bench, rate, roof)
     table = peak.peak_for_precision("32-true")  # torch's matmul setting, as the run's
+    assert m["mfu/peak_measured_flops_per_s"] == pytest.approx(measured, rel=1e-5)
+    assert m["mfu/peak_table_flops_per_s"] == pytest.approx(table, rel=1e-5)
     for stage in STAGES:
         achieved = m[f"{stage}/achieved_flops_per_s"]
         assert achieved > 0, stage

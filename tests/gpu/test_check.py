@@ -17,6 +17,7 @@ from hpml.gpu.rows import (
     Store,
     bench_row,
     comparisons,
+    default_rows,
     nvtx_rows,
     nvtx_torch_rows,
     pytest_rows,
@@ -212,3 +213,22 @@ def test_every_hpml_run_of_the_check_is_a_config_hpml_accepts(composed):
                 check_config(composed(job))
                 judged += 1
     assert judged >= len(commands) + 2 + 7  # precisions and learning rates one by one
+
+
+def test_default_row_names_mfu_with_the_peaks_it_is_against(client):
+    run = client.create_run(client.create_experiment("gpu_default")).info.run_id
+    client.log_param(run, "trainer.precision", "32-true")
+    for name, value in {
+        "train/throughput_samples_per_s": 3500.0,
+        "train/mfu_table_pct": 0.6,
+        "train/mfu_measured_pct": 1.1,
+        "mfu/peak_table_flops_per_s": 494.5e12,
+        "mfu/peak_measured_flops_per_s": 270e12,
+    }.items():
+        client.log_metric(run, name, value)
+    client.set_terminated(run, "FINISHED")
+    (row, *_) = default_rows(Store(check.read_store(client.tracking_uri), "."))
+    assert row.ran == "yes"
+    assert "MFU 0.6% of datasheet (494.5 TFLOP/s), 1.1% of measured peak (270.0 TFLOP/s)" in (
+        row.measured
+    )

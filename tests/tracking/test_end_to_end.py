@@ -70,6 +70,12 @@ def test_single_run_is_recorded_with_params_metrics_tags_and_artifacts(root, cli
         metrics["model/fwd_bwd_flops_per_sample"] * metrics["train/throughput_samples_per_s"],
         rel=1e-6,
     )
+    # MFU over the peak the run logged beside it: the same cycles' medians, in float32
+    assert metrics["train/mfu_measured_pct"] == pytest.approx(
+        100 * metrics["train/achieved_flops_per_s"] / metrics["mfu/peak_measured_flops_per_s"],
+        rel=1e-5,
+    )
+    assert "mfu/peak_table_flops_per_s" not in metrics  # no datasheet figure for a CPU
     assert metrics["memory/weights_bytes"] == 4 * metrics["model/params_count"]
     for name in (
         "train/throughput_samples_per_s",
