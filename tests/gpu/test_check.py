@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 import tarfile
 import time
@@ -205,13 +206,10 @@ def test_every_hpml_run_of_the_check_is_a_config_hpml_accepts(composed):
     judged = 0
     for command in commands:
         overrides = [o for o in command[command.index("hpml.train") + 1 :] if o != "-m"]
-        lists = [o for o in overrides if "," in o.partition("=")[2]]
-        for chosen in lists or [None]:
-            key, _, values = (chosen or "").partition("=")
-            for value in values.split(",") if chosen else [None]:
-                job = [f"{key}={value}" if o == chosen else o for o in overrides]
-                check_config(composed(job))
-                judged += 1
+        values = [(o.partition("=")[0], o.partition("=")[2].split(",")) for o in overrides]
+        for job in itertools.product(*([f"{key}={v}" for v in vs] for key, vs in values)):
+            check_config(composed(list(job)))
+            judged += 1
     assert judged >= len(commands) + 2 + 7  # precisions and learning rates one by one
 
 
