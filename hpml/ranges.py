@@ -23,13 +23,14 @@ Num = int | float
 class Range:
     """A finite number (an integer where the annotated type is ``int``) within the bounds given
     (``ge``/``gt`` below, ``le``/``lt`` above); never ``inf`` nor ``nan``. ``null``: what null
-    means, where it is allowed."""
+    means, where it is allowed; ``auto``: what the string ``auto`` chooses, where it is allowed."""
 
     ge: Num | None = None
     gt: Num | None = None
     le: Num | None = None
     lt: Num | None = None
     null: str | None = None
+    auto: str | None = None
     note: str = ""
     kind: type = float  # int where the annotation says so: set by whoever reads the annotation
 
@@ -48,11 +49,15 @@ class Range:
             text = noun
         if self.note:
             text += f" ({self.note})"
+        if self.auto:
+            text += f", or auto ({self.auto})"
         return text + (f", or null ({self.null})" if self.null else "")
 
     def accepts(self, value: Any) -> bool:
         if value is None:
             return self.null is not None
+        if value == "auto":
+            return self.auto is not None
         kind = int if self.kind is int else Num
         if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value):
             return False
