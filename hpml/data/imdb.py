@@ -186,6 +186,10 @@ class IMDBDataModule(HpmlDataModule):
         """Sequences of ``seq_len`` ids; the vocabulary is at most ``vocab_size`` long."""
         return DataSpec("tokens", (self.seq_len,), 2, vocab_size=self.vocab_size)
 
+    def in_memory_problem(self) -> None:
+        """None: the encoded reviews are tensors already."""
+        return None
+
     def description(self) -> DataDescription:
         """The CSV, by name, size and content; how it is split and encoded are params."""
         return DataDescription.of_files("imdb", self.csv_path, [self.csv_path])

@@ -17,7 +17,7 @@ from typing import Annotated, NamedTuple
 import torch
 from torch import Tensor
 from torch.nn import functional as F
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, TensorDataset
 
 from hpml.data.base import DataDescription, HpmlDataModule
 from hpml.data.spec import DataSpec
@@ -34,6 +34,8 @@ LEXICON = 16  # sentiment words per class, fewer when the vocabulary is small
 FIELD_SIZE = 64  # most pixels a class's distance field has a side: 224x224 ones are upsampled
 OWN_WORDS = 0.8  # share of a sequence's sentiment words from its own class's lexicon
 OWN_COLOUR = 0.75  # share of images in their own class's colour (conf/data/synthetic.yaml)
+SPLIT_SEEDS = {"train": 0, "val": 1_000_000, "test": 2_000_000}  # added to the data's seed
+STAGE_SPLITS = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",)}
 
 
 class Prototypes(NamedTuple):
@@ -256,9 +258,13 @@ class SyntheticDataModule(HpmlDataModule):
         config["seed"] = self.seed
         return DataDescription.generated(f"synthetic_{self.modality}", type(self), config)
 
+    def in_memory_problem(self) -> None:
+        """None: generated samples are rendered once, as tensors (:func:`render`)."""
+        return None
+
     def setup(self, stage: str | None = None) -> None:
-        if self.train_set is not None:
-            return
+        """Render the samples of the splits ``stage`` reads, each split once (the first
+        ``limit`` of them), so no epoch draws a sample again."""
         if self.modality == "tokens":
             split = partial(
                 SyntheticTokens,
@@ -276,7 +282,15 @@ class SyntheticDataModule(HpmlDataModule):
                 templates=prototypes(self.num_classes, self.channels, self.image_size, self.seed),
                 own_colour=self.own_colour,
             )
-        self.train_set, self.val_set, self.test_set = (
-            split(size=self.sizes[name], seed=self.seed + offset)
-            for name, offset in (("train", 0), ("val", 1_000_000), ("test", 2_000_000))
-        )
+        for name in STAGE_SPLITS.get(stage or "", SPLIT_SEEDS):
+            if getattr(self, f"{name}_set") is None:
+                samples = split(size=self.sizes[name], seed=self.seed + SPLIT_SEEDS[name])
+                setattr(self, f"{name}_set", render(samples, self.limit))
+
+
+def render(samples: Dataset, limit: int | None) -> TensorDataset:
+    """The first ``limit`` (None: all) of ``samples`` drawn once, stacked as tensors."""
+    count = len(samples) if limit is None else min(limit, len(samples))  # type: ignore[arg-type]
+    drawn = [samples[i] for i in range(count)]
+    inputs = torch.stack([x for x, _ in drawn])
+    return TensorDataset(inputs, torch.tensor([y for _, y in drawn]))

@@ -28,6 +28,7 @@ class FusedData(L.LightningDataModule):
 
     def setup(self, stage: str) -> None:
         for member in self.members:
+            member.trainer = self.trainer  # each places its samples for the array's device
             member.setup(stage)
 
     def _loader(self, split: str) -> Any:

@@ -14,10 +14,10 @@ import torch
 from mlflow.models import infer_signature
 from torch import Tensor, nn
 from torch.export import Dim
-from torch.utils.data import default_collate
 
 from hpml.data.base import HpmlDataModule
 from hpml.errors import one_line
+from hpml.tensors import first_tensor
 
 NAME = "model"
 FORMAT_TAG = "hpml.model_format"
@@ -28,11 +28,15 @@ log = logging.getLogger(__name__)
 
 
 def example_input(datamodule: HpmlDataModule) -> Tensor:
-    """The first samples of the test split: real inputs, the same on every run."""
+    """The first samples of the test split, as the model takes them wherever they are placed:
+    real inputs, the same on every run."""
     datamodule.setup("test")
-    dataset = datamodule.test_dataloader().dataset
-    count = min(EXAMPLE_SAMPLES, len(dataset))  # type: ignore[arg-type]
-    return default_collate([dataset[i] for i in range(count)])[0]
+    inputs: list[Tensor] = []
+    for batch in datamodule.test_dataloader():
+        inputs.append(first_tensor(batch).cpu())  # type: ignore[union-attr]
+        if sum(map(len, inputs)) >= EXAMPLE_SAMPLES:
+            break
+    return torch.cat(inputs)[:EXAMPLE_SAMPLES]
 
 
 def export_problem(net: nn.Module, example: Tensor) -> str | None:

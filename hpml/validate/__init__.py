@@ -50,6 +50,7 @@ def check(parts: Parts, cfg: DictConfig, job: HydraJob | None) -> None:
     known = {getattr(p, "key", None) for p in problems} - {None}
     for step in (
         lambda: machine.check_processes(cfg, machine.check_trainer_option(cfg, job)),
+        lambda: machine.check_placement(parts.datamodule, cfg.trainer),
         lambda: store.check_store(cfg.logger.tracking_uri, cfg.logger.get("artifact_root")),
     ):
         try:

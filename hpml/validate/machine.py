@@ -1,4 +1,5 @@
-"""The trainer's accelerator, devices, nodes and strategy against what this machine has.
+"""The trainer's accelerator, devices, nodes and strategy against what this machine has, and
+where the data's samples may live on it.
 
 On CPU a device is a process: at most one per core. Strategies that spawn or fork inside ``fit``
 are refused (their processes would not run hpml's job), and so are several nodes outside a
@@ -8,13 +9,16 @@ cluster that starts every node's processes.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from hpml.errors import ConfigError, IncompatibleError
 from hpml.hydra_job import HydraJob
 from hpml.validate import options
+
+if TYPE_CHECKING:
+    from hpml.data.base import HpmlDataModule
 
 DEVICES_HINT = "a positive integer, -1 (all), auto, or a list of device indices"
 FOREIGN_LAUNCHES = ("spawn", "fork", "notebook")  # strategy names whose processes are not hpml's
@@ -135,6 +139,17 @@ def check_trainer(trainer: DictConfig | dict[str, Any]) -> int:
                 "again): hpml hands its job to those; spawned or forked ones would not run it",
             )
     return asked * nodes
+
+
+def check_placement(datamodule: HpmlDataModule | None, trainer: DictConfig) -> None:
+    """Refuse a ``data.placement`` the data or the trainer's accelerator cannot take."""
+    try:
+        accelerator = resolve_accelerator(trainer.get("accelerator", "auto"))
+    except ConfigError:
+        return  # check_trainer names it
+    problem = datamodule.placement_problem(accelerator) if datamodule is not None else None
+    if problem is not None:
+        raise problem.under("data")
 
 
 def check_processes(cfg: DictConfig, processes: int) -> None:

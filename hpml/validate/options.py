@@ -35,8 +35,9 @@ def typed(job: HydraJob | None, prefix: str) -> list[str]:
 
 def own_config(group: str, name: str) -> DictConfig:
     """Option ``name`` of ``group`` with the same-group options its defaults list extends
-    (``trainer=fp16`` extends ``default``), merged as Hydra would with ``_self_`` last unless
-    placed; entries for other groups (a model's optimizer) are not the option's own values."""
+    (``trainer=fp16`` extends ``default``) and the shared ones it inherits in place
+    (``/base/data@_here_``), merged as Hydra would with ``_self_`` last unless placed; entries
+    for other groups (a model's optimizer) are not the option's own values."""
     node = OmegaConf.load(CONF_DIR / group / f"{name}.yaml")
     assert isinstance(node, DictConfig)
     with open_dict(node):
@@ -49,6 +50,9 @@ def own_config(group: str, name: str) -> DictConfig:
             merged = OmegaConf.merge(merged, node)
         elif isinstance(entry, str) and "/" not in entry and "@" not in entry:
             merged = OmegaConf.merge(merged, own_config(group, entry))
+        elif isinstance(entry, str) and entry.startswith("/") and entry.endswith("@_here_"):
+            shared, _, option = entry[1:].removesuffix("@_here_").rpartition("/")
+            merged = OmegaConf.merge(merged, own_config(shared, option))  # /base/data@_here_
     assert isinstance(merged, DictConfig)
     return merged
 

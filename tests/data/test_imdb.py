@@ -142,7 +142,13 @@ def test_second_setup_hits_the_cache(
 def test_limit_caps_every_loader(csv_root: Path) -> None:
     dm = IMDBDataModule(data_dir=csv_root, limit=3, batch_size=2, seq_len=8, cache=False)
     dm.setup("fit")
-    assert [len(dm.train_dataloader().dataset), len(dm.test_dataloader().dataset)] == [3, 2]
+    for placement in ("device", "loader"):
+        dm.placement, dm._loading, dm._held = placement, None, {}
+        counts = [
+            sum(len(y) for _, y in loader)
+            for loader in (dm.train_dataloader(), dm.test_dataloader())
+        ]
+        assert counts == [3, 2], placement
     x, y = next(iter(dm.train_dataloader()))
     assert x.shape == (2, 8) and y.shape == (2,)
 

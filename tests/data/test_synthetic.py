@@ -139,10 +139,11 @@ def test_tokens_stay_inside_the_vocabulary_and_avoid_padding():
 
 
 def test_limit_caps_every_split():
-    data = SyntheticDataModule(train_samples=100, limit=10, batch_size=4)
-    data.setup()
-    assert len(data.train_dataloader().dataset) == 10
-    assert len(data.test_dataloader().dataset) == 10
+    for placement in ("device", "loader"):
+        data = SyntheticDataModule(train_samples=100, limit=10, batch_size=4, placement=placement)
+        data.setup()
+        for loader in (data.train_dataloader(), data.val_dataloader(), data.test_dataloader()):
+            assert sum(len(y) for _, y in loader) == 10, placement
 
 
 @pytest.mark.parametrize(
