@@ -12,13 +12,16 @@ from urllib.error import URLError
 
 import torch
 from PIL import Image
+from torch import Tensor
 from torch.utils.data import Dataset
 from torchvision import datasets
 from torchvision import transforms as T
 from torchvision.datasets.utils import check_integrity
 
 from hpml.data.base import DataDescription, HpmlDataModule
+from hpml.data.batch_transforms import BatchImages, batch_images
 from hpml.data.formats import check_mnist, first_bad_cifar
+from hpml.data.placement import Tensors
 from hpml.data.spec import DataSpec
 from hpml.data.transforms import Transform, image_spec, pipeline
 from hpml.errors import ConfigError, DatasetNotFoundError, HpmlError
@@ -92,6 +95,9 @@ class HeldOutImages(HpmlDataModule):
     shape: ClassVar[tuple[int, int, int]]
     files: ClassVar[Sequence[Sequence[str | None]]]
     folder: Path  # set by the subclass: where its files are
+    batch_forms: dict[str, BatchImages | str]  # set by the subclass: forms()
+    read_sets: tuple[Dataset, Dataset, list[int]] | None = None  # train, test, held-out val
+    train_indices: list[int]
     missing_hint: ClassVar[str] = DOWNLOAD_HINT
     verify = False  # whether a file that fails its md5 is downloaded again
 
@@ -103,9 +109,40 @@ class HeldOutImages(HpmlDataModule):
         """The torchvision class that reads (and downloads) these files."""
         raise NotImplementedError
 
+    def pixels(self, dataset: Dataset) -> tuple[Tensor, Tensor]:
+        """All of ``dataset``'s images as ``uint8`` N x C x H x W, and its labels."""
+        raise NotImplementedError
+
+    def in_memory_problem(self) -> str | None:
+        """Why the transforms have no batch form (:mod:`hpml.data.batch_transforms`), naming
+        the first that has none; None when both have one."""
+        for key, form in self.batch_forms.items():
+            if isinstance(form, str):
+                return f"data.{key}: {form}"
+        return None
+
+    def in_memory(self, split: str) -> Tensors:
+        """The split's stored images, with its transforms' batch form."""
+        assert self.read_sets is not None  # set up
+        full, test, held_out = self.read_sets
+        images, labels = self.pixels(test if split == "test" else full)
+        if split != "test":
+            index = torch.tensor(held_out if split == "val" else self.train_indices)
+            images, labels = images[index], labels[index]
+        form = self.batch_forms["train_transforms" if split == "train" else "eval_transforms"]
+        assert not isinstance(form, str)  # refused by placement_problem
+        return Tensors(images, labels, form)
+
     def read(self) -> tuple[Dataset, Dataset]:
         """The official train set, untransformed, and the test set, with the eval transforms."""
         raise NotImplementedError
+
+    def forms(self) -> dict[str, BatchImages | str]:
+        """Each transform list's batch form, or why it has none, by its config key."""
+        return {
+            "train_transforms": batch_images(self.train_transform, self.shape),
+            "eval_transforms": batch_images(self.eval_transform, self.shape),
+        }
 
     def _first_bad(self, check_md5: bool = False) -> Path | None:
         """The folder if absent, else the first file that is missing (or fails its md5)."""
@@ -151,7 +188,9 @@ class HeldOutImages(HpmlDataModule):
                 f"{n} training images are too few to hold out val_fraction={self.val_fraction}"
             )
         order = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed)).tolist()
-        self.train_set = TransformedSubset(full, order[n_val:], self.train_transform)
+        self.train_indices = order[n_val:]
+        self.read_sets = (full, test, order[:n_val])
+        self.train_set = TransformedSubset(full, self.train_indices, self.train_transform)
         self.val_set = TransformedSubset(full, order[:n_val], self.eval_transform)
         self.test_set = test
 
@@ -187,9 +226,14 @@ class CIFAR10DataModule(HeldOutImages):
         self.val_fraction = _val_fraction(val_fraction)
         self.verify = bool(verify)
         self.folder = self.data_dir / CIFAR.base_folder
+        self.batch_forms = self.forms()
 
     def torchvision_dataset(self) -> type[datasets.CIFAR10]:
         return CIFAR if self.verify else _UnverifiedCIFAR10
+
+    def pixels(self, dataset: Dataset) -> tuple[Tensor, Tensor]:
+        images = torch.from_numpy(dataset.data).permute(0, 3, 1, 2).contiguous()  # type: ignore[attr-defined]
+        return images, torch.tensor(dataset.targets)  # type: ignore[attr-defined]
 
     def read(self) -> tuple[Dataset, Dataset]:
         cls = self.torchvision_dataset()
@@ -244,9 +288,13 @@ class MNISTDataModule(HeldOutImages):
         self.val_fraction = _val_fraction(val_fraction)
         # torchvision derives this from the class name, which is why MNIST is not subclassed here
         self.folder = self.data_dir / "MNIST" / "raw"
+        self.batch_forms = self.forms()
 
     def torchvision_dataset(self) -> type[datasets.MNIST]:
         return datasets.MNIST
+
+    def pixels(self, dataset: Dataset) -> tuple[Tensor, Tensor]:
+        return dataset.data.unsqueeze(1).contiguous(), dataset.targets.clone()  # type: ignore[attr-defined]
 
     def _require_files(self) -> None:
         super()._require_files()
