@@ -39,6 +39,7 @@ def lazy(module: str, function: str = "run") -> Case:
 
 CASES: dict[str, Case] = {
     "overhead": lazy("hpml.bench.overhead"),
+    "placement": lazy("hpml.bench.placement"),
     "profiler_idle": lazy("hpml.bench.analysis", "run_profiler_idle"),
     "analysis_callbacks": lazy("hpml.bench.analysis", "run_analysis_callbacks"),
     "prune": lazy("hpml.bench.prune"),
