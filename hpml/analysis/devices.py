@@ -27,6 +27,7 @@ FP16 = ("16", "16-mixed", "16-true")
 BF16 = ("bf16", "bf16-mixed", "bf16-true")
 FP64 = ("64", "64-true")  # no table figure: held to the fp32 peak, which bounds it everywhere
 PRECISIONS = FP32 + FP16 + BF16  # the Lightning precision settings a peak is known for
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # torch's name of each
 
 
 @dataclass(frozen=True)
@@ -226,3 +227,32 @@ def table_peak(device: torch.device) -> DevicePeak | None:
     if device.type != "cuda":
         return None
     return match_device_name(device_name(device))
+
+
+def precision_dtype(precision: str | int) -> str | None:
+    """The dtype (a ``DTYPES`` key) whose measured peak a run at Lightning ``precision`` is
+    held to: the one its autocast or weights put matmuls and convolutions in, fp32 for
+    ``32-true`` and for ``64-true`` (no fp64 rate exceeds the fp32 one, as the table holds it),
+    bf16 for ``bf16-mixed``/``bf16-true``, fp16 for ``16-mixed``/``16-true``; None for settings
+    with no such figure (``transformer-engine``)."""
+    text = str(precision)
+    if text in FP32 + FP64:
+        return "fp32"
+    return "bf16" if text in BF16 else "fp16" if text in FP16 else None
+
+
+def fp32_precision(device: torch.device) -> dict[str, str]:
+    """What float32 matmuls and convolutions on ``device`` may run at (``ieee``, ``tf32``,
+    ``bf16``): torch's ``fp32_precision`` settings of the backend the device uses (cuBLAS and
+    cuDNN, else oneDNN), each ``none`` one inheriting its backend's, then the global one."""
+    import torch
+
+    b = torch.backends
+    if device.type == "cuda":
+        chains = {"matmul": (b.cuda.matmul, b.cudnn, b), "conv": (b.cudnn.conv, b.cudnn, b)}
+    else:
+        chains = {"matmul": (b.mkldnn.matmul, b.mkldnn, b), "conv": (b.mkldnn.conv, b.mkldnn, b)}
+    return {
+        op: next((s.fp32_precision for s in chain if s.fp32_precision != "none"), "ieee")
+        for op, chain in chains.items()
+    }
