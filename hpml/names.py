@@ -129,6 +129,11 @@ def mfu_peak(kind: str) -> str:
     return metric("mfu", f"peak_{kind}", FLOPS_PER_S)
 
 
+# the dtype the measured peak (``mfu_peak("measured")``) was taken in: ``bf16``, or for fp32 also
+# its matmuls' and convolutions' settings, ``fp32 (matmul tf32, conv tf32)``
+MFU_PEAK_DTYPE_TAG = "hpml.mfu.peak_measured_dtype"
+
+
 def val_loss(stage: str) -> str:
     """A side's validation loss: ``prune_after/val_loss_nats``."""
     return metric(stage, "val_loss", NATS)

@@ -1,7 +1,8 @@
 """FLOPs per sample and the peaks MFU is against, for the speed monitor.
 
 Counted on one sample, again only when the parameter shapes change. Peaks: the datasheet's for
-the trainer's precision, and the best of measured GEMM and convolution peaks, cached per host.
+the trainer's precision, and the best of GEMM and convolution micro-benchmarks in the dtype that
+precision computes in, cached per host and dtype.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ import lightning as L
 import torch
 
 from hpml.analysis.flops import FlopCount, count_flops
-from hpml.callbacks.logging import log_metrics, log_text
-from hpml.names import FLOPS_PER_S, FLOPS_PER_SAMPLE, PCT, metric, mfu_peak
+from hpml.callbacks.logging import log_metrics, log_text, set_tags
+from hpml.names import FLOPS_PER_S, FLOPS_PER_SAMPLE, MFU_PEAK_DTYPE_TAG, PCT, metric, mfu_peak
 
 PEAKS = ("table", "measured")  # what MFU is against: the datasheet's peak, a measured one
 
@@ -34,6 +35,7 @@ class FlopBudget:
         self.per_sample: dict[str, float] = {}  # FLOPs per sample by stage: train, val, test
         self.counted_shapes: tuple | None = None  # parameter shapes the FLOPs were counted for
         self.peaks: dict[str, float] | None = None  # FLOP/s by kind: table, measured
+        self.measured_in: str | None = None  # the dtype the measured peak was taken in
 
     def metrics(self, stage: str, summed: dict[str, float], devices: int) -> dict[str, float]:
         """FLOP/s of the job (the ranks' summed) and per device, and MFU: the ranks' mean, so
@@ -79,17 +81,24 @@ class FlopBudget:
             self.peaks = self._peaks(trainer, pl_module.device)
             # the denominators, so that every MFU can be worked out again from the run alone
             log_metrics(trainer, {mfu_peak(kind): v for kind, v in self.peaks.items()})
+            if self.measured_in is not None:
+                set_tags(trainer, {MFU_PEAK_DTYPE_TAG: self.measured_in})
 
     def _peaks(self, trainer: L.Trainer, device: torch.device) -> dict[str, float]:
-        from hpml.analysis.devices import PRECISIONS, table_peak
-        from hpml.analysis.measured_peak import measure_peak
+        """The peaks of the trainer's precision: the table's, and one measured in the dtype
+        that precision computes in (only that one: a run measures one dtype, not three)."""
+        from hpml.analysis.devices import PRECISIONS, precision_dtype, table_peak
+        from hpml.analysis.measured_peak import measure_compute
 
         peaks: dict[str, float] = {}
+        precision = str(trainer.precision)
         table = table_peak(device)
         table_kind, measured_kind = PEAKS
-        if table is not None and str(trainer.precision) in PRECISIONS:  # no figure for 64-true
-            peaks[table_kind] = table.peak_for_precision(str(trainer.precision))
-        if self.measured_peak:
+        if table is not None and precision in PRECISIONS:  # no figure for 64-true
+            peaks[table_kind] = table.peak_for_precision(precision)
+        dtype = precision_dtype(precision)
+        if self.measured_peak and dtype is not None:
             cache = self.peak_cache_dir or Path(trainer.default_root_dir) / ".hpml" / "peaks"
-            peaks[measured_kind] = measure_peak(device, cache).fp32_flops_per_s
+            measured = measure_compute(device, cache, dtype)
+            peaks[measured_kind], self.measured_in = measured.flops_per_s, measured.taken_in
         return peaks

@@ -1,6 +1,7 @@
 """MFU on a CUDA device: against the datasheet peak of the trainer's precision (mixed precision
-included) and against the peak measured on the device, each worked out again from the logged
-achieved FLOP/s and the peak's own source (the table, the measured record)."""
+included) and against the peak measured on the device in the dtype that precision computes in,
+each worked out again from the logged achieved FLOP/s and the peak's own source (the table, the
+measured record)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 from hpml.analysis.devices import match_device_name
+from hpml.names import MFU_PEAK_DTYPE_TAG
 from hpml.train import train
 from tests.conftest import QUICK
 
@@ -25,6 +27,19 @@ def cuda_run(composed, client, overrides: list[str]):
     return client.search_runs([client.get_experiment_by_name("hpml").experiment_id])[0]
 
 
+def measured_record(peaks, name: str, dtype: str) -> dict:
+    """The one record of ``dtype`` this device and thread count have in the cache ``peaks``."""
+    records = [json.loads(path.read_text()) for path in peaks.glob("*.json")]
+    (record,) = [
+        r
+        for r in records
+        if r["device"] == name
+        and r["torch_threads"] == torch.get_num_threads()
+        and r["dtype"] == dtype
+    ]
+    return record
+
+
 def datasheet():
     """The KNOWN_DEVICES entry of the device torch reports; the test fails if there is none."""
     name = torch.cuda.get_device_name(0)
@@ -34,12 +49,15 @@ def datasheet():
 
 
 @pytest.mark.parametrize(
-    ("precision", "figure"),
-    [("bf16-mixed", "bf16_flops_per_s"), ("16-mixed", "fp16_flops_per_s")],
+    ("precision", "figure", "dtype"),
+    [("bf16-mixed", "bf16_flops_per_s", "bf16"), ("16-mixed", "fp16_flops_per_s", "fp16")],
 )
-def test_mixed_precision_mfu_is_against_the_datasheet_peak_of_that_precision(
-    composed, client, precision, figure
+def test_mixed_precision_mfu_is_against_the_peaks_of_that_precision(
+    composed, client, monkeypatch, tmp_path, precision, figure, dtype
 ):
+    """Against the datasheet's tensor-core figure, and the peak measured in the run's own
+    dtype, into a cache of the run's own (see the fp32 test below)."""
+    monkeypatch.setenv("HPML_PEAK_CACHE", str(tmp_path / "peaks"))
     run = cuda_run(composed, client, [f"trainer.precision={precision}"])
     m = run.data.metrics
     assert run.data.params["trainer.precision"] == precision
@@ -59,6 +77,18 @@ def test_mixed_precision_mfu_is_against_the_datasheet_peak_of_that_precision(
         assert m[f"{stage}/mfu_table_pct"] == pytest.approx(
             100 * achieved / expected_peak, rel=1e-5
         ), stage
+    record = measured_record(tmp_path / "peaks", name, dtype)  # only the run's dtype measured
+    assert len(list((tmp_path / "peaks").glob("*.json"))) == 1
+    measured = record["flops_per_s"]
+    assert run.data.tags[MFU_PEAK_DTYPE_TAG] == record["taken_in"] == dtype
+    # tensor cores: above the fp32 datasheet figure, below 1.2x the dtype's own
+    assert peak.fp32_flops_per_s < measured < 1.2 * expected_peak
+    assert m["mfu/peak_measured_flops_per_s"] == pytest.approx(measured, rel=1e-5)
+    for stage in STAGES:
+        achieved = m[f"{stage}/achieved_flops_per_s"]
+        assert m[f"{stage}/mfu_measured_pct"] == pytest.approx(
+            100 * achieved / measured, rel=1e-5
+        ), stage
 
 
 def test_fp32_mfu_against_a_measured_peak_below_the_datasheets(
@@ -70,18 +100,19 @@ def test_fp32_mfu_against_a_measured_peak_below_the_datasheets(
     run = cuda_run(composed, client, [])
     m = run.data.metrics
     name, peak = datasheet()
-    records = [json.loads(path.read_text()) for path in (tmp_path / "peaks").glob("*.json")]
-    (record,) = [
-        r for r in records if r["device"] == name and r["torch_threads"] == torch.get_num_threads()
-    ]
-    measured = record["peak"]["fp32_flops_per_s"]
+    record = measured_record(tmp_path / "peaks", name, "fp32")
+    measured = record["flops_per_s"]
     benchmarks = record["compute_flops_per_s"]  # GEMM and each 3x3 convolution shape
     assert measured == max(benchmarks.values()) > 0
+    assert run.data.tags[MFU_PEAK_DTYPE_TAG] == record["taken_in"]
+    assert record["taken_in"] == "fp32 (matmul {matmul}, conv {conv})".format_map(
+        record["fp32_precision"]
+    )
     # each benchmark below 1.2x the datasheet figure of the precision it ran at: cuBLAS's fp32
     # GEMM at torch's matmul setting, cuDNN's convolutions at its own (tf32 by default)
     tf32 = {
-        "gemm": record["matmul_fp32_precision"] == "tf32",
-        "conv": record["cudnn_conv_fp32_precision"] == "tf32",
+        "gemm": record["fp32_precision"]["matmul"] == "tf32",
+        "conv": record["fp32_precision"]["conv"] == "tf32",
     }
     for bench, rate in benchmarks.items():
         kind = "gemm" if bench.startswith("gemm") else "conv"

@@ -76,6 +76,8 @@ def test_single_run_is_recorded_with_params_metrics_tags_and_artifacts(root, cli
         rel=1e-5,
     )
     assert "mfu/peak_table_flops_per_s" not in metrics  # no datasheet figure for a CPU
+    # 32-true: a peak taken in fp32, at the CPU's default (IEEE) fp32 matmuls and convolutions
+    assert run.data.tags["hpml.mfu.peak_measured_dtype"] == "fp32 (matmul ieee, conv ieee)"
     assert metrics["memory/weights_bytes"] == 4 * metrics["model/params_count"]
     for name in (
         "train/throughput_samples_per_s",
