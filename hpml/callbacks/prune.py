@@ -52,7 +52,8 @@ class Prune(OptimizationStep):
             a refused knob is named ``prune.method.<knob>``); runs record its name as the param
             ``prune.method``.
         amount: the share of the targeted weights (rows, when structured) removed, in [0, 1).
-        mode, targets, exclude, min_channels, embedding: :class:`~hpml.optimize.prune.Pruner`'s.
+        mode, targets, exclude, min_channels, embedding, round_to:
+            :class:`~hpml.optimize.prune.Pruner`'s.
         schedule: ``before_fit``, ``after_fit`` or ``gradual`` (:mod:`...prune.schedule`).
         finetune_epochs: epochs added after pruning (``after_fit``, ``gradual``).
         sensitivity: amounts at which each weight is pruned alone and the model judged.
@@ -71,6 +72,7 @@ class Prune(OptimizationStep):
         finetune_epochs: int = 1,
         min_channels: int = 1,
         embedding: bool = False,
+        round_to: int = 1,
         sensitivity: Sequence[float] = (),
         save_model: bool = False,
         **measure: Any,
@@ -97,6 +99,7 @@ class Prune(OptimizationStep):
             None if exclude is None else list(exclude),
             min_channels,
             embedding,
+            round_to=round_to,
         )
         self.steps: dict[int, float] = {}  # epoch -> absolute amount
         self.before: dict[str, float] = {}  # counts, FLOPs and sparsity before the first step

@@ -125,8 +125,9 @@ class LSTMPruner:
     """Remove hidden units of each named ``nn.LSTM`` of ``model`` (in place: modules are swapped).
 
     Build it on the unpruned model: ``amount`` is of its widths (never fewer than
-    ``min_channels`` units); ``scores`` ranks rows, the lowest go first. With ``embedding=True``
-    the Embedding feeding the LSTM loses the same share of its dimensions.
+    ``min_channels`` units, a multiple of ``round_to`` kept); ``scores`` ranks rows, the lowest
+    go first. With ``embedding=True`` the Embedding feeding the LSTM loses the same share of its
+    dimensions, rounded the same way.
     """
 
     def __init__(
@@ -137,8 +138,10 @@ class LSTMPruner:
         scores: Scores,
         min_channels: int = 1,
         embedding: bool = False,
+        round_to: int = 1,
     ) -> None:
         self.scores, self.min_channels, self.embedding = scores, min_channels, embedding
+        self.round_to = round_to
         self.plans: list[LSTMPlan] = []
         order = _call_order(model, example)
         self.links: dict[str, tuple[str, str | None]] = {}
@@ -164,13 +167,16 @@ class LSTMPruner:
             self.links[name] = (linears[0], feeder)
             self.original[name] = (lstm.hidden_size, lstm.input_size)
 
+    def _keep(self, original: int, amount: float) -> int:
+        return units_to_keep(original, amount, self.min_channels, self.round_to)
+
     def prune(self, model: nn.Module, amount: float) -> dict[str, tuple[int, int]]:
         """Cut each LSTM to ``amount`` of its original width; ``{lstm: (before, after)}``."""
         plans = []
         for name, (consumer_name, feeder_name) in self.links.items():
             lstm = model.get_submodule(name)
             hidden0, input0 = self.original[name]
-            keep_n = min(lstm.hidden_size, units_to_keep(hidden0, amount, self.min_channels))
+            keep_n = min(lstm.hidden_size, self._keep(hidden0, amount))
             dirs = 2 if lstm.bidirectional else 1
             keep = {
                 (layer, d): top_units(self.scores(unit_rows(lstm, layer, d).float()), keep_n)
@@ -179,7 +185,7 @@ class LSTMPruner:
             }
             input_keep = None
             if self.embedding and feeder_name is not None:
-                keep_e = min(lstm.input_size, units_to_keep(input0, amount, self.min_channels))
+                keep_e = min(lstm.input_size, self._keep(input0, amount))
                 columns = lstm.weight_ih_l0.detach().float()
                 if lstm.bidirectional:
                     columns = torch.cat([columns, lstm.weight_ih_l0_reverse.detach().float()])

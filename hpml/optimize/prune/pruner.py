@@ -16,7 +16,7 @@ from typing import Any
 
 from torch import nn
 
-from hpml.errors import ConfigError, IncompatibleError
+from hpml.errors import ConfigError, IncompatibleError, positive_int
 from hpml.optimize.prune import mask as masks
 from hpml.optimize.prune.amount import check_amount
 from hpml.optimize.prune.lstm import LSTMPruner
@@ -77,6 +77,10 @@ class Pruner:
         min_channels: no layer keeps fewer channels or hidden units (physical).
         embedding: also remove embedding dimensions (physical LSTM).
         coupled: layer names pruned together (default: the model's ``prune_coupled``).
+        round_to: every width physical pruning leaves (channels, hidden units, embedding
+            dimensions) is a multiple of it, rounded down as torch-pruning's ``round_to``
+            (:func:`~hpml.optimize.prune.amount.units_to_keep`); masks keep every shape, so
+            mask mode takes only 1.
     """
 
     def __init__(
@@ -88,10 +92,18 @@ class Pruner:
         min_channels: int = 1,
         embedding: bool = False,
         coupled: Sequence[Sequence[str]] | None = None,
+        round_to: int = 1,
     ) -> None:
         mode = method.check_mode(mode)
-        if isinstance(min_channels, bool) or not isinstance(min_channels, int) or min_channels < 1:
-            raise ConfigError("min_channels", min_channels, "a positive integer")
+        min_channels = positive_int("min_channels", min_channels)
+        self.round_to = positive_int("round_to", round_to)
+        if round_to != 1 and mode != "physical":
+            raise ConfigError(
+                "round_to",
+                round_to,
+                f"1 for {method.name} in mask mode: masks keep every shape, so there is no "
+                "width to round (round_to rounds the channels physical pruning keeps)",
+            )
         self.method, self.mode = method, mode
         self.targets_spec = list(targets) if targets else list(DEFAULT_TARGETS)
         self.exclude_spec = list(exclude) if exclude is not None else []
@@ -142,12 +154,18 @@ class Pruner:
         if lstms:  # hidden units ranked as rows: physical mode takes structured methods only
             assert isinstance(self.method, Structured)
             self._engine = LSTMPruner(
-                model, example, lstms, self.method.scores, self.min_channels, self.embedding
+                model,
+                example,
+                lstms,
+                self.method.scores,
+                self.min_channels,
+                self.embedding,
+                self.round_to,
             )
         else:
             channels, coupled = self.method.channels, self.coupled
             self._engine = ChannelPruner(
-                model, example, layers, channels, self.min_channels, coupled
+                model, example, layers, channels, self.min_channels, coupled, self.round_to
             )
         return self.targets
 

@@ -2,9 +2,9 @@
 
 torch-pruning groups the layers whose channels go together; each group is ranked by the method's
 group importance and its lowest channels cut. hpml plans the cut itself rather than calling
-``MetaPruner.step``: counts round as a user expects, no layer drops below ``min_channels``, a
-gradual schedule never compounds, and ``coupled`` layers (a VAE's ``mu`` and ``logvar`` heads)
-lose the same channels.
+``MetaPruner.step``: counts round as a user expects, no layer drops below ``min_channels``, kept
+widths are multiples of ``round_to`` (as torch-pruning's), a gradual schedule never compounds,
+and ``coupled`` layers (a VAE's ``mu`` and ``logvar`` heads) lose the same channels.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ class ChannelPruner:
     """Remove output channels of the Conv/Linear ``layers`` of ``model``, in place.
 
     Build it on the unpruned model: ``amount`` is of its widths. ``importance`` builds the
-    torch-pruning importance that ranks the groups.
+    torch-pruning importance that ranks the groups; each layer keeps a multiple of ``round_to``
+    channels (:func:`~hpml.optimize.prune.amount.units_to_keep`).
     """
 
     def __init__(
@@ -38,11 +39,12 @@ class ChannelPruner:
         importance: Callable[[], Any],
         min_channels: int = 1,
         coupled: Sequence[Sequence[str]] | None = None,
+        round_to: int = 1,
     ) -> None:
         self.model, self.example = model, example
         self.layers = list(layers)
         self.importance = importance()
-        self.min_channels = min_channels
+        self.min_channels, self.round_to = min_channels, round_to
         # by default the layers the model declares in ``prune_coupled``: outputs it combines
         # element-wise where tracing in eval mode cannot see it
         coupled = getattr(model, "prune_coupled", ()) if coupled is None else coupled
@@ -102,7 +104,8 @@ class ChannelPruner:
         for names in sets:
             imp = sum(scored[n][1] / scored[n][1].abs().mean().clamp_min(1e-12) for n in names)
             current = len(imp)
-            keep = units_to_keep(self.original[names[0]], amount, self.min_channels)
+            original = self.original[names[0]]
+            keep = units_to_keep(original, amount, self.min_channels, self.round_to)
             n_cut = max(0, current - keep)
             drop = torch.argsort(imp)[:n_cut].tolist()
             for name in names:
