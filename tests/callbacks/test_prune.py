@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from hpml.errors import ConfigError
+from hpml.names import FLOPS_REDUCTION, X, metric
 from tests.callbacks.comparisons import assert_side_by_side
 from tests.conftest import QUICK, QUICK_BATCH, run_cli, stderr_lines
 
@@ -103,6 +107,37 @@ def test_lstm_physical_before_fit(composed, client):
     assert "prune_after/val_acc_pct" in m and "prune_final/val_acc_pct" in m
 
 
+def linear_shapes(client, run_id: str, name: str) -> list[tuple[int, int]]:
+    """``(in, out)`` of every Linear in a logged ``print(net)``."""
+    text = Path(client.download_artifacts(run_id, f"prune/{name}")).read_text()
+    found = re.findall(r"Linear\(in_features=(\d+), out_features=(\d+)", text)
+    return [(int(i), int(o)) for i, o in found]
+
+
+def test_round_to_widths_and_logged_reductions_follow_the_rounded_shapes(composed, client):
+    from hpml.train import train
+
+    overrides = ["model=vae", "prune=l2_structured", "prune.amount=0.5", "prune.round_to=8"]
+    train(composed([*overrides, "prune.schedule=before_fit", *FAST]))
+    run = only_run(client)
+    m = run.data.metrics
+    before = linear_shapes(client, run.info.run_id, "architecture_before.txt")
+    after = linear_shapes(client, run.info.run_id, "architecture_after.txt")
+    assert [o for _, o in after[:-1]] == [200, 8, 8, 200]  # the heads' 10 rounded down to 8
+    assert all(o % 8 == 0 for _, o in after[:-1]) and after[-1][1] == 784
+    flops_before = 2 * sum(i * o for i, o in before)
+    flops_after = 2 * sum(i * o for i, o in after)
+    assert m["prune_after/fwd_flops_per_sample"] == flops_after
+    assert m[FLOPS_REDUCTION] == pytest.approx(flops_before / flops_after, rel=1e-12)
+    for when, shapes in (("before", before), ("after", after)):
+        params = sum(i * o + o for i, o in shapes)
+        assert m[f"prune_{when}/params_count"] == params
+        # float32 weights and biases, plus the archive's own bytes (names, headers)
+        assert 4 * params < m[f"prune_{when}/size_bytes"] < 4 * params + 16_384
+    size_ratio = m["prune_before/size_bytes"] / m["prune_after/size_bytes"]
+    assert m[metric("prune", "size_reduction", X)] == pytest.approx(size_ratio, rel=1e-12)
+
+
 @pytest.mark.parametrize(
     "override,key",
     [
@@ -111,12 +146,15 @@ def test_lstm_physical_before_fit(composed, client):
         ("prune.targets=[Nope]", "prune.targets"),
         ("prune.exclude=[Linear]", "prune.exclude"),
         ("prune.mode=physical", "prune.mode"),
+        ("prune.round_to=0", "prune.round_to"),
+        ("prune.round_to=8", "prune.round_to"),  # with l1_unstructured: masks keep shapes
     ],
 )
 def test_bad_prune_settings_are_config_errors(composed, override, key):
     from hpml.train import train
 
-    method = "prune=l1_unstructured" if "mode" in override else "prune=l1_structured"
+    masks = "mode" in override or override == "prune.round_to=8"
+    method = "prune=l1_unstructured" if masks else "prune=l1_structured"
     with pytest.raises(ConfigError) as info:
         train(composed(["model=vae", method, override, *FAST]))
     assert info.value.key == key
