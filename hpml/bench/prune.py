@@ -2,8 +2,9 @@
 
 On :func:`hpml.analysis.devices.default_device` (nets pruned on the CPU, then moved): VGG11-CIFAR
 unpruned, with half of every conv's filters removed (L1 norms), and with 50% L1 masks folded
-into the weights (same shapes, so no goal); study 1's LSTM unpruned and with half its hidden
-units removed. Ratios are unpruned / pruned latency.
+into the weights (same shapes, so no goal); with 70% removed at exact widths and rounded to
+multiples of 8 (``round_to``); study 1's LSTM unpruned and with half its hidden units removed.
+Ratios are unpruned / pruned latency.
 """
 
 from __future__ import annotations
@@ -28,17 +29,27 @@ AMOUNT = 0.5
 LATENCY = "latency_ms"
 VGG, VGG_PHYSICAL, VGG_MASK = "vgg11", "vgg11 physical 50%", "vgg11 mask 50%"
 LSTM, LSTM_HALF = "lstm", "lstm half hidden"
+ROUNDED = 0.7  # its exact widths (19, 38, 77, 154 channels) are no multiples of 8
+VGG_EXACT, VGG_ROUND_8 = "vgg11 physical 70%", "vgg11 physical 70% round_to 8"
 RATIOS = (
     Ratio("VGG11 physical 50% speedup", LATENCY, "ms", VGG, VGG_PHYSICAL, goal=3.0, speedup=True),
     Ratio("VGG11 mask 50% speedup (~1.0)", LATENCY, "ms", VGG, VGG_MASK, speedup=True),
     Ratio("LSTM half hidden speedup", LATENCY, "ms", LSTM, LSTM_HALF, goal=2.0, speedup=True),
+    Ratio("VGG11 physical 70% speedup", LATENCY, "ms", VGG, VGG_EXACT, speedup=True),
+    Ratio("VGG11 physical 70% round_to=8 speedup", LATENCY, "ms", VGG, VGG_ROUND_8, speedup=True),
 )
 
 
 def pruned(
-    build: Callable[[], nn.Module], example: torch.Tensor, method: Method, mode: str
+    build: Callable[[], nn.Module],
+    example: torch.Tensor,
+    method: Method,
+    mode: str,
+    amount: float = AMOUNT,
+    round_to: int = 1,
 ) -> nn.Module:
-    return apply_prune(build().eval(), method, AMOUNT, example[:2], mode)[0].eval()
+    net = apply_prune(build().eval(), method, amount, example[:2], mode, round_to=round_to)[0]
+    return net.eval()
 
 
 def timer(model: nn.Module, example: torch.Tensor, settings: Settings):
@@ -62,6 +73,8 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
         VGG: (build_vgg().eval(), images),
         VGG_PHYSICAL: (pruned(build_vgg, images, L1Structured(), "physical"), images),
         VGG_MASK: (pruned(build_vgg, images, L1Structured(), "mask"), images),
+        VGG_EXACT: (pruned(build_vgg, images, L1Structured(), "physical", ROUNDED), images),
+        VGG_ROUND_8: (pruned(build_vgg, images, L1Structured(), "physical", ROUNDED, 8), images),
         LSTM: (build_lstm().eval(), tokens),
         LSTM_HALF: (pruned(build_lstm, tokens, L2Structured(), "physical"), tokens),
     }
@@ -76,6 +89,7 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
         "torch": torch.__version__,
         "params": {name: param_count(m) for name, (m, _) in models.items()},
         "vgg": "vgg11 cifar layout, batch norm; L1 filter norms; classifier excluded",
+        "round_to": "70%: 64 -> 19 channels exact, 16 with round_to 8 (torch-pruning's rounding)",
         "lstm": "embedding 400, hidden 256 -> 128, 2 layers, seq 200, vocab 20000; L2 unit norms",
         "timing": "median ms of settings.steps eval forward passes per round (inference_mode)",
     }
