@@ -13,6 +13,7 @@ BYTES = "bytes"
 PCT = "pct"
 COUNT = "count"
 FLOPS_PER_SAMPLE = "flops_per_sample"  # FLOPs: 2 x multiply-accumulate, see hpml.analysis.flops
+FLOPS = "flops"  # a count of FLOPs (2 x multiply-accumulate), e.g. of the kernels a GPU counted
 FLOPS_PER_S = "flops_per_s"
 FLOP_PER_BYTE = "flop_per_byte"  # arithmetic intensity
 BYTES_PER_S = "bytes_per_s"
@@ -37,6 +38,7 @@ UNIT_LABELS = {
     PCT: "%",
     COUNT: "count",
     FLOPS_PER_SAMPLE: "FLOPs/sample, 2 x MAC",
+    FLOPS: "FLOPs, 2 x MAC",
     FLOPS_PER_S: "FLOP/s, 2 x MAC",
     FLOP_PER_BYTE: "FLOP/byte",
     BYTES_PER_S: "bytes/s",
@@ -168,6 +170,24 @@ PEAK_BANDWIDTH = metric(STAGE, "peak_memory_bandwidth", BYTES_PER_S)
 RIDGE = metric(STAGE, "ridge", FLOP_PER_BYTE)
 PEAK_TAG = "hpml.roofline.peak"
 PEAK_SOURCE_TAG = "hpml.roofline.peak_source"
+
+
+# What `python -m hpml.profile.ncu` logs: one training step's kernels as Nsight Compute counted
+# them, by the step region (NVTX range) they ran in, each named by its short form.
+NCU_REGIONS = {"hpml/forward": "fwd", "hpml/backward": "bwd"}
+NCU_CACHE_TAG = "hpml.ncu.cache_control"  # ncu --cache-control: all (flushed per kernel) or none
+NCU_CLOCK_TAG = "hpml.ncu.clock_control"  # ncu --clock-control: base (locked) or none
+NCU_COUNTERS_TAG = "hpml.ncu.counters"  # the counters read, comma-separated
+NCU_DEVICE_TAG = "hpml.ncu.device"  # the device the kernels ran on, and its compute capability
+NCU_STEP_TAG = "hpml.ncu.step"  # which training step was counted: "2 of 2"
+NCU_TENSOR_TAG = "hpml.ncu.tensor_unknown"  # tensor counters with work but no known FLOPs/unit
+
+
+def ncu(region: str, quantity: str, unit: str) -> str:
+    """A counted quantity of a step's region; an empty ``quantity`` is the region's total:
+    ``ncu("fwd", "dram", BYTES)`` -> ``"ncu/fwd_dram_bytes"``, ``ncu("fwd", "", FLOPS)`` ->
+    ``"ncu/fwd_flops"``."""
+    return metric("ncu", f"{region}_{quantity}" if quantity else region, unit)
 
 
 MEMBER_PREFIX = "fused"
