@@ -119,6 +119,10 @@ def parse(text: str, read: tuple[str, ...] | None = None) -> Export:
     lines = text.splitlines()
     rows = list(csv.reader(io.StringIO("\n".join(lines[_header_at(lines) :]))))
     header, units, data = rows[0], rows[1] if len(rows) > 1 else [], rows[2:]
+    if "Metric Name" in header:
+        raise NcuExportError(
+            "a details page (a row per metric), not a raw page export: export with --page raw"
+        )
     if len(units) != len(header):
         raise NcuExportError(
             f"the units row has {len(units)} cells for {len(header)} columns: not a raw page "
