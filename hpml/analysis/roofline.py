@@ -31,13 +31,18 @@ Bound = Literal["memory-bound", "compute-bound"]
 
 @dataclass(frozen=True)
 class RooflinePoint:
-    """One point: FLOPs and minimum bytes of some work, and its time if it was measured."""
+    """One point: FLOPs and bytes of some work, and its time if it was measured.
+
+    Analytic (the default): FLOPs counted from the model, over the minimum bytes it must move.
+    ``counted``: FLOPs and DRAM bytes the GPU's own counters counted (Nsight Compute).
+    """
 
     label: str
     flops: float
     bytes: float
     seconds: float | None = None
     kind: str = ""  # the module type of a layer ("Conv2d"), empty for other points
+    counted: bool = False
 
     @property
     def intensity(self) -> float:

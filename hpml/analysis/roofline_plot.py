@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -95,15 +96,28 @@ def plot_roofline(
     path_stem: Path | str,
     precision: str = "32-true",
     title: str | None = None,
+    twins: Mapping[int, int] | None = None,
 ) -> list[Path]:
     """:func:`roofline_figure` written to ``<path_stem>.png`` and ``.svg``."""
-    fig, _ = roofline_figure(points, peak, precision, title)
+    fig, _ = roofline_figure(points, peak, precision, title, twins)
     stem = Path(path_stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = [Path(f"{stem}.png"), Path(f"{stem}.svg")]
     fig.savefig(paths[0], dpi=150)
     fig.savefig(paths[1])
     return paths
+
+
+def intensity_label(points: list[RooflinePoint]) -> str:
+    """The x axis's label, saying once what its intensities are: analytic, counted or both."""
+    if not any(p.counted for p in points):
+        return "arithmetic intensity (FLOP/byte), analytic: FLOPs over the least bytes moved"
+    if all(p.counted for p in points):
+        return "arithmetic intensity (FLOP/byte), counted: FLOPs over DRAM bytes (Nsight Compute)"
+    return (
+        "arithmetic intensity (FLOP/byte)\ndiamonds: counted, FLOPs over DRAM bytes (Nsight "
+        "Compute); circles: analytic, over the least bytes"
+    )
 
 
 def _plain(value: float) -> str:
@@ -116,11 +130,15 @@ def roofline_figure(
     peak: DevicePeak,
     precision: str = "32-true",
     title: str | None = None,
+    twins: Mapping[int, int] | None = None,
 ) -> tuple[Figure, dict[int, Artist]]:
     """Log-log roofline with ``points`` on it, and the artist drawn for each point, by index.
 
-    Timed points are filled at their FLOP/s, untimed ones hollow on the roof; points above the
-    roof are named in a note. A bare ``Figure``, never pyplot: safe in callbacks and threads.
+    Timed points are filled at their FLOP/s, untimed ones hollow on the roof; counted points
+    (``RooflinePoint.counted``) are diamonds, analytic ones circles; points above the roof are
+    named in a note. ``twins`` maps an analytic point to the counted point of the same work: the
+    analytic one is drawn grey, without a verdict of its own (its work's is the counted one's),
+    joined to its twin. A bare ``Figure``, never pyplot: safe in callbacks and threads.
     """
     import numpy as np
     from matplotlib.figure import Figure
@@ -167,22 +185,34 @@ def roofline_figure(
         rotation_mode="anchor",
     )
     colours = {"memory-bound": "tab:blue", "compute-bound": "tab:red"}
+    twins = dict(twins or {})
+    where = {i: (p.intensity, height) for (i, p), height in zip(drawn, heights, strict=True)}
     labelled: set[str] = set()
     artists: dict[int, Artist] = {}
     for (index, point), height in zip(drawn, heights, strict=True):
         bound = classify(point, peak, precision)
         timed = point.flops_per_s is not None
-        legend = f"{bound}{'' if timed else ' (not timed: on its roof)'}"
+        legend = f"{bound}{', counted' if point.counted else ''}"
+        legend += "" if timed else " (not timed: on its roof)"
+        colour = colours[bound]
+        if index in twins:  # the counted twin carries the verdict
+            legend, colour = "analytic, beside its counted point", "grey"
+            if twins[index] in where:
+                (x0, y0), (x1, y1) = (point.intensity, height), where[twins[index]]
+                ax.plot([x0, x1], [y0, y1], color="grey", linestyle=":", linewidth=1, zorder=2)
         artists[index] = ax.scatter(
             point.intensity,
             height,
             s=40,
             zorder=3,
-            edgecolors=colours[bound],
-            facecolors=colours[bound] if timed else "none",
+            marker="D" if point.counted else "o",
+            edgecolors=colour,
+            facecolors=colour if timed and index not in twins else "none",
             label=None if legend in labelled else legend,
         )
         labelled.add(legend)
+        if index in twins:  # its twin is named
+            continue
         note(
             point.label,
             (point.intensity, height),
@@ -195,7 +225,7 @@ def roofline_figure(
     ax.set_yscale("log")
     ax.set_xlim(x_lo, x_hi)
     ax.set_ylim(y_lo, max([compute, *heights]) * 3)  # a noisy measured peak can be beaten
-    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+    ax.set_xlabel(intensity_label([p for _, p in drawn]))
     # GFLOP/s as plain numbers: 10^9 to 10^15 FLOP/s read as 1 to 1,000,000, not as powers
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _plain(v / 1e9)))
     ax.yaxis.set_minor_formatter(NullFormatter())

@@ -1,7 +1,8 @@
 """``python -m hpml.report.roofline``: MLflow runs on one roofline, each memory- or compute-bound.
 
 A run's point is its arithmetic intensity (``hpml.callbacks.roofline``) against its achieved
-training FLOP/s (fwd+bwd FLOPs per sample x samples/s; else its timed forward pass).
+training FLOP/s (fwd+bwd FLOPs per sample x samples/s; else its timed forward pass). A run whose
+kernels Nsight Compute counted has its counted point beside it (``roofline_counted``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from hpml.names import (
     THROUGHPUT,
 )
 from hpml.report.canvas import Canvas, Figure, distinct_labels, fit, run_label
+from hpml.report.roofline_counted import caption, verdict_rows, with_counted
+from hpml.report.roofline_counted import table as counted_table
 from hpml.report.runs import add_run_choice, default_tracking_uri, project_root
 from hpml.report.table import differing_keys
 
@@ -154,8 +157,8 @@ def figure(runs: list[Run], keys: list[str]) -> Figure | None:
     if peak is None:
         return None
     precision = run_precision(measured[0])
-    rows = points(measured)
-    fig, artists = roofline_figure([point for point, _ in rows], peak, precision, peak.name)
+    drawn, owners, twins = with_counted(measured, points(measured))
+    fig, artists = roofline_figure([p for p, _ in drawn], peak, precision, peak.name, twins)
     ax = fig.axes[0]
     low, high = ax.get_xlim()
     xs = [low * (high / low) ** (i / 63) for i in range(64)]
@@ -166,13 +169,13 @@ def figure(runs: list[Run], keys: list[str]) -> Figure | None:
     ax.legend(loc="lower right", fontsize=8)  # as roofline_figure's, with the roofs added
     canvas = Canvas(figure=fig)
     for index, artist in artists.items():
-        point, basis = rows[index]
+        point, basis = drawn[index]
         achieved = (
             "not timed" if point.flops_per_s is None else f"{point.flops_per_s / 1e9:.3g} GFLOP/s"
         )
         canvas.tip(
             artist,
-            f"{run_label(measured[index], keys)}\n{point.intensity:.3g} FLOP/byte, {achieved} "
+            f"{run_label(owners[index], keys)}\n{point.intensity:.3g} FLOP/byte, {achieved} "
             f"({basis})",
         )
     return Figure(
@@ -181,7 +184,8 @@ def figure(runs: list[Run], keys: list[str]) -> Figure | None:
         f"against its arithmetic intensity (FLOP/byte), under the roof of "
         f"{describe_peak(peak, precision)} ({peak.source})"
         + "".join(f"; dashed, {describe_peak(p, precision)}" for p in others.values())
-        + ".",
+        + "."
+        + caption(twins),
         canvas.svg(),
     )
 
@@ -230,15 +234,18 @@ def draw(args: argparse.Namespace) -> None:
     peak = choose_peak(args.device, runs)
     rows = points(runs)
     print(f"roof: {describe_peak(peak, precision)}\n  source: {peak.source}")
-    print(table(runs, rows, peak, precision))
+    print(table(runs, verdict_rows(runs, rows), peak, precision))
+    print(counted_table(runs, [point.label for point, _ in rows]))
+    drawn, _, twins = with_counted(runs, rows)
     out = args.out or project_root() / "outputs" / "roofline" / (parent or runs[0]).info.run_id
     what = parent.info.run_name if parent else f"{len(runs)} runs"
     paths = plot_roofline(
-        [point for point, _ in rows],
+        [point for point, _ in drawn],
         peak,
         Path(out) / "roofline",
         precision,
         f"{what} on {peak.name}",
+        twins,
     )
     for path in paths:
         if parent is not None:

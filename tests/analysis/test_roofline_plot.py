@@ -5,6 +5,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from dataclasses import replace
 
+import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.image import imread
 
@@ -82,3 +83,34 @@ def test_ticks_are_plain_numbers_and_the_ridge_label_clears_the_legend():
     (ridge,) = [t for t in ax.texts if t.get_text().startswith("ridge")]
     legend = ax.get_legend().get_window_extent(renderer)
     assert not ridge.get_window_extent(renderer).overlaps(legend)
+
+
+def test_a_counted_point_is_a_diamond_beside_its_grey_analytic_twin():
+    h100 = KNOWN_DEVICES["h100-sxm"]  # ridge 148 FLOP/byte at 32-true
+    analytic = RooflinePoint("vgg11", 3e12, 2e10, 0.1)  # 150 FLOP/byte: right of the ridge
+    counted = RooflinePoint("vgg11", 3e12, 2e11, 0.2, counted=True)  # 15 FLOP/byte
+    alone = RooflinePoint("vgg13", 4e12, 2e10, 0.1)
+    fig, artists = roofline_figure([analytic, counted, alone], h100, twins={0: 1})
+    ax = fig.axes[0]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "analytic, beside its counted point" in legend
+    assert "memory-bound, counted" in legend and "compute-bound" in legend
+    twin = artists[0]
+    assert twin.get_facecolor().size == 0 or twin.get_facecolor()[0][3] == 0  # hollow
+    assert tuple(twin.get_edgecolor()[0][:3]) == pytest.approx((0.5, 0.5, 0.5), abs=0.01)
+    diamond, circle = artists[1].get_paths()[0], artists[2].get_paths()[0]
+    assert len(diamond.vertices) != len(circle.vertices)  # a "D" marker, not an "o"
+    joins = [line for line in ax.lines if line.get_linestyle() == ":"]  # and the ridge's
+    (joined,) = [line for line in joins if len(set(line.get_xdata())) == 2]
+    assert list(joined.get_xdata()) == pytest.approx([150.0, 15.0])
+    assert [t.get_text() for t in ax.texts].count("vgg11") == 1  # named once, at its counted point
+    label = ax.get_xlabel()
+    assert "diamonds: counted" in label and "circles: analytic" in label
+
+
+def test_analytic_points_alone_say_so_once():
+    fig, _ = roofline_figure([RooflinePoint("conv", 2e12, 1e10, 0.5)], V100)
+    ax = fig.axes[0]
+    assert ax.get_xlabel().count("analytic") == 1
+    assert not any("analytic" in t.get_text() for t in ax.get_legend().get_texts())
+    assert not any("counted" in t.get_text() for t in ax.get_legend().get_texts())
