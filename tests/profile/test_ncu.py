@@ -68,7 +68,9 @@ def store(tmp_path, store_template):
     shutil.copy(store_template, tmp_path / "mlflow.db")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
-    run = client.create_run(client.create_experiment("ncu"), run_name="vgg11")
+    artifacts = str(tmp_path / "artifacts")  # not ./mlruns, where the tests run
+    experiment = client.create_experiment("ncu", artifact_location=artifacts)
+    run = client.create_run(experiment, run_name="vgg11")
     client.set_terminated(run.info.run_id)
     return uri, client, run.info.run_id
 

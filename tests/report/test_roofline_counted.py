@@ -42,7 +42,8 @@ def store(tmp_path, store_template):
     shutil.copy(store_template, tmp_path / "mlflow.db")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
-    return uri, client, client.create_experiment("roofline_vgg")
+    artifacts = str(tmp_path / "artifacts")  # not ./mlruns, where the tests run
+    return uri, client, client.create_experiment("roofline_vgg", artifact_location=artifacts)
 
 
 def analytic_run(client, experiment: str, model: str, fwd_flops: float, intensity: float) -> str:
