@@ -160,7 +160,10 @@ def check(export: Export) -> list[dict[str, list[Kernel]]]:
     lacking = [c for c in DRAM if c not in export.units]
     if lacking or not any(c in export.units for c in SASS):
         needed = ", ".join(lacking or [CUDA_CORES["fp32"][2][0]])
-        raise NcuExportError(f"the export lacks {needed}: profile with --metrics {','.join(READ)}")
+        raise NcuExportError(
+            f"the export lacks {needed}: count with python -m hpml.profile.ncu, or give ncu "
+            f"--metrics {','.join((*DRAM, *SASS))}"
+        )
     found = steps(export.kernels)
     if not found:
         raise NcuExportError(
