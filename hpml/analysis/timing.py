@@ -1,9 +1,12 @@
-"""Step timing that never stalls a GPU mid-run: host clocks on CPU, CUDA events on GPU."""
+"""Step timing that never stalls a GPU mid-run: host clocks on CPU, CUDA events on GPU; on a
+GPU, a few probe steps that start on an idle device tell how much of a step the host takes to
+issue (:class:`StepTimer`'s ``probe_every``)."""
 
 from __future__ import annotations
 
 import statistics
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -78,15 +81,65 @@ class _Mark:
         return later.host - self.host
 
 
+SYNC_WARNING = "called a synchronizing CUDA operation"  # what torch's sync debug mode warns
+
+
+class SyncCount:
+    """The synchronising CUDA operations (``.item()``, a pageable copy, ``nonzero``) torch runs
+    between :meth:`start` and :meth:`stop`, counted from its sync debug mode's warnings."""
+
+    def __init__(self) -> None:
+        self._catcher: warnings.catch_warnings | None = None
+        self._seen: list[warnings.WarningMessage] = []
+
+    def start(self) -> None:
+        self._catcher = warnings.catch_warnings(record=True)
+        self._seen = self._catcher.__enter__() or []
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+
+    def stop(self) -> int:
+        torch.cuda.set_sync_debug_mode("default")
+        if self._catcher is not None:
+            self._catcher.__exit__(None, None, None)
+            self._catcher = None
+        return sum(SYNC_WARNING in str(w.message) for w in self._seen)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A step that began on an idle device: the host's time to issue it (its clock from the
+    step's start to its end), the device's span of it (its events), and the synchronising
+    operations inside it, which make the host wait for the device and the share meaningless."""
+
+    issue_s: float
+    start: _Mark
+    stop: _Mark
+    syncs: int
+
+    def issue_pct(self) -> float | None:
+        """The host's issue time over the device's span, percent, at most 100: near 100 the
+        device waited for the host all step; None for a step that synchronised."""
+        if self.syncs:
+            return None
+        span = self.start.seconds_until(self.stop)
+        return min(100.0, 100.0 * self.issue_s / span) if span > 0 else None
+
+
 class StepTimer:
     """Times steps and the gaps between them, where the loop waits for the next batch.
 
     The window runs from the end of the last warm-up step (or the first step's start) to the end
-    of the last step. On CUDA the marks are events read only in ``stats()``.
+    of the last step. On CUDA the marks are events read only in ``stats()``; every
+    ``probe_every``-th timed step (0: none) starts once the device has drained its queue, so
+    its host time is the time to issue it (:class:`Probe`): one synchronisation per probe.
     """
 
-    def __init__(self, device: torch.device, warmup_steps: int) -> None:
+    def __init__(self, device: torch.device, warmup_steps: int, probe_every: int = 0) -> None:
         self.device, self.warmup = device, warmup_steps
+        self.probe_every = probe_every if device.type == "cuda" else 0
+        self.probes: list[Probe] = []
+        self._sync_count: SyncCount | None = None
         self.threads = torch.get_num_threads()  # intra-op threads the window could keep busy
         self.steps: list[tuple[_Mark, _Mark]] = []
         self.gaps: list[float] = []
@@ -101,6 +154,11 @@ class StepTimer:
         return len(self.samples)
 
     def begin(self) -> None:
+        timed = self.count - self.warmup
+        if self.probe_every and timed >= 0 and timed % self.probe_every == 0:
+            torch.cuda.synchronize(self.device)  # the probe's step starts on an idle device
+            self._sync_count = SyncCount()
+            self._sync_count.start()
         self._cpu_start = time.process_time()
         self._start = _Mark(self.device)
         if self.count >= self.warmup and self.steps:
@@ -110,6 +168,10 @@ class StepTimer:
 
     def end(self, samples: int) -> None:
         stop = _Mark(self.device)
+        if self._sync_count is not None:
+            syncs, self._sync_count = self._sync_count.stop(), None
+            assert self._start is not None  # begun
+            self.probes.append(Probe(stop.host - self._start.host, self._start, stop, syncs))
         self.cpu.append(time.process_time() - self._cpu_start)
         self.steps.append((self._start, stop))  # type: ignore[arg-type]
         self.samples.append(samples)
@@ -141,6 +203,12 @@ class StepTimer:
             step_cpu_p50_ms=statistics.median(self.cpu[self.warmup :]) * 1e3,
             utilisation_pct=self.utilisation_pct(steady, seconds),
         )
+
+    def host_issue_pct(self) -> float | None:
+        """The median over probes of the host's issue time over the device's span of a step,
+        percent (:meth:`Probe.issue_pct`); None without a probe that did not synchronise."""
+        shares = [share for probe in self.probes if (share := probe.issue_pct()) is not None]
+        return statistics.median(shares) if shares else None
 
     def step_seconds(self) -> list[float]:
         """Each step after warm-up, start to end, seconds (on CUDA: read from its events)."""

@@ -40,9 +40,11 @@ class PerformanceMonitor(HpmlCallback):
     """Speed, memory, FLOP/s and MFU of training and inference.
 
     Medians and IQRs over the timed steps after ``warmup_steps``, so one stalled step does not
-    move the figure; the wait for each batch stays in the cycle. A noise probe spans every timed
-    window and tags the run ``hpml.noisy`` by ``noise``'s limits. Under DDP the figures are the
-    job's. Every metric, its unit and convention: docs/metrics.md.
+    move the figure; the wait for each batch stays in the cycle. On a GPU every
+    ``host_probe_every``-th timed step starts on an idle device, for the host's share of it
+    (``<stage>/host_issue_pct``: :class:`~hpml.analysis.timing.Probe`). A noise probe spans every
+    timed window and tags the run ``hpml.noisy`` by ``noise``'s limits. Under DDP the figures are
+    the job's. Every metric, its unit and convention: docs/metrics.md.
     """
 
     in_array: ClassVar[InArray] = InArray.ONCE
@@ -55,8 +57,10 @@ class PerformanceMonitor(HpmlCallback):
         measured_peak: bool = True,
         peak_cache_dir: str | Path | None = None,
         noise: Mapping[str, float] | NoiseRule | None = None,
+        host_probe_every: Steps = 10,
     ) -> None:
         self.warmup_steps = warmup_steps
+        self.host_probe_every = host_probe_every
         self.inference_warmup_steps = inference_warmup_steps
         self.count_flops = count_flops
         self.budget = FlopBudget(measured_peak, Path(peak_cache_dir) if peak_cache_dir else None)
@@ -89,7 +93,7 @@ class PerformanceMonitor(HpmlCallback):
             self.budget.count(trainer, pl_module)
         reset_peak_memory(device)  # each stage's peak, not the peak since the process began
         warmup = self.warmup_steps if stage == "train" else self.inference_warmup_steps
-        self.timers[stage] = StepTimer(device, warmup)
+        self.timers[stage] = StepTimer(device, warmup, self.host_probe_every)
         self.epoch_start[stage] = synchronized_now(device)
         self.energy.start(stage, pl_module)
 
@@ -110,9 +114,13 @@ class PerformanceMonitor(HpmlCallback):
                 metric(stage, "step_time_iqr", MS): stats.step_iqr_ms,
                 metric(stage, "step_time_cv", PCT): stats.step_cv_pct,
                 metric(stage, "step_cpu_time_p50", MS): stats.step_cpu_p50_ms,
-                metric(stage, "data_wait", PCT): stats.data_wait_pct,
                 metric(stage, "utilisation", PCT): stats.utilisation_pct,
             }
+        if stats is not None:  # what bounds every stage: hpml.callbacks.bound
+            metrics[metric(stage, "data_wait", PCT)] = stats.data_wait_pct
+        issue = self.timers[stage].host_issue_pct()
+        if issue is not None:
+            metrics[metric(stage, "host_issue", PCT)] = issue
         peak = peak_memory_bytes(device)[0]
         if stage == "train":  # its steps before and after any validation inside the epoch
             peak = max(peak, self.train_peak)

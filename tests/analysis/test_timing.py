@@ -168,3 +168,40 @@ def test_cuda_steps_are_timed_on_the_gpu_not_by_the_host_clock():
     assert stats.step_p50_ms == pytest.approx(1e3 * statistics.median(steps))
     # back to back on the GPU: the window is the three steps
     assert stats.seconds == pytest.approx(sum(steps), rel=0.05)
+
+
+@pytest.mark.gpu
+def test_cuda_probes_tell_a_host_bound_step_from_a_device_bound_one():
+    """A step of one long kernel keeps the device busy after the host has issued it (a small
+    share); a step the host paces (it sleeps between tiny kernels) keeps the device waiting (a
+    share near 100); a step with ``.item()`` synchronises, so its probe is left out."""
+    device = torch.device("cuda")
+    x = torch.ones(8, device=device)
+    torch.cuda._sleep(1000)
+    shares = {}
+    for name in ("device", "host", "synchronised"):
+        timer = timing.StepTimer(device, warmup_steps=1, probe_every=2)
+        for _ in range(7):
+            timer.begin()
+            if name == "device":
+                torch.cuda._sleep(50_000_000)  # tens of milliseconds on the device
+            else:
+                for _ in range(20):
+                    x.add_(1)
+                    time.sleep(0.001)  # the host takes 20 ms to issue 20 microsecond kernels
+                if name == "synchronised":
+                    x.sum().item()
+            timer.end(samples=1)
+        assert len(timer.probes) == 3  # timed steps 0, 2 and 4 of 6
+        shares[name] = timer.host_issue_pct()
+    assert shares["device"] < 20 and shares["host"] > 90
+    assert shares["synchronised"] is None
+
+
+def test_a_cpu_timer_probes_nothing():
+    """On a CPU the host is the device: no step is probed, and there is no host share."""
+    timer = timing.StepTimer(torch.device("cpu"), warmup_steps=0, probe_every=1)
+    for _ in range(3):
+        timer.begin()
+        timer.end(samples=1)
+    assert timer.probes == [] and timer.host_issue_pct() is None
