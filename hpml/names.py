@@ -158,6 +158,26 @@ def verdict_tag(step: str, batch: int) -> str:
     return f"hpml.verdict.{step}.speedup_b{batch}"
 
 
+# What bounds a stage of a run (hpml.analysis.bound): its class, the tag that holds it, the line
+# that says why; the report reads them back to gate its verdicts.
+BOUNDS = INPUT, HOST, DEVICE, MEMORY, COMPUTE, SLOW_MACHINE = (
+    "input",
+    "host",
+    "device",
+    "memory",
+    "compute",
+    "slow machine",
+)
+STAGES = ("train", "val", "test")
+DATA_WAIT, HOST_ISSUE = "data_wait", "host_issue"  # the evidence, as <stage>/<quantity>_pct
+
+
+def bound_tag(stage: str, part: str = "") -> str:
+    """The tag holding what bounds ``stage``: ``hpml.bound.train``; ``part`` ``why`` its reason,
+    ``source`` what split device into memory or compute."""
+    return f"hpml.bound.{stage}" + (f".{part}" if part else "")
+
+
 # What the roofline callback logs and `python -m hpml.report.roofline` reads back.
 STAGE = "roofline"
 INTENSITY = metric(STAGE, "intensity", FLOP_PER_BYTE)

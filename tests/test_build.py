@@ -26,6 +26,7 @@ PARTS = {  # what the default config builds, by class, and how many per member
     "VAEModule on meta",  # the model as planned, which validation reads
     "ModelStats",
     "PerformanceMonitor",
+    "BoundMonitor",
     "TimeToTarget",
     "MemoryBreakdown",
     "EpochCheckpoint",

@@ -71,6 +71,7 @@ class RooflineCallback(HpmlCallback):
         self.timing_passes = timing_passes
         self.batch_size = batch_size
         self.peak_seconds = peak_seconds
+        self.model_point: tuple[float, float] | None = None  # intensity, ridge: FLOP/byte
         self.done = False
 
     def _example(self, trainer: L.Trainer, pl_module: L.LightningModule) -> Any:
@@ -116,6 +117,7 @@ class RooflineCallback(HpmlCallback):
         if analysis.model.flops_per_s is not None:
             metrics[FORWARD_ACHIEVED] = analysis.model.flops_per_s
         log_metrics(trainer, metrics)
+        self.model_point = (analysis.model.intensity, metrics[RIDGE])
         self._report(trainer, analysis, peak, precision)
 
     def _bounding(

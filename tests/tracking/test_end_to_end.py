@@ -38,6 +38,11 @@ def test_single_run_is_recorded_with_params_metrics_tags_and_artifacts(root, cli
     assert run.info.status == "FINISHED"
     assert f"hpml: run {run.info.run_id} finished" in result.stdout
     assert "make ui" in result.stdout
+    # what bounded training: its tag agrees with its data wait, and the run said so in one line
+    wait, bound = run.data.metrics["train/data_wait_pct"], run.data.tags["hpml.bound.train"]
+    assert bound == ("input" if wait >= 5 else "device")  # a CPU: never host
+    said = f"hpml: train bound by {bound}: {wait:.0f}% of a step waits for data"
+    assert said in result.stdout + result.stderr
 
     params = run.data.params
     # per-job paths are tags: MLflow's compare view offers only knobs as params
