@@ -28,6 +28,7 @@ from hpml.analysis.stats import (
     ratio_ci,
     verdict,
 )
+from hpml.names import HOST, INPUT, bound_tag
 from hpml.report.comparisons import Comparison, in_run, noisy
 from hpml.report.environment import SHOWN, entries
 from hpml.report.table import BOOKKEEPING, CHOICE_TAG, differing_keys, short_name, value
@@ -41,6 +42,12 @@ FINISHED = "FINISHED"
 # lower for latency (a side's median over rounds) and the median step time
 HIGHER_IS_FASTER = re.compile(r"^[^/]+/throughput(_per_device)?_samples_per_s$")
 LOWER_IS_FASTER = re.compile(r"^[^/]+/(latency_b\d+|step_time_p50)_ms$")
+# a run's own speed, loader and host included: gated by what bounds its stage (before/after
+# latencies time fixed batches with no loader, so they are not)
+RUN_SPEED = re.compile(
+    r"^(?P<stage>[^/]+)/(throughput(_per_device)?_samples_per_s|step_time_p50_ms)$"
+)
+GATES = {INPUT: "input-bound", HOST: "host-bound"}  # a bound both sides share -> the verdict
 
 
 def ignored(key: str, by_seed: bool = False) -> bool:
@@ -211,15 +218,30 @@ def against_baseline(groups: list[Group], base: Group | None) -> list[Comparison
         c
         for other in groups
         if other is not base and other.finished
-        for c in versus(other, base, f"{other.label} vs baseline {base.label}")
+        for c in versus(
+            other, base, f"{other.label} vs baseline {base.label}", feeds_input=feeds(other, base)
+        )
     ]
 
 
-def versus(other: Group, base: Group, comparison: str, margin: float = 0.0) -> list[Comparison]:
+def feeds(other: Group, base: Group) -> bool:
+    """Whether ``other`` and ``base`` differ in what feeds their input (a ``data.*`` key)."""
+    mine, theirs = (dict(params_but(g.runs[0], ignored)) for g in (other, base))
+    return any(
+        mine.get(k) != theirs.get(k) for k in mine.keys() | theirs.keys() if k.startswith("data.")
+    )
+
+
+def versus(
+    other: Group, base: Group, comparison: str, margin: float = 0.0, feeds_input: bool = False
+) -> list[Comparison]:
     """``other`` against ``base`` on each speed measure both carry: the ratio of their medians
     (> 1: ``other`` faster) with :func:`~hpml.analysis.stats.ratio_ci`'s interval over their
     runs; ``within noise`` when it reaches into ``1 +- margin``, a side ran once, or a run of
-    either is noisy. ``comparison`` names the comparisons (``tables/comparisons.csv``).
+    either is noisy; ``input-bound`` (``host-bound``) on a run's own speed when every run of
+    both sides was bound by its input (host) in that stage, so neither measured the model,
+    unless the key compared is what feeds the input (``feeds_input``: a ``data.*`` key).
+    ``comparison`` names the comparisons (``tables/comparisons.csv``).
     """
     found = []
     names = sorted(
@@ -232,6 +254,8 @@ def versus(other: Group, base: Group, comparison: str, margin: float = 0.0) -> l
             continue
         interval = ratio_ci(mine, theirs) if direction(name) > 0 else ratio_ci(theirs, mine)
         real = interval.n >= 2
+        said = verdict(interval, noisy=other.noisy or base.noisy, margin=margin)
+        bound = None if feeds_input else shared_bound(name, (*other.runs, *base.runs))
         found.append(
             Comparison(
                 other.ids,
@@ -243,12 +267,22 @@ def versus(other: Group, base: Group, comparison: str, margin: float = 0.0) -> l
                 interval.low if real else None,
                 interval.high if real else None,
                 interval.n,
-                verdict(interval, noisy=other.noisy or base.noisy, margin=margin),
+                GATES.get(bound or "", said),
                 interval.coverage,
                 other.noisy or base.noisy,
             )
         )
     return found
+
+
+def shared_bound(name: str, runs: tuple[Run, ...]) -> str | None:
+    """The bound (``hpml.bound.<stage>``) every one of ``runs`` had in the stage of speed
+    measure ``name``; None where they differ, one says none, or ``name`` is no run's own speed."""
+    match = RUN_SPEED.match(name)
+    if match is None:
+        return None
+    said = {run.data.tags.get(bound_tag(match["stage"])) for run in runs}
+    return said.pop() if len(said) == 1 else None
 
 
 def sign(said: str) -> int:

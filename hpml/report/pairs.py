@@ -145,6 +145,7 @@ def paired(
                 sides[reference],
                 f"{config}: {key}={other} vs {key}={reference}",
                 margin,
+                feeds_input=key == "data" or key.startswith("data."),
             )
             for other in others
         }

@@ -16,6 +16,7 @@ from hpml.names import (
     THROUGHPUT,
     VAL_ACC,
     VAL_LOSS,
+    bound_tag,
 )
 from hpml.report.environment import differing as differing_env
 from hpml.report.environment import env_value, is_env
@@ -56,6 +57,7 @@ class Row:
 
 
 CHOICE_TAG = "hpml.choice."  # a run's option of each config group (hpml.tracking.tags)
+BOUND, BOUND_COLUMN = bound_tag("train"), "bound (train)"  # what bounded a run's training
 
 
 def value(run: Run, key: str) -> str:
@@ -112,10 +114,12 @@ def metric_columns(runs: list[Run]) -> list[str]:
 
 
 def rows(runs: list[Run]) -> tuple[list[str], list[str], list[Row]]:
-    """``(differing keys, metric columns, one row per run)``."""
+    """``(differing keys, metric columns, one row per run)``; a column of what bounded each
+    run's training (``hpml.bound.train``) where any run says."""
     keys, columns = differing_keys(runs), metric_columns(runs)
+    bounded = any(BOUND in run.data.tags for run in runs)
     return (
-        keys,
+        [*keys, BOUND_COLUMN] if bounded else keys,
         columns,
         [
             Row(
@@ -123,7 +127,8 @@ def rows(runs: list[Run]) -> tuple[list[str], list[str], list[Row]]:
                 run_id=run.info.run_id,
                 status=run.info.status,
                 error=run.data.tags.get("hpml.error"),
-                keys={key: value(run, key) for key in keys},
+                keys={key: value(run, key) for key in keys}
+                | ({BOUND_COLUMN: run.data.tags.get(BOUND, "")} if bounded else {}),
                 metrics={c: run.data.metrics[c] for c in columns if c in run.data.metrics},
             )
             for run in runs
