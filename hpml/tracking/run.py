@@ -24,7 +24,7 @@ from hpml.tracking.redact import redact_text
 from hpml.tracking.remote import PREFLIGHT_TIMEOUT_S
 from hpml.tracking.retries import RETRY_S, fail_fast_if_server_gone
 from hpml.tracking.store import StoreError, experiment_id, prepare_store, retry_locked
-from hpml.tracking.tags import default_run_name, environment_tags, hydra_tags
+from hpml.tracking.tags import default_run_name, environment_tags, fitted_run_name, hydra_tags
 from hpml.tracking.tracked import TrackedRun, best_effort
 
 log = logging.getLogger(__name__)
@@ -244,7 +244,7 @@ class MlflowTracker:
     def _named(self, job: HydraJob | None, tags: dict[str, str]) -> tuple[str, dict[str, str]]:
         """A job's run name, and its tags: the environment's, Hydra's, then ``tags``."""
         tags = {**environment_tags(), **hydra_tags(job), **tags}
-        return self.run_name or default_run_name(job), tags
+        return fitted_run_name(self.run_name) if self.run_name else default_run_name(job), tags
 
     def _record_unstarted(
         self,

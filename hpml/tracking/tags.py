@@ -16,6 +16,8 @@ from hpml.analysis.devices import device_name
 from hpml.hydra_job import HydraJob
 from hpml.tracking.redact import redact_text
 
+RUN_NAME_MAX = 250  # characters: the run's name column of MLflow's SQL stores
+
 
 def device_tags(device: torch.device) -> dict[str, str]:
     """Name of the device a run computes on, for comparing runs across machines."""
@@ -87,10 +89,19 @@ def hydra_tags(job: HydraJob | None) -> dict[str, str]:
 
 
 def default_run_name(job: HydraJob | None) -> str:
-    """``model/data`` plus the job's overrides in a sweep, so sibling runs read apart in the UI."""
+    """``model/data`` plus the job's overrides in a sweep, so sibling runs read apart in the UI
+    (cut to fit, :func:`fitted_run_name`)."""
     if job is None:
         return "hpml"
     name = f"{job.choices.get('model')}/{job.choices.get('data')}"
     if job.sweep is not None and job.sweep.override_dirname:
         name += f" [{redact_text(job.sweep.override_dirname)}]"
-    return name
+    return fitted_run_name(name)
+
+
+def fitted_run_name(name: str) -> str:
+    """``name`` cut to what MLflow's SQL stores keep (``...`` marks the cut): PostgreSQL and
+    MySQL refuse a longer one, where SQLite keeps it whole. The job's whole command is a tag."""
+    if len(name) <= RUN_NAME_MAX:
+        return name
+    return name[: RUN_NAME_MAX - 3] + "..."

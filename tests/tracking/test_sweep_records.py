@@ -128,3 +128,17 @@ def test_per_job_paths_are_tags_and_every_knob_a_param(composed, root: Path) -> 
     for key in ("model.net.bidirectional", "data.batch_size", "logger.tracking_uri"):
         assert key in params, key
     assert not any(str(output_dir) in value for value in params.values())
+
+
+def test_a_sweep_jobs_run_name_fits_the_sql_stores_column():
+    """PostgreSQL refuses a run name over MLflow's 250 characters (SQLite keeps it whole): a
+    job of many overrides is named within that, its whole command being a tag."""
+    from hpml.tracking.tags import RUN_NAME_MAX, default_run_name, fitted_run_name
+
+    overrides = tuple(f"data.option_{i}={i}" for i in range(30))
+    place = SweepPlace(dir="multirun/x", num=1, override_dirname=",".join(overrides))
+    choices = {"model": "vae", "data": "synthetic_mnist"}
+    name = default_run_name(HydraJob(Path("out"), None, "train", overrides, choices, place))
+    assert len(name) == RUN_NAME_MAX and name.startswith("vae/synthetic_mnist [data.option_0=0,")
+    assert name.endswith("...")
+    assert fitted_run_name("short") == "short"
