@@ -1,8 +1,9 @@
 """Tracking servers fail fast and lose nothing: a bounded preflight, then retries sized by hpml.
 
-:func:`prepare` runs before any run starts: it checks the URI's form, sends one request with a
-short bound, and sizes MLflow's retries so a server that goes away mid-run pauses the logging
-call until it is back instead of losing the metrics.
+:func:`prepare` runs before any run starts: it checks the URI's form, asks the server within a
+short bound whether it answers and whether it takes this client's runs (:mod:`access`), and
+sizes MLflow's retries so a server that goes away mid-run pauses the logging call until it is
+back instead of losing the metrics.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from urllib.parse import urlparse
 from hpml.errors import ConfigError, causes
 from hpml.ranges import Range
 from hpml.store_file import sqlite_path
+from hpml.tracking.access import Refusal, credentials_refusal, write_refusal
 from hpml.tracking.redact import redact_logs, redact_text
 from hpml.tracking.retries import RETRY_S, configure_retries, undo_fail_fast
 from hpml.tracking.store import StoreError
@@ -43,6 +45,7 @@ class TrackerSettings(Protocol):
     tracking_uri: str
     retry_s: float | None
     preflight_timeout_s: float
+    experiment_name: str  # read if present: whether this client may write there
 
 
 def prepare(tracker: TrackerSettings, patience: float = 1) -> None:
@@ -76,7 +79,7 @@ def prepare(tracker: TrackerSettings, patience: float = 1) -> None:
             f"a database URI whose driver is installed, but {missing}; install it, or "
             f"name an installed driver ({database}+<driver>://...)",
         )
-    preflight(tracker.tracking_uri, timeout_s * patience)
+    preflight(tracker.tracking_uri, timeout_s * patience, getattr(tracker, "experiment_name", None))
 
 
 def check_uri(tracking_uri: str) -> str:
@@ -129,9 +132,13 @@ def missing_driver(tracking_uri: str) -> str | None:
     return None
 
 
-def preflight(tracking_uri: str, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> None:
-    """One request to an ``http(s)://`` store, without retries, answered within ``timeout_s``
-    (in a daemon thread, so the bound holds even for a name lookup). Other stores are checked for
+def preflight(
+    tracking_uri: str, timeout_s: float = PREFLIGHT_TIMEOUT_S, experiment_name: str | None = None
+) -> None:
+    """Requests to an ``http(s)://`` store, without retries, answered within ``timeout_s`` all
+    together (in a daemon thread, so the bound holds even for a name lookup): one where the
+    server takes the client's credentials, then (``experiment_name`` given, the basic-auth app
+    running) who the user is and whether they may write there. Other stores are checked for
     form only."""
     if check_uri(tracking_uri) not in ("http", "https"):
         return
@@ -140,15 +147,20 @@ def preflight(tracking_uri: str, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> None
     import mlflow.utils.rest_utils  # noqa: F401
     import requests  # noqa: F401
 
-    outcome: list[str | None] = []
+    outcome: list[str | Refusal | None] = []
     worker = threading.Thread(
-        target=lambda: outcome.append(probe(tracking_uri, timeout_s)),
+        target=lambda: outcome.append(probe(tracking_uri, timeout_s, experiment_name)),
         name="hpml-preflight",
         daemon=True,
     )
     worker.start()
     worker.join(timeout_s)
     problem = outcome[0] if outcome else f"no answer within {timeout_s:g} s"
+    if isinstance(problem, Refusal):
+        raise TrackingServerError(
+            f"tracking server {redact_text(tracking_uri)} {problem.reason} (asked before any "
+            f"run, limit logger.preflight_timeout_s={timeout_s:g} s); {problem.fix}"
+        )
     if problem is not None:
         raise TrackingServerError(
             f"tracking server {redact_text(tracking_uri)} is unreachable: {problem} (one request, "
@@ -157,38 +169,49 @@ def preflight(tracking_uri: str, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> None
         )
 
 
-def probe(tracking_uri: str, timeout_s: float) -> str | None:
-    """None if an MLflow server answered, else why not, in a few words (never raises)."""
+def probe(
+    tracking_uri: str, timeout_s: float, experiment_name: str | None = None
+) -> str | Refusal | None:
+    """None if an MLflow server answered and takes this client's runs in ``experiment_name``
+    (if given); else why not: a few words for a server that did not answer as one, a
+    :class:`Refusal` for one that will not take the runs (never raises)."""
     try:
         from mlflow.utils.credentials import get_default_host_creds
         from mlflow.utils.rest_utils import http_request
 
-        response = http_request(
-            get_default_host_creds(tracking_uri),
-            PREFLIGHT_ENDPOINT,
-            "GET",
-            max_retries=0,
-            backoff_factor=0,
-            backoff_jitter=0,
-            timeout=timeout_s,
-            raise_on_status=False,
-            params={"max_results": 1},
-        )
+        creds = get_default_host_creds(tracking_uri)
+
+        def request(endpoint: str, params: dict[str, str]):
+            return http_request(
+                creds,
+                endpoint,
+                "GET",
+                max_retries=0,
+                backoff_factor=0,
+                backoff_jitter=0,
+                timeout=timeout_s,
+                raise_on_status=False,
+                params=params,
+            )
+
+        response = request(PREFLIGHT_ENDPOINT, {"max_results": "1"})
+        code = response.status_code
+        if code == 401:
+            return credentials_refusal(tracking_uri, creds)
+        if code == 403:
+            return (
+                "HTTP 403, the credentials were refused (MLFLOW_TRACKING_USERNAME and "
+                "MLFLOW_TRACKING_PASSWORD, or MLFLOW_TRACKING_TOKEN)"
+            )
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = None
+        if code != 200 or not isinstance(answer, dict):
+            return f"HTTP {code} for {PREFLIGHT_ENDPOINT}, not an MLflow tracking server"
+        return write_refusal(request, experiment_name) if experiment_name else None
     except Exception as exc:
         return _reason(exc, timeout_s)
-    code = response.status_code
-    if code in (401, 403):
-        return (
-            f"HTTP {code}, the credentials were refused (MLFLOW_TRACKING_USERNAME and "
-            "MLFLOW_TRACKING_PASSWORD, or MLFLOW_TRACKING_TOKEN)"
-        )
-    try:
-        answer = response.json()
-    except ValueError:
-        answer = None
-    if code != 200 or not isinstance(answer, dict):
-        return f"HTTP {code} for {PREFLIGHT_ENDPOINT}, not an MLflow tracking server"
-    return None
 
 
 def _reason(exc: BaseException, timeout_s: float) -> str:

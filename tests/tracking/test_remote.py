@@ -485,3 +485,45 @@ def test_server_gone_for_good_fails_the_run_in_one_line(mlflow_server, root, tmp
     assert "hunter2" not in out + err
     [job_log] = (root / "outputs").rglob("train.log")
     assert "hunter2" not in job_log.read_text() and "***@127.0.0.1" in job_log.read_text()
+
+
+# --- a server with users: what its answers mean, in-process ---------------------------------------
+
+
+def test_the_auth_routes_the_preflight_asks_are_mlflows():
+    from mlflow.server.auth import routes
+
+    from hpml.tracking import access
+
+    assert access.CURRENT_USER == routes.GET_CURRENT_USER
+    assert access.USER_PERMISSION == routes.GET_USER_PERMISSION
+
+
+@pytest.mark.parametrize(
+    ("username", "password", "token", "uri", "reason"),
+    [
+        (None, None, None, "http://h:5000", "wants credentials and none were given (HTTP 401)"),
+        (
+            "alice",
+            None,
+            None,
+            "http://h:5000",
+            "none were given (HTTP 401; MLFLOW_TRACKING_USERNAME is set, "
+            "MLFLOW_TRACKING_PASSWORD is not)",
+        ),
+        ("alice", "hunter2", None, "http://h:5000", "refused user 'alice' with the password"),
+        (None, None, "tok", "http://h:5000", "refused the token in MLFLOW_TRACKING_TOKEN"),
+        (None, None, None, "http://a:hunter2@h:5000", "refused the credentials in logger."),
+    ],
+)
+def test_a_401_says_whether_credentials_were_missing_or_refused(
+    username, password, token, uri, reason
+):
+    from mlflow.utils.rest_utils import MlflowHostCreds
+
+    from hpml.tracking.access import credentials_refusal
+
+    creds = MlflowHostCreds(uri, username=username, password=password, token=token)
+    refusal = credentials_refusal(uri, creds)
+    assert reason in refusal.reason
+    assert "hunter2" not in refusal.reason + refusal.fix
