@@ -19,6 +19,7 @@ from hpml.ranges import Range
 from hpml.store_file import sqlite_path
 from hpml.tracking.access import Refusal, credentials_refusal, write_refusal
 from hpml.tracking.redact import redact_logs, redact_text
+from hpml.tracking.refused import quiet_refused_writes
 from hpml.tracking.retries import RETRY_S, configure_retries, undo_fail_fast
 from hpml.tracking.store import StoreError
 
@@ -70,6 +71,7 @@ def prepare(tracker: TrackerSettings, patience: float = 1) -> None:
     database = scheme.split("+")[0]
     if scheme in ("http", "https"):
         redact_logs()
+        quiet_refused_writes()
         if retry_s is not None:
             configure_retries(retry_s)
     elif database in DATABASES and (missing := missing_driver(tracker.tracking_uri)):

@@ -21,6 +21,7 @@ from hpml.tracking.jobs import PARENT_FILE
 from hpml.tracking.logger import AttachedMLFlowLogger, MemberLogger
 from hpml.tracking.records import log_config, log_failure, log_job_log
 from hpml.tracking.redact import redact_text
+from hpml.tracking.refused import refused_mid_run, write_refused
 from hpml.tracking.remote import PREFLIGHT_TIMEOUT_S
 from hpml.tracking.retries import RETRY_S, fail_fast_if_server_gone
 from hpml.tracking.store import StoreError, experiment_id, prepare_store, retry_locked
@@ -144,6 +145,10 @@ class MlflowTracker:
         except BaseException as exc:
             status = "KILLED" if interrupted(exc) else "FAILED"
             fail_fast_if_server_gone(exc)  # retried for logger.retry_s already: once is enough
+            if write_refused(exc):  # what the runs would still record is refused too
+                refused, opened = opened, []
+                uri, name = self.tracking_uri, self.experiment_name
+                raise refused_mid_run(exc, refused, uri, name) from exc
             error = exc
             raise
         finally:  # each run ends, or the next job in this process could not start one
@@ -177,6 +182,8 @@ class MlflowTracker:
             )
         except Exception as exc:
             fail_fast_if_server_gone(exc)
+            if write_refused(exc):  # recording the failed run would be refused as well
+                raise refused_mid_run(exc, [], self.tracking_uri, self.experiment_name) from exc
             if not isinstance(exc, StoreError):
                 best_effort("the failed run", self._record_unstarted, cfg, job, run_name, tags, exc)
             raise
