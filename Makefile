@@ -12,6 +12,16 @@ ARTIFACTS ?= $(CURDIR)/mlartifacts-server
 # MLflow's job runners (GenAI scorers, trace roll-ups; hpml uses none): each is a process of its
 # own that imports MLflow, so `make ui` and `make server` start them only with JOBS=true
 JOBS ?= false
+# AUTH=true: MLflow's basic-auth app (users, passwords, READ/EDIT/MANAGE per experiment). Its
+# users live in AUTH_DB (by default the server's own database, beside the runs); the admin is
+# created on the first start with the password in the environment's MLFLOW_AUTH_ADMIN_PASSWORD.
+# AUTH_CACHE_S: seconds a checked password is trusted again without hashing it anew (each check
+# costs the server about a second of CPU; a changed password takes up to this long everywhere).
+AUTH ?= false
+AUTH_DB ?= $(DB)
+AUTH_ADMIN ?= admin
+AUTH_DEFAULT ?= READ
+AUTH_CACHE_S ?= 60
 
 .PHONY: install train sweep report study-vae-pruning study-cnn-optimise study-lstm-optimise \
 	study-batch-scaling study-roofline ui server test lint format bench gpu-kit gpu-kit-check \
@@ -49,9 +59,26 @@ ui: $(STAMP)  ## MLflow UI on the local store (foreground; Ctrl-C stops it)
 	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=$(JOBS) $(BIN)/mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlflow.db \
 		--default-artifact-root $(CURDIR)/mlartifacts --host $(HOST) --port $(PORT)
 
-server: $(STAMP)  ## a tracking server for a team (foreground): DB=postgresql://... HOST=0.0.0.0 PORT=5000 WORKERS=4
-	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=$(JOBS) $(BIN)/mlflow server --backend-store-uri '$(DB)' --artifacts-destination '$(ARTIFACTS)' \
-		--serve-artifacts --host $(HOST) --port $(PORT) --workers $(WORKERS)
+SERVE = MLFLOW_SERVER_ENABLE_JOB_EXECUTION=$(JOBS) $(BIN)/mlflow server --backend-store-uri '$(DB)' \
+	--artifacts-destination '$(ARTIFACTS)' --serve-artifacts --host $(HOST) --port $(PORT) --workers $(WORKERS)
+ifeq ($(AUTH),true)
+# The app's settings go to a private file (it may hold AUTH_DB's password), removed when the server
+# stops; the secret key that signs the UI's forms is made afresh unless the environment has one.
+server: $(STAMP)  ## with AUTH=true: users and permissions, the admin's password from MLFLOW_AUTH_ADMIN_PASSWORD
+	@if [ '$(origin MLFLOW_AUTH_ADMIN_PASSWORD)' = 'command line' ]; then \
+		echo "make server: MLFLOW_AUTH_ADMIN_PASSWORD belongs in the environment (export it), not on make's command line, which shell history and ps show" >&2; exit 2; fi
+	@if [ -z "$$MLFLOW_AUTH_ADMIN_PASSWORD" ]; then \
+		echo "make server: AUTH=true needs the admin's password in the environment: export MLFLOW_AUTH_ADMIN_PASSWORD (12 characters or more; it makes user '$(AUTH_ADMIN)' on the first start)" >&2; exit 2; fi
+	@config=$$(mktemp) && trap 'rm -f "$$config"' EXIT && trap 'exit 143' TERM && trap 'exit 130' INT && \
+		printf '[mlflow]\ndefault_permission = %s\ndatabase_uri = %s\nadmin_username = %s\nauthorization_function = mlflow.server.auth:authenticate_request_basic_auth\nauth_cache_ttl_seconds = %s\n' \
+			'$(AUTH_DEFAULT)' '$(AUTH_DB)' '$(AUTH_ADMIN)' '$(AUTH_CACHE_S)' > "$$config" && \
+		export MLFLOW_AUTH_CONFIG_PATH="$$config" && \
+		export MLFLOW_FLASK_SERVER_SECRET_KEY="$${MLFLOW_FLASK_SERVER_SECRET_KEY:-$$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')}" && \
+		echo '$(subst ','\'',$(SERVE)) --app-name basic-auth' && $(SERVE) --app-name basic-auth
+else
+server: $(STAMP)  ## a tracking server for a team (foreground): DB=postgresql://... HOST=0.0.0.0 PORT=5000 WORKERS=4 AUTH=true
+	$(SERVE)
+endif
 
 # Byte-compiled first: where PYTHONDONTWRITEBYTECODE is set, each run the tests start would
 # compile hpml's sources again.
