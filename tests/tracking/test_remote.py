@@ -11,7 +11,6 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -31,8 +30,14 @@ from hpml.tracking.retries import (
     retry_window_s,
     server_gone,
 )
-from tests.conftest import QUICK, run_cli, start_cli, stderr_lines
+from tests.conftest import QUICK, run_cli, stderr_lines
 from tests.servers import MlflowServer, free_port
+from tests.tracking.outage import (
+    assert_no_metric_lost,
+    restart_mid_run,
+    start_gated_run,
+    wait_for,
+)
 
 MALFORMED = ["htp://x", "http://", "localhost:5000", "sqlite://", "http://host:port"]
 RETRY_VARIABLES = (
@@ -370,83 +375,11 @@ def test_run_goes_to_the_server_with_metrics_and_artifacts(mlflow_server, root):
     assert not list((root / "multirun").rglob(".hydra"))  # no job folder either
 
 
-def wait_for(path: Path, proc: Any, timeout_s: float = 240) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        if proc.poll() is not None:
-            _, err = proc.communicate()
-            pytest.fail(f"training ended before {path.name}: {err[-3000:]}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"training did not reach {path} in {timeout_s} s")
-        time.sleep(0.2)
-
-
-def start_gated_run(args: list[str], root: Path, gate: Path) -> Any:
-    """``python -m hpml.train ARGS`` in the background, held at the start of epoch 1 until
-    ``gate/go`` exists (tests.helpers.WaitAtEpoch)."""
-    gated = ["+callbacks.gate._target_=tests.helpers.WaitAtEpoch", "+callbacks.gate.epoch=1"]
-    return start_cli(["model=vae", *QUICK, *args, *gated, f"+callbacks.gate.gate_dir={gate}"], root)
-
-
 @pytest.mark.slow
 def test_server_stopped_and_restarted_mid_run_loses_no_metric(mlflow_server, root, tmp_path):
-    from mlflow import MlflowClient
-
-    epochs, gate = 3, tmp_path / "gate"
-    proc = start_gated_run(
-        [
-            f"trainer.max_epochs={epochs}",
-            "logger.experiment_name=outage",
-            f"logger.tracking_uri={mlflow_server.uri}",
-        ],
-        root,
-        gate,
-    )
-    try:
-        wait_for(gate / "reached", proc)  # epoch 0 is logged; epoch 1 waits for the gate
-        client = MlflowClient(mlflow_server.uri)
-        [run] = client.search_runs([client.get_experiment_by_name("outage").experiment_id])
-        run_id = run.info.run_id
-        assert len(client.get_metric_history(run_id, "train/loss")) == 1  # epoch 0 has landed
-
-        mlflow_server.stop()
-        down_ms = int(time.time() * 1000)
-        (gate / "go").touch()  # epochs 1.. now log into a server that is not there
-        time.sleep(3)
-        mlflow_server.start()  # same port, same store; ~25 s until it answers again
-        up_ms = int(time.time() * 1000)
-        out, err = proc.communicate(timeout=600)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 0, err[-3000:]
-    assert "hpml: error" not in err and "Traceback" not in err
-    # MLflow's system-metrics thread says this, and stops, when a request fails for good
-    assert "Failed to log system metrics" not in out + err
-    assert "Failed to get mlflow run" not in out + err
-
-    run = client.get_run(run_id)
-    assert run.info.status == "FINISHED"
-    for name in (
-        "train/loss",
-        "val/loss",
-        "val/kld",
-        "train/epoch_time_s",
-        "machine/load_avg_1m_procs",
-    ):
-        history = sorted(client.get_metric_history(run_id, name), key=lambda m: m.step)
-        steps = [m.step for m in history]
-        assert len(history) == epochs and len(set(steps)) == epochs, (name, steps)
-    losses = sorted(client.get_metric_history(run_id, "train/loss"), key=lambda m: m.step)
-    assert losses[1].timestamp >= down_ms  # logged while the server was down, landed after
-    assert "test/loss" in run.data.metrics
-    assert "system/cpu_utilization_percentage" in run.data.metrics
-    print(
-        f"server down for {(up_ms - down_ms) / 1000:.1f} s; train/loss (step, value): "
-        f"{[(m.step, round(m.value, 2)) for m in losses]}"
-    )
+    restarted = restart_mid_run(mlflow_server, root, tmp_path / "gate", "outage")
+    losses = assert_no_metric_lost(mlflow_server, restarted)
+    print(f"train/loss (step, value): {[(m.step, round(m.value, 2)) for m in losses]}")
 
 
 @pytest.mark.slow
