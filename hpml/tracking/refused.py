@@ -105,7 +105,7 @@ def refused_mid_run(
         fate = (
             f"run {left} stays RUNNING there, as the server no longer lets {who} end it: "
             f"someone with EDIT on the experiment can end it, or, with EDIT granted again, "
-            f"continue it with resume={left.split(', ')[0]}"
+            f"continue it by the same command with resume={left.split(', ')[0]}"
         )
     return WriteRefusedError(
         f"{where} to run {ids} of experiment {experiment_name!r} mid-run (HTTP 403): its "

@@ -261,6 +261,15 @@ def test_a_permission_withdrawn_mid_run_stops_the_run_in_one_line(team, root, tm
     # nothing else was tried, or said: each would have been refused in a line of its own
     assert "could not record" not in out + err and "Failed to log system metrics" not in out + err
     assert "Traceback" not in err and PASSWORDS["carol"] not in out + err
+    # what the line offers: EDIT granted again, the same command with resume= continues the
+    # run and ends it
+    with as_user("admin"):
+        grant(uri, "carol", "EDIT", "withdrawn")
+    with as_user("carol"):
+        resumed = run_cli([*args, f"resume={run_id}"], root)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    [run] = runs_of(uri, "withdrawn")
+    assert run.info.run_id == run_id and run.info.status == "FINISHED"
 
 
 def test_three_sweeps_of_four_jobs_at_once_record_every_run(team, postgres, root):
