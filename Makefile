@@ -15,8 +15,8 @@ JOBS ?= false
 # AUTH=true: MLflow's basic-auth app (users, passwords, READ/EDIT/MANAGE per experiment). Its
 # users live in AUTH_DB (by default the server's own database, beside the runs); the admin is
 # created on the first start with the password in the environment's MLFLOW_AUTH_ADMIN_PASSWORD.
-# AUTH_CACHE_S: seconds a checked password is trusted again without hashing it anew (each check
-# costs the server about a second of CPU; a changed password takes up to this long everywhere).
+# AUTH_CACHE_S: seconds a checked password is trusted again without hashing it anew (a slow hash,
+# on every request otherwise); a changed password takes up to this long to count everywhere.
 AUTH ?= false
 AUTH_DB ?= $(DB)
 AUTH_ADMIN ?= admin
