@@ -1,9 +1,11 @@
 """A fused training array as one LightningModule: N members of one family trained together.
 
 Each member is an ordinary :class:`~hpml.models.base.HpmlModule` of its own job, its optimiser,
-scheduler, loss and metrics unchanged. Only the forward pass is shared (one vmapped call); the
-losses are summed for one backward, each member getting exactly its own gradient as no parameter
-is shared. Optimisation is manual: Lightning's automatic loop drives one optimiser.
+scheduler, loss and metrics unchanged. The forward pass is shared (one vmapped call over the
+members' parameters, stacked for the fit); the losses are summed for one backward, each member
+getting exactly its own gradient as no parameter is shared; the members' SGD or Adam steps run as
+one update (:class:`~hpml.optimize.fuse.optim.FusedStep`), other optimisers member by member.
+Optimisation is manual: Lightning's automatic loop drives one optimiser.
 
 Metrics are logged as ``fused<i>/<stage>/<name>``; :class:`~hpml.tracking.logger.MemberLogger`
 files them in member i's run under ``<stage>/<name>``, as a serial run names them.
@@ -11,16 +13,21 @@ files them in member i's run under ``<stage>/<name>``, as a serial run names the
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from hpml.errors import IncompatibleError
-from hpml.models.base import ArrayModule, HpmlModule, log_measured
+from hpml.models.base import ArrayModule, HpmlModule, Measured, log_measured
 from hpml.names import member_prefix
 from hpml.optimize.fuse.array import FusedNets, member_output
+from hpml.optimize.fuse.optim import FusedStep, unfused_reason
+
+log = logging.getLogger(__name__)
 
 
 class FusedArray(ArrayModule):
@@ -43,6 +50,7 @@ class FusedArray(ArrayModule):
         self.frozen: set[int] = set()
         self.diverged: dict[int, int] = {}
         self.scheduled: list[int] = []  # the members with a scheduler, in Lightning's order
+        self.fused_step: FusedStep | None = None  # None: the members' optimisers step in turn
         self.automatic_optimization = False
 
     def forward(self, x: Any, stacked: bool = False) -> Any:
@@ -57,39 +65,59 @@ class FusedArray(ArrayModule):
         shared = self.members[0]._formatted(batch)
         return shared[0], [shared] * len(self.members)
 
-    def _scored(self, batch: Any, stage: str) -> list[Tensor | None]:
-        """Each active member's loss of ``batch`` (None for a frozen one), its metrics logged."""
+    def _scored(self, batch: Any, stage: str) -> tuple[list[int], Tensor]:
+        """The members scored on ``batch`` (all in test, the unfrozen ones else: a frozen one's
+        fit is over, its test is not) and their losses, stacked; each one's metrics logged."""
         x, batches = self._split(batch)
         output = self(x, not self.shared_data)
-        losses: list[Tensor | None] = []
-        for index, member in enumerate(self.members):
-            if index in self.frozen and stage != "test":  # its fit is over; its test is not
-                losses.append(None)
-                continue
-            measured = member.measure(member_output(output, index), batches[index], stage)
-            log_measured(self, measured, stage, prefix=member_prefix(index))
-            losses.append(measured["loss"])
-        return losses
+        scored = [i for i in range(len(self.members)) if i not in self.frozen or stage == "test"]
+        measured, losses = self._measured(output, batches, stage, scored)
+        for index, values in zip(scored, measured, strict=True):
+            log_measured(self, values, stage, prefix=member_prefix(index))
+        return scored, losses
+
+    def _measured(
+        self, output: Any, batches: list[Any], stage: str, scored: list[int]
+    ) -> tuple[list[Measured], Tensor]:
+        """What each of ``scored`` measures of its slice of ``output``, and their losses stacked."""
+        measured = [
+            self.members[index].measure(member_output(output, index), batches[index], stage)
+            for index in scored
+        ]
+        return measured, torch.stack([values["loss"] for values in measured])
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor | None:
         if len(self.frozen) == len(self.members):  # min_epochs / min_steps keep the loop going
             self.trainer.should_stop = True
             return None
-        losses = self._scored(batch, "train")
-        scored = [index for index, loss in enumerate(losses) if loss is not None]
-        finite = torch.isfinite(torch.stack([losses[i].detach() for i in scored])).tolist()
+        scored, losses = self._scored(batch, "train")
+        finite = torch.isfinite(losses.detach()).tolist()
         for index, ok in zip(scored, finite, strict=True):
             if not ok:
                 self.frozen.add(index)
                 self.diverged[index] = self.trainer.global_step
-        live = [losses[i] for i in scored if i not in self.frozen]
+        live = [k for k, index in enumerate(scored) if index not in self.frozen]
         if not live:
             self.trainer.should_stop = True
             return None
-        total = torch.stack(live).sum()
+        total = losses.sum() if all(finite) else losses[live].sum()
         self.manual_backward(total)
+        optimizers = listed(self.optimizers())
+        if self.fused_step is not None:
+            # Lightning counts the step (trainer.global_step) through one member's optimiser;
+            # its parameters hold no gradient, so it moves none: the closure moves them all
+            first = optimizers[scored[live[0]]]
+            first.step(closure=partial(self.fused_step.step, set(self.frozen)))
+        else:
+            self._step_in_turn(optimizers)
+        self.fused.flat.zero_grad()
+        return total.detach()
+
+    def _step_in_turn(self, optimizers: list[Any]) -> None:
+        """Each live member's own optimiser steps, on its slice of the stacked gradients."""
+        self.fused.flat.share_grads()
         counted = False  # Lightning counts each optimiser step: one per batch, as a serial run
-        for index, optimizer in enumerate(listed(self.optimizers())):
+        for index, optimizer in enumerate(optimizers):
             if index not in self.frozen:
                 if counted:  # its trainer.global_step (max_steps ...), not one per member
                     self.trainer.strategy.optimizer_step(optimizer.optimizer, lambda: None)
@@ -97,7 +125,6 @@ class FusedArray(ArrayModule):
                     optimizer.step()
                 counted = True
             optimizer.zero_grad(set_to_none=True)
-        return total.detach()
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         self._scored(batch, "val")
@@ -113,7 +140,8 @@ class FusedArray(ArrayModule):
                 scheduler.step()
 
     def configure_optimizers(self) -> Any:
-        """Every member's own optimiser (and scheduler), over its own parameters."""
+        """Every member's own optimiser (and scheduler), over its own parameters, which are
+        stacked for the fit (:meth:`FusedNets.link`); SGD or Adam step as one."""
         optimizers, schedulers = [], []
         self.scheduled = []
         for index, member in enumerate(self.members):
@@ -124,10 +152,16 @@ class FusedArray(ArrayModule):
                 self.scheduled.append(index)
             else:
                 optimizers.append(configured)
+        flat = self.fused.link()
+        reason = unfused_reason(optimizers, flat.params)
+        self.fused_step = None if reason else FusedStep(optimizers, flat)
+        if reason:
+            log.info("fused array: the members' optimisers step one by one: %s", reason)
         return optimizers, schedulers
 
     def on_train_end(self) -> None:
         self.fused.sync_buffers()
+        self.fused.unlink()
 
 
 def listed(value: Any) -> list[Any]:

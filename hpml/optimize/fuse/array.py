@@ -2,9 +2,11 @@
 
 ``vmap`` batches a Linear over the members as one ``bmm`` and a Conv2d as one grouped convolution
 (what HFTA hand-wrote kernels for). Each member keeps its own parameters; a forward stacks them,
-so autograd hands each member the gradient of its own loss. BatchNorm's running statistics live
-stacked here, copied back by :meth:`FusedNets.sync_buffers`; members told to ``keep`` (done
-training) keep theirs, as their serial runs would.
+so autograd hands each member the gradient of its own loss. While training, :meth:`FusedNets.link`
+keeps the parameters stacked for good (:class:`~hpml.optimize.fuse.flat.FlatParams`): no stack per
+step, one gradient per name. BatchNorm's running statistics live stacked here, copied back by
+:meth:`FusedNets.sync_buffers`; members told to ``keep`` (done training) keep theirs, as their
+serial runs would.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from torch.func import functional_call, vmap
 from torch.utils._pytree import tree_map
 
 from hpml.errors import IncompatibleError
+from hpml.optimize.fuse.flat import FlatParams
 from hpml.optimize.fuse.lstm import vmappable
 
 
@@ -51,12 +54,37 @@ class FusedNets(nn.Module):
             self.register_buffer(f"stacked_{slot}", torch.stack(member_buffers).clone())
         # the skeleton functional_call runs with the stacked values: no storage of its own
         self.__dict__["skeleton"] = copy.deepcopy(self.nets[0]).to("meta")
+        self.flat: FlatParams | None = None
 
     def __len__(self) -> int:
         return len(self.nets)
 
+    def link(self) -> FlatParams:
+        """Stack the members' parameters for good (:class:`FlatParams`), as training needs them:
+        the members' parameters become views of its rows until :meth:`unlink`."""
+        self.unlink()
+        self.flat = FlatParams(self.member_params)
+        return self.flat
+
+    def unlink(self) -> None:
+        """The members' parameters in storage of their own again, if linked."""
+        if self.flat is not None:
+            self.flat.unlink()
+            self.flat = None
+
+    def _apply(self, fn: Any, recurse: bool = True) -> FusedNets:
+        """As ``nn.Module``'s (``to``, ``double``...); linked, the conversion gave the members'
+        parameters storage of their own, so they are stacked again."""
+        super()._apply(fn, recurse)
+        if self.flat is not None:
+            self.link()
+        return self
+
     def stacked_parameters(self) -> dict[str, Tensor]:
-        """Each parameter of every member along a new dim 0, differentiable to the members'."""
+        """Each parameter of every member along a new dim 0, differentiable to the members' (or,
+        linked, to the flat leaves)."""
+        if self.flat is not None:
+            return dict(self.flat.leaves)
         return {name: torch.stack(params) for name, params in self.member_params.items()}
 
     def stacked_buffers(self) -> dict[str, Tensor]:

@@ -1,7 +1,8 @@
 """The memory guard of fused arrays: how many members fit the device an array trains on.
 
 One member's footprint is the memory breakdown (:mod:`hpml.analysis.memory`) of a probe training
-step of the member as an array runs it (vmapped, which saves more than the plain net:
+step of the member as an array runs it (its parameters stacked, vmapped, which saves more than the
+plain net:
 docs/fused-arrays.md#figures-behind-the-memory-guard). ``fraction`` of the free memory over one
 footprint is the array's size; ``fraction`` leaves room for allocator slack and workspaces.
 """
@@ -61,6 +62,7 @@ def member_footprint(model: ProbedModule, batch_size: int) -> Footprint:
     fused = FusedNets([probe.net for probe in probes])
     for probe, net in zip(probes, fused.nets, strict=True):
         probe.net = net  # the net an array trains: its LSTMs in vmappable form
+    flat = fused.link()  # its parameters stacked, as an array trains them
     if batch_size <= PROBE_BATCHES[-1]:
         activations, loss = _saved(probes, fused, batch_size)
     else:
@@ -71,12 +73,13 @@ def member_footprint(model: ProbedModule, batch_size: int) -> Footprint:
     configured = probes[0].configure_optimizers()
     optimizer = configured["optimizer"] if isinstance(configured, dict) else configured
     loss.backward()
+    flat.share_grads()
     optimizer.step()  # optimisers such as Adam make their state at the first step
     params = list(probes[0].parameters())
     return Footprint(
-        weights=tensor_bytes(params),
-        # a member's gradients may be views of the array's stacked gradient, whose storage
-        # holds every member's: each counts its own elements
+        # a member's parameters and gradients are views of the array's stacked ones, whose
+        # storage holds every member's: each counts its own elements
+        weights=sum(p.nbytes for p in params),
         gradients=sum(p.grad.nbytes for p in params if p.grad is not None),
         optimizer_state=tensor_bytes(optimizer_state_tensors(optimizer)),
         activations=round(activations),
