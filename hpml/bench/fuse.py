@@ -5,7 +5,9 @@ variants train fresh copies on one shared batch, as an lr sweep's members read t
 ``fused``, :class:`hpml.fused.array.FusedArray`'s ``training_step`` under a barebones
 ``Trainer``, and ``serial``, each member's ``training_step``, backward and optimiser step in
 turn. The ratio is fused / serial samples/s per (model, N); goal: the VAE at N = 8 reaches
-HFTA's lower bound on a GPU. CPU figures are in docs/fused-arrays.md.
+HFTA's lower bound on a GPU. The notes count the ops one fused step launches at each N
+(:func:`step_ops`): what does not grow with N is the engine's, what does the members' metrics.
+CPU figures are in docs/fused-arrays.md.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import copy
 import logging
 import statistics
 import warnings
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -171,6 +174,40 @@ def measure(
     return {SAMPLES: 1e3 * size * family.batch_size / step_ms, STEP: step_ms, FIRST_LOSS: first}
 
 
+def launched_ops(call: Callable[[], object]) -> Counter[str]:
+    """The aten ops one ``call`` launches, by name, from torch's profiler: the innermost ones
+    (a composite op's work is its children's), less views and allocations, which launch no
+    kernel."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        call()
+    events = [e for e in prof.events() if e.name.startswith("aten::")]
+    inner = [e for e in events if not any(c.name.startswith("aten::") for c in e.cpu_children)]
+    return Counter(e.name for e in inner if not launches_nothing(e.name))
+
+
+def launches_nothing(name: str) -> bool:
+    """Whether aten op ``name`` is a view (by its schema) or an allocation."""
+    op = name.removeprefix("aten::")
+    if op.startswith("empty"):
+        return True
+    packet = getattr(torch.ops.aten, op, None)
+    return packet is not None and any(getattr(packet, o).is_view for o in packet.overloads())
+
+
+def step_ops(family: Family, members: Sequence[HpmlModule], device: torch.device) -> int:
+    """Ops one training step of a fused array of copies of ``members`` launches, after two
+    untimed steps (:func:`launched_ops`)."""
+    torch.manual_seed(SEED + 1000)
+    batch = tuple(t.to(device) for t in family.batch(family.batch_size))
+    with quiet_barebones():
+        array = attached(FusedArray([copy.deepcopy(member) for member in members]), device)
+        for _ in range(2):
+            array.training_step(batch, 0)
+        return sum(launched_ops(partial(array.training_step, batch, 0)).values())
+
+
 def variant_name(family: Family, size: int, mode: str) -> str:
     return f"{family.name} N={size} {mode}"
 
@@ -202,12 +239,13 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
     on_gpu = device.type == "cuda"
     families = (vae(), vgg11(32 if on_gpu else 4))
     variants: dict[str, Callable[[], Measurement]] = {}
-    ratios, timed = [], {}
+    ratios, timed, ops = [], {}, {}
     for family in families:
         built = pristine(family, max(SIZES))
         for size in SIZES:
             steps, warmup = schedule(family, size, settings, device)
             timed[f"{family.name} N={size}"] = {"timed_steps": steps, "warmup_steps": warmup}
+            ops[f"{family.name} N={size}"] = step_ops(family, built[:size], device)
             for mode in (FUSED, SERIAL):
                 variants[variant_name(family, size, mode)] = partial(
                     measure, family, built[:size], mode, steps, warmup, device, settings.threads
@@ -218,6 +256,9 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
         "torch": torch.__version__,
         "batch_size": {family.name: family.batch_size for family in families},
         "steps_per_variant_and_round": timed,
+        "fused_step_ops": ops,
+        "ops": "aten ops one fused training step launches (innermost, less views and "
+        "allocations; torch.profiler), after two untimed steps",
         "fused": "FusedArray.training_step (barebones Trainer attached), one shared batch",
         "serial": "each member's training_step, Lightning's backward and its optimiser step, "
         "member after member; its step time is the sum of the members' median steps",

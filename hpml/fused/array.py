@@ -2,10 +2,12 @@
 
 Each member is an ordinary :class:`~hpml.models.base.HpmlModule` of its own job, its optimiser,
 scheduler, loss and metrics unchanged. The forward pass is shared (one vmapped call over the
-members' parameters, stacked for the fit); the losses are summed for one backward, each member
-getting exactly its own gradient as no parameter is shared; the members' SGD or Adam steps run as
-one update (:class:`~hpml.optimize.fuse.optim.FusedStep`), other optimisers member by member.
-Optimisation is manual: Lightning's automatic loop drives one optimiser.
+members' parameters, stacked for the fit); so is the loss where the members keep no metric
+objects (one vmapped ``measure``); the losses are summed for one backward, each member getting
+exactly its own gradient as no parameter is shared; the members' SGD or Adam steps run as one
+update (:class:`~hpml.optimize.fuse.optim.FusedStep`), other optimisers member by member. So the
+ops a step launches grow with N only in the members' metric updates and logging. Optimisation is
+manual: Lightning's automatic loop drives one optimiser.
 
 Metrics are logged as ``fused<i>/<stage>/<name>``; :class:`~hpml.tracking.logger.MemberLogger`
 files them in member i's run under ``<stage>/<name>``, as a serial run names them.
@@ -20,11 +22,13 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.func import vmap
+from torchmetrics import Metric
 
 from hpml.errors import IncompatibleError
 from hpml.models.base import ArrayModule, HpmlModule, Measured, log_measured
 from hpml.names import member_prefix
-from hpml.optimize.fuse.array import FusedNets, member_output
+from hpml.optimize.fuse.array import FusedNets, member_outputs
 from hpml.optimize.fuse.optim import FusedStep, unfused_reason
 
 log = logging.getLogger(__name__)
@@ -51,6 +55,9 @@ class FusedArray(ArrayModule):
         self.diverged: dict[int, int] = {}
         self.scheduled: list[int] = []  # the members with a scheduler, in Lightning's order
         self.fused_step: FusedStep | None = None  # None: the members' optimisers step in turn
+        # members keeping no metric object score as one vmapped measure (HpmlModule.measure
+        # updates nothing else); True until vmap fails on it
+        self.vmapped_measure = not any(isinstance(m, Metric) for m in self.members.modules())
         self.automatic_optimization = False
 
     def forward(self, x: Any, stacked: bool = False) -> Any:
@@ -79,12 +86,33 @@ class FusedArray(ArrayModule):
     def _measured(
         self, output: Any, batches: list[Any], stage: str, scored: list[int]
     ) -> tuple[list[Measured], Tensor]:
-        """What each of ``scored`` measures of its slice of ``output``, and their losses stacked."""
+        """What each of ``scored`` measures of its slice of ``output``, and their losses stacked:
+        one vmapped ``measure`` for all where it runs so, else member by member."""
+        if self.vmapped_measure:
+            try:
+                together = self._vmapped(output, batches, stage)
+            except RuntimeError as exc:  # an op vmap cannot batch: member by member from now on
+                log.info("fused array: the members' measure is scored one by one: %s", exc)
+                self.vmapped_measure = False
+            else:
+                measured = [{name: v[index] for name, v in together.items()} for index in scored]
+                losses = together["loss"]
+                return measured, losses if len(scored) == len(losses) else losses[scored]
+        outputs = member_outputs(output)
         measured = [
-            self.members[index].measure(member_output(output, index), batches[index], stage)
-            for index in scored
+            self.members[index].measure(outputs[index], batches[index], stage) for index in scored
         ]
         return measured, torch.stack([values["loss"] for values in measured])
+
+    def _vmapped(self, output: Any, batches: list[Any], stage: str) -> dict[str, Tensor]:
+        """Member 0's ``measure`` over every member's output (and batch) at once: the members
+        differ in no value it reads (``fuse.fusable``), and keep no metric object it updates."""
+        measure = partial(self.members[0].measure, stage=stage)
+        if self.shared_data:
+            return vmap(partial(measure, batch=batches[0]))(output)
+        return vmap(measure)(
+            output, tuple(torch.stack(parts) for parts in zip(*batches, strict=True))
+        )
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor | None:
         if len(self.frozen) == len(self.members):  # min_epochs / min_steps keep the loop going

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from hpml.errors import IncompatibleError
 from hpml.optimize.fuse.flat import FlatParams
@@ -122,3 +122,17 @@ class FusedNets(nn.Module):
 def member_output(output: Any, index: int) -> Any:
     """Member ``index``'s slice of a fused output (a tensor or a tuple of them)."""
     return tree_map(lambda t: t[index] if isinstance(t, Tensor) else t, output)
+
+
+def member_outputs(output: Any) -> list[Any]:
+    """Every member's slice of a fused output, from one ``unbind`` per tensor: its backward is
+    one stack, where N slices' would be N scatters into zeros, summed."""
+    leaves, spec = tree_flatten(output)
+    parts = [leaf.unbind() if isinstance(leaf, Tensor) else None for leaf in leaves]
+    count = len(next(part for part in parts if part is not None))
+    return [
+        tree_unflatten(
+            [leaf if p is None else p[i] for p, leaf in zip(parts, leaves, strict=True)], spec
+        )
+        for i in range(count)
+    ]
