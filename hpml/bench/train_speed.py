@@ -1,11 +1,15 @@
 """Case ``train_speed``: what compiled training, channels_last and mixed precision buy per step.
 
-Each variant trains its own copy of one VGG11-CIFAR on the same random batch, on
+Each variant trains its own copy of one net on the same random batch, device-resident, on
 :func:`hpml.analysis.devices.default_device`, as hpml runs it: ``eager``; ``compiled``
 (``compile.train=true``); ``channels_last``; ``bf16 autocast`` (``trainer=bf16``); on a GPU
-``fp16 autocast`` with its ``GradScaler``. Ratios are eager / variant step time (CPU figures:
-docs/metrics.md). A CPU without bf16 instructions runs bf16 convolutions through slow
-reference paths, so there one bf16 step is timed once, beside an eager step, in the notes.
+``fp16 autocast`` with its ``GradScaler``. :func:`configurations` says which nets and variants
+run on which device (:mod:`hpml.bench.workloads`): the CPU times VGG11-CIFAR; a GPU times it too,
+launch-bound, with ``CUDA graphs`` (``compile.mode=reduce-overhead``) beside eager, and VGG16 in
+its ImageNet layout at 224 px, batch 64, bound by arithmetic. Ratios are eager / variant step
+time per net (figures: docs/metrics.md, docs/gpu.md). A CPU without bf16 instructions runs bf16
+convolutions through slow reference paths, so there one bf16 step is timed once, beside an eager
+step, in the notes.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import itertools
 import statistics
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -23,28 +28,44 @@ from torch import nn
 from hpml.analysis.devices import default_device, device_name
 from hpml.analysis.timing import call_seconds, synchronized_now
 from hpml.bench.harness import CaseResult, Measurement, Ratio, Report, Settings, run_case
-from hpml.models.nets.vgg import CifarVGG
+from hpml.bench.workloads import VGG16_IMAGENET, Workload, on_gpu, vgg11_cifar
 from hpml.optimize.compile import DISPATCH_ONLY
 from hpml.optimize.compile.training import compile_for_training
 
 BATCH = 16  # on the CPU
-CUDA_BATCH = 128  # on a GPU: batch 16 would time kernel launches, not the device
+CUDA_BATCH = 128  # VGG11-CIFAR on a GPU: batch 16 would time kernel launches alone
 EAGER, COMPILED, CHANNELS_LAST = "eager", "compiled", "channels_last"
+CUDA_GRAPHS = "CUDA graphs"  # torch.compile(mode="reduce-overhead"): forward and backward replayed
 BF16, FP16 = "bf16 autocast", "fp16 autocast"
 STEP, THROUGHPUT = "step_time_ms", "throughput_samples_per_s"
 CPU = torch.device("cpu")
 
 
-def batch_size(device: torch.device) -> int:
-    return CUDA_BATCH if device.type == "cuda" else BATCH
+@dataclass(frozen=True)
+class Config:
+    """A net at one size, and the variants timed on it (eager first)."""
+
+    workload: Workload
+    variants: tuple[str, ...]
+
+    def name(self, variant: str) -> str:
+        """The variant's name in the case: ``VGG11-CIFAR 32px b128 CUDA graphs``."""
+        return f"{self.workload.label} {variant}"
 
 
-def variant_names(device: torch.device, bf16_in_rounds: bool) -> tuple[str, ...]:
-    """The variants timed in rounds, eager first: bf16 always on a GPU, on a CPU only with
-    bf16 instructions (``bf16_in_rounds``); fp16 with its scaler on a GPU only."""
-    if device.type == "cuda":
-        return (EAGER, COMPILED, CHANNELS_LAST, BF16, FP16)
-    return (EAGER, COMPILED, CHANNELS_LAST, *((BF16,) if bf16_in_rounds else ()))
+def configurations(device: torch.device, bf16_in_rounds: bool) -> list[Config]:
+    """What runs on ``device``. The CPU: VGG11-CIFAR at batch 16, eager, compiled,
+    channels_last and (``bf16_in_rounds``: the CPU has bf16 instructions) bf16. A GPU: VGG11-CIFAR
+    at batch 128 with CUDA graphs too (its step is launch-bound: what replaying it saves), and
+    VGG16-ImageNet at 224 px, batch 64 (the device's work), each with bf16 and fp16 autocast."""
+    if not on_gpu(device):
+        bf16 = (BF16,) if bf16_in_rounds else ()
+        return [Config(vgg11_cifar(BATCH), (EAGER, COMPILED, CHANNELS_LAST, *bf16))]
+    mixed = (CHANNELS_LAST, BF16, FP16)
+    return [
+        Config(vgg11_cifar(CUDA_BATCH), (EAGER, COMPILED, CUDA_GRAPHS, *mixed)),
+        Config(VGG16_IMAGENET, (EAGER, COMPILED, *mixed)),
+    ]
 
 
 def trainer_step(
@@ -53,16 +74,21 @@ def trainer_step(
     labels: torch.Tensor,
     context: Callable[[], AbstractContextManager] = nullcontext,
     scaler: torch.amp.GradScaler | None = None,
+    graphed: bool = False,
 ) -> Callable[[], None]:
     """One optimiser step of ``net`` on the batch (SGD with momentum, cross-entropy).
 
     Args:
         context: made afresh around forward and loss each step (autocast).
         scaler: where given, the gradient scaling Lightning's ``16-mixed`` plugin does.
+        graphed: ``net`` replays CUDA graphs: each step begins a new one, so the last step's
+            outputs may be overwritten.
     """
     optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
 
     def step() -> None:
+        if graphed:
+            torch.compiler.cudagraph_mark_step_begin()
         optimizer.zero_grad(set_to_none=True)
         with context():
             loss = nn.functional.cross_entropy(net(images), labels)
@@ -95,14 +121,14 @@ def step_seconds(step: Callable[[], None], steps: int, device: torch.device) -> 
 
 
 def variant(
-    step: Callable[[], None], settings: Settings, device: torch.device = CPU
+    step: Callable[[], None], settings: Settings, device: torch.device = CPU, batch: int = BATCH
 ) -> Callable[[], Measurement]:
     def measure() -> Measurement:
         torch.set_num_threads(settings.threads)
         for _ in range(settings.warmup):
             step()
         median = statistics.median(step_seconds(step, settings.steps, device))
-        return {STEP: 1e3 * median, THROUGHPUT: batch_size(device) / median}
+        return {STEP: 1e3 * median, THROUGHPUT: batch / median}
 
     return measure
 
@@ -144,58 +170,83 @@ def device_notes(device: torch.device) -> dict[str, object]:
     }
 
 
-def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> CaseResult:
+def config_steps(
+    config: Config, device: torch.device, bench_dir: Path
+) -> tuple[dict[str, Callable[[], None]], dict[str, object]]:
+    """Each variant's training step of ``config``, on its own copy of one net, and the notes:
+    compile times, and the convolutions eager and compiled steps call."""
     from lightning.pytorch.plugins.precision import MixedPrecision
 
-    device = default_device()
-    batch = batch_size(device)
-    torch.set_num_threads(settings.threads)
+    workload = config.workload
     torch.manual_seed(0)
-    images = torch.randn(batch, 3, 32, 32).to(device)
-    labels = torch.randint(0, 10, (batch,)).to(device)
-    eager = CifarVGG(11).to(device).train()
-
-    compiled, compile_s = compile_for_training(
-        copy.deepcopy(eager), [images], bench_dir / "inductor_train"
-    )
-    nhwc = copy.deepcopy(eager).to(memory_format=torch.channels_last)
-    nhwc_images = images.contiguous(memory_format=torch.channels_last)
-    bf16 = MixedPrecision("bf16-mixed", device.type).forward_context
-    bf16_step = trainer_step(copy.deepcopy(eager), images, labels, bf16)
-    steps = {
-        EAGER: trainer_step(eager, images, labels),
-        COMPILED: trainer_step(compiled, images, labels),
-        CHANNELS_LAST: trainer_step(nhwc, nhwc_images, labels),
-        BF16: bf16_step,
-    }
-    if device.type == "cuda":
-        fp16 = MixedPrecision("16-mixed", device.type)
-        steps[FP16] = trainer_step(
-            copy.deepcopy(eager), images, labels, fp16.forward_context, fp16.scaler
+    images, labels = workload.images().to(device), workload.labels().to(device)
+    eager = workload.net().to(device).train()
+    notes: dict[str, object] = {}
+    steps: dict[str, Callable[[], None]] = {}
+    for name in config.variants:
+        net = eager if name == EAGER else copy.deepcopy(eager)
+        if name in (COMPILED, CUDA_GRAPHS):
+            mode = "reduce-overhead" if name == CUDA_GRAPHS else "default"
+            workdir = bench_dir / f"inductor_train_{mode}"
+            net, notes[config.name(f"{name} compile_s")] = compile_for_training(
+                net, [images], workdir, mode=mode
+            )
+            steps[name] = trainer_step(net, images, labels, graphed=name == CUDA_GRAPHS)
+        elif name == CHANNELS_LAST:
+            nhwc = images.contiguous(memory_format=torch.channels_last)
+            steps[name] = trainer_step(net.to(memory_format=torch.channels_last), nhwc, labels)
+        elif name in (BF16, FP16):
+            plugin = MixedPrecision("bf16-mixed" if name == BF16 else "16-mixed", device.type)
+            steps[name] = trainer_step(net, images, labels, plugin.forward_context, plugin.scaler)
+        else:
+            steps[name] = trainer_step(net, images, labels)
+    for name in (EAGER, COMPILED):
+        step = (
+            steps[name] if name == COMPILED else trainer_step(copy.deepcopy(eager), images, labels)
         )
-    kernels = {
-        EAGER: step_kernels(trainer_step(copy.deepcopy(eager), images, labels)),
-        COMPILED: step_kernels(trainer_step(compiled, images, labels)),
-    }
-    for name, called in kernels.items():
-        print(f"conv kernels: {name} training step: {', '.join(called) or 'none recorded'}")
-    notes = {
-        "batch_size": batch,
-        **{f"conv_kernels {name}": ", ".join(called) for name, called in kernels.items()},
+        called = step_kernels(step)
+        print(f"conv kernels: {config.name(name)} training step: {', '.join(called) or 'none'}")
+        notes[config.name(f"{name} conv_kernels")] = ", ".join(called)
+    if BF16 not in config.variants:  # a CPU without bf16 instructions: one step of each, once
+        bf16 = MixedPrecision("bf16-mixed", device.type).forward_context
+        notes["bf16_one_step_ms"] = once_ms(
+            trainer_step(copy.deepcopy(eager), images, labels, bf16)
+        )
+        notes["eager_one_step_ms"] = once_ms(trainer_step(copy.deepcopy(eager), images, labels))
+    return steps, notes
+
+
+def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> CaseResult:
+    device = default_device()
+    torch.set_num_threads(settings.threads)
+    configs = configurations(device, bf16_in_rounds=on_gpu(device) or bf16_native())
+    notes: dict[str, object] = {
         "device": device_name(device),
         "torch": torch.__version__,
-        "compile_training_seconds": compile_s,
+        "batch_size": {config.workload.label: config.workload.batch for config in configs},
         **device_notes(device),
     }
-    names = variant_names(device, bf16_in_rounds=device.type == "cuda" or bf16_native())
-    variants = {name: variant(steps[name], settings, device) for name in names}
-    if BF16 not in variants:
-        torch.set_num_threads(settings.threads)
-        notes["bf16_one_step_ms"] = once_ms(bf16_step)
-        notes["eager_one_step_ms"] = once_ms(trainer_step(copy.deepcopy(eager), images, labels))
-    ratios = [
-        Ratio(f"VGG11-CIFAR training step speed-up, {name}", STEP, "ms", EAGER, name, speedup=True)
-        for name in variants
-        if name != EAGER
-    ]
+    variants: dict[str, Callable[[], Measurement]] = {}
+    ratios: list[Ratio] = []
+    compiled: list[Callable[[], None]] = []
+    for config in configs:
+        steps, config_notes = config_steps(config, device, bench_dir)
+        notes.update(config_notes)
+        batch = config.workload.batch
+        for name, step in steps.items():
+            variants[config.name(name)] = variant(step, settings, device, batch)
+        metric = f"{config.workload.label} training step speed-up"
+        eager = config.name(EAGER)
+        ratios += [
+            Ratio(f"{metric}, {name}", STEP, "ms", eager, config.name(name), speedup=True)
+            for name in config.variants
+            if name != EAGER
+        ]
+        compiled += [steps[name] for name in (COMPILED, CUDA_GRAPHS) if name in steps]
+    for step in compiled:  # each compile resets dynamo: the earlier ones compile again, now
+        step()
+    if on_gpu(device):
+        from torch._dynamo.utils import counters
+
+        notes["cudagraph_skips"] = int(counters["inductor"]["cudagraph_skips"])
     return run_case("train_speed", variants, ratios, settings, report, notes)
