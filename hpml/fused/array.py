@@ -131,6 +131,14 @@ class FusedArray(ArrayModule):
         total = losses.sum() if all(finite) else losses[live].sum()
         self.manual_backward(total)
         optimizers = listed(self.optimizers())
+        unused = self.fused_step is not None and not self.fused_step.steps
+        if unused and (missing := self.fused.flat.missing_grads()):
+            log.info(
+                "fused array: parameter %s takes no part in the loss, and each member's optimiser "
+                "skips it: the members' optimisers step one by one",
+                missing[0],
+            )
+            self.fused_step = None
         if self.fused_step is not None:
             # Lightning counts the step (trainer.global_step) through one member's optimiser;
             # its parameters hold no gradient, so it moves none: the closure moves them all

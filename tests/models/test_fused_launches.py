@@ -5,13 +5,23 @@ Scoring members as one vmapped ``measure`` gives what each member's own gives.""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
 import pytest
 import torch
 from torch import nn
 
-from hpml.bench.fuse import CIFAR, Family, launched_ops, pristine, step_ops, vae
+from hpml.bench.fuse import (
+    CIFAR,
+    Family,
+    attached,
+    launched_ops,
+    pristine,
+    quiet_barebones,
+    step_ops,
+    vae,
+)
 from hpml.fused.array import FusedArray
 from hpml.models.base import HpmlModule
 from hpml.models.classifier import ImageClassifier
@@ -42,12 +52,23 @@ def small_cnn(num_classes: int) -> nn.Module:
     )
 
 
-def classifier() -> Family:
+class WithUnused(nn.Module):
+    """:func:`small_cnn` with a layer its forward never calls."""
+
+    def __init__(self, num_classes: int) -> None:
+        super().__init__()
+        self.body, self.unused = small_cnn(num_classes), nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+def classifier(net: Callable[[int], nn.Module] = small_cnn) -> Family:
     """Image classifiers with top-1 accuracy (a metric object each), an SGD lr sweep."""
 
     def member(index: int) -> HpmlModule:
         optimizer = partial(torch.optim.SGD, lr=0.01 * 1.15**index, momentum=0.9)
-        return ImageClassifier(small_cnn, CIFAR, optimizer)
+        return ImageClassifier(net, CIFAR, optimizer)
 
     def batch(size: int) -> tuple[torch.Tensor, torch.Tensor]:
         return torch.randn(size, 3, 32, 32), torch.randint(0, 10, (size,))
@@ -136,3 +157,21 @@ def test_members_whose_optimizers_do_not_fuse_step_in_turn_as_their_twins():
     assert array.fused_step is None and fit.global_step == 3
     for index, member in enumerate(members):
         assert_same(array.members[index].net, fit_serial("lstm", member).net, f"member {index}")
+
+
+def test_a_parameter_outside_the_loss_makes_the_members_step_one_by_one():
+    family = classifier(WithUnused)
+    with quiet_barebones():
+        array = attached(FusedArray(pristine(family, 2)), CPU)
+        assert array.fused_step is not None
+        nets = [member.net for member in array.members]
+        before = [[p.detach().clone() for p in net.parameters()] for net in nets]
+        array.training_step(family.batch(family.batch_size), 0)
+    assert array.fused_step is None
+    for net, was in zip(nets, before, strict=True):
+        moved = {
+            name: not torch.equal(p, w)
+            for (name, p), w in zip(net.named_parameters(), was, strict=True)
+        }
+        assert not moved["unused.weight"] and not moved["unused.bias"]  # as its optimiser skips it
+        assert moved["body.0.weight"] and moved["body.5.weight"]
