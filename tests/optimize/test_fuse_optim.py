@@ -152,6 +152,11 @@ def test_what_cannot_step_as_one_says_why() -> None:
     assert "several parameter groups" in unfused_reason(optimizers, params)
     optimizers = [sgd(members[0].parameters()), sgd(members[1][0].parameters())]
     assert "member 1's optimiser does not hold exactly" in unfused_reason(optimizers, params)
+    half = FusedNets([net(0).bfloat16(), net(1).bfloat16()])
+    optimizers = [sgd(m.parameters()) for m in half.nets]
+    assert unfused_reason(optimizers, half.member_params) == (
+        "the members' parameters are torch.bfloat16"
+    )
     optimizers = [sgd(members[0].parameters()), torch.optim.RMSprop(members[1].parameters())]
     with pytest.raises(IncompatibleError, match=r"cannot step as one: .*RMSprop"):
         FusedStep(optimizers, array.link())

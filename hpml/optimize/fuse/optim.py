@@ -7,7 +7,8 @@ scheduler sets the learning rate. Stepped one by one they launch N times one mem
 optimiser into an ``[N, 1]`` column, as HFTA's fused optimisers do: a step launches the same ops
 for 16 members as for 2. The arithmetic is that of torch's single-tensor SGD and Adam, so each
 member's weights follow its own optimiser's path. :func:`unfused_reason` says why a set of
-optimisers does not step so (another class, several parameter groups, differing flags).
+optimisers does not step so (another class, several parameter groups, differing switches, half
+precision parameters).
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ def unfused_reason(
         return "a member's optimiser is differentiable"
     if len({rule(o) for o in optimizers}) > 1:
         return f"the members' optimisers differ in class or switches: {', '.join(kinds)}"
+    dtypes = {ps[0].dtype for ps in params.values()} - {torch.float32, torch.float64}
+    if dtypes:  # torch computes half types' updates in float: [N, 1] columns cannot
+        return f"the members' parameters are {', '.join(sorted(map(str, dtypes)))}"
     for index, optimizer in enumerate(optimizers):
         held = {id(p) for p in optimizer.param_groups[0]["params"]}
         trained = {id(ps[index]) for ps in params.values() if ps[index].requires_grad}
@@ -155,17 +159,16 @@ class FusedStep:
             }
         self._live = live
 
-    def _columns_in(self, dtype: torch.dtype) -> dict[str, Tensor]:
-        """The columns in the parameters' dtype (float for half types), Adam's bias corrections
-        for this step computed in float64 as torch computes them on the host."""
-        math = torch.promote_types(dtype, torch.float32)
-        if math not in self._cast:
-            self._cast[math] = {k: v.to(math) for k, v in self._columns.items()}
-        columns = {**self._cast[math], "live": self._live}
+    def _columns_in(self, dtype: torch.dtype) -> Columns:
+        """The columns in the parameters' dtype, as torch casts its scalars; Adam's bias
+        corrections for this step computed in float64, as torch computes them on the host."""
+        if dtype not in self._cast:
+            self._cast[dtype] = {k: v.to(dtype) for k, v in self._columns.items()}
+        columns = {**self._cast[dtype], "live": self._live}
         if self.kind == "adam":
             c = self._columns
-            columns["neg_step"] = (-c["lr"] / (1 - c["beta1"] ** self.steps)).to(math)
-            columns["correction2_sqrt"] = (1 - c["beta2"] ** self.steps).sqrt().to(math)
+            columns["neg_step"] = (-c["lr"] / (1 - c["beta1"] ** self.steps)).to(dtype)
+            columns["correction2_sqrt"] = (1 - c["beta2"] ** self.steps).sqrt().to(dtype)
         return columns
 
     def _sgd(
