@@ -200,11 +200,12 @@ def config_steps(
             steps[name] = trainer_step(net, images, labels, plugin.forward_context, plugin.scaler)
         else:
             steps[name] = trainer_step(net, images, labels)
-    for name in (EAGER, COMPILED):
-        step = (
+    for name in (EAGER, COMPILED):  # eager on a copy: the variant's net starts untrained
+        if name not in steps:
+            continue
+        called = step_kernels(
             steps[name] if name == COMPILED else trainer_step(copy.deepcopy(eager), images, labels)
         )
-        called = step_kernels(step)
         print(f"conv kernels: {config.name(name)} training step: {', '.join(called) or 'none'}")
         notes[config.name(f"{name} conv_kernels")] = ", ".join(called)
     if BF16 not in config.variants:  # a CPU without bf16 instructions: one step of each, once
