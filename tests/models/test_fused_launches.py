@@ -135,7 +135,7 @@ class ItemVAE(VAEModule):
 
     def measure(self, output, batch, stage):
         measured = super().measure(output, batch, stage)
-        return {**measured, "kld": measured["kld"] * (float(measured["kld"]) > -1)}
+        return {**measured, "kld": measured["kld"] * (float(measured["kld"].detach()) > -1)}
 
 
 def test_a_measure_vmap_cannot_batch_is_scored_member_by_member():
