@@ -104,3 +104,11 @@ def test_the_barebones_banner_stays_quiet_after_mlflow_imports_pytorch_lightning
         rank_zero_info("GPU available: False, used: False")
     rank_zero_info("after the bench")
     assert [r.getMessage() for r in caplog.records] == ["after the bench"]
+
+
+def test_a_gpu_times_the_vae_curve_to_64_members_and_a_cpu_up_to_16():
+    from hpml.bench import fuse
+
+    assert fuse.array_sizes(fuse.vae(), torch.device("cuda")) == (1, 2, 4, 8, 16, 32, 64)
+    assert fuse.array_sizes(fuse.vae(), torch.device("cpu")) == (2, 4, 8, 16)
+    assert fuse.array_sizes(fuse.vgg11(4), torch.device("cuda")) == (2, 4, 8, 16)
