@@ -23,7 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from hpml.gpu.kit import DEFAULT_FOLDER, ROOT, install
-from hpml.gpu.parts import Part, parts
+from hpml.gpu.parts import CALLS, Part, parts
 from hpml.gpu.rows import Row, Store
 
 REPORT_SUFFIXES = (".html", ".md", ".png", ".svg", ".csv", ".json", ".txt")
@@ -172,11 +172,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=Path("/tmp/hpml-gpu-check"),
         help="the runs' root (HPML_ROOT): store, outputs, sweeps",
     )
-    parser.add_argument("--budget-s", type=float, default=360, help="the whole check's budget")
+    parser.add_argument("--budget-s", type=float, help="the whole check's budget (default 360)")
     parser.add_argument(
         "--parts", help="a comma-separated subset of: " + ", ".join(p.name for p in parts())
     )
+    parser.add_argument(
+        "--call",
+        choices=list(CALLS),
+        help="the parts and budget of one of a lease's calls: "
+        + "; ".join(f"{k}: {', '.join(v[0])} in {v[1]:.0f} s" for k, v in CALLS.items()),
+    )
     args = parser.parse_args(argv)
+    if args.call is not None:
+        called, budget = CALLS[args.call]
+        args.parts = args.parts or ",".join(called)
+        args.budget_s = args.budget_s or budget
+    args.budget_s = args.budget_s or 360.0
     device = cuda_device()
     if device is None:
         print("hpml: gpu check needs a CUDA device: torch here sees none (or is not installed)")

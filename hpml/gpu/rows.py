@@ -6,26 +6,25 @@ as hpml logged them (``<name>_ci_low_x`` / ``_ci_high_x`` beside ``<name>_x``).
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from hpml.names import (
     BYTES,
-    FORWARD_ACHIEVED,
-    INTENSITY,
+    DATA_WAIT,
+    HOST_ISSUE,
     J_PER_SAMPLE,
     MFU_MEASURED,
+    MFU_PEAK_DTYPE_TAG,
     PCT,
-    PEAK_BANDWIDTH,
     PEAK_MEMORY,
-    RIDGE,
     SAMPLES_PER_S,
+    STAGES,
     THROUGHPUT,
     VAL_ACC,
+    bound_tag,
     metric,
     mfu_peak,
 )
@@ -67,15 +66,15 @@ def ran(run: Any) -> str:
     return {"FINISHED": "yes", "KILLED": "cut"}.get(run.info.status, "failed")
 
 
-def _mib(value: float | None) -> str:
+def mib(value: float | None) -> str:
     return "n/a" if value is None else f"{value / 2**20:,.1f} MiB"
 
 
-def _tflops(value: float | None) -> str:
+def tflops(value: float | None) -> str:
     return "n/a" if value is None else f"{value / 1e12:,.1f} TFLOP/s"
 
 
-def _num(value: float | None, fmt: str = ",.1f", unit: str = "") -> str:
+def number(value: float | None, fmt: str = ",.1f", unit: str = "") -> str:
     return "n/a" if value is None else f"{value:{fmt}}{unit}"
 
 
@@ -117,19 +116,21 @@ def default_rows(store: Store) -> list[Row]:
             Row(
                 f"default run, {precision} ({t.get('hpml.device', '?')})",
                 ok,
-                f"train {_num(m.get(THROUGHPUT))} samples/s "
-                f"(IQR {_num(m.get(metric('train', 'throughput_iqr', SAMPLES_PER_S)))}); "
-                f"peak {_mib(m.get(PEAK_MEMORY))} "
+                f"train {number(m.get(THROUGHPUT))} samples/s "
+                f"(IQR {number(m.get(metric('train', 'throughput_iqr', SAMPLES_PER_S)))}); "
+                f"peak {mib(m.get(PEAK_MEMORY))} "
                 f"({t.get('hpml.peak_memory_source', '?')}); "
-                f"MFU {_num(m.get(metric('train', 'mfu_table', PCT)), '.1f', '%')} of datasheet "
-                f"({_tflops(m.get(mfu_peak('table')))}), "
-                f"{_num(m.get(MFU_MEASURED), '.1f', '%')} of measured peak "
-                f"({_tflops(m.get(mfu_peak('measured')))}); "
-                f"val/acc {_num(m.get(VAL_ACC), '.3f')}",
+                f"MFU {number(m.get(metric('train', 'mfu_table', PCT)), '.1f', '%')} of datasheet "
+                f"({tflops(m.get(mfu_peak('table')))}), "
+                f"{number(m.get(MFU_MEASURED), '.1f', '%')} of measured peak "
+                f"({tflops(m.get(mfu_peak('measured')))}, taken in "
+                f"{t.get(MFU_PEAK_DTYPE_TAG, '?')}); "
+                f"val/acc {number(m.get(VAL_ACC), '.3f')}",
             )
         )
+        rows.append(bound_row(run, f"data and bound, {precision}"))
         breakdown = ", ".join(
-            f"{part} {_mib(m.get(metric('memory', part, BYTES)))}"
+            f"{part} {mib(m.get(metric('memory', part, BYTES)))}"
             for part in ("weights", "gradients", "optimizer_state", "activations")
         )
         rows.append(
@@ -143,140 +144,45 @@ def default_rows(store: Store) -> list[Row]:
             Row(
                 f"energy, {precision}",
                 "yes" if ENERGY["train"] in m else "no",
-                f"train {_num(m.get(ENERGY['train']), '.4f', ' J/sample')}, "
-                f"test {_num(m.get(ENERGY['test']), '.4f', ' J/sample')} "
+                f"train {number(m.get(ENERGY['train']), '.4f', ' J/sample')}, "
+                f"test {number(m.get(ENERGY['test']), '.4f', ' J/sample')} "
                 "(NVML board energy, idle included)",
             )
         )
     return rows or [Row("default run on trainer=gpu, bf16, fp16", "failed", "no run logged")]
 
 
-def _shares(runs: Iterable[Any], category: str) -> dict[tuple[str, int], float]:
-    return {
-        (
-            r.data.params.get("model.name", r.data.tags.get("hpml.choice.model", "?")),
-            int(r.data.params.get("data.batch_size", 0)),
-        ): r.data.metrics[metric("profile", category, PCT)]
-        for r in runs
-        if metric("profile", category, PCT) in r.data.metrics
-    }
-
-
-def study2_rows(store: Store) -> list[Row]:
-    runs = store.of("gpu_study2")
-    rows = []
-    copy, kernel = _shares(runs, "memcpy"), _shares(runs, "kernel")
-    for model in sorted({m for m, _ in kernel}):
-        sizes = sorted(b for m, b in kernel if m == model)
-        text = ", ".join(
-            f"b{b}: kernel {kernel[(model, b)]:.1f}% memcpy {copy.get((model, b), 0):.1f}%"
-            for b in sizes
-        )
-        falls = len(sizes) > 1 and copy.get((model, sizes[-1]), 0) < copy.get((model, sizes[0]), 0)
-        rows.append(
-            Row(
-                f"study 2 execution summary, {model}",
-                "yes",
-                f"{text}; memcpy share {'falls' if falls else 'does not fall'} "
-                f"from b{sizes[0]} to b{sizes[-1]}",
-            )
-        )
-    if not rows:
-        rows.append(Row("study 2 execution summary", "failed", "no profiled run logged"))
-    failed = sum(r.info.status != "FINISHED" for r in runs)
-    report = store.outputs.get("study2", "")
-    rows.append(
-        Row(
-            "study 2 report (time-share plot)",
-            "yes" if "report.html" in report else "no",
-            f"{len(runs)} runs, {failed} failed",
-        )
+def bound_row(run: Any, path: str) -> Row:
+    """Where a run's samples lived, its data wait per stage (at most 5% is the goal on a GPU),
+    and what bounded its training, with the evidence."""
+    m, p, t = run.data.metrics, run.data.params, run.data.tags
+    waits = ", ".join(
+        f"{stage} {number(m.get(metric(stage, DATA_WAIT, PCT)), '.1f', '%')}" for stage in STAGES
     )
-    return rows
+    issue = m.get(metric("train", HOST_ISSUE, PCT))
+    return Row(
+        path,
+        ran(run),
+        f"data.chosen.placement={p.get('data.chosen.placement', '?')}; data wait {waits}; "
+        f"host issue {number(issue, '.0f', '%')}; train bound by {t.get(bound_tag('train'), '?')}"
+        f" ({t.get(bound_tag('train', 'why'), 'no reason logged')})",
+    )
 
 
-def roofline_rows(store: Store) -> list[Row]:
+def bound_rows(store: Store) -> list[Row]:
+    """What bounded the default run through a loader, on the device, and VGG11-CIFAR at batch
+    64 in bf16 (``host`` expected)."""
     rows = []
-    for run in store.of("gpu_study5"):
-        names = (INTENSITY, FORWARD_ACHIEVED, RIDGE, PEAK_BANDWIDTH)
-        if any(name not in run.data.metrics for name in names):
-            rows.append(Row(f"study 5 roofline, {run.info.run_name}", "failed", "no roofline"))
-            continue
-        intensity, achieved, ridge, bandwidth = (run.data.metrics[name] for name in names)
-        roof = min(ridge, intensity) * bandwidth  # the precision's compute roof, or the slope
-        where = "above the roof" if achieved > roof * (1 + 1e-9) else "under the roof"
+    for run in store.of("gpu_bound"):
+        p = run.data.params
         rows.append(
-            Row(
-                f"study 5 roofline, {run.data.tags.get('hpml.choice.model', '?')}",
-                "yes",
-                f"{intensity:.1f} FLOP/B at {achieved / 1e12:.2f} TFLOP/s, roof {roof / 1e12:.2f} "
-                f"TFLOP/s ({where})",
+            bound_row(
+                run,
+                f"bound: {p.get('trainer.precision', '?')}, batch {p.get('data.batch_size', '?')}, "
+                f"data.placement={p.get('data.placement', '?')}",
             )
         )
-    drawn = "roofline.png" in store.outputs.get("study5", "")
-    rows.append(Row("study 5 roofline plot", "yes" if drawn else "no", "one roofline, three VGGs"))
-    return rows
-
-
-def fused_rows(store: Store) -> list[Row]:
-    runs = store.of("gpu_fused")
-    fused = [r for r in runs if r.data.tags.get("hpml.fused") == "true"]
-    size = fused[0].data.tags.get("hpml.fused.array_size", "?") if fused else "-"
-    ratios = re.compile(r"N=(8|16) samples/s").search
-    return [
-        Row(
-            "fuse=array on CUDA (no force)",
-            "yes" if fused else "no",
-            f"{len(fused)} of {len(runs)} runs trained fused, array size {size}",
-        ),
-        bench_row(store, "fuse", "fused vs serial (bench fuse)", ratios),
-    ]
-
-
-def optimise_rows(store: Store) -> list[Row]:
-    rows = []
-    for run in store.of("gpu_optimise"):
-        t = run.data.tags
-        choice = next(
-            (
-                f"{g}={t[f'hpml.choice.{g}']}"
-                for g in ("prune", "quant", "compile")
-                if t.get(f"hpml.choice.{g}", "none") != "none"
-            ),
-            "none",
-        )
-        found = comparisons(run.data.metrics, t)
-        rows.append(
-            Row(
-                f"optimise {choice}",
-                ran(run),
-                "; ".join(found) or "no comparison logged",
-            )
-        )
-    path = "AMP, channels_last, compiled training (bench train_speed)"
-    return [*rows, bench_row(store, "train_speed", path, lambda metric: "speed-up" in metric)]
-
-
-def bench_row(store: Store, case: str, path: str, keep: Callable[[str], object]) -> Row:
-    """A row of the ratios of bench ``case`` (its results JSON) whose metric ``keep`` picks,
-    each as ``metric ratio [low, high] (n, coverage, verdict)`` with its goal where it has one."""
-    file = Path(store.bench) / f"{case}.json"
-    if not file.is_file() or file.stat().st_mtime < store.since:
-        return Row(path, "no", "no results written")
-    found = []
-    for r in json.loads(file.read_text())["ratios"]:
-        if not keep(r["metric"]):
-            continue
-        goal = (
-            ""
-            if r["goal"] is None
-            else f", goal {r['goal']:g}: {'met' if r['meets_goal'] else 'not met'}"
-        )
-        found.append(
-            f"{r['metric']}: {r['median']:.2f}x [{r['ci_low']:.2f}, {r['ci_high']:.2f}] "
-            f"(n={len(r['values'])}, {r['ci_coverage']:.0%} interval, {r['verdict']}{goal})"
-        )
-    return Row(path, "yes" if found else "no", "; ".join(found) or "no ratio written")
+    return rows or [Row("what bounds a run (loader, device, bf16 b64)", "failed", "no run")]
 
 
 def nvtx_rows(store: Store) -> list[Row]:

@@ -12,19 +12,19 @@ import torch
 
 from hpml.bench.harness import Ratio, Settings, run_case, write_json
 from hpml.gpu import check
-from hpml.gpu.parts import Part, parts
+from hpml.gpu.bench_rows import bench_row, overhead_rows
+from hpml.gpu.parts import CALLS, Part, parts
 from hpml.gpu.rows import (
     Row,
     Store,
-    bench_row,
     comparisons,
     default_rows,
     nvtx_rows,
     nvtx_torch_rows,
     pytest_rows,
     ran,
-    study2_rows,
 )
+from hpml.gpu.study_rows import counted_rows, study2_rows
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
@@ -90,14 +90,21 @@ def test_summary_and_packs_are_written_for_what_ran(tmp_path):
 
 
 def test_parts_run_hpml_commands_in_priority_order_with_budgets_under_the_check():
+    """The network measured first (data placement, hpml against a bare loop, the benches sized
+    for the device), then the counters and the diagnoses; each call's parts fit its budget."""
     found = parts()
-    assert [p.name for p in found][:3] == ["default", "study2", "study5"]
-    assert found[-1].name == "nvtx_torch"  # a diagnosis, after every path of hpml's
-    assert [p.name for p in found].index("pytest") == len(found) - 2
+    names = [p.name for p in found]
+    assert names[:4] == ["default", "overhead", "speed", "prune"]
     for command in (c for part in found for c in part.commands if "hpml.train" in c):
         overrides = command[command.index("hpml.train") + 1 :]
         assert "-m" not in overrides[1:]  # Hydra 1.3 refuses overrides after -m
     assert all(p.budget_s > 0 for p in found)
+    budgets = {p.name: p.budget_s for p in found}
+    first, second = CALLS["first"], CALLS["second"]
+    assert first[1] <= 540 and second[1] <= 240  # a lease's two calls
+    assert set(first[0]) | set(second[0]) <= set(names)
+    assert sum(budgets[n] for n in first[0]) <= first[1] + 10  # the last part may be cut
+    assert second[0][-1] == "nvtx_torch"  # the diagnosis after every path of hpml's
 
 
 def test_store_of_keeps_trained_runs_not_sweep_parents(client):
@@ -202,10 +209,12 @@ def test_every_hpml_run_of_the_check_is_a_config_hpml_accepts(composed):
     value of a sweep's lists) are composed and judged here, as ``train`` judges them first."""
     from hpml.train import check_config
 
-    commands = [c for part in parts() for c in part.commands if "hpml.train" in c]
+    runs = ("hpml.train", "hpml.profile.ncu")  # the ncu command trains the overrides after --
+    commands = [c for part in parts() for c in part.commands if set(runs) & set(c)]
     judged = 0
     for command in commands:
-        overrides = [o for o in command[command.index("hpml.train") + 1 :] if o != "-m"]
+        start = command.index("--" if "hpml.profile.ncu" in command else "hpml.train") + 1
+        overrides = [o for o in command[start:] if o != "-m"]
         values = [(o.partition("=")[0], o.partition("=")[2].split(",")) for o in overrides]
         for job in itertools.product(*([f"{key}={v}" for v in vs] for key, vs in values)):
             check_config(composed(list(job)))
@@ -214,19 +223,73 @@ def test_every_hpml_run_of_the_check_is_a_config_hpml_accepts(composed):
 
 
 def test_default_row_names_mfu_with_the_peaks_it_is_against(client):
+    """MFU beside the peaks it is against (the measured one's dtype named), and the run's data
+    wait per stage with what bounded it, each as the run logged it."""
     run = client.create_run(client.create_experiment("gpu_default")).info.run_id
-    client.log_param(run, "trainer.precision", "32-true")
+    client.log_param(run, "trainer.precision", "bf16-mixed")
+    client.log_param(run, "data.chosen.placement", "device")
     for name, value in {
         "train/throughput_samples_per_s": 3500.0,
         "train/mfu_table_pct": 0.6,
         "train/mfu_measured_pct": 1.1,
-        "mfu/peak_table_flops_per_s": 494.5e12,
-        "mfu/peak_measured_flops_per_s": 270e12,
+        "mfu/peak_table_flops_per_s": 989.4e12,
+        "mfu/peak_measured_flops_per_s": 770e12,
+        "train/data_wait_pct": 1.25,
+        "val/data_wait_pct": 3.5,
+        "train/host_issue_pct": 97.0,
+    }.items():
+        client.log_metric(run, name, value)
+    client.set_tag(run, "hpml.mfu.peak_measured_dtype", "bf16")
+    client.set_tag(run, "hpml.bound.train", "host")
+    client.set_tag(run, "hpml.bound.train.why", "the host takes 97% of ...")
+    client.set_terminated(run, "FINISHED")
+    row, *others = default_rows(Store(check.read_store(client.tracking_uri), "."))
+    assert row.ran == "yes"
+    assert (
+        "MFU 0.6% of datasheet (989.4 TFLOP/s), 1.1% of measured peak (770.0 TFLOP/s, taken in "
+        "bf16)" in row.measured
+    )
+    [bound] = [r for r in others if r.path == "data and bound, bf16-mixed"]
+    assert bound.measured == (
+        "data.chosen.placement=device; data wait train 1.2%, val 3.5%, test n/a; host issue 97%; "
+        "train bound by host (the host takes 97% of ...)"
+    )
+
+
+def test_overhead_rows_give_each_ratio_and_hpmls_cost_a_step(tmp_path):
+    variants = {"hpml": lambda: {"rate": 95.0}, "loop": lambda: {"rate": 100.0}}
+    ratio = Ratio("VGG16 224px b64 bf16", "rate", "samples/s", "hpml", "loop", goal=0.95)
+    result = run_case("overhead", variants, [ratio], Settings(rounds=2))
+    result.notes["overhead_us_per_step"] = {"VGG11-CIFAR b64 bf16": 1234.4}
+    write_json(result, tmp_path)
+    ratios, cost = overhead_rows(Store({}, ".", {}, str(tmp_path), since=time.time() - 60))
+    assert ratios.measured.startswith("VGG16 224px b64 bf16: 0.95x [0.95, 0.95] (n=2, ")
+    assert ratios.measured.endswith("goal 0.95: met)")
+    assert cost == Row(
+        "hpml's own work per step (bench overhead)", "yes", "VGG11-CIFAR b64 bf16: 1,234 us a step"
+    )
+
+
+def test_counted_rows_put_the_counted_point_beside_the_analytic_one(client):
+    run = client.create_run(client.create_experiment("gpu_counted")).info.run_id
+    client.set_tag(run, "hpml.choice.model", "vgg11")
+    client.set_tag(run, "hpml.ncu.cache_control", "all")
+    client.set_tag(run, "hpml.ncu.clock_control", "base")
+    for name, value in {
+        "ncu/fwd_intensity_flop_per_byte": 13.4,
+        "ncu/fwd_flops": 2.0e12,
+        "ncu/fwd_kernel_time_s": 0.5,
+        "ncu/fwd_dram_bytes": 1.5e11,
+        "roofline/intensity_flop_per_byte": 92.1,
     }.items():
         client.log_metric(run, name, value)
     client.set_terminated(run, "FINISHED")
-    (row, *_) = default_rows(Store(check.read_store(client.tracking_uri), "."))
-    assert row.ran == "yes"
-    assert "MFU 0.6% of datasheet (494.5 TFLOP/s), 1.1% of measured peak (270.0 TFLOP/s)" in (
-        row.measured
+    store = Store(check.read_store(client.tracking_uri), ".", {"counted": "wrote roofline.png"})
+    row, plot = counted_rows(store)
+    assert row == Row(
+        "counted roofline, vgg11",
+        "yes",
+        "counted 13.4 FLOP/B at 4.0 TFLOP/s (its kernels' time), analytic 92.1 FLOP/B; DRAM "
+        "150,000,000,000 bytes; cache all, clock base",
     )
+    assert plot.ran == "yes"
