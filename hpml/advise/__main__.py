@@ -33,8 +33,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "gain it predicts; --try runs them beside the run in one sweep.",
     )
     parser.add_argument(
-        "run_id", metavar="RUN_ID", help="a run, or a sweep's parent run (each of its configs)"
+        "run_id",
+        metavar="RUN_ID",
+        help="a run, or a sweep's parent run (each of its configs); last: the newest sweep",
     )
+    parser.add_argument("--experiment", help="with last: the newest sweep of this experiment")
     parser.add_argument(
         "--try",
         dest="tried",
@@ -151,7 +154,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from hpml.report.stores import Stores
 
         stores = Stores.open([args.tracking_uri or default_tracking_uri()])
-        found = configs(stores, stores.run(args.run_id))
+        run = (
+            stores.sweep("last", args.experiment)
+            if args.run_id == "last"
+            else stores.run(args.run_id)
+        )
+        found = configs(stores, run)
         for index, (name, runs) in enumerate(found):
             out = args.out / str(index) if args.out and len(found) > 1 else args.out
             advise(stores, name, runs, argparse.Namespace(**{**vars(args), "out": out}))

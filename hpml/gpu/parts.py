@@ -79,9 +79,11 @@ def parts() -> list[Part]:
     # epochs of seconds on a GPU: NVML's energy counter moves in steps of a tenth of a second
     energy = ("data.train_samples=8192", "data.val_samples=1024", "data.test_samples=8192")
     default = train("gpu_default", "trainer=gpu,bf16,fp16", *energy, sweep=True)
-    # what bounds a run: the default's data through a loader, and on the device; the small
-    # VGG11-CIFAR in bf16, whose kernels are too short for the host to keep up with
-    bound = train("gpu_bound", *one_epoch, "data.placement=loader,device", sweep=True)
+    # what bounds a run: the default's data through a loader (then its advice, tried), and on
+    # the device; the small VGG11-CIFAR in bf16, whose kernels are too short for the host
+    loader = train("gpu_loader", *one_epoch, "data.placement=loader", sweep=True)
+    advise = py("hpml.advise", "last", "--experiment", "gpu_loader", "--try")
+    device = train("gpu_bound", *one_epoch, "data.placement=device")
     host = train("gpu_bound", *one_epoch, "trainer.precision=bf16-mixed", "data.batch_size=64")
     study2 = train(
         "gpu_study2", "experiment=batch_scaling", "trainer=gpu", TRACE_OFF, "test=false", sweep=True
@@ -113,8 +115,8 @@ def parts() -> list[Part]:
         Part("speed", 130, (bench("train_speed", 6, "--steps", "10"),), speed_rows),
         Part("prune", 40, (bench("prune", 6),), prune_rows),
         Part("fused", 70, (fused, bench("fuse", 3)), fused_rows),
-        Part("bound", 50, (bound, host), bound_rows),
-        Part("study2", 70, (study2, report2), study2_rows),
+        Part("bound", 60, (loader, device, host, advise), bound_rows),
+        Part("study2", 60, (study2, report2), study2_rows),
         Part("counted", 90, (*(counted(m) for m in VGGS), report_counted), counted_rows),
         Part("nvtx", 30, (nvtx,), nvtx_rows),
         Part("pytest", 80, (py(*pytest),), pytest_rows),

@@ -173,7 +173,9 @@ def bound_rows(store: Store) -> list[Row]:
     """What bounded the default run through a loader, on the device, and VGG11-CIFAR at batch
     64 in bf16 (``host`` expected)."""
     rows = []
-    for run in store.of("gpu_bound"):
+    for run in [*store.of("gpu_loader"), *store.of("gpu_bound")]:
+        if "hpml.choice.advise_arm" in run.data.tags:
+            continue  # the try's arms: in the advice lines below
         p = run.data.params
         rows.append(
             bound_row(
@@ -182,7 +184,9 @@ def bound_rows(store: Store) -> list[Row]:
                 f"data.placement={p.get('data.placement', '?')}",
             )
         )
-    return rows or [Row("what bounds a run (loader, device, bf16 b64)", "failed", "no run")]
+    advice = [line for line in store.outputs.get("bound", "").splitlines() if "advise:" in line]
+    rows.append(Row("advise --try on the loader run", "yes" if advice else "no", "; ".join(advice)))
+    return rows
 
 
 def nvtx_rows(store: Store) -> list[Row]:
