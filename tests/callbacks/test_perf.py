@@ -12,11 +12,12 @@ import lightning as L
 import psutil
 import pytest
 import torch
+from torch.utils.data import Dataset
 
 from hpml.analysis.stats import cv_pct, iqr
 from hpml.callbacks.model_stats import ModelStats
 from hpml.callbacks.perf import PerformanceMonitor
-from hpml.data.synthetic import SyntheticDataModule, SyntheticImages
+from hpml.data.synthetic import SyntheticDataModule
 from hpml.models.classifier import ImageClassifier
 from hpml.models.nets.vgg import vgg
 from hpml.tensors import batch_size
@@ -25,21 +26,30 @@ from tests.conftest import QUICK
 from tests.helpers import cpu_neighbour
 
 
-class SlowImages(SyntheticImages):
-    """Synthetic images that take a while to load, so there is real data wait to measure."""
+class SlowImages(Dataset):
+    """Rendered samples that take a while to load, so there is real data wait to measure."""
+
+    def __init__(self, samples: Dataset) -> None:
+        self.samples = samples
+
+    def __len__(self) -> int:
+        return len(self.samples)  # type: ignore[arg-type]
 
     def __getitem__(self, index: int):
         time.sleep(0.01)
-        return super().__getitem__(index)
+        return self.samples[index]
 
 
 class SlowData(SyntheticDataModule):
+    """Read through a DataLoader, whose every sample waits."""
+
+    def __init__(self, **knobs) -> None:
+        super().__init__(placement="loader", **knobs)
+
     def setup(self, stage=None):
         super().setup(stage)
-        train = self.train_set
-        self.train_set = SlowImages(
-            train.size, train.shape, train.num_classes, train.noise, train.seed, train.templates
-        )
+        if self.train_set is not None and not isinstance(self.train_set, SlowImages):
+            self.train_set = SlowImages(self.train_set)
 
 
 class Recorder(L.Callback):

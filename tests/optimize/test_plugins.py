@@ -168,9 +168,9 @@ def test_listed_by_help(plugins: Path, root: Path) -> None:
     assert "linear_int8" in groups["quant"].split(", ")
     assert "traced" in groups["compile"].split(", ")
     # base/ holds what options inherit: Hydra lists it as a group, the footer says it is none
-    assert groups["base"] == "compile, measure, prune"
+    assert groups["base"] == "compile, data, measure, prune"
     assert (
-        "(base: the knobs compile, prune and quant options inherit; not a group to choose.)"
+        "(base: the knobs compile, data, prune and quant options inherit; not a group to choose.)"
         in (result.stdout.split("== Config ==")[1])
     )
 

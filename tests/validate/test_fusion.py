@@ -21,6 +21,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, open_dict
 
 from hpml.build import build_callbacks
+from hpml.callbacks.bound import BoundMonitor
 from hpml.callbacks.model_stats import MemberStats
 from hpml.callbacks.perf import PerformanceMonitor
 from hpml.callbacks.target import MemberTimeToTarget
@@ -142,7 +143,14 @@ def test_on_cpu_the_jobs_run_alone_unless_forced() -> None:
 def test_the_default_callbacks_fuse_but_an_extra_one_does_not() -> None:
     values = ["model.optimizer.lr=0.1", "model.optimizer.lr=0.2"]
     defaults = sweep(values, *FUSED)
-    assert set(defaults[0].callbacks) == {"model_stats", "perf", "target", "memory", "checkpoint"}
+    assert set(defaults[0].callbacks) == {
+        "model_stats",
+        "perf",
+        "bound",
+        "target",
+        "memory",
+        "checkpoint",
+    }
     assert plan(defaults, on_cpu=False).arrays == [[0, 1]]
     # one whose class does not say how it runs in an array (in_array): a line names it
     extra = "+callbacks.extra._target_=tests.helpers.Undeclared"
@@ -205,8 +213,9 @@ def test_a_callback_that_runs_only_alone_or_says_nothing_runs_every_job_alone(
 
 
 def test_the_array_builds_each_callback_as_its_class_says(root: Path) -> None:
-    """model_stats and target per member, perf once without its FLOP count (its for_members),
-    memory and checkpoint left out; a test's ONCE and PER_MEMBER callbacks likewise."""
+    """model_stats and target per member, perf and bound once (perf without its FLOP count: its
+    for_members), memory and checkpoint left out; a test's ONCE and PER_MEMBER callbacks
+    likewise."""
     overrides = [
         *FUSED,
         f"paths.root_dir={root}",
@@ -221,18 +230,19 @@ def test_the_array_builds_each_callback_as_its_class_says(root: Path) -> None:
     assert [type(callback) for callback in built] == [
         MemberStats,
         PerformanceMonitor,
+        BoundMonitor,
         *[MemberTimeToTarget] * 3,
         FailAtEpoch,
         *[EachMember] * 3,
     ]
     perf = built[1]
     assert perf.count_flops is False and perf.warmup_steps == cfg.callbacks.perf.warmup_steps
-    targets = built[2:5]
+    targets = built[3:6]
     assert [t.member for t in targets] == [0, 1, 2]
     assert {(t.metric, t.value, t.mode, t.stop) for t in targets} == {
         ("val/loss", 0.5, "min", False)
     }
-    assert [(c.label, c.member) for c in built[6:]] == [("mine", 0), ("mine", 1), ("mine", 2)]
+    assert [(c.label, c.member) for c in built[7:]] == [("mine", 0), ("mine", 1), ("mine", 2)]
     # the same config trained alone: every callback as configured, perf counting FLOPs
     alone = build_callbacks(cfg)
     assert "MemoryBreakdown" in {type(c).__name__ for c in alone}
