@@ -30,7 +30,7 @@ class Classifier(HpmlModule):
     def measure(self, output: Tensor, batch: tuple[Tensor, Tensor], stage: str) -> Measured:
         _, y = batch
         accuracy = self.accuracy[f"{stage}_acc"]
-        accuracy(output, y)
+        accuracy.update(output, y)  # its epoch value is what is logged: no batch value
         return {"loss": self.criterion(output, y), "acc": accuracy}
 
 
