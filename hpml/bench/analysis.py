@@ -10,8 +10,10 @@ from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
+import torch
+
 from hpml.bench.harness import CaseResult, Report, Settings, run_case
-from hpml.bench.overhead import BATCH_SIZE, compose_config, ratios, run_hpml
+from hpml.bench.overhead import compose_config, configurations, pair_ratios, run_hpml
 
 # each case's variants, numerator first: extra overrides of the job
 PAIRS: dict[str, dict[str, Sequence[str]]] = {
@@ -41,11 +43,10 @@ def run_pair(
         for name, extra in variants.items()
     }
     notes = {
-        "batch_size": BATCH_SIZE,
-        "model": "vgg11 (cifar layout)",
+        "configuration": configurations(torch.device("cpu"))[0].label,
         **{f"overrides {name}": list(extra) for name, extra in variants.items()},
     }
-    return run_case(case, runs, ratios(*variants), settings, report, notes)
+    return run_case(case, runs, pair_ratios(*variants), settings, report, notes)
 
 
 run_profiler_idle = partial(run_pair, "profiler_idle")
