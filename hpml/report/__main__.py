@@ -83,6 +83,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="the smallest difference --by and --baseline call faster or slower, and --fail-on's "
         "margin: a fraction of the reference's speed (default: 0.05)",
     )
+    parser.add_argument(
+        "--slow-machine",
+        type=float,
+        metavar="FRACTION",
+        help="flag a run 'slow machine' whose canary is slower than the median of the other "
+        "runs of its environment and host by more than this (default: each run's own "
+        "callbacks.canary.slow_above, 0.25 unless set); --by and --baseline note sides whose "
+        "canaries differ by more",
+    )
     parser.add_argument("--experiment", help="only this MLflow experiment (default: all)")
     parser.add_argument(
         "--tracking-uri",
@@ -99,6 +108,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--fail-on needs --baseline or --by (what to compare)")
     if not 0 <= args.threshold < 1:
         parser.error(f"--threshold {args.threshold}: a fraction, from 0 to below 1")
+    if args.slow_machine is not None and not args.slow_machine > 0:
+        parser.error(f"--slow-machine {args.slow_machine}: a fraction above 0 (0.25: 25% slower)")
     return args
 
 
@@ -128,8 +139,15 @@ def chosen(
         if base.info.run_id == parent.info.run_id:
             raise HpmlError(f"--baseline {args.baseline} is the sweep itself")
         runs += stores.jobs(base)
-        return runs, parent, pairs.by_sweep(runs, parent, base, args.by_seed, args.threshold)
-    by = pairs.by_key(runs, args.by, args.by_seed, args.threshold) if args.by else None
+        compared = pairs.by_sweep(
+            runs, parent, base, args.by_seed, args.threshold, args.slow_machine
+        )
+        return runs, parent, compared
+    by = (
+        pairs.by_key(runs, args.by, args.by_seed, args.threshold, args.slow_machine)
+        if args.by
+        else None
+    )
     return runs, parent, by
 
 
@@ -140,6 +158,7 @@ def build(
     serial: Sequence[Run] = (),
     by_seed: bool = False,
     by: Compared | None = None,
+    slow_above: float | None = None,
 ) -> Report:
     """The report of ``runs``: table, plots, learning curves, fused members against their
     twins, repeats of a config summarised as one, every comparison with its verdict.
@@ -149,11 +168,12 @@ def build(
         serial: more runs to find the fused members' serial twins among (``--twin``).
         by_seed: keep runs of different seeds apart (default: repeats of one config).
         by: what ``--by`` or ``--baseline`` compares, in the table that leads the report.
+        slow_above: ``--slow-machine``: the canary threshold (default: each run's own).
     """
     from tqdm import tqdm
 
     from hpml.names import VAL_LOSS
-    from hpml.report import figures, fused, groups, pairs, roofline, search, studies, table
+    from hpml.report import figures, fused, groups, machine, pairs, roofline, search, studies, table
     from hpml.report.comparisons import in_run
     from hpml.report.environment import is_env
     from hpml.report.header import header as page_header
@@ -164,6 +184,8 @@ def build(
     stores = client if isinstance(client, Stores) else Stores([client])
 
     keys, columns, rows = table.rows(runs)
+    slow = machine.slowdowns(stores, runs, slow_above)
+    rows = [table.flagged(row, slow.get(row.run_id)) for row in rows]
     found = groups.group(runs, by_seed)
     base = groups.baseline(found)
     versus = groups.against_baseline(found, base)
@@ -217,7 +239,7 @@ def build(
         [t for t in tables if t is not None],
         [p for p in plots if p is not None],
         comparisons,
-        header=page_header(runs, parent, experiment, keys),
+        header=page_header(runs, parent, experiment, keys, slow),
         lead=[lead] if lead is not None else [],
     )
 
@@ -246,7 +268,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if by is not None and not by.pairs:
             print(f"hpml: warning: --by {by.key}: no two runs equal but for it", file=sys.stderr)
         folder = out_folder(args, runs, parent)
-        html, md = build(stores, runs, parent, serial, args.by_seed, by).write(folder)
+        report = build(stores, runs, parent, serial, args.by_seed, by, args.slow_machine)
+        html, md = report.write(folder)
         if parent is not None:
             stores.of(parent).log_artifacts(parent.info.run_id, str(folder), ARTIFACTS)
     except HpmlError as exc:

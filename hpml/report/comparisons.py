@@ -46,6 +46,7 @@ class Comparison:
     verdict: str
     coverage: float = 0.95
     noisy: bool = False  # a run of either side was tagged hpml.noisy
+    note: str = ""  # what else the reader must know: the sides' canaries differ (--by, --baseline)
 
     @property
     def timed_side_by_side(self) -> bool:
@@ -62,15 +63,17 @@ class Comparison:
     def row(self) -> list[object]:
         return [getattr(self, column) for column in COLUMNS]
 
-    def cell(self) -> str:
-        """``2.91x [2.70, 3.10] faster (n=7)``; ``1.5x [no interval] — within noise (n=1)``."""
+    def cell(self, with_note: bool = True) -> str:
+        """``2.91x [2.70, 3.10] faster (n=7)``; ``1.5x [no interval] — within noise (n=1)``;
+        its note after a semicolon, unless not ``with_note``."""
+        note = f"; {self.note}" if self.note and with_note else ""
         if not self.timed_side_by_side:
-            return f"{self.ratio:.3g}x [no interval] — {self.verdict} (n={self.n})"
+            return f"{self.ratio:.3g}x [no interval] — {self.verdict} (n={self.n}){note}"
         cover = "" if self.coverage >= 0.95 - 1e-9 else f", {self.coverage:.0%} interval"
         loud = ", a run noisy" if self.noisy else ""
         return (
             f"{self.ratio:.3g}x [{self.ci_low:.3g}, {self.ci_high:.3g}] {self.verdict} "
-            f"(n={self.n}{cover}{loud})"
+            f"(n={self.n}{cover}{loud}){note}"
         )
 
 

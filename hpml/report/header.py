@@ -13,10 +13,13 @@ from typing import TYPE_CHECKING
 from hpml.names import OTHER_CPU
 from hpml.report.comparisons import NOISY_TAG, noisy
 from hpml.report.environment import STORE, env_value, is_env, summary
-from hpml.report.table import value
+from hpml.report.machine import header_line
+from hpml.report.table import short_name, value
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
+
+    from hpml.report.machine import Slowdown
 
 
 def _one(values: Sequence[str]) -> str:
@@ -77,7 +80,11 @@ def _load(runs: Sequence[Run]) -> str:
 
 
 def header(
-    runs: Sequence[Run], parent: Run | None, experiment: str, keys: Sequence[str]
+    runs: Sequence[Run],
+    parent: Run | None,
+    experiment: str,
+    keys: Sequence[str],
+    slow: dict[str, Slowdown] | None = None,
 ) -> list[tuple[str, str]]:
     """The page's header as ``(field, text)`` pairs. A field the runs did not record is left
     out; one they share is said once; one that differs lists each value.
@@ -86,6 +93,7 @@ def header(
         parent: their sweep's parent run, None for runs chosen one by one.
         experiment: the MLflow experiment(s) they belong to, by name.
         keys: the keys that differ between them (swept config keys and environment keys).
+        slow: each judged run's canary slowdown, by run id (:mod:`hpml.report.machine`).
     """
     swept = "; ".join(
         f"{k} = {', '.join(dict.fromkeys(value(r, k) for r in runs))}"
@@ -130,6 +138,7 @@ def header(
         ("torch", torch_version),
         ("store", _stores(runs)),
         ("load", _load(runs)),
+        ("machine", header_line({r.info.run_id: short_name(r) for r in runs}, slow or {})),
         ("date", _when(runs)),
     ]
     return [(name, text) for name, text in fields if text]

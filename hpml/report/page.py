@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 
-from hpml.names import STEP_TIME, TEST_ACC, THROUGHPUT, VAL_ACC, VAL_LOSS
+from hpml.names import CANARY_SLOWDOWN, STEP_TIME, TEST_ACC, THROUGHPUT, VAL_ACC, VAL_LOSS
 from hpml.report.canvas import UNITS, Figure, scaled
 from hpml.report.comparisons import COLUMNS, Comparison
 from hpml.report.studies import Table
@@ -68,6 +68,7 @@ class Report:
     def _cells(self, row: Row, columns: Sequence[str] | None = None) -> list[str]:
         columns = self.columns if columns is None else columns
         status = row.status if row.error is None else f"{row.status}: {row.error[:120]}"
+        status += f"; {row.machine}" if row.machine else ""
         metrics = [
             _number(row.metrics[c] / factor) if c in row.metrics else ""
             for c, (factor, _) in zip(columns, self._units(columns), strict=True)
@@ -163,6 +164,9 @@ class Report:
         md.write_text(self.markdown())
         out = folder / "tables"  # runs.csv, a file per table and comparisons.csv
         out.mkdir(exist_ok=True)
+        # a judged canary: its slowdown against its peers, and the flag (empty: not slow)
+        judged = any(row.slowdown is not None for row in self.rows)
+        machine = ["machine", CANARY_SLOWDOWN] if judged else []
         runs = [
             [
                 row.name,
@@ -171,12 +175,12 @@ class Report:
                 row.error,
                 *(row.keys[k] for k in self.keys),
                 *(row.metrics.get(c) for c in self.columns),
+                *([row.machine, row.slowdown] if judged else []),
             ]
             for row in self.rows
         ]
-        _csv(
-            out / "runs.csv", ["run", "run_id", "status", "error", *self.keys, *self.columns], runs
-        )
+        columns = ["run", "run_id", "status", "error", *self.keys, *self.columns, *machine]
+        _csv(out / "runs.csv", columns, runs)
         for table in [*self.lead, *self.tables]:
             columns, rows = table.data or (table.headings, table.rows)
             _csv(out / f"{table.name or slug(table.title)}.csv", columns, rows)

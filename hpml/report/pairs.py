@@ -18,6 +18,7 @@ from hpml.names import label
 from hpml.report.comparisons import COLUMNS, Comparison
 from hpml.report.environment import STORE, TAGS, is_env
 from hpml.report.groups import FINISHED, Group, identity, label_keys, versus
+from hpml.report.machine import noted
 from hpml.report.studies import Table
 from hpml.report.studies.cells import GROUP_VERDICT
 from hpml.report.table import CHOICE_TAG, number, value
@@ -63,19 +64,31 @@ class Compared:
         return [c for pair in self.pairs for c in pair.comparisons]
 
 
-def by_key(runs: list[Run], key: str, by_seed: bool = False, margin: float = 0.0) -> Compared:
-    """``runs`` compared by ``key`` (``--by``); ``margin``: ``--threshold``."""
+def by_key(
+    runs: list[Run],
+    key: str,
+    by_seed: bool = False,
+    margin: float = 0.0,
+    slow_above: float | None = None,
+) -> Compared:
+    """``runs`` compared by ``key`` (``--by``); ``margin``: ``--threshold``; ``slow_above``:
+    ``--slow-machine``."""
     if not any(value(run, key) for run in runs):
         raise HpmlError(
             f"--by {key}: no run has it (a param such as data.batch_size, a config group, or "
             f"one of {', '.join(TAGS)}, {STORE})"
         )
-    pairs, alone = paired(runs, key, by_seed=by_seed, margin=margin)
+    pairs, alone = paired(runs, key, by_seed=by_seed, margin=margin, slow_above=slow_above)
     return Compared(key, pairs, alone, f"Compared by {key}")
 
 
 def by_sweep(
-    runs: list[Run], new: Run, old: Run, by_seed: bool = False, margin: float = 0.0
+    runs: list[Run],
+    new: Run,
+    old: Run,
+    by_seed: bool = False,
+    margin: float = 0.0,
+    slow_above: float | None = None,
 ) -> Compared:
     """The jobs of sweep ``new`` against those of the earlier sweep ``old`` among ``runs``
     (``--sweep NEW --baseline OLD``): paired by config whatever their environment."""
@@ -84,7 +97,7 @@ def by_sweep(
     def side(run: Run) -> str:
         return BASELINE if run.data.tags.get("mlflow.parentRunId") == parent else NEW
 
-    pairs, alone = paired(runs, SWEEP, side, by_seed, True, BASELINE, margin)
+    pairs, alone = paired(runs, SWEEP, side, by_seed, True, BASELINE, margin, slow_above)
     return Compared(SWEEP, pairs, alone, f"Sweep {new.info.run_id} against baseline sweep {parent}")
 
 
@@ -110,6 +123,7 @@ def paired(
     any_env: bool = False,
     reference: str | None = None,
     margin: float = 0.0,
+    slow_above: float | None = None,
 ) -> tuple[list[Pair], list[str]]:
     """The finished ``runs`` paired by ``key``, and the configs found with one value of it only.
 
@@ -118,6 +132,8 @@ def paired(
         any_env: pair runs whatever their environment (two sweeps on other commits).
         reference: the value the others are compared with (default: the first).
         margin: the smallest difference a verdict calls faster or slower.
+        slow_above: the canary threshold (default: the runs' own): beyond it, a comparison
+            notes that its sides' canaries differ (:func:`hpml.report.machine.noted`).
     """
     side = side or (lambda run: value(run, key))
     keys = [k for k in label_keys(runs, by_seed) if not _names_key(k, key, any_env)]
@@ -140,12 +156,17 @@ def paired(
         sides = {v: Group(f"{config}, {key}={v}", tuple(found[v])) for v in values if v in found}
         reference, *others = sides
         against = {
-            other: versus(
-                sides[other],
-                sides[reference],
-                f"{config}: {key}={other} vs {key}={reference}",
-                margin,
-                feeds_input=key == "data" or key.startswith("data."),
+            other: noted(
+                versus(
+                    sides[other],
+                    sides[reference],
+                    f"{config}: {key}={other} vs {key}={reference}",
+                    margin,
+                    feeds_input=key == "data" or key.startswith("data."),
+                ),
+                sides[other].runs,
+                sides[reference].runs,
+                slow_above,
             )
             for other in others
         }

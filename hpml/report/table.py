@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,8 @@ from hpml.report.environment import env_value, is_env
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
+
+    from hpml.report.machine import Slowdown
 
 # the columns a runs table shows when the runs carry them, in this order; then any
 # before/after measurement (prune, quant, compile) of size and latency
@@ -46,7 +49,9 @@ BOOKKEEPING = ("paths.", "hydra.", "logger.", "resume", "callbacks.optuna_prunin
 
 @dataclass(frozen=True)
 class Row:
-    """One run: its name, id and status, its values of the differing keys, its metrics."""
+    """One run: its name, id and status, its values of the differing keys, its metrics; where
+    its canary was judged (:mod:`hpml.report.machine`), its slowdown against its peers and the
+    flag (``slow machine: ...``, empty for a run that was not slow)."""
 
     name: str
     run_id: str
@@ -54,6 +59,15 @@ class Row:
     error: str | None
     keys: dict[str, str]
     metrics: dict[str, float]
+    slowdown: float | None = None
+    machine: str = ""
+
+
+def flagged(row: Row, slowdown: Slowdown | None) -> Row:
+    """``row`` with its canary's judgement, if it has one."""
+    if slowdown is None:
+        return row
+    return dataclasses.replace(row, slowdown=slowdown.ratio, machine=slowdown.text())
 
 
 CHOICE_TAG = "hpml.choice."  # a run's option of each config group (hpml.tracking.tags)
