@@ -30,6 +30,7 @@ PARTS = {  # what the default config builds, by class, and how many per member
     "TimeToTarget",
     "MemoryBreakdown",
     "EpochCheckpoint",
+    "Canary",
     "MlflowTracker",
     "Trainer",
 }

@@ -22,6 +22,7 @@ from omegaconf import DictConfig, open_dict
 
 from hpml.build import build_callbacks
 from hpml.callbacks.bound import BoundMonitor
+from hpml.callbacks.canary import Canary
 from hpml.callbacks.model_stats import MemberStats
 from hpml.callbacks.perf import PerformanceMonitor
 from hpml.callbacks.target import MemberTimeToTarget
@@ -150,6 +151,7 @@ def test_the_default_callbacks_fuse_but_an_extra_one_does_not() -> None:
         "target",
         "memory",
         "checkpoint",
+        "canary",
     }
     assert plan(defaults, on_cpu=False).arrays == [[0, 1]]
     # one whose class does not say how it runs in an array (in_array): a line names it
@@ -213,8 +215,8 @@ def test_a_callback_that_runs_only_alone_or_says_nothing_runs_every_job_alone(
 
 
 def test_the_array_builds_each_callback_as_its_class_says(root: Path) -> None:
-    """model_stats and target per member, perf and bound once (perf without its FLOP count: its
-    for_members), memory and checkpoint left out; a test's ONCE and PER_MEMBER callbacks
+    """model_stats and target per member, perf, bound and the canary once (perf without its FLOP
+    count: its for_members), memory and checkpoint left out; a test's ONCE and PER_MEMBER callbacks
     likewise."""
     overrides = [
         *FUSED,
@@ -232,6 +234,7 @@ def test_the_array_builds_each_callback_as_its_class_says(root: Path) -> None:
         PerformanceMonitor,
         BoundMonitor,
         *[MemberTimeToTarget] * 3,
+        Canary,
         FailAtEpoch,
         *[EachMember] * 3,
     ]
@@ -242,7 +245,7 @@ def test_the_array_builds_each_callback_as_its_class_says(root: Path) -> None:
     assert {(t.metric, t.value, t.mode, t.stop) for t in targets} == {
         ("val/loss", 0.5, "min", False)
     }
-    assert [(c.label, c.member) for c in built[7:]] == [("mine", 0), ("mine", 1), ("mine", 2)]
+    assert [(c.label, c.member) for c in built[8:]] == [("mine", 0), ("mine", 1), ("mine", 2)]
     # the same config trained alone: every callback as configured, perf counting FLOPs
     alone = build_callbacks(cfg)
     assert "MemoryBreakdown" in {type(c).__name__ for c in alone}

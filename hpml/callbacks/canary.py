@@ -1,0 +1,78 @@
+"""The canary at a run's start and end: when the fixed reference workload is timed
+(:mod:`hpml.analysis.canary` says how), so the report can tell a run whose machine ran slow."""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar
+
+import lightning as L
+
+from hpml.analysis.canary import Reading, describe, measure, plan
+from hpml.callbacks.base import HpmlCallback
+from hpml.callbacks.in_array import InArray
+from hpml.callbacks.logging import log_metrics, set_tags
+from hpml.names import CANARY_END, CANARY_PLAN_TAG, CANARY_START, CANARY_THRESHOLD_TAG
+from hpml.ranges import Count, Range, Steps
+
+Size = Annotated[int | None, Range(ge=1, null="not timed")]
+Mib = Annotated[float | None, Range(gt=0, null="not timed")]
+
+
+class Canary(HpmlCallback):
+    """Times the reference workload as the run's first stage is set up and as its last one is
+    torn down, and logs ``canary/<workload>_{start,end}_{ms,flops_per_s,bytes_per_s}`` and
+    ``canary/threads_{start,end}_count``; tags the plan (``hpml.canary.plan``) and the
+    threshold (``hpml.canary.slow_above``) the report judges the run by.
+
+    The run's last stage is its test where ``until_test`` (the run's ``test``), else its fit:
+    a fit-only run ends at fit's teardown, a test-only one starts and ends around its test.
+    Under DDP every rank times it (alike, at the same moment) and rank zero's is logged.
+    """
+
+    # in a fused array: once, for the machine every member ran on; each member's run gets it
+    in_array: ClassVar[InArray] = InArray.ONCE
+
+    def __init__(
+        self,
+        gemm_n: Size = 512,
+        copy_mib: Mib = 16,
+        cuda_gemm_n: Size = 4096,
+        h2d_mib: Mib = 16,
+        repeats: Count = 3,
+        warmup: Steps = 1,
+        slow_above: Annotated[float, Range(gt=0, note="a fraction: 0.25 = 25% slower")] = 0.25,
+        until_test: bool = False,
+    ) -> None:
+        self.sizes = {
+            "gemm_n": gemm_n,
+            "copy_mib": copy_mib,
+            "cuda_gemm_n": cuda_gemm_n,
+            "h2d_mib": h2d_mib,
+        }
+        self.repeats, self.warmup = repeats, warmup
+        self.slow_above, self.until_test = slow_above, until_test
+        self.start: Reading | None = None
+        self.ended = False
+
+    def _measure(self, trainer: L.Trainer) -> Reading:
+        return measure(plan(trainer.strategy.root_device, **self.sizes), self.repeats, self.warmup)
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.start is not None:
+            return
+        self.start = self._measure(trainer)
+        workloads = [t.workload for t in self.start.timings]
+        log_metrics(trainer, self.start.metrics(CANARY_START))
+        set_tags(
+            trainer,
+            {
+                CANARY_PLAN_TAG: describe(workloads, self.repeats, self.warmup),
+                CANARY_THRESHOLD_TAG: f"{self.slow_above:g}",
+            },
+        )
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.start is None or self.ended or (self.until_test and stage != "test"):
+            return
+        self.ended = True
+        log_metrics(trainer, self._measure(trainer).metrics(CANARY_END))
