@@ -50,6 +50,7 @@ CASES: dict[str, Case] = {
     "fuse": lazy("hpml.bench.fuse"),
     "side_by_side": lazy("hpml.bench.side_by_side"),
     "startup": lazy("hpml.bench.startup"),
+    "canary": lazy("hpml.bench.canary"),
 }
 
 
