@@ -4,10 +4,12 @@ A run's *peers* are the other runs in the stores the report reads that ran in it
 (:func:`hpml.report.environment.entries`) on its host and timed the same canary plan (tag
 ``hpml.canary.plan``), whatever their config: the canary's work is fixed. Each of the run's
 canary times (each workload, at its start and its end) is divided by the median of its peers'
-same time; the largest of these ratios is the run's slowdown. Over ``1 + threshold`` the run
-is flagged ``slow machine``; with fewer than :data:`MIN_PEERS` peers carrying a time, it is not
-judged on it. The threshold is the run's own (tag ``hpml.canary.slow_above``, its config's
-``callbacks.canary.slow_above``) unless the report is given one (``--slow-machine``).
+same time. A workload's slowdown is the smaller of its two ratios (a slow machine is slow at
+the run's start and at its end; one slow moment is not), the run's the largest over its
+workloads. Over ``1 + threshold`` the run is flagged ``slow machine``; a time with fewer than
+:data:`MIN_PEERS` peers carrying it is not judged. The threshold is the run's own (tag
+``hpml.canary.slow_above``, its config's ``callbacks.canary.slow_above``) unless the report
+is given one (``--slow-machine``).
 """
 
 from __future__ import annotations
@@ -41,28 +43,28 @@ HOST_TAG = TAGS["env.host"]
 
 @dataclass(frozen=True)
 class Slowdown:
-    """A run's largest canary time against its peers' median: which workload, at which point
-    of the run, the ratio (> 1: slower than its peers), over how many peers, and the threshold
-    it was judged by."""
+    """A run's slowest canary workload against its peers' median: which, its ratio (> 1: slower
+    than its peers; the smaller of its start's and end's), over how many peers, the threshold
+    it was judged by, and the points of the run judged (start, end)."""
 
     workload: str
-    when: str
     ratio: float
     peers: int
     threshold: float
+    points: tuple[str, ...]
 
     @property
     def slow(self) -> bool:
         return self.ratio > 1 + self.threshold
 
     def text(self) -> str:
-        """``slow machine: canary cpu_gemm at its end 3.1x the median of 5 other runs``, or
-        empty for a run that was not slow."""
+        """``slow machine: canary cpu_gemm 3.1x the median of 5 other runs at its start and
+        end``, or empty for a run that was not slow."""
         if not self.slow:
             return ""
         return (
-            f"{SLOW_MACHINE}: canary {self.workload} at its {self.when} {self.ratio:.3g}x the "
-            f"median of {self.peers} other runs"
+            f"{SLOW_MACHINE}: canary {self.workload} {self.ratio:.3g}x the median of "
+            f"{self.peers} other runs at its {' and '.join(self.points)}"
         )
 
 
@@ -105,15 +107,16 @@ def judge(run: Run, peers: Iterable[Run], override: float | None = None) -> Slow
     if limit is None or not mine:
         return None
     others = [times(p) for p in peers if p.info.run_id != run.info.run_id]
-    worst = None
-    for key, ms in mine.items():
-        values = [found[key] for found in others if key in found]
-        if len(values) < MIN_PEERS:
-            continue
-        ratio = ms / statistics.median(values)
-        if worst is None or ratio > worst.ratio:
-            worst = Slowdown(*key, ratio, len(values), limit)
-    return worst
+    ratios: dict[str, dict[str, tuple[float, int]]] = {}
+    for (what, when), ms in mine.items():
+        values = [found[(what, when)] for found in others if (what, when) in found]
+        if len(values) >= MIN_PEERS:
+            ratios.setdefault(what, {})[when] = (ms / statistics.median(values), len(values))
+    judged = []
+    for what, at in ratios.items():  # slower only as far as it is at every point timed
+        slowest = min(ratio for ratio, _ in at.values())
+        judged.append(Slowdown(what, slowest, min(n for _, n in at.values()), limit, tuple(at)))
+    return max(judged, key=lambda s: s.ratio, default=None)
 
 
 def _quoted(text: str) -> str:
@@ -169,31 +172,35 @@ def header_line(names: dict[str, str], found: dict[str, Slowdown]) -> str:
 
 def sides_differ(mine: Sequence[Run], theirs: Sequence[Run], override: float | None) -> str:
     """A note where the two sides of a comparison (``theirs`` the reference) timed their
-    canaries apart beyond the threshold: ``canaries differ: cpu_gemm at the start 1.62x slower
-    than the reference's (medians of 3 and 3 runs, threshold 25%)``; empty where they agree or
-    a side has none. The reference's threshold, unless ``override``."""
+    canaries apart beyond the threshold, at every point both timed (as :func:`judge` asks of a
+    run): ``canaries differ: cpu_gemm 1.62x slower than the reference's at the start and end
+    (medians of 3 and 3 runs, threshold 25%)``; empty where they agree or a side has none. The
+    reference's threshold, unless ``override``."""
     limit = next((t for run in theirs if (t := threshold(run, override)) is not None), None)
     if limit is None:
         return ""
     ours, others = [times(run) for run in mine], [times(run) for run in theirs]
-    worst: tuple[float, str, str, int, int] | None = None
+    worst: tuple[float, str, tuple[str, ...], int, int] | None = None
     for what in CANARY_WORKLOADS:
+        found = {}
         for when in CANARY_POINTS:
             a = [t[(what, when)] for t in ours if (what, when) in t]
             b = [t[(what, when)] for t in others if (what, when) in t]
-            if not a or not b:
-                continue
-            ratio = statistics.median(a) / statistics.median(b)
-            if worst is None or _apart(ratio) > _apart(worst[0]):
-                worst = (ratio, what, when, len(a), len(b))
+            if a and b:
+                found[when] = (statistics.median(a) / statistics.median(b), len(a), len(b))
+        if not found:
+            continue
+        ratio, n_mine, n_theirs = min(found.values(), key=lambda f: _apart(f[0]))
+        if worst is None or _apart(ratio) > _apart(worst[0]):
+            worst = (ratio, what, tuple(found), n_mine, n_theirs)
     if worst is None or _apart(worst[0]) <= 1 + limit:
         return ""
-    ratio, what, when, n_mine, n_theirs = worst
+    ratio, what, points, n_mine, n_theirs = worst
     how = f"{ratio:.3g}x slower" if ratio > 1 else f"{1 / ratio:.3g}x faster"
     return (
-        f"canaries differ: {what} at the {when} {how} than the reference's (medians of "
-        f"{n_mine} and {n_theirs} runs, threshold {limit:.0%}): the sides ran on machines of "
-        "different speed"
+        f"canaries differ: {what} {how} than the reference's at the {' and '.join(points)} "
+        f"(medians of {n_mine} and {n_theirs} runs, threshold {limit:.0%}): the sides ran on "
+        "machines of different speed"
     )
 
 

@@ -75,30 +75,37 @@ def test_a_run_slower_than_its_peers_median_is_flagged_in_header_row_and_csv(
     client: MlflowClient, tmp_path: Path
 ) -> None:
     where = sweep(client)
-    gemms = [(10.0, 10.0), (10.5, 10.0), (9.8, 10.2), (10.0, 30.0), (12.0, 10.0)]
+    gemms = [(10.0, 10.0), (10.5, 10.0), (9.8, 10.2), (30.0, 28.0), (12.0, 12.0), (10.0, 40.0)]
     ids = [logged(client, where, gemm) for gemm in gemms]
     stores = Stores([client])
     runs, parent = stores.select(where[1], None)
     found = slowdowns(stores, runs)
-    assert set(found) == set(ids)  # 5 runs: each has 4 peers
-    # job 3's end: 30 ms against the median of the others' ends (10, 10, 10.2, 10)
-    assert (found[ids[3]].workload, found[ids[3]].when) == ("cpu_gemm", CANARY_END)
-    assert found[ids[3]].ratio == pytest.approx(3.0) and found[ids[3]].peers == 4
-    # job 4's start is 1.2x its peers' median (10, 10.5, 9.8, 10): within the 25% allowed
-    assert found[ids[4]].ratio == pytest.approx(12.0 / 10.0) and not found[ids[4]].slow
-    assert [found[i].slow for i in ids] == [False, False, False, True, False]
+    assert set(found) == set(ids)  # 6 runs: each has 5 peers
+    # job 3: 30 ms at its start against the median of the others' starts (10, 10.5, 9.8, 12,
+    # 10), 3x; 28 at its end against theirs (10, 10, 10.2, 12, 40): the smaller, 2.75x, is slow
+    assert (found[ids[3]].workload, found[ids[3]].points) == (
+        "cpu_gemm",
+        (CANARY_START, CANARY_END),
+    )
+    assert found[ids[3]].ratio == pytest.approx(28 / 10.2) and found[ids[3]].peers == 5
+    # job 4 is 1.2x its peers' median at its start, 1.18x (12 / 10.2) at its end: within 25%
+    assert found[ids[4]].ratio == pytest.approx(12.0 / 10.2) and not found[ids[4]].slow
+    # job 5's GEMM is 3.9x its peers' at its end only: one slow moment, not a slow machine;
+    # its slowest workload is its copy, as fast as its peers'
+    assert (found[ids[5]].workload, found[ids[5]].ratio) == ("cpu_copy", 1.0)
+    assert [found[i].slow for i in ids] == [False, False, False, True, False, False]
 
     report = build(stores, runs, parent)
     header = dict(report.header)["machine"]
-    assert header.startswith(f"1 of 5 runs judged on a {SLOW_MACHINE} (canary slower than")
-    assert header.endswith("by more than 25%): job 3 (cpu_gemm 3x)")
+    assert header.startswith(f"1 of 6 runs judged on a {SLOW_MACHINE} (canary slower than")
+    assert header.endswith("by more than 25%): job 3 (cpu_gemm 2.75x)")
     html, md = report.write(tmp_path / "report")
-    flag = f"{SLOW_MACHINE}: canary cpu_gemm at its end 3x the median of 4 other runs"
+    flag = f"{SLOW_MACHINE}: canary cpu_gemm 2.75x the median of 5 other runs at its start and end"
     rows = [line for line in md.read_text().splitlines() if line.startswith("| job ")]
-    assert [flag in line for line in rows] == [False, False, False, True, False]
+    assert [flag in line for line in rows] == [False, False, False, True, False, False]
     assert flag in html.read_text()
     written = list(csv.DictReader((tmp_path / "report/tables/runs.csv").open()))
-    assert [r["machine"] for r in written] == ["", "", "", flag, ""]
+    assert [r["machine"] for r in written] == ["", "", "", flag, "", ""]
     by_id = {r["run_id"]: float(r[CANARY_SLOWDOWN]) for r in written}
     assert by_id == pytest.approx({i: found[i].ratio for i in ids})
 
@@ -132,7 +139,7 @@ def test_the_threshold_is_the_runs_own_unless_the_report_is_given_one(
     where = sweep(client)
     tolerant = {CANARY_THRESHOLD_TAG: "0.5"}
     ids = [logged(client, where, (10.0, 10.0)) for _ in range(3)]
-    ids.append(logged(client, where, (14.0, 10.0), tags=tolerant))
+    ids.append(logged(client, where, (14.0, 14.0), tags=tolerant))
     stores = Stores([client])
     runs, _ = stores.select(where[1], None)
     run = next(r for r in runs if r.info.run_id == ids[-1])
@@ -158,7 +165,9 @@ def test_by_and_baseline_note_when_the_sides_canaries_differ_and_keep_their_verd
     compared = by_key(runs, "env.host")
     (pair,) = compared.pairs
     (comparison,) = compared.comparisons
-    assert comparison.note.startswith("canaries differ: cpu_gemm at the start 2x slower than the")
+    assert comparison.note.startswith(
+        "canaries differ: cpu_gemm 2x slower than the reference's at the start and end"
+    )
     assert "threshold 25%" in comparison.note and comparison.note in comparison.cell()
     sides = [Group(host, pair.sides[host].runs) for host in ("node-2", "node-1")]
     (plain,) = versus(*sides, comparison.comparison)
