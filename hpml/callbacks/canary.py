@@ -10,7 +10,7 @@ import lightning as L
 from hpml.analysis.canary import Reading, describe, measure, plan
 from hpml.callbacks.base import HpmlCallback
 from hpml.callbacks.in_array import InArray
-from hpml.callbacks.logging import log_metrics, set_tags
+from hpml.callbacks.logging import log_metrics, mlflow_loggers
 from hpml.names import CANARY_END, CANARY_PLAN_TAG, CANARY_START, CANARY_THRESHOLD_TAG
 from hpml.ranges import Count, Range, Steps
 
@@ -63,16 +63,23 @@ class Canary(HpmlCallback):
         self.start = self._measure(trainer)
         workloads = [t.workload for t in self.start.timings]
         log_metrics(trainer, self.start.metrics(CANARY_START))
-        set_tags(
-            trainer,
-            {
-                CANARY_PLAN_TAG: describe(workloads, self.repeats, self.warmup),
-                CANARY_THRESHOLD_TAG: f"{self.slow_above:g}",
-            },
-        )
+        tags = {
+            CANARY_PLAN_TAG: describe(workloads, self.repeats, self.warmup),
+            CANARY_THRESHOLD_TAG: f"{self.slow_above:g}",
+        }
+        _set_tags(trainer, tags)
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.start is None or self.ended or (self.until_test and stage != "test"):
             return
         self.ended = True
         log_metrics(trainer, self._measure(trainer).metrics(CANARY_END))
+
+
+def _set_tags(trainer: L.Trainer, tags: dict[str, str]) -> None:
+    """``tags`` on the run in one write: a write per tag costs the run's start a store
+    transaction each, about as long as the canary's own work."""
+    from mlflow.entities import RunTag
+
+    for logger in mlflow_loggers(trainer):
+        logger.experiment.log_batch(logger.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
