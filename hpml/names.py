@@ -212,20 +212,23 @@ def ncu(region: str, quantity: str, unit: str) -> str:
 
 # What the canary (hpml.callbacks.canary) logs: a fixed reference workload timed at a run's start
 # and end, ``canary/<workload>_<when>_<unit>``; the report reads the times back.
-CANARY = "canary"
 CANARY_WORKLOADS = ("cpu_gemm", "cpu_copy", "cuda_gemm", "h2d_copy")
-CANARY_POINTS = CANARY_START, CANARY_END = "start", "end"
-CANARY_THREADS = "threads"  # torch's intra-op threads the canary ran at: canary/threads_start_count
+CANARY_POINTS = ("start", "end")  # when a run times it
 CANARY_PLAN_TAG = "hpml.canary.plan"  # the workloads, sizes and repeats: runs alike are comparable
 CANARY_THRESHOLD_TAG = "hpml.canary.slow_above"  # the fraction slower the report calls slow
 # the report's own figure, never logged: a run's canary time over the median of its peers'
-CANARY_SLOWDOWN = metric(CANARY, "slowdown", X)
+CANARY_SLOWDOWN = metric("canary", "slowdown", X)
 
 
 def canary(what: str, when: str, unit: str) -> str:
     """A canary figure at the run's ``when`` (start, end): ``canary("cpu_gemm", "start", MS)``
     -> ``"canary/cpu_gemm_start_ms"``."""
-    return metric(CANARY, f"{what}_{when}", unit)
+    return metric("canary", f"{what}_{when}", unit)
+
+
+def canary_threads(when: str) -> str:
+    """Torch's intra-op threads the canary ran at: ``canary/threads_start_count``."""
+    return canary("threads", when, COUNT)
 
 
 MEMBER_PREFIX = "fused"

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hpml.names import BYTES_PER_S, CANARY_THREADS, COUNT, FLOPS_PER_S, MS, canary
+from hpml.names import BYTES_PER_S, FLOPS_PER_S, MS, canary, canary_threads
 
 GEMM, COPY = "gemm", "copy"
 MIB = 1 << 20
@@ -112,7 +112,7 @@ class Reading:
     def metrics(self, when: str) -> dict[str, float]:
         """``canary/<workload>_<when>_ms`` (the best repeat), its rate
         (``_flops_per_s``, ``_bytes_per_s``) and ``canary/threads_<when>_count``."""
-        found = {canary(CANARY_THREADS, when, COUNT): float(self.threads)}
+        found = {canary_threads(when): float(self.threads)}
         for t in self.timings:
             found[canary(t.workload.name, when, MS)] = t.best_s * 1e3
             found[canary(t.workload.name, when, t.workload.rate_unit)] = t.rate

@@ -11,11 +11,12 @@ from hpml.analysis.canary import Reading, describe, measure, plan
 from hpml.callbacks.base import HpmlCallback
 from hpml.callbacks.in_array import InArray
 from hpml.callbacks.logging import log_metrics, mlflow_loggers
-from hpml.names import CANARY_END, CANARY_PLAN_TAG, CANARY_START, CANARY_THRESHOLD_TAG
+from hpml.names import CANARY_PLAN_TAG, CANARY_POINTS, CANARY_THRESHOLD_TAG
 from hpml.ranges import Count, Range, Steps
 
 Size = Annotated[int | None, Range(ge=1, null="not timed")]
 Mib = Annotated[float | None, Range(gt=0, null="not timed")]
+START, END = CANARY_POINTS
 
 
 class Canary(HpmlCallback):
@@ -62,7 +63,7 @@ class Canary(HpmlCallback):
             return
         self.start = self._measure(trainer)
         workloads = [t.workload for t in self.start.timings]
-        log_metrics(trainer, self.start.metrics(CANARY_START))
+        log_metrics(trainer, self.start.metrics(START))
         tags = {
             CANARY_PLAN_TAG: describe(workloads, self.repeats, self.warmup),
             CANARY_THRESHOLD_TAG: f"{self.slow_above:g}",
@@ -73,7 +74,7 @@ class Canary(HpmlCallback):
         if self.start is None or self.ended or (self.until_test and stage != "test"):
             return
         self.ended = True
-        log_metrics(trainer, self._measure(trainer).metrics(CANARY_END))
+        log_metrics(trainer, self._measure(trainer).metrics(END))
 
 
 def _set_tags(trainer: L.Trainer, tags: dict[str, str]) -> None:

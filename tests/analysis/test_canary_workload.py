@@ -13,7 +13,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from hpml.analysis.canary import MIB, describe, measure, plan
-from hpml.names import CANARY_END, CANARY_START, unit_of
+from hpml.names import CANARY_POINTS, unit_of
+
+START, END = CANARY_POINTS
 
 SMALL = {"gemm_n": 64, "copy_mib": 1}
 
@@ -72,7 +74,7 @@ def test_its_figures_carry_units_and_rates_that_match_its_times() -> None:
     began = time.perf_counter()
     reading = measure(plan("cpu", **SMALL), repeats=2, warmup=1)
     wall = time.perf_counter() - began
-    metrics = reading.metrics(CANARY_START)
+    metrics = reading.metrics(START)
     assert {name: unit_of(name) for name in metrics} == {
         "canary/threads_start_count": "count",
         "canary/cpu_gemm_start_ms": "ms",
@@ -91,7 +93,7 @@ def test_its_figures_carry_units_and_rates_that_match_its_times() -> None:
     # each (warm-up and repeats), each at least as long as the best, fit in the wall time
     assert flops < 1e14 and copied < 1e13
     assert 3 * (min(gemm.seconds) + min(copy.seconds)) < wall
-    assert set(reading.metrics(CANARY_END)) == {n.replace("_start_", "_end_") for n in metrics}
+    assert set(reading.metrics(END)) == {n.replace("_start_", "_end_") for n in metrics}
 
 
 def test_the_runs_random_stream_is_the_same_with_and_without_it() -> None:
@@ -119,7 +121,7 @@ def test_on_a_gpu_it_times_its_gemm_and_a_host_to_device_copy() -> None:
     assert torch.equal(torch.rand(4, device=device), without)
     assert counted.calls[("mm", (2048, 2048), str(device))] == 4
     assert counted.calls[("copy_", (8 * MIB,), str(device))] == 4
-    metrics = reading.metrics(CANARY_START)
+    metrics = reading.metrics(START)
     flops = metrics["canary/cuda_gemm_start_flops_per_s"]
     sent = metrics["canary/h2d_copy_start_bytes_per_s"]
     # fp16 GEMM: 1 TFLOP/s to 10 PFLOP/s; a PCIe or NVLink-C2C copy: 1 GB/s to 1 TB/s

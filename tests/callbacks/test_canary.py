@@ -20,15 +20,16 @@ import pytest
 from hpml.analysis.canary import MIB, Reading
 from hpml.callbacks.canary import Canary
 from hpml.names import (
-    CANARY_END,
     CANARY_PLAN_TAG,
-    CANARY_START,
+    CANARY_POINTS,
     CANARY_THRESHOLD_TAG,
     FLOPS_PER_S,
     MS,
     canary,
 )
 from tests.analysis.test_canary_workload import Counted
+
+START, END = CANARY_POINTS
 
 TINY = [
     "model=vae",
@@ -71,7 +72,7 @@ def test_a_run_times_its_canary_once_at_its_start_and_once_at_its_end(
     assert counted.calls[("mm", (GEMM_N, GEMM_N), "cpu")] == calls
     assert counted.calls[("copy_", (COPY_MIB * MIB // 4,), "cpu")] == calls
     metrics = run.data.metrics
-    for when in (CANARY_START, CANARY_END):
+    for when in (START, END):
         ms = metrics[canary("cpu_gemm", when, MS)]
         flops = metrics[canary("cpu_gemm", when, FLOPS_PER_S)]
         assert flops * ms / 1e3 == pytest.approx(2 * GEMM_N**3)

@@ -203,6 +203,7 @@ def test_several_stores_in_one_report_whose_csv_is_what_mlflow_holds(client, roo
         "ci_high",
         "n",
         "verdict",
+        "note",
     ]
     held = {}  # (batch, threads) -> MLflow's throughputs
     for store in (client, other):

@@ -14,10 +14,9 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 
 from hpml.names import (
-    CANARY_END,
     CANARY_PLAN_TAG,
+    CANARY_POINTS,
     CANARY_SLOWDOWN,
-    CANARY_START,
     CANARY_THRESHOLD_TAG,
     MS,
     canary,
@@ -30,6 +29,7 @@ from hpml.report.regression import slower
 from hpml.report.stores import Stores
 from tests.report.test_compare_by import ENV, sweep
 
+START, END = CANARY_POINTS
 PLAN = "cpu_gemm n=512 float32, cpu_copy 16 MiB; best of 3 after 1 warm-up"
 SPEED = "train/throughput_samples_per_s"
 
@@ -58,7 +58,7 @@ def logged(
     every["hpml.job_num"] = str(len(jobs))
     run = client.create_run(experiment, tags=every)
     metrics = {SPEED: speed}
-    for when, g, c in zip((CANARY_START, CANARY_END), gemm, copy, strict=True):
+    for when, g, c in zip((START, END), gemm, copy, strict=True):
         metrics[canary("cpu_gemm", when, MS)] = g
         metrics[canary("cpu_copy", when, MS)] = c
     client.log_batch(
@@ -85,7 +85,7 @@ def test_a_run_slower_than_its_peers_median_is_flagged_in_header_row_and_csv(
     # 10), 3x; 28 at its end against theirs (10, 10, 10.2, 12, 40): the smaller, 2.75x, is slow
     assert (found[ids[3]].workload, found[ids[3]].points) == (
         "cpu_gemm",
-        (CANARY_START, CANARY_END),
+        (START, END),
     )
     assert found[ids[3]].ratio == pytest.approx(28 / 10.2) and found[ids[3]].peers == 5
     # job 4 is 1.2x its peers' median at its start, 1.18x (12 / 10.2) at its end: within 25%
