@@ -3,8 +3,8 @@ can tell afterwards whether its machine ran slow.
 
 Every run times the same small pieces of work: an fp32 GEMM and a memory copy on the CPU, and
 on a GPU also an fp16 GEMM and a copy from pinned host memory to the device. Each is the best
-of a few repeats after a warm-up one (other load only ever slows a repeat down), at torch's
-current thread count. Its operands come from generators of its own, inside
+of a few repeats after a warm-up one (other load only ever slows a repeat down), within a time
+budget, at torch's current thread count. Its operands come from generators of its own, inside
 ``torch.random.fork_rng``: the run draws the same random numbers with it as without it.
 Usable from plain PyTorch: :func:`plan`, then :func:`measure`.
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hpml.names import BYTES_PER_S, FLOPS_PER_S, MS, canary, canary_threads
+from hpml.names import BYTES_PER_S, COUNT, FLOPS_PER_S, MS, canary, canary_threads
 
 GEMM, COPY = "gemm", "copy"
 MIB = 1 << 20
@@ -111,19 +111,24 @@ class Reading:
 
     def metrics(self, when: str) -> dict[str, float]:
         """``canary/<workload>_<when>_ms`` (the best repeat), its rate
-        (``_flops_per_s``, ``_bytes_per_s``) and ``canary/threads_<when>_count``."""
+        (``_flops_per_s``, ``_bytes_per_s``), the repeats it is the best of
+        (``canary/<workload>_<when>_repeats_count``) and ``canary/threads_<when>_count``."""
         found = {canary_threads(when): float(self.threads)}
         for t in self.timings:
             found[canary(t.workload.name, when, MS)] = t.best_s * 1e3
             found[canary(t.workload.name, when, t.workload.rate_unit)] = t.rate
+            found[canary(t.workload.name, f"{when}_repeats", COUNT)] = float(len(t.seconds))
         return found
 
 
-def describe(workloads: Sequence[Workload], repeats: int, warmup: int) -> str:
-    """``cpu_gemm n=512 float32, cpu_copy 16 MiB; best of 3 after 1 warm-up``: the plan, as
-    its tag names it; runs with equal plans time the same work."""
+def describe(
+    workloads: Sequence[Workload], repeats: int, warmup: int, budget_s: float | None = None
+) -> str:
+    """``cpu_gemm n=512 float32, cpu_copy 16 MiB; best of 3 after 1 warm-up within 0.06 s``:
+    the plan, as its tag names it; runs with equal plans time the same work alike."""
     listed = ", ".join(w.describe() for w in workloads)
-    return f"{listed}; best of {repeats} after {warmup} warm-up"
+    within = f" within {budget_s:g} s" if budget_s is not None else ""
+    return f"{listed}; best of {repeats} after {warmup} warm-up{within}"
 
 
 def _operation(workload: Workload) -> Callable[[], object]:
@@ -174,21 +179,39 @@ def _quiet(workloads: Sequence[Workload]) -> Iterator[None]:
         yield
 
 
-def measure(workloads: Sequence[Workload], repeats: int = 3, warmup: int = 1) -> Reading:
-    """Time each workload ``warmup`` times untimed, then ``repeats`` times; each workload's
-    operands are freed before the next one's are made."""
+def measure(
+    workloads: Sequence[Workload],
+    repeats: int = 3,
+    warmup: int = 1,
+    budget_s: float | None = None,
+) -> Reading:
+    """Time each workload ``warmup`` times untimed, then up to ``repeats`` times; each
+    workload's operands are freed before the next one's are made.
+
+    Args:
+        budget_s: the seconds all workloads may take together, an equal share each: a workload
+            whose share is spent (making its operands and its warm-up count) stops repeating
+            after its first timed call, so a loaded machine cannot make the canary cost much
+            more (one call per workload at most); None: every repeat.
+    """
     if repeats < 1:
         raise ValueError(f"repeats={repeats}: the canary needs at least one timed repeat")
+    share = None if budget_s is None else budget_s / max(len(workloads), 1)
     timings = []
     with _quiet(workloads):
         for workload in workloads:
             device = torch.device(workload.device)
             on = torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+            began = time.perf_counter()
             with on:
                 operation = _operation(workload)
                 for _ in range(warmup):
                     _seconds(operation, device)
-                seconds = tuple(_seconds(operation, device) for _ in range(repeats))
+                seconds = [_seconds(operation, device)]
+                while len(seconds) < repeats and (
+                    share is None or time.perf_counter() - began < share
+                ):
+                    seconds.append(_seconds(operation, device))
             del operation
-            timings.append(Timing(workload, seconds))
+            timings.append(Timing(workload, tuple(seconds)))
     return Reading(tuple(timings), torch.get_num_threads())

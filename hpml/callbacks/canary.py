@@ -21,9 +21,11 @@ START, END = CANARY_POINTS
 
 class Canary(HpmlCallback):
     """Times the reference workload as the run's first stage is set up and as its last one is
-    torn down, and logs ``canary/<workload>_{start,end}_{ms,flops_per_s,bytes_per_s}`` and
-    ``canary/threads_{start,end}_count``; tags the plan (``hpml.canary.plan``) and the
-    threshold (``hpml.canary.slow_above``) the report judges the run by.
+    torn down, each within ``budget_s``, and logs
+    ``canary/<workload>_{start,end}_{ms,flops_per_s,bytes_per_s}``,
+    ``canary/<workload>_{start,end}_repeats_count`` and ``canary/threads_{start,end}_count``;
+    tags the plan (``hpml.canary.plan``) and the threshold (``hpml.canary.slow_above``) the
+    report judges the run by.
 
     The run's last stage is its test where ``until_test`` (the run's ``test``), else its fit:
     a fit-only run ends at fit's teardown, a test-only one starts and ends around its test.
@@ -41,6 +43,7 @@ class Canary(HpmlCallback):
         h2d_mib: Mib = 16,
         repeats: Count = 3,
         warmup: Steps = 1,
+        budget_s: Annotated[float | None, Range(gt=0, null="every repeat")] = 0.06,
         slow_above: Annotated[float, Range(gt=0, note="a fraction: 0.25 = 25% slower")] = 0.25,
         until_test: bool = False,
     ) -> None:
@@ -50,13 +53,14 @@ class Canary(HpmlCallback):
             "cuda_gemm_n": cuda_gemm_n,
             "h2d_mib": h2d_mib,
         }
-        self.repeats, self.warmup = repeats, warmup
+        self.repeats, self.warmup, self.budget_s = repeats, warmup, budget_s
         self.slow_above, self.until_test = slow_above, until_test
         self.start: Reading | None = None
         self.ended = False
 
     def _measure(self, trainer: L.Trainer) -> Reading:
-        return measure(plan(trainer.strategy.root_device, **self.sizes), self.repeats, self.warmup)
+        workloads = plan(trainer.strategy.root_device, **self.sizes)
+        return measure(workloads, self.repeats, self.warmup, self.budget_s)
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.start is not None:
@@ -65,7 +69,7 @@ class Canary(HpmlCallback):
         workloads = [t.workload for t in self.start.timings]
         log_metrics(trainer, self.start.metrics(START))
         tags = {
-            CANARY_PLAN_TAG: describe(workloads, self.repeats, self.warmup),
+            CANARY_PLAN_TAG: describe(workloads, self.repeats, self.warmup, self.budget_s),
             CANARY_THRESHOLD_TAG: f"{self.slow_above:g}",
         }
         _set_tags(trainer, tags)

@@ -57,6 +57,7 @@ def test_a_cpu_run_plans_a_gemm_and_a_copy_and_a_gpu_run_also_its_own_two() -> N
     assert describe(cpu, 3, 1) == (
         "cpu_gemm n=768 float32, cpu_copy 32 MiB; best of 3 after 1 warm-up"
     )
+    assert describe(cpu, 3, 1, 0.06).endswith("best of 3 after 1 warm-up within 0.06 s")
 
 
 def test_it_runs_exactly_the_planned_work_and_nothing_more() -> None:
@@ -70,6 +71,17 @@ def test_it_runs_exactly_the_planned_work_and_nothing_more() -> None:
     assert [len(t.seconds) for t in reading.timings] == [3, 3]
 
 
+def test_a_spent_budget_stops_each_workload_after_one_timed_call() -> None:
+    """A loaded machine cannot make it cost much more than its budget: a workload whose share
+    is spent times one call after its warm-up."""
+    with Counted() as counted:
+        reading = measure(plan("cpu", **SMALL), repeats=3, warmup=1, budget_s=1e-9)
+    assert counted.calls == {("mm", (64, 64), "cpu"): 2, ("copy_", (MIB // 4,), "cpu"): 2}
+    metrics = reading.metrics(START)
+    assert metrics["canary/cpu_gemm_start_repeats_count"] == 1
+    assert metrics["canary/cpu_copy_start_repeats_count"] == 1
+
+
 def test_its_figures_carry_units_and_rates_that_match_its_times() -> None:
     began = time.perf_counter()
     reading = measure(plan("cpu", **SMALL), repeats=2, warmup=1)
@@ -81,7 +93,10 @@ def test_its_figures_carry_units_and_rates_that_match_its_times() -> None:
         "canary/cpu_gemm_start_flops_per_s": "flops_per_s",
         "canary/cpu_copy_start_ms": "ms",
         "canary/cpu_copy_start_bytes_per_s": "bytes_per_s",
+        "canary/cpu_gemm_start_repeats_count": "count",
+        "canary/cpu_copy_start_repeats_count": "count",
     }
+    assert metrics["canary/cpu_gemm_start_repeats_count"] == 2
     assert metrics["canary/threads_start_count"] == torch.get_num_threads()
     gemm, copy = reading.timings
     assert metrics["canary/cpu_gemm_start_ms"] == min(gemm.seconds) * 1e3
