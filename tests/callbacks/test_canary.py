@@ -116,18 +116,18 @@ class PinnedCanary(Canary):
             return super()._measure(trainer)
 
 
-BURNERS = 3
+BURNERS = 5
 
 
 def test_a_burner_started_half_way_flags_the_runs_beside_it_and_none_before(root: Path) -> None:
     """Four identical runs (repeats) with one torch thread, each canary on one CPU; after the
-    second run, three processes start spinning on that CPU. Each run's canary is judged against
+    second run, five processes start spinning on that CPU. Each run's canary is judged against
     the median of the other three, as the report reads the store.
 
-    Why noise from others cannot flip it: a canary beside the burners gets at most 1/4 of its
+    Why noise from others cannot flip it: a canary beside the burners gets at most 1/6 of its
     CPU where one before them got up to all of it, while others' threads on that CPU count
-    alike in both: with ``o`` of them, a repeat takes (4 + o) / (1 + o) times as long, 1.6x
-    at o = 4 (a load average of about 10 on 2 cores), against the 1.25x flagged. A run beside
+    alike in both: with ``o`` of them, a repeat takes (6 + o) / (1 + o) times as long, 2x at
+    o = 4 (a load average of about 10 on 2 cores), against the 1.25x flagged. A run beside
     the burners is compared with a median that holds the slower of the two runs before them,
     one before them with the faster of the two beside them. Each repeat (a GEMM of 768 and a
     copy of 32 MiB, on one thread) lasts several scheduler slices, so no best repeat slips
