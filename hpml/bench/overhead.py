@@ -129,7 +129,17 @@ def overrides(settings: Settings, root: Path, config: Config | None = None) -> l
         f"trainer.precision={config.precision}",
         "data.placement=device",
         f"data.batch_size={config.batch}",
-        f"data.train_samples={config.batch * (settings.warmup + settings.steps)}",
+        *training_window(settings, root, config.batch),
+        f"+callbacks.bench_cpu._target_={CpuWindow.__module__}.{CpuWindow.__qualname__}",
+        f"+callbacks.bench_cpu.warmup_steps={settings.warmup}",
+    ]
+
+
+def training_window(settings: Settings, root: Path, batch: int) -> list[str]:
+    """A bench job's training only: one epoch of the bench's warm-up and timed steps of
+    ``batch``, no validation, test or progress bar, into the bench's own store."""
+    return [
+        f"data.train_samples={batch * (settings.warmup + settings.steps)}",
         "trainer.max_epochs=1",
         "++trainer.limit_val_batches=0",
         "test=false",
@@ -137,8 +147,6 @@ def overrides(settings: Settings, root: Path, config: Config | None = None) -> l
         f"callbacks.perf.warmup_steps={settings.warmup}",
         "logger.experiment_name=bench",
         f"logger.tracking_uri=sqlite:///{root / 'mlflow.db'}",
-        f"+callbacks.bench_cpu._target_={CpuWindow.__module__}.{CpuWindow.__qualname__}",
-        f"+callbacks.bench_cpu.warmup_steps={settings.warmup}",
     ]
 
 

@@ -17,7 +17,7 @@ import torch
 from hpml import names
 from hpml.analysis.devices import default_device, device_name
 from hpml.bench.harness import CaseResult, Measurement, Ratio, Report, Settings, run_case
-from hpml.bench.overhead import compose_in, quiet_lightning, train_quietly
+from hpml.bench.overhead import compose_in, quiet_lightning, train_quietly, training_window
 
 THROUGHPUT = "throughput_samples_per_s"
 MODELS = {  # model -> its overrides, batch size included
@@ -33,14 +33,7 @@ def overrides(model: str, placement: str, settings: Settings, root: Path) -> lis
     return [
         *MODELS[model],
         f"data.placement={placement}",
-        f"data.train_samples={batch * (settings.warmup + settings.steps)}",
-        "trainer.max_epochs=1",
-        "++trainer.limit_val_batches=0",
-        "test=false",
-        "++trainer.enable_progress_bar=false",
-        f"callbacks.perf.warmup_steps={settings.warmup}",
-        "logger.experiment_name=bench",
-        f"logger.tracking_uri=sqlite:///{root / 'mlflow.db'}",
+        *training_window(settings, root, batch),
     ]
 
 
