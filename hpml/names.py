@@ -1,5 +1,5 @@
 """Metric names, built in one place as ``<stage>/<quantity>_<unit>``: every number says its unit;
-how a unit reads (its label, its decimal prefix)."""
+how a unit reads (its label, its decimal prefix); the keys of the tags hpml writes and reads."""
 
 from __future__ import annotations
 
@@ -229,6 +229,48 @@ def canary(what: str, when: str, unit: str) -> str:
 def canary_threads(when: str) -> str:
     """Torch's intra-op threads the canary ran at: ``canary/threads_start_count``."""
     return canary("threads", when, COUNT)
+
+
+# Run tags: the machine a run ran on and its code (hpml.tracking.tags), read back by the report.
+DEVICE_TAG, DEVICE_MEMORY_TAG = "hpml.device", "hpml.device_memory_bytes"
+HOST_TAG, OS_TAG, CPU_MODEL_TAG = "hpml.host", "hpml.os", "hpml.cpu_model"
+CPU_COUNT_TAG, CPU_THREADS_TAG = "hpml.cpu_count", "hpml.cpu_threads"
+PROCESSES_TAG, LOAD_TAG = "hpml.processes", "hpml.load_avg_1m_5m_15m"
+PYTHON_TAG, TORCH_TAG = "hpml.python_version", "hpml.torch_version"
+CUDA_TAG, CUDA_AVAILABLE_TAG = "hpml.cuda_version", "hpml.cuda_available"
+COMMIT_TAG, DIRTY_TAG = "hpml.git_commit", "hpml.git_dirty"
+# the job: its command, folder and options, its place in a sweep, how it failed
+COMMAND_TAG, OUTPUT_DIR_TAG, ERROR_TAG = "hpml.command", "hpml.output_dir", "hpml.error"
+SWEEP_DIR_TAG, SWEEP_COMMAND_TAG = "hpml.sweep_dir", "hpml.sweep_command"
+SWEEP_PARENT_TAG, JOB_NUM_TAG = "hpml.sweep_parent", "hpml.job_num"
+CHOICE_TAG = "hpml.choice."  # + a config group: the option the job chose
+PATH_TAG = "hpml.path."  # + a config key: a path the config held (hpml.tracking.records)
+MODEL_FORMAT_TAG, MODEL_ERROR_TAG = "hpml.model_format", "hpml.model_error"
+# a run's checkpoints (hpml.tracking.resume): their paths on disk, and the writer's host:pid
+LAST_TAG, BEST_TAG = "hpml.checkpoint.last", "hpml.checkpoint.best"
+WRITER_TAG = "hpml.checkpoint.writer"
+# a member of a fused array: its index, the array's size and the leader's job folder (which the
+# members of one array share), the step its loss stopped being finite
+FUSED_TAG, ARRAY_SIZE_TAG = "hpml.fused", "hpml.fused.array_size"
+MEMBER_TAG, ARRAY_TAG = "hpml.fused.member", "hpml.fused.array"
+DIVERGED_TAG = "hpml.fused.diverged_at_step"
+# what a run measured under (hpml.callbacks.perf): load that made it noisy, whose peak memory
+NOISY_TAG, NOISY_REASON_TAG = "hpml.noisy", "hpml.noisy.reason"
+PEAK_MEMORY_SOURCE_TAG = "hpml.peak_memory_source"
+TARGET_TAG, TARGET_MET_TAG = "hpml.target", "hpml.target.met"  # hpml.callbacks.target
+STORE_TAG = "hpml.report.store"  # the store the report read a run from: set as read, never logged
+
+
+def choice_tag(group: str) -> str:
+    """The option a job chose for a config group: ``hpml.choice.model``."""
+    return f"{CHOICE_TAG}{group}"
+
+
+def step_tag(step: str, key: str) -> str:
+    """What a step's callback says of how it ran: ``step_tag("compile", "mode")`` ->
+    ``hpml.compile.mode``; also a side-by-side comparison's (``compare``, ``prune.clock``) and
+    the search's (``optuna``), on a trial or the search's parent run."""
+    return f"hpml.{step}.{key}"
 
 
 MEMBER_PREFIX = "fused"

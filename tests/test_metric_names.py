@@ -1,11 +1,12 @@
-"""Metric names are built in one place (hpml.names) and read back through it: the report and the
-bench spell at most ``ALLOWED`` names as string literals, and the names they read are the ones
-runs in existing stores carry."""
+"""Metric names and tag keys are built in one place (hpml.names) and read back through it: the
+report and the bench spell at most ``ALLOWED`` metric names as string literals, hpml/ no tag key
+outside names.py, and the names they read are the ones runs in existing stores carry."""
 
 from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,10 +18,26 @@ READERS = ("hpml/report", "hpml/bench")
 ALLOWED = 2
 # ``<stage>/<quantity>_<unit>``, the units a literal is most often spelt with
 SHAPED = re.compile(r"^[a-z][a-z0-9_]*/[a-z][a-z0-9_]*_(ms|x|bytes|samples_per_s|count|pct|s)$")
+# a tag key or the prefix of a family of them: ``hpml.device``, ``hpml.choice.``
+TAG = re.compile(r"^hpml\.[a-z0-9_]+(\.[a-z0-9_]*)*$")
+NOT_TAGS = {"hpml.trace", "hpml.verbose"}  # the job log's logger, the config's own node
+# still spelling their tag keys: the GPU kit (names.py is standard library only, as its module
+# level must be) and advise
+SPELT_ELSEWHERE = ("hpml/names.py", "hpml/gpu/", "hpml/advise/")
 
 
-def literals(folder: Path, root: Path = ROOT) -> list[str]:
-    """``path:line: name`` of each string constant of ``folder``'s modules shaped like a
+def is_tag(text: str) -> bool:
+    """Shaped like a tag key and naming no module or package of hpml (``hpml.train``)."""
+    if not TAG.match(text) or text in NOT_TAGS:
+        return False
+    path = ROOT / text.rstrip(".").replace(".", "/")
+    return not (path.with_suffix(".py").is_file() or path.is_dir())
+
+
+def literals(
+    folder: Path, root: Path = ROOT, shaped: Callable[[str], object] = SHAPED.match
+) -> list[str]:
+    """``path:line: name`` of each string constant of ``folder``'s modules ``shaped`` like a
     metric name; docstrings (expression statements) are not read."""
     found = []
     for path in sorted(folder.rglob("*.py")):
@@ -35,7 +52,7 @@ def literals(folder: Path, root: Path = ROOT) -> list[str]:
                 isinstance(node, ast.Constant)
                 and isinstance(node.value, str)
                 and id(node) not in docstrings
-                and SHAPED.match(node.value)
+                and shaped(node.value)
             ):
                 found.append(f"{path.relative_to(root)}:{node.lineno}: {node.value}")
     return found
@@ -55,6 +72,25 @@ def test_the_scan_finds_a_literal_and_skips_a_docstring(tmp_path):
     assert [line.rsplit(": ", 1)[1] for line in literals(tmp_path, tmp_path)] == [
         "prune_after/size_bytes"
     ]
+
+
+def test_hpml_spells_tag_keys_through_hpml_names():
+    spelt = [
+        line
+        for line in literals(ROOT / "hpml", shaped=is_tag)
+        if not line.startswith(SPELT_ELSEWHERE)
+    ]
+    assert not spelt, "tag keys spelt as literals (use hpml.names):\n" + "\n".join(spelt)
+
+
+def test_the_tag_scan_finds_keys_and_prefixes_not_modules_or_loggers(tmp_path):
+    (tmp_path / "m.py").write_text(
+        '"""Reads hpml.device."""\n\nimport logging\n\n'
+        'KEY = "hpml.noisy"\nCHOICE = f"hpml.choice.{1}"\nMODULE = "hpml.train"\n'
+        'log = logging.getLogger("hpml.trace")\nCOMMAND = "python -m hpml.train"\n'
+    )
+    found = [line.rsplit(": ", 1)[1] for line in literals(tmp_path, tmp_path, is_tag)]
+    assert found == ["hpml.noisy", "hpml.choice."]
 
 
 @pytest.mark.parametrize(
@@ -79,6 +115,8 @@ def test_the_scan_finds_a_literal_and_skips_a_docstring(tmp_path):
         (names.val_acc("compile_before"), "compile_before/val_acc_pct"),
         (names.speedup("prune", 1), "prune/speedup_b1_x"),
         (names.speedup("quant", 4, "_rounds", names.COUNT), "quant/speedup_b4_rounds_count"),
+        (names.choice_tag("model"), "hpml.choice.model"),
+        (names.step_tag("compare", "prune.clock"), "hpml.compare.prune.clock"),
     ],
 )
 def test_names_read_back_are_those_runs_carry(built, logged):

@@ -18,6 +18,7 @@ from hpml.callbacks.base import HpmlCallback
 from hpml.callbacks.logging import set_tags
 from hpml.errors import ConfigError, one_of
 from hpml.models.base import HpmlModule
+from hpml.names import step_tag
 from hpml.optimize.activations import Bf16SavedTensors, Stage, checkpointed, resolve
 
 
@@ -49,8 +50,8 @@ class Activations(HpmlCallback):
         set_tags(
             trainer,
             {
-                "hpml.activations.method": self.method,
-                "hpml.activations.modules": ",".join(map(str, stages)) or "-",
+                step_tag("activations", "method"): self.method,
+                step_tag("activations", "modules"): ",".join(map(str, stages)) or "-",
             },
         )
 

@@ -35,7 +35,7 @@ from hpml.callbacks.measure import (
 )
 from hpml.callbacks.measure_settings import OptimizationStep
 from hpml.errors import ConfigError, IncompatibleError, one_of
-from hpml.names import AFTER, BEFORE, S, X, metric, side, verdict_tag
+from hpml.names import AFTER, BEFORE, S, X, metric, side, step_tag, verdict_tag
 from hpml.optimize.compile import (
     UNKNOWN,
     Compiled,
@@ -155,8 +155,8 @@ class Compile(OptimizationStep):
         set_tags(
             trainer,
             {
-                "hpml.compile.train": "compiled" if keep else "eager",
-                "hpml.compile.mode": self.mode,
+                step_tag("compile", "train"): "compiled" if keep else "eager",
+                step_tag("compile", "mode"): self.mode,
             },
         )
 
@@ -230,10 +230,9 @@ class Compile(OptimizationStep):
         for name in built:
             metrics |= latency_metrics("compile_auto", f"{name}_latency_b{batch}", timings[name])
         log_metrics(trainer, metrics)
-        set_tags(
-            trainer,
-            {"hpml.compile.auto.choice": choice, "hpml.compile.auto.candidates": ",".join(built)},
-        )
+        tags = {step_tag("compile", "auto.choice"): choice}
+        tags[step_tag("compile", "auto.candidates")] = ",".join(built)
+        set_tags(trainer, tags)
         others = "; ".join(f"{n} {_median_iqr(timings[n])}" for n in built if n != choice)
         log.info(  # the choice asked for: said, not warned
             f"compile=auto: deploying {choice}, the fastest at batch {batch}: "
@@ -293,17 +292,17 @@ class Compile(OptimizationStep):
             },
         )
         tags = {
-            "hpml.compile.method": self.method_name,
-            "hpml.compile.device": str(device),
-            "hpml.compile.conv_kernel": ",".join(kernels) or "none",
-            "hpml.compile.deployed": compiled.method if deploy else EAGER,
+            step_tag("compile", "method"): self.method_name,
+            step_tag("compile", "device"): str(device),
+            step_tag("compile", "conv_kernel"): ",".join(kernels) or "none",
+            step_tag("compile", "deployed"): compiled.method if deploy else EAGER,
         }
         if "torch_compile" in (self.method_name, compiled.method):
             tags |= {
-                "hpml.compile.mode": self.mode,
-                "hpml.compile.freezing": str(self.freezing).lower(),
-                "hpml.compile.channels_last": str(self.channels_last).lower(),
-                "hpml.compile.cache_dir": str(self.cache_dir or workdir / "inductor_cache"),
+                step_tag("compile", "mode"): self.mode,
+                step_tag("compile", "freezing"): str(self.freezing).lower(),
+                step_tag("compile", "channels_last"): str(self.channels_last).lower(),
+                step_tag("compile", "cache_dir"): str(self.cache_dir or workdir / "inductor_cache"),
             }
         set_tags(trainer, tags)
         if compiled.artifact is not None:

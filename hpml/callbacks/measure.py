@@ -36,7 +36,7 @@ from hpml.callbacks.logging import log_metrics, set_tags
 from hpml.callbacks.measure_settings import Settings
 from hpml.errors import ConfigError
 from hpml.models.base import HpmlModule
-from hpml.names import BYTES, COUNT, MS, NATS, PCT, X, metric, verdict_tag
+from hpml.names import BYTES, COUNT, MS, NATS, PCT, X, metric, step_tag, verdict_tag
 from hpml.optimize.quant.base import OnDevice
 from hpml.tensors import batch_size
 
@@ -205,7 +205,8 @@ def compare(
             metrics |= latency_metrics(side.stage, f"latency_b{batch}", timing[side.stage])
     devices = f"{before.device} vs {after.device}"
     clock = next(iter(timings.values()))[before.stage].clock
-    tags = {f"hpml.compare.{name}.devices": devices, f"hpml.compare.{name}.clock": clock}
+    tags = {step_tag("compare", f"{name}.devices"): devices}
+    tags[step_tag("compare", f"{name}.clock")] = clock
     lines, rounds = [], []
     for batch, timing in timings.items():
         ratio = speedup(timing[before.stage].rounds_ms, timing[after.stage].rounds_ms)
@@ -213,7 +214,7 @@ def compare(
         metrics |= speedup_metrics(name, quantity, ratio)
         stopped = timing[before.stage].stopped
         tags[verdict_tag(name, batch)] = ratio.verdict
-        tags[f"hpml.compare.{name}.{quantity}_stopped"] = stopped
+        tags[step_tag("compare", f"{name}.{quantity}_stopped")] = stopped
         across = "" if before.device == after.device else f"; across devices: {devices}"
         lines.append(f"{name}: speed-up at batch {batch}: {ratio.describe()}{across}")
         rounds.append(f"batch {batch}: {ratio.interval.n} rounds, {STOP_WORDS[stopped]}")

@@ -14,6 +14,7 @@ import lightning as L
 
 from hpml.callbacks.base import HpmlCallback
 from hpml.callbacks.logging import set_tags
+from hpml.names import step_tag
 
 PRUNED_ATTR = "pruned_at_epoch"
 
@@ -74,7 +75,7 @@ class OptunaPruning(HpmlCallback):
             set_tags(
                 trainer,
                 {
-                    "hpml.optuna.state": "PRUNED",
-                    "hpml.optuna.pruned_at_epoch": str(trainer.current_epoch),
+                    step_tag("optuna", "state"): "PRUNED",
+                    step_tag("optuna", "pruned_at_epoch"): str(trainer.current_epoch),
                 },
             )

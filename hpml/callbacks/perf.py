@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import lightning as L
 from lightning.pytorch.trainer.states import TrainerFn
 
+from hpml import names
 from hpml.analysis.memory import peak_memory_bytes, peak_rss_bytes, reset_peak_memory
 from hpml.analysis.noise import NoiseProbe, NoiseRule, judge
 from hpml.analysis.stats import cv_pct
@@ -165,7 +166,7 @@ class PerformanceMonitor(HpmlCallback):
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         _, source = peak_memory_bytes(pl_module.device)
-        set_tags(trainer, {"hpml.peak_memory_source": source})
+        set_tags(trainer, {names.PEAK_MEMORY_SOURCE_TAG: source})
         if self.probe.windows == 0:  # not yet measuring: the run's processes, for the probe
             self.probe = NoiseProbe(_run_pids(trainer))
 
@@ -190,11 +191,11 @@ class PerformanceMonitor(HpmlCallback):
         reason = judge(shares, cv, len(self.train_steps_s), self.rule)
         if self.noisy_reason is None and reason is not None:  # noisy once, noisy for good
             self.noisy_reason = reason
-            set_tags(trainer, {"hpml.noisy": "true", "hpml.noisy.reason": reason})
+            set_tags(trainer, {names.NOISY_TAG: "true", names.NOISY_REASON_TAG: reason})
             if trainer.is_global_zero:
                 log.warning("hpml: timings of this run are noisy: %s", reason)
         elif self.noisy_reason is None:
-            set_tags(trainer, {"hpml.noisy": "false"})
+            set_tags(trainer, {names.NOISY_TAG: "false"})
 
     def on_fit_end(self, trainer: L.Trainer, *_: Any) -> None:
         self.probe.close()

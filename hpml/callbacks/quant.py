@@ -23,7 +23,7 @@ from hpml.callbacks.logging import log_text, mlflow_loggers, set_tags
 from hpml.callbacks.measure import Side, compare, on_trainer_device
 from hpml.callbacks.measure_settings import OptimizationStep
 from hpml.errors import ConfigError, IncompatibleError, non_negative_int, positive_int
-from hpml.names import AFTER, BEFORE, S, metric, side
+from hpml.names import AFTER, BEFORE, S, metric, side, step_tag
 from hpml.optimize.quant import OnDevice, Quantizer, apply_quant
 from hpml.optimize.quant.base import no_calibration
 from hpml.tensors import first_tensor
@@ -133,7 +133,8 @@ class Quantize(HpmlCallback):
         q.check_inputs(pl_module.net, pl_module.example_input(1))
         example = torch.rand_like(pl_module.example_input(2).cpu().float())
         self.quantizer = q = q.for_net(pl_module.net, example)
-        set_tags(trainer, {"hpml.quant.method": q.method, "hpml.quant.backend": q.backend})
+        tags = {step_tag("quant", "method"): q.method, step_tag("quant", "backend"): q.backend}
+        set_tags(trainer, tags)
         for logger in mlflow_loggers(trainer):  # as prune.method: the name the config leaves out
             logger.log_hyperparams({"quant.method": q.method})
 
@@ -145,7 +146,7 @@ class Quantize(HpmlCallback):
             return
         self._keep_float(pl_module)
         pl_module.net = self.quantizer.prepare_qat(pl_module.net, pl_module.example_input(1))
-        set_tags(trainer, {"hpml.quant.qat_start_epoch": str(trainer.current_epoch)})
+        set_tags(trainer, {step_tag("quant", "qat_start_epoch"): str(trainer.current_epoch)})
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.done:
@@ -204,10 +205,10 @@ class Quantize(HpmlCallback):
         self.done = True
         comparison.log(trainer, extra)
         tags = {
-            "hpml.quant.device_before": str(self.before_device),
-            "hpml.quant.device_after": str(device),
+            step_tag("quant", "device_before"): str(self.before_device),
+            step_tag("quant", "device_after"): str(device),
         }
         if reason:
-            tags["hpml.quant.fallback"] = reason
+            tags[step_tag("quant", "fallback")] = reason
         set_tags(trainer, tags)
         log_text(trainer, str(qnet), "quant/architecture_after.txt")

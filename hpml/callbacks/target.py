@@ -13,7 +13,7 @@ from hpml.callbacks.base import HpmlCallback
 from hpml.callbacks.in_array import InArray
 from hpml.callbacks.logging import log_metrics, resuming, set_tags
 from hpml.errors import ConfigError
-from hpml.names import COUNT, S, member_named, member_prefix, metric
+from hpml.names import COUNT, TARGET_MET_TAG, TARGET_TAG, S, member_named, member_prefix, metric
 from hpml.ranges import Range
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ class TimeToTarget(HpmlCallback):
         if self.metric is None or resuming(trainer):
             return
         self.start = synchronized_now(pl_module.device)
-        self._tag(trainer, {"hpml.target": self.description})
+        self._tag(trainer, {TARGET_TAG: self.description})
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if (
@@ -97,7 +97,7 @@ class TimeToTarget(HpmlCallback):
                 metric("train", "epochs_to_target", COUNT): float(epochs),
             },
         )
-        self._tag(trainer, {"hpml.target.met": "true"})
+        self._tag(trainer, {TARGET_MET_TAG: "true"})
         log.info(
             "%starget %s met at epoch %d, %.1f s after training started%s",
             self.whose,
@@ -136,7 +136,7 @@ class TimeToTarget(HpmlCallback):
 
     def on_fit_end(self, trainer: L.Trainer, *_: Any) -> None:
         if self.start is not None and not self.met:
-            self._tag(trainer, {"hpml.target.met": "false"})
+            self._tag(trainer, {TARGET_MET_TAG: "false"})
             log.info(
                 "%starget %s not met in %d epochs",
                 self.whose,

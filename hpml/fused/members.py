@@ -17,7 +17,15 @@ from omegaconf import OmegaConf
 from hpml.build import Assembled, Member
 from hpml.errors import one_line
 from hpml.hydra_job import HydraJob
-from hpml.names import MEMBER_PREFIX, member_prefix
+from hpml.names import (
+    ARRAY_SIZE_TAG,
+    ARRAY_TAG,
+    DIVERGED_TAG,
+    FUSED_TAG,
+    MEMBER_PREFIX,
+    MEMBER_TAG,
+    member_prefix,
+)
 
 if TYPE_CHECKING:
     import lightning as L
@@ -28,13 +36,6 @@ if TYPE_CHECKING:
     from hpml.models.base import HpmlModule
 
 log = logging.getLogger(__name__)
-
-# tags of a fused array member's run, read back by hpml.report.fused
-FUSED_TAG = "hpml.fused"
-ARRAY_SIZE_TAG = "hpml.fused.array_size"
-MEMBER_TAG = "hpml.fused.member"
-ARRAY_TAG = "hpml.fused.array"  # the first member's job folder: the members of one array share it
-DIVERGED_TAG = "hpml.fused.diverged_at_step"  # the step a member's loss stopped being finite
 
 
 def wrapped(

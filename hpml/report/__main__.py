@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from hpml import garbage
 from hpml.errors import HpmlError
+from hpml.names import SWEEP_DIR_TAG, SWEEP_PARENT_TAG, step_tag
 from hpml.report.runs import default_tracking_uri, project_root
 
 if TYPE_CHECKING:
@@ -128,7 +129,7 @@ def chosen(
             runs = stores.search(args.filter, args.experiment)
         except MlflowException as exc:
             raise HpmlError(f"--filter {args.filter!r}: {exc.message}") from None
-        runs = [r for r in runs if r.data.tags.get("hpml.sweep_parent") != "true"]
+        runs = [r for r in runs if r.data.tags.get(SWEEP_PARENT_TAG) != "true"]
         if not runs:
             raise HpmlError(f"no run matches --filter {args.filter!r} in {stores.where}")
         parent = None
@@ -217,10 +218,9 @@ def build(
         if own < len(runs):  # --baseline: the earlier sweep's jobs too
             summary = f"{len(runs)} runs ({counts}): {own} of sweep {parent.info.run_id}, the "
             summary += f"other {len(runs) - own} of the baseline sweep"
-        if (best := parent.data.tags.get("hpml.optuna.best_value")) is not None:
-            summary += (
-                f"; Optuna best {best} (trial {parent.data.tags.get('hpml.optuna.best_trial')})"
-            )
+        if (best := parent.data.tags.get(step_tag("optuna", "best_value"))) is not None:
+            trial = parent.data.tags.get(step_tag("optuna", "best_trial"))
+            summary += f"; Optuna best {best} (trial {trial})"
     else:
         title, summary = f"{len(runs)} runs", f"{len(runs)} runs ({counts})"
     swept = [k for k in keys if not is_env(k)]
@@ -247,7 +247,7 @@ def build(
 def out_folder(args: argparse.Namespace, runs: list[Run], parent: Run | None) -> Path:
     if args.out is not None:
         return args.out
-    sweep_dir = parent.data.tags.get("hpml.sweep_dir") if parent is not None else None
+    sweep_dir = parent.data.tags.get(SWEEP_DIR_TAG) if parent is not None else None
     if sweep_dir:
         return Path(sweep_dir) / "report"
     return project_root() / "outputs" / "report" / (parent or runs[0]).info.run_id

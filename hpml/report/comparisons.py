@@ -14,12 +14,11 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 from hpml.analysis.stats import VERDICTS, WITHIN_NOISE, Interval, verdict
-from hpml.names import AFTER, BEFORE, COUNT, latency, side, speedup, verdict_tag
+from hpml.names import AFTER, BEFORE, COUNT, NOISY_TAG, latency, side, speedup, verdict_tag
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
 
-NOISY_TAG = "hpml.noisy"
 _IN_RUN = re.compile(
     r"^(?P<step>\w+?)(?:_before|_after)?/(?:latency|speedup)_b(?P<n>\d+)_(?:ms|x)$"
 )

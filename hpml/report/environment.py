@@ -8,22 +8,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from hpml import names
+from hpml.names import STORE_TAG
+
 if TYPE_CHECKING:
     from mlflow.entities import Run
 
 # the report's name of each environment key -> the tag a run carries (hpml.tracking.tags)
 TAGS = {
-    "env.device": "hpml.device",
-    "env.cpu": "hpml.cpu_model",
-    "env.host": "hpml.host",
-    "env.cpu_threads": "hpml.cpu_threads",
-    "env.torch": "hpml.torch_version",
-    "env.cuda": "hpml.cuda_version",
-    "env.commit": "hpml.git_commit",
+    "env.device": names.DEVICE_TAG,
+    "env.cpu": names.CPU_MODEL_TAG,
+    "env.host": names.HOST_TAG,
+    "env.cpu_threads": names.CPU_THREADS_TAG,
+    "env.torch": names.TORCH_TAG,
+    "env.cuda": names.CUDA_TAG,
+    "env.commit": names.COMMIT_TAG,
 }
 COMMIT_CHARS = 12  # a commit as the report names it, as `git log --abbrev=12` would
 STORE = "store"  # the report's key of the store a run was read from
-STORE_TAG = "hpml.report.store"  # set on each run as it is read, never logged
 SPLITS = tuple(k for k in TAGS if k != "env.host")  # keys that tell repeats apart
 SHOWN = ("env.host", STORE)  # shown where they differ, splitting nothing unless compared by
 

@@ -12,8 +12,16 @@ from statistics import fmean, harmonic_mean
 from typing import TYPE_CHECKING
 
 from hpml.analysis.stats import ratio_ci, verdict
-from hpml.fused.members import ARRAY_SIZE_TAG, ARRAY_TAG, FUSED_TAG, MEMBER_TAG
-from hpml.names import THROUGHPUT, VAL_ACC, VAL_LOSS, label
+from hpml.names import (
+    ARRAY_SIZE_TAG,
+    ARRAY_TAG,
+    FUSED_TAG,
+    MEMBER_TAG,
+    THROUGHPUT,
+    VAL_ACC,
+    VAL_LOSS,
+    label,
+)
 from hpml.report.canvas import Canvas, Figure
 from hpml.report.comparisons import Comparison, noisy
 from hpml.report.groups import params_but

@@ -28,10 +28,10 @@ from hpml.analysis.stats import (
     ratio_ci,
     verdict,
 )
-from hpml.names import HOST, INPUT, bound_tag
+from hpml.names import CHOICE_TAG, HOST, INPUT, OUTPUT_DIR_TAG, SWEEP_DIR_TAG, bound_tag, choice_tag
 from hpml.report.comparisons import Comparison, in_run, noisy
 from hpml.report.environment import SHOWN, entries
-from hpml.report.table import BOOKKEEPING, CHOICE_TAG, differing_keys, short_name, value
+from hpml.report.table import BOOKKEEPING, differing_keys, short_name, value
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -62,8 +62,8 @@ def params_but(run: Run, skip: Callable[[str], bool]) -> frozenset[tuple[str, st
     """``run``'s params but those ``skip`` names, its own job and sweep folders replaced by
     placeholders (so two jobs' checkpoint paths compare equal)."""
     folders = [
-        (run.data.tags.get("hpml.output_dir"), "<job>"),
-        (run.data.tags.get("hpml.sweep_dir"), "<sweep>"),
+        (run.data.tags.get(OUTPUT_DIR_TAG), "<job>"),
+        (run.data.tags.get(SWEEP_DIR_TAG), "<sweep>"),
     ]
     found = set()
     for key, text in run.data.params.items():
@@ -201,7 +201,7 @@ def baseline(groups: list[Group]) -> Group | None:
 def plain(group: Group) -> bool:
     """Whether a group's runs prune, quantise and compile nothing."""
     for run, step in itertools.product(group.runs, STEPS):
-        option = run.data.tags.get(f"{CHOICE_TAG}{step}")
+        option = run.data.tags.get(choice_tag(step))
         if option not in (None, "none"):
             return False
         if option is None and any(k.startswith(f"{step}.") for k in run.data.params):

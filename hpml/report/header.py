@@ -10,8 +10,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from hpml import names
 from hpml.names import OTHER_CPU
-from hpml.report.comparisons import NOISY_TAG, noisy
+from hpml.report.comparisons import noisy
 from hpml.report.environment import STORE, env_value, is_env, summary
 from hpml.report.machine import header_line
 from hpml.report.table import short_name, value
@@ -51,10 +52,10 @@ def _load(runs: Sequence[Run]) -> str:
     the runs tagged noisy."""
     parts = []
     ones = []
-    for text in _tag(runs, "hpml.load_avg_1m_5m_15m"):
+    for text in _tag(runs, names.LOAD_TAG):
         with contextlib.suppress(IndexError, ValueError):
             ones.append(float(text.split()[0]))
-    cores = _one(_tag(runs, "hpml.cpu_count"))
+    cores = _one(_tag(runs, names.CPU_COUNT_TAG))
     if ones:
         per = f" on {cores} logical CPUs" if cores else ""
         parts.append(
@@ -67,9 +68,9 @@ def _load(runs: Sequence[Run]) -> str:
             f"other processes' CPU during timed work: median {statistics.median(other):.0f} %, "
             f"at most {max(other):.0f} %"
         )
-    if any(NOISY_TAG in r.data.tags for r in runs):
+    if any(names.NOISY_TAG in r.data.tags for r in runs):
         loud = [r for r in runs if noisy(r)]
-        reasons = [r for r in _tag(loud, f"{NOISY_TAG}.reason") if r]
+        reasons = [r for r in _tag(loud, names.NOISY_REASON_TAG) if r]
         example = (
             f", e.g. {reasons[0]}; each run's reason in its hpml.noisy.reason tag"
             if reasons
@@ -100,29 +101,28 @@ def header(
         for k in keys
         if not is_env(k)
     )
-    sweep_command = parent.data.tags.get("hpml.sweep_command") if parent is not None else None
-    command = (
-        sweep_command or _one(_tag(runs, "hpml.sweep_command")) or _one(_tag(runs, "hpml.command"))
-    )
+    own = parent.data.tags.get(names.SWEEP_COMMAND_TAG) if parent is not None else None
+    sweep = _one(_tag(runs, names.SWEEP_COMMAND_TAG))
+    command = own or sweep or _one(_tag(runs, names.COMMAND_TAG))
     commits = [
         f"{c} (uncommitted changes)" if d == "True" else c
-        for c, d in zip(_tag(runs, "hpml.git_commit"), _tag(runs, "hpml.git_dirty"), strict=True)
+        for c, d in zip(_tag(runs, names.COMMIT_TAG), _tag(runs, names.DIRTY_TAG), strict=True)
     ]
-    devices = _tag(runs, "hpml.device")
+    devices = _tag(runs, names.DEVICE_TAG)
     gpus = [d.removeprefix("cuda: ") for d in devices if d.startswith("cuda")]
-    models = _tag(runs, "hpml.cpu_model")
+    models = _tag(runs, names.CPU_MODEL_TAG)
     cpus = (
         models if any(models) else [d.removeprefix("cpu: ") for d in devices if d.startswith("cpu")]
     )
-    threads = _one(_tag(runs, "hpml.cpu_threads"))
-    cores = _one(_tag(runs, "hpml.cpu_count"))
+    threads = _one(_tag(runs, names.CPU_THREADS_TAG))
+    cores = _one(_tag(runs, names.CPU_COUNT_TAG))
     cpu = _one(cpus)
     if cpu and cores:
         cpu += f", {cores} logical CPUs"
     if cpu and threads:
         cpu += f", torch threads: {threads}"
-    torch_version = _one(_tag(runs, "hpml.torch_version"))
-    cuda = _one([c for c in _tag(runs, "hpml.cuda_version") if c != "None"])
+    torch_version = _one(_tag(runs, names.TORCH_TAG))
+    cuda = _one([c for c in _tag(runs, names.CUDA_TAG) if c != "None"])
     if torch_version and cuda:
         torch_version += f" (CUDA {cuda})"
     fields = [
@@ -131,8 +131,8 @@ def header(
         ("environment differs", summary(runs)),
         ("command", command),
         ("git commit", _one(commits)),
-        ("host", _one(_tag(runs, "hpml.host"))),
-        ("OS", _one(_tag(runs, "hpml.os"))),
+        ("host", _one(_tag(runs, names.HOST_TAG))),
+        ("OS", _one(_tag(runs, names.OS_TAG))),
         ("CPU", cpu),
         ("GPU", _one(gpus)),
         ("torch", torch_version),

@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from hpml.names import JOB_NUM_TAG
 from hpml.report.groups import identity
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ def run_order(runs: Sequence[Run], by_seed: bool = False) -> str | None:
     sweep by sweep; None where no run is a sweep's job."""
     sweeps: dict[str, list[tuple[int, Run]]] = {}
     for run in runs:
-        num = run.data.tags.get("hpml.job_num")
+        num = run.data.tags.get(JOB_NUM_TAG)
         parent = run.data.tags.get("mlflow.parentRunId")
         if num is not None and parent is not None:
             sweeps.setdefault(parent, []).append((int(num), run))

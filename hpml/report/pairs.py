@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hpml.errors import HpmlError
-from hpml.names import label
+from hpml.names import choice_tag, label
 from hpml.report.comparisons import COLUMNS, Comparison
 from hpml.report.environment import STORE, TAGS, is_env
 from hpml.report.groups import FINISHED, Group, identity, label_keys, versus
 from hpml.report.machine import noted
 from hpml.report.studies import Table
 from hpml.report.studies.cells import GROUP_VERDICT
-from hpml.report.table import CHOICE_TAG, number, value
+from hpml.report.table import number, value
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -104,7 +104,7 @@ def by_sweep(
 def _names_key(name: str, key: str, any_env: bool = False) -> bool:
     """Whether identity entry ``name`` is ``key`` (the param, the config group's option and
     params, or the environment key), or any environment key where ``any_env``."""
-    named = name in (key, f"{CHOICE_TAG}{key}") or name.startswith(f"{key}.")
+    named = name in (key, choice_tag(key)) or name.startswith(f"{key}.")
     return named or (any_env and is_env(name))
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from hpml import names
 from hpml.errors import HpmlError
 from hpml.names import MEMORY_TOTAL, PEAK_MEMORY, STEP_CPU_TIME, STEP_TIME
 from hpml.report.runs import add_run_choice, default_tracking_uri
@@ -23,7 +24,7 @@ def observations(
 ) -> tuple[list[int], list[float], list[float], str]:
     """Batch sizes, step times (s, by ``clock``), memory (bytes) of ``runs``, and its metric."""
     on_cuda = all(
-        r.data.tags.get("hpml.peak_memory_source", "").startswith("torch.cuda") for r in runs
+        r.data.tags.get(names.PEAK_MEMORY_SOURCE_TAG, "").startswith("torch.cuda") for r in runs
     )
     memory_metric = PEAK_MEMORY if on_cuda else MEMORY_TOTAL
     batches, steps, memory = [], [], []
@@ -42,7 +43,7 @@ def observations(
 
 def capacity_bytes(runs: list) -> float:
     """Device memory from the runs' tags (CUDA), else this host's RAM."""
-    if all(tagged := [r.data.tags.get("hpml.device_memory_bytes") for r in runs]):
+    if all(tagged := [r.data.tags.get(names.DEVICE_MEMORY_TAG) for r in runs]):
         return float(tagged[0])
     import psutil
 

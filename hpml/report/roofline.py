@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hpml import garbage
+from hpml import garbage, names
 from hpml.analysis.devices import (
     KNOWN_DEVICES,
     PRECISIONS,
@@ -76,7 +76,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def points(runs: list[Run]) -> list[tuple[RooflinePoint, str]]:
     """Each run's point, labelled by its model choice (where that would not tell runs apart,
     its values of the keys that differ between them, fitted), and what its performance is."""
-    chosen = [r.data.tags.get("hpml.choice.model") or str(r.info.run_name) for r in runs]
+    chosen = [r.data.tags.get(names.choice_tag("model")) or str(r.info.run_name) for r in runs]
     if len(set(chosen)) < len(chosen):
         chosen = distinct_labels(runs, differing_keys(runs))
     return [run_point(run, fit(name)) for run, name in zip(runs, chosen, strict=True)]
@@ -104,7 +104,7 @@ def run_peak(run: Run) -> DevicePeak | None:
     """The roof of the run's own device: the datasheet of its GPU, else the roof its callback
     used, from its metrics and tags."""
     m, tags = run.data.metrics, run.data.tags
-    kind, _, name = tags.get("hpml.device", "").partition(": ")
+    kind, _, name = tags.get(names.DEVICE_TAG, "").partition(": ")
     if kind == "cuda" and (found := match_device_name(name)) is not None:
         return found
     if PEAK_FP32 not in m or PEAK_BANDWIDTH not in m:
@@ -125,7 +125,7 @@ def choose_peak(choice: str | None, runs: list[Run]) -> DevicePeak:
     from hpml.analysis.measured_peak import resolve_peak
 
     if choice is None:
-        devices = sorted({r.data.tags.get("hpml.device", "?") for r in runs})
+        devices = sorted({r.data.tags.get(names.DEVICE_TAG, "?") for r in runs})
         if len(devices) > 1:
             print(
                 f"hpml: note: the runs ran on {len(devices)} devices ({'; '.join(devices)}); "

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpml.errors import HpmlError
+from hpml.names import JOB_NUM_TAG
 
 if TYPE_CHECKING:  # mlflow takes seconds to import: CLIs answer --help without it
     from mlflow import MlflowClient
@@ -42,7 +43,7 @@ def sweep_children(client: MlflowClient, parent: Run) -> list[Run]:
     )
     if not children:
         raise HpmlError(f"sweep {parent.info.run_id} has no runs")
-    return sorted(children, key=lambda r: int(r.data.tags.get("hpml.job_num", 0)))
+    return sorted(children, key=lambda r: int(r.data.tags.get(JOB_NUM_TAG, 0)))
 
 
 def add_run_choice(parser: argparse.ArgumentParser) -> None:

@@ -7,13 +7,14 @@ import math
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from hpml.names import step_tag
 from hpml.report.canvas import Canvas, Figure, run_label
 from hpml.report.table import value
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
 
-IMPORTANCE_TAG = "hpml.optuna.importance."  # the sweeper's tags on the search's parent run
+IMPORTANCE_TAG = step_tag("optuna", "importance.")  # the sweeper's tags on the search's parent run
 
 
 def axis_heights(values: list[str]) -> tuple[list[float], list[tuple[float, str]]]:
@@ -114,7 +115,7 @@ def importances(parent: Run | None) -> Figure | None:
     ax.set_xlabel("importance (share of the variance explained, sums to 1)")
     ax.set_xlim(0, 1)
     ax.grid(alpha=0.3, axis="x")
-    study = tags.get("hpml.optuna.study", "")
+    study = tags.get(step_tag("optuna", "study"), "")
     return Figure(
         "Parameter importances",
         f"How much of the spread of the optimised metric each parameter of Optuna study {study} "

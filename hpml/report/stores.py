@@ -1,5 +1,5 @@
 """The MLflow stores a report reads (``--tracking-uri``, once or more), as one: a run is found
-in whichever store holds it and marked with it (:data:`~hpml.report.environment.STORE_TAG`,
+in whichever store holds it and marked with it (:data:`~hpml.names.STORE_TAG`,
 never logged), for the report to show and to read its history and artifacts back from.
 """
 
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from hpml.errors import HpmlError
-from hpml.report.environment import STORE_TAG
+from hpml.names import STORE_TAG, SWEEP_PARENT_TAG
 from hpml.report.runs import experiment_ids, sweep_children
 from hpml.store_file import damaged_store, sqlite_path
 
@@ -90,7 +90,7 @@ class Stores:
         """A sweep's parent run: ``"last"``, the newest in any store, or by its run id."""
         if sweep != "last":
             parent = self.run(sweep)
-            if parent.data.tags.get("hpml.sweep_parent") != "true":
+            if parent.data.tags.get(SWEEP_PARENT_TAG) != "true":
                 raise HpmlError(
                     f"run {sweep} is not a sweep's parent run (use --runs for single runs)"
                 )
@@ -125,7 +125,7 @@ class Stores:
         found = []
         for run_id in run_ids:
             run = self.run(run_id)
-            found += self.jobs(run) if run.data.tags.get("hpml.sweep_parent") == "true" else [run]
+            found += self.jobs(run) if run.data.tags.get(SWEEP_PARENT_TAG) == "true" else [run]
         return found
 
     def texts(self, run: Run, paths: Sequence[str]) -> dict[str, str | None]:

@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from hpml import names
 from hpml.names import (
     EPOCH_TIME,
     MFU_MEASURED,
@@ -70,7 +71,6 @@ def flagged(row: Row, slowdown: Slowdown | None) -> Row:
     return dataclasses.replace(row, slowdown=slowdown.ratio, machine=slowdown.text())
 
 
-CHOICE_TAG = "hpml.choice."  # a run's option of each config group (hpml.tracking.tags)
 BOUND, BOUND_COLUMN = bound_tag("train"), "bound (train)"  # what bounded a run's training
 
 
@@ -79,15 +79,15 @@ def value(run: Run, key: str) -> str:
     environment key ``key`` (``env.device``, ...: :mod:`hpml.report.environment`)."""
     if is_env(key):
         return env_value(run, key)
-    return run.data.params.get(key, run.data.tags.get(f"{CHOICE_TAG}{key}", ""))
+    return run.data.params.get(key, run.data.tags.get(f"{names.CHOICE_TAG}{key}", ""))
 
 
 def differing_keys(runs: list[Run]) -> list[str]:
     """What differs between the runs: the config groups whose option differs, the config keys
     that differ other than through those options, then where the runs ran."""
-    tags = {key for run in runs for key in run.data.tags if key.startswith(CHOICE_TAG)}
+    tags = {key for run in runs for key in run.data.tags if key.startswith(names.CHOICE_TAG)}
     groups = sorted(
-        tag.removeprefix(CHOICE_TAG)
+        tag.removeprefix(names.CHOICE_TAG)
         for tag in tags
         if len({run.data.tags.get(tag) for run in runs}) > 1
     )
@@ -97,7 +97,7 @@ def differing_keys(runs: list[Run]) -> list[str]:
         values = [run.data.params.get(key) for run in runs]
         if key.startswith(BOOKKEEPING) or len(set(values)) == 1:
             continue
-        folders = [run.data.tags.get("hpml.output_dir") for run in runs]
+        folders = [run.data.tags.get(names.OUTPUT_DIR_TAG) for run in runs]
         if all(f and v and f in v for f, v in zip(folders, values, strict=True)):
             continue  # each job's own folder (checkpoints, trainer root): not a config choice
         group = next((g for g in groups if key.startswith(f"{g}.")), None)
@@ -140,7 +140,7 @@ def rows(runs: list[Run]) -> tuple[list[str], list[str], list[Row]]:
                 name=short_name(run),
                 run_id=run.info.run_id,
                 status=run.info.status,
-                error=run.data.tags.get("hpml.error"),
+                error=run.data.tags.get(names.ERROR_TAG),
                 keys={key: value(run, key) for key in keys}
                 | ({BOUND_COLUMN: run.data.tags.get(BOUND, "")} if bounded else {}),
                 metrics={c: run.data.metrics[c] for c in columns if c in run.data.metrics},
@@ -153,7 +153,7 @@ def rows(runs: list[Run]) -> tuple[list[str], list[str], list[Row]]:
 def short_name(run: Run) -> str:
     """``job 3`` for a job of a sweep, else the run's name less its overrides (``vgg11/cifar10``
     of ``vgg11/cifar10 [prune=fpgm,...]``: the key columns say those)."""
-    if (job := run.data.tags.get("hpml.job_num")) is not None:
+    if (job := run.data.tags.get(names.JOB_NUM_TAG)) is not None:
         return f"job {job}"
     return str(run.info.run_name or run.info.run_id).split(" [", 1)[0]
 

@@ -10,8 +10,9 @@ from typing import Any
 from lightning.pytorch.loggers import MLFlowLogger
 
 from hpml.fused.members import member_metrics
+from hpml.names import BEST_TAG, LAST_TAG, WRITER_TAG
 from hpml.tracking.jobs import this_process
-from hpml.tracking.resume import BEST_TAG, CHECKPOINT_ARTIFACTS, LAST_TAG, WRITER_TAG
+from hpml.tracking.resume import CHECKPOINT_ARTIFACTS
 
 log = logging.getLogger(__name__)
 

@@ -17,11 +17,10 @@ from torch.export import Dim
 
 from hpml.data.base import HpmlDataModule
 from hpml.errors import one_line
+from hpml.names import MODEL_FORMAT_TAG
 from hpml.tensors import first_tensor
 
 NAME = "model"
-FORMAT_TAG = "hpml.model_format"
-ERROR_TAG = "hpml.model_error"
 EXAMPLE_SAMPLES = 2  # more than 1, or torch.export fixes the batch size at it
 
 log = logging.getLogger(__name__)
@@ -71,5 +70,5 @@ def log_model(net: nn.Module, example: Tensor) -> None:
         # what MLflow would infer, without loading the model in a subprocess to find out
         pip_requirements=mlflow.pytorch.get_default_pip_requirements(),
     )
-    mlflow.set_tag(FORMAT_TAG, serialization_format)
+    mlflow.set_tag(MODEL_FORMAT_TAG, serialization_format)
     log.info("logged the net as %s (%s)", info.model_uri, serialization_format)

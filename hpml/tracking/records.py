@@ -17,10 +17,10 @@ from omegaconf import DictConfig, OmegaConf
 from hpml.config_tree import leaves
 from hpml.errors import one_line
 from hpml.hydra_job import HydraJob
+from hpml.names import ERROR_TAG, PATH_TAG
 from hpml.tracking.redact import redact_config, redact_text
 
 MAX_PARAM_CHARS = 6000  # MLflow 3's limit on one param value
-PATH_TAG = "hpml.path."
 # a key's last part naming a folder: data_dir, default_root_dir, dirpath, output_subdir
 FOLDER_KEY = re.compile(r"dir(path)?$")
 
@@ -77,7 +77,7 @@ def log_config(cfg: DictConfig, job: HydraJob | None, resumed: bool = False) -> 
 
 
 def log_failure(exc: BaseException) -> None:
-    mlflow.set_tag("hpml.error", redact_text(one_line(exc))[:5000])
+    mlflow.set_tag(ERROR_TAG, redact_text(one_line(exc))[:5000])
     mlflow.log_text(redact_text("".join(traceback.format_exception(exc))), "error/traceback.txt")
 
 

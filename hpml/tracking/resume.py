@@ -14,14 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from hpml.errors import HpmlError
+from hpml.names import COMMAND_TAG, LAST_TAG, WRITER_TAG, choice_tag
 from hpml.tracking.checkpoint import unreadable_checkpoint
 from hpml.tracking.jobs import earlier_attempt
 from hpml.tracking.redact import MASK, redact_text
 
 RESUMABLE = ("KILLED", "FAILED", "RUNNING")  # stopped, crashed, or killed before it could say
 CHECKPOINT_ARTIFACTS = "checkpoints"  # artifact folder of last.ckpt and best.ckpt
-LAST_TAG, BEST_TAG = "hpml.checkpoint.last", "hpml.checkpoint.best"  # their paths on disk
-WRITER_TAG = "hpml.checkpoint.writer"  # host:pid of the process writing them: still alive?
 COMMAND_PREFIX = 3  # "python -m hpml.train" in the hpml.command tag
 # Options that change the model's layers during fit (pruning masks or shapes, fake quantisation):
 # a checkpoint's state no longer fits the model the config builds, so such runs start afresh.
@@ -111,7 +110,7 @@ def _candidates(client: Any, experiment_name: str) -> list[Any]:
 
 def changes_model(run: Any) -> str:
     """``group=option`` of the run's choices that change the model during fit, or ``""``."""
-    chosen = {group: run.data.tags.get(f"hpml.choice.{group}", "none") for group in CHANGES_MODEL}
+    chosen = {group: run.data.tags.get(choice_tag(group), "none") for group in CHANGES_MODEL}
     return ", ".join(
         f"{group}={option}" for group, option in chosen.items() if CHANGES_MODEL[group](option)
     )
@@ -189,7 +188,7 @@ def resume_args(args: list[str]) -> list[str]:
         print(f"hpml: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     given = [f"resume={run.info.run_id}" if requested([arg]) else arg for arg in args]
-    command = run.data.tags.get("hpml.command", "")  # the overrides of the job that made run
+    command = run.data.tags.get(COMMAND_TAG, "")  # the overrides of the job that made run
     recorded = shlex.split(command)[COMMAND_PREFIX:] if command.startswith("python -m ") else []
     return merge_overrides(recorded, given)
 

@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 
 from hpml.errors import one_line
 from hpml.hydra_job import HydraJob
+from hpml.names import ERROR_TAG
 from hpml.ranges import Positive, Range
 from hpml.tracking.interrupts import interrupted
 from hpml.tracking.jobs import PARENT_FILE
@@ -193,8 +194,8 @@ class MlflowTracker:
         """What a run records as it starts: the config (a reopened run's error tag cleared:
         the stop it recorded is over); a member's run is then set aside, RUNNING."""
         try:
-            if resumed and "hpml.error" in mlflow.get_run(run.run_id).data.tags:
-                MlflowClient(self.tracking_uri).delete_tag(run.run_id, "hpml.error")
+            if resumed and ERROR_TAG in mlflow.get_run(run.run_id).data.tags:
+                MlflowClient(self.tracking_uri).delete_tag(run.run_id, ERROR_TAG)
             log_config(cfg, run.job, resumed=resumed)
         finally:
             if run.aside:
@@ -269,7 +270,7 @@ class MlflowTracker:
         run = client.create_run(
             record["experiment_id"] if record else self.experiment_id(),
             run_name=run_name,
-            tags={**tags, **parent, "hpml.error": redact_text(one_line(exc))[:5000]},
+            tags={**tags, **parent, ERROR_TAG: redact_text(one_line(exc))[:5000]},
         )
         mlflow.start_run(run_id=run.info.run_id, log_system_metrics=False)
         try:

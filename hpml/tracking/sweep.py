@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from hpml.console import compare_hint, quiet_upstream
 from hpml.errors import one_line
 from hpml.fused.plan import unfused_note
+from hpml.names import SWEEP_COMMAND_TAG, SWEEP_DIR_TAG, SWEEP_PARENT_TAG
 from hpml.tracking.jobs import PARENT_FILE, failed_jobs, this_process
 from hpml.tracking.redact import redact_text
 
@@ -109,9 +110,9 @@ class MlflowSweepCallback(Callback):
                     tracker.experiment_id(),
                     run_name=sweep_name(config),
                     tags={
-                        "hpml.sweep_dir": str(sweep_dir),
-                        "hpml.sweep_command": redact_text(command),
-                        "hpml.sweep_parent": "true",
+                        SWEEP_DIR_TAG: str(sweep_dir),
+                        SWEEP_COMMAND_TAG: redact_text(command),
+                        SWEEP_PARENT_TAG: "true",
                     },
                 )
             )

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from hpml import names
 from hpml.analysis.devices import device_name
 from hpml.hydra_job import HydraJob
 from hpml.tracking.redact import redact_text
@@ -24,12 +25,12 @@ def device_tags(device: torch.device) -> dict[str, str]:
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         return {
-            "hpml.device": f"cuda: {props.name}",
-            "hpml.device_memory_bytes": str(props.total_memory),
+            names.DEVICE_TAG: f"cuda: {props.name}",
+            names.DEVICE_MEMORY_TAG: str(props.total_memory),
         }
     return {
-        "hpml.device": f"{device.type}: {device_name(device)}",
-        "hpml.cpu_threads": str(torch.get_num_threads()),
+        names.DEVICE_TAG: f"{device.type}: {device_name(device)}",
+        names.CPU_THREADS_TAG: str(torch.get_num_threads()),
     }
 
 
@@ -37,15 +38,15 @@ def environment_tags() -> dict[str, str]:
     """Versions, host, its CPU (named even when a GPU computes: it feeds the data), load and code
     revision: what can make two runs of one config differ, and what a report's header names."""
     tags = {
-        "hpml.host": socket.gethostname(),
-        "hpml.os": platform.platform(),
-        "hpml.cpu_model": device_name(torch.device("cpu")),
-        "hpml.cpu_count": str(os.cpu_count()),
-        "hpml.python_version": platform.python_version(),
-        "hpml.torch_version": torch.__version__,
-        "hpml.cuda_version": str(torch.version.cuda),
-        "hpml.cuda_available": str(torch.cuda.is_available()),
-        "hpml.load_avg_1m_5m_15m": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        names.HOST_TAG: socket.gethostname(),
+        names.OS_TAG: platform.platform(),
+        names.CPU_MODEL_TAG: device_name(torch.device("cpu")),
+        names.CPU_COUNT_TAG: str(os.cpu_count()),
+        names.PYTHON_TAG: platform.python_version(),
+        names.TORCH_TAG: torch.__version__,
+        names.CUDA_TAG: str(torch.version.cuda),
+        names.CUDA_AVAILABLE_TAG: str(torch.cuda.is_available()),
+        names.LOAD_TAG: " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
     # the commit checked out where hpml lies, and whether it has uncommitted changes
     here = Path(__file__).resolve().parent
@@ -60,8 +61,8 @@ def environment_tags() -> dict[str, str]:
     except (OSError, subprocess.CalledProcessError):
         return tags
     tags["mlflow.source.git.commit"] = commit
-    tags["hpml.git_commit"] = commit
-    tags["hpml.git_dirty"] = str(bool(dirty))
+    tags[names.COMMIT_TAG] = commit
+    tags[names.DIRTY_TAG] = str(bool(dirty))
     return tags
 
 
@@ -69,22 +70,22 @@ def hydra_tags(job: HydraJob | None) -> dict[str, str]:
     """Choices, the job's own reproducible command and its place in a sweep (outside Hydra,
     ``job`` None: the command line as given)."""
     if job is None:
-        return {"hpml.command": redact_text(shlex.join(sys.argv))}
+        return {names.COMMAND_TAG: redact_text(shlex.join(sys.argv))}
     tags = {
-        "hpml.command": redact_text(shlex.join(["python", "-m", "hpml.train", *job.overrides])),
-        "hpml.output_dir": str(job.output_dir),
+        names.COMMAND_TAG: redact_text(shlex.join(["python", "-m", "hpml.train", *job.overrides])),
+        names.OUTPUT_DIR_TAG: str(job.output_dir),
         **{
-            f"hpml.choice.{group}": str(option)
+            names.choice_tag(group): str(option)
             for group, option in job.choices.items()
             if not group.startswith("hydra") and option is not None
         },
     }
     if job.sweep is not None:
-        tags["hpml.sweep_dir"] = job.sweep.dir
-        tags["hpml.sweep_command"] = redact_text(
+        tags[names.SWEEP_DIR_TAG] = job.sweep.dir
+        tags[names.SWEEP_COMMAND_TAG] = redact_text(
             shlex.join(["python", "-m", "hpml.train", *sys.argv[1:]])
         )
-        tags["hpml.job_num"] = str(job.sweep.num)
+        tags[names.JOB_NUM_TAG] = str(job.sweep.num)
     return tags
 
 

@@ -12,6 +12,7 @@ from mlflow.entities import RunTag
 
 from hpml.errors import one_line
 from hpml.hydra_job import HydraJob
+from hpml.names import MODEL_ERROR_TAG, PROCESSES_TAG
 from hpml.tracking.logger import AttachedMLFlowLogger
 from hpml.tracking.redact import redact_text
 from hpml.tracking.tags import device_tags
@@ -64,7 +65,7 @@ class TrackedRun:
     def set_device(self, device: Any, processes: int = 1) -> None:
         """Tag the device the trainer actually chose (known only once the trainer exists) and
         how many processes train (``hpml.processes``: devices x nodes under DDP)."""
-        tags = {**device_tags(device), "hpml.processes": str(processes)}
+        tags = {**device_tags(device), PROCESSES_TAG: str(processes)}
         MlflowClient(self.tracker.tracking_uri).log_batch(
             self.run_id, tags=[RunTag(key, value) for key, value in tags.items()]
         )
@@ -95,9 +96,7 @@ class TrackedRun:
             log.warning("could not log %s to MLflow: %s", whose, one_line(exc))
             trace.warning("could not log %s to MLflow", whose, exc_info=True)
             error = redact_text(one_line(exc))[:5000]
-            best_effort(
-                f"tag {logged_model.ERROR_TAG}", mlflow.set_tag, logged_model.ERROR_TAG, error
-            )
+            best_effort(f"tag {MODEL_ERROR_TAG}", mlflow.set_tag, MODEL_ERROR_TAG, error)
 
     @property
     def ui_path(self) -> str:

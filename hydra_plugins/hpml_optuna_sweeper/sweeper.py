@@ -190,6 +190,7 @@ class OptunaSweeper(Sweeper):
 
     def child_runs(self) -> dict[str, str]:
         """Run ids of the sweep's children so far, by job folder."""
+        from hpml.names import OUTPUT_DIR_TAG
         from hpml.tracking.store import retry_locked
 
         try:
@@ -204,10 +205,11 @@ class OptunaSweeper(Sweeper):
         except Exception as exc:  # tags are a convenience: the search goes on without them
             log.warning(f"the sweep's runs could not be read: {exc}")
             return {}
-        return {r.data.tags.get("hpml.output_dir"): r.info.run_id for r in children}
+        return {r.data.tags.get(OUTPUT_DIR_TAG): r.info.run_id for r in children}
 
     def tag(self, run_id: str | None, tags: dict[str, str]) -> None:
         """Tag a run (the parent when ``run_id`` is None) with ``hpml.optuna.<name>`` tags."""
+        from hpml.names import step_tag
         from hpml.tracking.store import retry_locked
 
         try:
@@ -218,7 +220,7 @@ class OptunaSweeper(Sweeper):
 
             run_id = run_id or record["run_id"]
             tags = {"study": str(self.study_name), **tags}
-            batch = [RunTag(f"hpml.optuna.{name}", value) for name, value in tags.items()]
+            batch = [RunTag(step_tag("optuna", name), value) for name, value in tags.items()]
             retry_locked(lambda: client.log_batch(run_id, tags=batch))
         except Exception as exc:
             log.warning(f"run {run_id} could not be tagged: {exc}")

@@ -13,11 +13,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from hpml.names import BEST_TAG, LAST_TAG, WRITER_TAG
 from hpml.tracking.logger import AttachedMLFlowLogger
 from hpml.tracking.resume import (
-    BEST_TAG,
-    LAST_TAG,
-    WRITER_TAG,
     ResumeError,
     find_run,
     merge_overrides,

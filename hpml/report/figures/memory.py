@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hpml.names import BYTES, MEMORY_PEAK, human, metric, prefixed
+from hpml.names import BYTES, MEMORY_PEAK, PEAK_MEMORY_SOURCE_TAG, human, metric, prefixed
 from hpml.report.canvas import (
     UNITS,
     Canvas,
@@ -68,7 +68,7 @@ def memory(runs: list[Run], _keys: list[str]) -> Figure | None:
     ax.set_xlabel(across)
     ax.set_ylabel(f"tensors of the first training step ({unit})")
     canvas.legend(ax, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    sources = {r.data.tags.get("hpml.peak_memory_source", "process peak RSS") for r in measured}
+    sources = {r.data.tags.get(PEAK_MEMORY_SOURCE_TAG, "process peak RSS") for r in measured}
     if len(canvas.axes) == 2:
         ax = canvas.axes[1]
         shown = [(i, p) for i, p in enumerate(peaks) if p is not None]

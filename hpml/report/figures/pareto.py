@@ -6,6 +6,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from hpml import names
 from hpml.analysis.stats import Interval, median_ci, ratio_ci, verdict
 from hpml.names import AFTER, BEFORE, SIDES, human, latency, prefixed, side, size, val_acc
 from hpml.report.canvas import (
@@ -147,7 +148,7 @@ def _variant(run: Run, keys: list[str], step: str, when: str) -> str:
     others = key_values(run, [k for k in keys if k != step and not k.startswith(f"{step}.")])
     if when == BEFORE:
         return ", ".join(filter(None, [f"before {step}", others]))
-    option = run.data.tags.get(f"hpml.choice.{step}") or run.data.params.get(f"{step}.method", "")
+    option = run.data.tags.get(names.choice_tag(step)) or run.data.params.get(f"{step}.method", "")
     own = [
         f"{100 * float(value(run, k)):g} %" if k == "prune.amount" else key_values(run, [k])
         for k in keys
