@@ -2,8 +2,9 @@
 where the data's samples may live on it.
 
 On CPU a device is a process: at most one per core. Strategies that spawn or fork inside ``fit``
-are refused (their processes would not run hpml's job), and so are several nodes outside a
-cluster that starts every node's processes.
+are refused at any device count (their processes would not run hpml's job, even one process: its
+measurements stay in it), and so are several nodes outside a cluster that starts every node's
+processes.
 """
 
 from __future__ import annotations
@@ -131,12 +132,13 @@ def check_trainer(trainer: DictConfig | dict[str, Any]) -> int:
                 strategy,
                 f"one of {', '.join(known[:6])}, ... (Lightning's strategies)",
             )
-        if asked * nodes > 1 and any(word in strategy for word in FOREIGN_LAUNCHES):
+        if any(word in strategy for word in FOREIGN_LAUNCHES):
             raise ConfigError(
                 "trainer.strategy",
                 strategy,
                 "ddp (or another strategy that starts its processes by running the command "
-                "again): hpml hands its job to those; spawned or forked ones would not run it",
+                "again), or auto on one device: spawned or forked processes would not run "
+                "hpml's job, at any device count",
             )
     return asked * nodes
 
