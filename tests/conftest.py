@@ -18,6 +18,8 @@ from hydra.core.hydra_config import HydraConfig
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
 
+pytest_plugins = ["tests.budget"]  # CPU seconds per test file, against the areas' budgets
+
 
 def options(group: str) -> list[str]:
     """The options of config group ``group``, read from ``conf/`` so tests follow new files."""
