@@ -129,12 +129,34 @@ def built_once(
     return folder
 
 
+def probe_vector_isas(cache: Path) -> None:
+    """Inductor's probe of the CPU's vector instruction sets, run in this process against the
+    cache ``cache``: the first time, a C++ build of a test program per instruction set (seconds
+    each) into it; after that, those builds read back. The answer is kept for the process, so
+    its compiles skip the probe, whatever cache they then use."""
+    from torch._inductor.cpu_vec_isa import valid_vec_isa_list
+
+    previous = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
+    try:
+        valid_vec_isa_list()
+    finally:
+        if previous is None:
+            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        else:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = previous
+
+
 @pytest.fixture(scope="session")
 def inductor_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One inductor cache for the session's compile tests (``compile.cache_dir``), shared by
     the workers: a graph one test compiled is a cache hit for the next, where per-run caches
-    compiled cold every time."""
-    return built_once(tmp_path_factory, "inductor_cache", lambda folder: None)
+    compiled cold every time. It holds the instruction-set probe's builds, made once for the
+    session (:func:`probe_vector_isas`), so neither this worker nor a CLI run given this cache
+    builds them again."""
+    folder = built_once(tmp_path_factory, "inductor_cache", probe_vector_isas)
+    probe_vector_isas(folder)
+    return folder
 
 
 @pytest.fixture(scope="session")

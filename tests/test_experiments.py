@@ -14,6 +14,7 @@ builder, method and mode it sweeps, and more than one job.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +121,22 @@ def sweep_jobs(cfg: DictConfig, sweeps: list[str]) -> list[list[str]]:
     return BasicSweeper.split_arguments(parsed, None)[0]
 
 
-def tiny_overrides(jobs: list[DictConfig], swept: set[str]) -> list[str]:
+def has_key(cfg: DictConfig, key: str) -> bool:
+    """Whether ``cfg`` holds the dotted ``key``, its value left unresolved (it may name the
+    Hydra run, absent here)."""
+    node: Any = cfg
+    for part in key.split("."):
+        if not isinstance(node, DictConfig) or part not in node:
+            return False
+        node = node._get_node(part)
+    return True
+
+
+def tiny_overrides(
+    jobs: list[DictConfig], swept: set[str], session: dict[str, Callable[[], Any]] | None = None
+) -> list[str]:
+    """``ALWAYS``, each ``WHERE_PRESENT`` key some job has and the sweep does not vary, and
+    each of ``session``'s (values of this test session, as its shared caches) some job has."""
     overrides = list(ALWAYS)
     for key, value in WHERE_PRESENT.items():
         present = [
@@ -134,11 +150,18 @@ def tiny_overrides(jobs: list[DictConfig], swept: set[str]) -> list[str]:
                 continue
             value = value(configured[0])
         overrides.append(f"++{key}={value}")
+    for key, make in (session or {}).items():
+        if key not in swept and any(has_key(cfg, key) for cfg in jobs):
+            overrides.append(f"++{key}={make()}")
     return overrides
 
 
 def plan(
-    name: str, extra: list[str], data_dir: Path, sweeps: list[str]
+    name: str,
+    extra: list[str],
+    data_dir: Path,
+    sweeps: list[str],
+    session: dict[str, Callable[[], Any]] | None = None,
 ) -> tuple[list[str], int, str]:
     """Overrides of the tiny form, the number of jobs, and the MLflow experiment name."""
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
@@ -149,7 +172,7 @@ def plan(
             compose("train", overrides=[*base, *job], return_hydra_config=True) for job in jobs
         ]
     swept = {job.split("=", 1)[0].lstrip("+~") for job in jobs[0]}
-    overrides = tiny_overrides(configs, swept)
+    overrides = tiny_overrides(configs, swept, session)
     real = {
         str(c.hydra.runtime.choices.data)
         for c in configs
@@ -169,10 +192,12 @@ def plan(
 @pytest.mark.slow
 @pytest.mark.parametrize(("name", "extra"), CASES)
 def test_experiment_runs_every_job_of_its_sweep(
-    name: str, extra: list[str], root: Path, client
+    name: str, extra: list[str], root: Path, client, request: pytest.FixtureRequest
 ) -> None:
     sweeps = FEWER_JOBS.get(name, [])
-    overrides, jobs, experiment = plan(name, extra, root / "data", sweeps)
+    # a compiling job takes the session's inductor cache: its instruction-set probe built once
+    session = {"compile.cache_dir": lambda: request.getfixturevalue("inductor_cache")}
+    overrides, jobs, experiment = plan(name, extra, root / "data", sweeps, session)
     args = [f"experiment={name}", "-m", *extra, *sweeps, *overrides]
     result = run_cli(args, root, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
