@@ -8,7 +8,8 @@ child per job. Experiments that read real data get tiny files in the real format
 (``tests/real_data.py``). A sweep whose values only repeat one code path in the tiny form runs
 fewer of them, or at fewer shapes (``FEWER_JOBS``: a command-line override of the key, which
 Hydra's basic sweeper puts in place of the config's sweep): still its own overlay, every model
-builder, method and mode it sweeps, and more than one job.
+builder, method and mode it sweeps, and more than one job. An experiment whose nets are laid out
+for large images runs them in a small layout where the code path is the same (``SMALLER``).
 """
 
 from __future__ import annotations
@@ -58,12 +59,16 @@ FEWER_JOBS = {
     "vgg_pruning": ["prune.amount=0.5"],
     # its report plots against sparsity: two amounts for each of the 3 pruners (6 jobs, not 9)
     "vae_pruning": ["prune.amount=0.2,0.8"],
-    # VGG11, 13 and 19 are one builder at three depths: the two shallowest still draw two nets
-    # on one roofline (each job builds a 224 px VGG with a 1000-class head; VGG19's costs most)
-    "roofline_vgg": ["model=vgg11,vgg13"],
     # torch.compile compiles once per input shape, and batch 1 is always timed: at batch 1 the
     # compiled job compiles one shape, not two (still every compile method the sweep names)
     "compile_compare": ["data.batch_size=1"],
+}
+# Experiments whose tiny form is also a small image: the same code path on fewer pixels
+SMALLER = {
+    # its VGGs in the CIFAR layout at 32 px: the per-layer roofline, its timings and its report
+    # run as at 224 px (ImageNet's torchvision layout runs end to end in batch_scaling), and
+    # all three depths cost less than one 224 px VGG did
+    "roofline_vgg": ["model.net.layout=cifar", "data.image_size=32"],
 }
 CASES = [pytest.param(name, [], id=name) for name in EXPERIMENTS]
 # the study's own data, as the README runs it: covers the real-format path end to end
@@ -83,7 +88,8 @@ ALWAYS = [
 ABSENT = object()
 # Set where some job of the sweep has the key (a `none` option of a group takes the key and
 # ignores it: no `_target_`), and never on a key the sweep itself varies. A function gets the
-# configured value: sizes only shrink. Image sizes stay: models are laid out for theirs.
+# configured value: sizes only shrink. Image sizes stay: models are laid out for theirs (SMALLER
+# changes an experiment's layout and its size together).
 WHERE_PRESENT: dict[str, Any] = {
     "data.train_samples": 16,  # synthetic data: generate little, `limit` takes 2 of it
     "data.val_samples": 16,
@@ -194,7 +200,11 @@ def plan(
 def test_experiment_runs_every_job_of_its_sweep(
     name: str, extra: list[str], root: Path, client, request: pytest.FixtureRequest
 ) -> None:
+    """The dearest cases, and why they stay so: batch_scaling (about 20 CPU seconds) trains
+    torchvision's ImageNet-layout VGG16 at 224 px, the one end-to-end run of that layout, at two
+    batch sizes; compile_compare's torch.compile job compiles VGG11 cold, as a user's would."""
     sweeps = FEWER_JOBS.get(name, [])
+    extra = [*extra, *SMALLER.get(name, [])]
     # a compiling job takes the session's inductor cache: its instruction-set probe built once
     session = {"compile.cache_dir": lambda: request.getfixturevalue("inductor_cache")}
     overrides, jobs, experiment = plan(name, extra, root / "data", sweeps, session)
