@@ -44,7 +44,10 @@ def batch_example(batch: Any) -> tuple[Any, ...]:
 
 class Int8Graph(nn.Module):
     """The converted int8 graph as an inference-only module, compiled with freezing by default
-    (set around every call: a new shape compiles again). ``train()``/``eval()`` only set the flag.
+    (set around every call: a new shape compiles again). Every call runs under
+    ``inference_mode``, so the caller's grad mode (calibration's ``no_grad``, a test stage's
+    ``inference_mode``) and its tensors' kind do not each compile the graph again.
+    ``train()``/``eval()`` only set the flag.
     """
 
     def __init__(self, graph: torch.fx.GraphModule, compile: bool = True) -> None:
@@ -59,7 +62,7 @@ class Int8Graph(nn.Module):
     def forward(self, *args: Any) -> Any:
         if self.compiled is None:
             return self.graph(*args)
-        with torch._inductor.config.patch(freezing=True):
+        with torch.inference_mode(), torch._inductor.config.patch(freezing=True):
             return self.compiled(*args)
 
 
