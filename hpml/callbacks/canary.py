@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import lightning as L
 
@@ -30,6 +30,10 @@ class Canary(HpmlCallback):
     The run's last stage is its test where ``until_test`` (the run's ``test``), else its fit:
     a fit-only run ends at fit's teardown, a test-only one starts and ends around its test.
     Under DDP every rank times it (alike, at the same moment) and rank zero's is logged.
+
+    The start reading is logged once the stage begins, at the step it begins from: a resumed
+    run's process times its own machine and logs it at the step its checkpoint restored, never
+    again at step 0.
     """
 
     # in a fused array: once, for the machine every member ran on; each member's run gets it
@@ -56,7 +60,7 @@ class Canary(HpmlCallback):
         self.repeats, self.warmup, self.budget_s = repeats, warmup, budget_s
         self.slow_above, self.until_test = slow_above, until_test
         self.start: Reading | None = None
-        self.ended = False
+        self.logged = self.ended = False
 
     def _measure(self, trainer: L.Trainer) -> Reading:
         workloads = plan(trainer.strategy.root_device, **self.sizes)
@@ -66,6 +70,13 @@ class Canary(HpmlCallback):
         if self.start is not None:
             return
         self.start = self._measure(trainer)
+
+    def _log_start(self, trainer: L.Trainer, *_: Any) -> None:
+        """The start reading and the tags, at the first hook that runs once the checkpoint, if
+        any, has restored the trainer's step."""
+        if self.start is None or self.logged:
+            return
+        self.logged = True
         workloads = [t.workload for t in self.start.timings]
         log_metrics(trainer, self.start.metrics(START))
         tags = {
@@ -74,10 +85,14 @@ class Canary(HpmlCallback):
         }
         _set_tags(trainer, tags)
 
+    on_sanity_check_start = on_train_start = on_validation_start = _log_start
+    on_test_start = on_predict_start = _log_start
+
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.start is None or self.ended or (self.until_test and stage != "test"):
             return
         self.ended = True
+        self._log_start(trainer)
         log_metrics(trainer, self._measure(trainer).metrics(END))
 
 
