@@ -70,6 +70,8 @@ NOISY_RECORDS: tuple[tuple[str, str], ...] = (
     ("mlflow.utils.git_utils", "Failed to import Git"),
     # torchao registers an Enum with torch's pytree on import (PT2E): torch's own to settle
     ("torch.utils._pytree", "%s is an Enum subclass and is now natively supported"),
+    # Matplotlib's font cache, built once at its first import with a fresh MPLCONFIGDIR
+    ("matplotlib.font_manager", "generated new fontManager"),
     # inductor looks for a CUDA toolkit when it compiles on CPU: nothing a CPU run lacks
     ("torch.utils.cpp_extension", "No CUDA runtime is found"),
 )

@@ -112,3 +112,26 @@ def test_verbose_shows_the_upstream_start_up_lines(
     printed, logged = shown(capsys, caplog)
     for start in ("Failed to import Git", "GPU available: ", "TPU available: "):
         assert any(start in line for line in printed + logged), (start, printed + logged)
+
+
+def test_matplotlibs_font_cache_is_built_without_a_line(
+    caplog: pytest.LogCaptureFixture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first run with an empty Matplotlib cache (a fresh clone, a new ``MPLCONFIGDIR``) builds
+    the font cache as its first figure is drawn: Matplotlib logs that at INFO, which the
+    terminal showed. Built here afresh, into a cache folder of the test's own."""
+    import matplotlib
+    from matplotlib import font_manager
+
+    monkeypatch.setattr(matplotlib, "get_cachedir", lambda: str(tmp_path))
+    caplog.set_level(logging.INFO)
+    quiet_upstream()
+    font_manager._load_fontmanager(try_read_cache=False)
+    assert (tmp_path / f"fontlist-v{font_manager.FontManager.__version__}.json").is_file()
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("matplotlib")] == []
+    try:  # the filter is what hides it: verbose shows the line again
+        quiet_upstream(verbose=True)
+        font_manager._log.info("generated new fontManager")
+    finally:
+        quiet_upstream()
+    assert "generated new fontManager" in [r.getMessage() for r in caplog.records]
