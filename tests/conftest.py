@@ -6,7 +6,6 @@ import gc
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -224,13 +223,12 @@ def run_cli(
     root: Path,
     timeout: float = 300,
     env: dict[str, str] | None = None,
-    fresh: bool = False,
 ) -> subprocess.CompletedProcess:
     """``python -m hpml.train ARGS`` as a user runs it, against the project root ``root``;
     ``env`` adds to :func:`cli_env`. The call is forked from a warm interpreter
     (:mod:`tests.warm`: the same process but for the imports of torch and friends; calls made
-    at once run at once) unless ``fresh``: then it starts a process of its own."""
-    return run_module("hpml.train", args, root, timeout, env, fresh)
+    at once run at once)."""
+    return run_module("hpml.train", args, root, timeout, env)
 
 
 def run_module(
@@ -239,7 +237,6 @@ def run_module(
     root: Path,
     timeout: float = 300,
     env: dict[str, str] | None = None,
-    fresh: bool = False,
     cwd: Path | None = None,
 ) -> subprocess.CompletedProcess:
     """``python -m MODULE ARGS`` for the project root ``root`` (HPML_ROOT), in ``cwd`` (``root``
@@ -247,18 +244,8 @@ def run_module(
     from tests.warm import WARM
 
     full_env = cli_env(root) | (env or {})
-    cwd = cwd or root
-    if not fresh:
-        with tempfile.TemporaryDirectory(prefix="hpml-cli-") as tmp:
-            return WARM.run(module, args, cwd, full_env, timeout, Path(tmp))
-    return subprocess.run(
-        [sys.executable, "-m", module, *args],
-        cwd=cwd,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    with tempfile.TemporaryDirectory(prefix="hpml-cli-") as tmp:
+        return WARM.run(module, args, cwd or root, full_env, timeout, Path(tmp))
 
 
 def start_cli(args: list[str], root: Path):

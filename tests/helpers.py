@@ -127,11 +127,41 @@ class AllocatorPeak(L.Callback):
         log_metrics(trainer, {ALLOCATOR_PEAK: float(self.peak)})
 
 
+def fresh_python(
+    code: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
+    """``python -c CODE`` in an interpreter of its own, text out and err captured: for the
+    tests about what a process's start imports, prints or leaves set, which a fork of the warm
+    interpreter (:mod:`tests.warm`) has already done."""
+    # subprocess: start-up is what the callers test (imports, first lines, exit state)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def spinning(cpu: int | None = None) -> subprocess.Popen:
+    """A child process spinning on one core (on ``cpu`` alone where given), returned once it
+    runs: a load whose CPU time is this process's children's."""
+    pin = f"import os; os.sched_setaffinity(0, {{{cpu}}})" if cpu is not None else "pass"
+    spin = f"{pin}; print(flush=True)\nwhile True: pass"
+    # subprocess: a second process is the load these tests measure
+    child = subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    child.stdout.readline()
+    return child
+
+
 @contextmanager
 def cpu_neighbour() -> Iterator[int]:
     """A CPU-burning process beside this one, not its child (a shell starts it and exits at
     once), as another user's job is; killed on leaving. Yields its pid."""
     command = f"'{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"
+    # subprocess: a process that is not this one's child is what the callers need
     started = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=True)
     pid = int(started.stdout)
     try:

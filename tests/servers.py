@@ -67,6 +67,7 @@ class MlflowServer:
 
     def start(self, timeout_s: float = 180) -> None:
         with self.log.open("ab") as log:
+            # subprocess: a tracking server, as a team runs one
             self.proc = subprocess.Popen(
                 self.command(),
                 # MLflow's job runners, a process each, serve none of hpml's requests (``make
@@ -208,6 +209,7 @@ class PostgresCluster:
         self.started = False
 
     def _run(self, *command: str | Path) -> None:
+        # subprocess: PostgreSQL's own tools (initdb, pg_ctl, createdb) as its owner
         result = subprocess.run(
             [*self.as_owner, *map(str, command)], capture_output=True, text=True, timeout=120
         )

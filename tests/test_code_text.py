@@ -45,6 +45,7 @@ def real_commits(candidates: set[str]) -> set[str]:
     if not candidates or git is None or not (REPO / ".git").exists():
         return set()
     ordered = sorted(candidates)
+    # subprocess: git says which hex strings are this repository's commits
     answer = subprocess.run(
         [git, "-C", str(REPO), "cat-file", "--batch-check"],
         input="".join(f"{name}^{{commit}}\n" for name in ordered),
@@ -76,6 +77,7 @@ def offences(found: list[tuple[str, int, str]]) -> list[str]:
 
 
 def test_the_checks_catch_what_they_are_for() -> None:
+    # subprocess: git names this checkout's commit, the one the check must catch
     head = subprocess.run(
         ["git", "-C", str(REPO), "rev-parse", "--short=9", "HEAD"], capture_output=True, text=True
     ).stdout.strip()

@@ -9,8 +9,6 @@ import logging
 import os
 import re
 import select
-import subprocess
-import sys
 import tempfile
 import warnings
 from collections.abc import Iterator
@@ -20,6 +18,7 @@ import pytest
 
 from hpml.console import QUIET_ENV, BarSafeHandler, progress_bar, quiet_upstream
 from tests.conftest import cli_env
+from tests.helpers import fresh_python
 
 NOISE = ("LeafSpec", "litlogger", "log_every_n_steps")
 TINY = [
@@ -284,9 +283,8 @@ def test_the_profilers_own_marks_show_only_when_verbose(verbose: bool) -> None:
         "    torch.ones(2) + 1\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in dict(QUIET_ENV)}
-    done = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
-    )
+    done = fresh_python(script, env=env)
+    assert done.returncode == 0, done.stderr
     assert ("profiler_start" in done.stderr) is verbose, done.stderr
     assert ("Memory block of unknown size" in done.stderr) is verbose, done.stderr
 

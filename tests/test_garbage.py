@@ -4,14 +4,13 @@ starts, everything frozen as it ends; outside a command nothing changes."""
 from __future__ import annotations
 
 import gc
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
 
 from hpml import garbage
 from tests.conftest import cli_env
+from tests.helpers import fresh_python
 
 
 def make_cycles(count: int) -> list:
@@ -100,10 +99,10 @@ def test_the_report_commands_hold_full_collections_and_freeze_at_exit(root):
         "    gc.unfreeze()\n"
     )
     env = cli_env(root)
-    done = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True)
-    lines = done.stdout.decode().splitlines()
+    done = fresh_python(code, cwd=root, env=env)
+    lines = done.stdout.splitlines()
     assert lines == [
         "hpml.report 1 0 True True",
         "hpml.report.roofline 1 0 True True",
     ], done.stderr
-    assert done.stderr.decode().count("hpml: error: no sweep") == 2, done.stderr
+    assert done.stderr.count("hpml: error: no sweep") == 2, done.stderr

@@ -37,6 +37,7 @@ def test_requirements_are_pinned_once_each_to_the_development_versions() -> None
 def test_the_module_runs_without_site_packages(tmp_path: Path) -> None:
     """``-S``: no site-packages, so nothing but the standard library; ``list`` answers."""
     code = f"import sys; sys.path.insert(0, {str(REPO)!r}); from hpml.gpu.kit import main; main()"
+    # subprocess: an interpreter without site-packages, as on a GPU machine without an index
     out = subprocess.run(
         [sys.executable, "-S", "-c", code, "list"],
         capture_output=True,
@@ -120,6 +121,7 @@ def test_install_puts_the_wheels_in_a_folder_for_pythonpath(tmp_path: Path) -> N
     folder.mkdir()
     real_wheel(folder)
     target = kit.install(folder, tmp_path / "site")
+    # subprocess: an interpreter without site-packages that finds the wheel on PYTHONPATH
     answer = subprocess.run(
         [sys.executable, "-S", "-c", "import hpmlkitprobe; print(hpmlkitprobe.ANSWER)"],
         env={"PYTHONPATH": str(target)},

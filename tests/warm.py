@@ -80,6 +80,7 @@ def serve() -> None:
             line, pending = pending.split(b"\n", 1)
             request = json.loads(line)
             sys.stderr.flush()
+            # subprocess: one fork per CLI call, from the imports made once
             pid = os.fork()
             if pid == 0:
                 child(request)  # never returns
@@ -205,6 +206,7 @@ class WarmInterpreter:
             path = os.pathsep.join([repo, *filter(None, [os.environ.get("PYTHONPATH")])])
             env = os.environ | {"PYTHONPATH": path}
             code = "import tests.warm as w; w.serve()"
+            # subprocess: the warm interpreter, one per test worker
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", code],
                 stdin=subprocess.PIPE,

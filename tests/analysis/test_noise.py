@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from collections import namedtuple
 
@@ -21,9 +19,7 @@ from hpml.analysis.noise import (
     tree_cpu_seconds,
 )
 from hpml.errors import ConfigError
-from tests.helpers import cpu_neighbour
-
-BURN = [sys.executable, "-c", "while True: pass"]
+from tests.helpers import cpu_neighbour, spinning
 
 
 def test_figures_are_shares_of_wall_time_times_cpus_summed_over_windows():
@@ -78,7 +74,7 @@ def test_busy_time_leaves_out_idle_iowait_steal_and_guest():
 
 def test_a_childs_cpu_time_is_the_runs_own_alive_and_after_it_was_reaped():
     before = tree_cpu_seconds([os.getpid()])
-    child = subprocess.Popen(BURN)
+    child = spinning()
     try:
         time.sleep(1.0)
         burnt = sum(psutil.Process(child.pid).cpu_times()[:2])

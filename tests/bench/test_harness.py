@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +21,7 @@ from hpml.bench.harness import (
     summarize,
     write_json,
 )
+from tests.helpers import fresh_python
 
 RATIO = Ratio("throughput (wall)", "tput", "samples/s", "A", "B", goal=0.98)
 
@@ -223,9 +222,7 @@ def test_cli_answers_a_bad_case_without_loading_torch():
         "try: runpy.run_module('hpml.bench', run_name='__main__')\n"
         "except SystemExit as e: print(e.code, 'torch' in sys.modules)"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
-    )
+    done = fresh_python(script, timeout=60)
     assert done.stdout.split() == ["2", "False"]
     assert done.stderr.count("\n") == 1
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ from hpml.names import (
     canary,
 )
 from tests.analysis.test_canary_workload import Counted
+from tests.helpers import spinning
 
 START, END = CANARY_POINTS
 
@@ -81,14 +80,6 @@ def test_a_run_times_its_canary_once_at_its_start_and_once_at_its_end(
         f"cpu_gemm n={GEMM_N} float32, cpu_copy {COPY_MIB} MiB; best of 2 after 1 warm-up"
     )
     assert run.data.tags[CANARY_THRESHOLD_TAG] == "0.25"
-
-
-def _burner(cpu: int) -> subprocess.Popen:
-    """A process spinning on ``cpu`` alone, once it says it is."""
-    spin = f"import os; os.sched_setaffinity(0, {{{cpu}}}); print(flush=True)\nwhile True: pass"
-    burner = subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE, text=True)
-    burner.stdout.readline()
-    return burner
 
 
 @contextlib.contextmanager
@@ -152,7 +143,7 @@ def test_a_burner_started_half_way_flags_the_runs_beside_it_and_none_before(root
     try:
         for replicate in range(4):
             if replicate == 2:
-                burners = [_burner(cpu) for _ in range(BURNERS)]
+                burners = [spinning(cpu) for _ in range(BURNERS)]
             run = trained(root, [*knobs, f"replicate={replicate}"], f"job{replicate}")
             ids.append(run.info.run_id)
     finally:

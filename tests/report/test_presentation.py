@@ -331,6 +331,7 @@ def test_page_fits_a_1400_px_window(written, tmp_path: Path) -> None:
         "});</script>"
     )
     probe.write_text(html.read_text().replace("</body>", f"{script}</body>"))
+    # subprocess: a real browser lays the report out
     shown = subprocess.run(
         [
             chromium,

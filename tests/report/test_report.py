@@ -161,6 +161,7 @@ def test_a_store_that_is_not_there_or_not_a_database_is_one_line_and_left_alone(
 
 def screenshot(html: Path, png: Path) -> subprocess.CompletedProcess:
     """Headless Chromium opens ``html`` and saves what it shows; its console goes to stderr."""
+    # subprocess: a real browser renders the report
     return subprocess.run(
         [
             shutil.which("chromium") or "chromium",

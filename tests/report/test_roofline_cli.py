@@ -6,7 +6,6 @@ import csv
 import re
 import shutil
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from functools import partial
 from pathlib import Path
@@ -23,7 +22,8 @@ from hpml.models.classifier import ImageClassifier
 from hpml.models.nets.vgg import vgg
 from hpml.names import INTENSITY
 from hpml.report.roofline import main
-from tests.conftest import QUICK, REPO, built_once, pythonpath, run_cli
+from tests.conftest import QUICK, REPO, built_once, run_cli, run_module
+from tests.helpers import fresh_python
 from tests.report.test_report import report
 
 pytestmark = pytest.mark.slow
@@ -59,14 +59,10 @@ def sweep(tmp_path_factory, store_template):
 
 
 def roofline_cli(args: list[str], root) -> subprocess.CompletedProcess:
-    env = {"HPML_ROOT": str(root), "PYTHONPATH": pythonpath(str(REPO)), "PATH": "/usr/bin:/bin"}
-    return subprocess.run(
-        [sys.executable, "-m", "hpml.report.roofline", *args],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    """``python -m hpml.report.roofline ARGS`` for ``root``, with no virtual environment's
+    programs on the PATH."""
+    return run_module(
+        "hpml.report.roofline", args, root, timeout=120, env={"PATH": "/usr/bin:/bin"}
     )
 
 
@@ -203,9 +199,7 @@ def test_help_imports_nothing_heavy():
         "heavy = {'torch', 'mlflow', 'matplotlib', 'lightning'} & set(sys.modules)\n"
         "assert not heavy, heavy\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
-    )
+    result = fresh_python(code, cwd=REPO, timeout=60)
     assert result.returncode == 0, result.stderr
 
 

@@ -77,6 +77,7 @@ def test_bad_resume_values_name_the_value_and_what_is_valid(root, client, run_id
     client.set_tag(run_id, WRITER_TAG, f"{socket.gethostname()}:{os.getpid()}")
     with pytest.raises(ResumeError, match=f"resume={run_id}: the run is still being trained"):
         find_run(client, "hpml", run_id)
+    # subprocess: the pid of a process that has ended, which no other way gives
     gone = subprocess.Popen(["true"])
     gone.wait()
     client.set_tag(run_id, WRITER_TAG, f"{socket.gethostname()}:{gone.pid}")

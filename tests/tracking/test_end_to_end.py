@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import QUICK, QUICK_BATCH, cli_env, options, run_cli, stderr_lines
+from tests.helpers import fresh_python
 
 pytestmark = pytest.mark.slow
 
@@ -278,9 +277,7 @@ def test_help_and_a_refused_config_import_no_torch_lightning_or_mlflow(root):
         "    gc.unfreeze()\n"
         "print(sorted(m for m in ('torch', 'lightning', 'mlflow') if m in sys.modules))"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=root, env=cli_env(root), capture_output=True, text=True
-    )
+    done = fresh_python(code, cwd=root, env=cli_env(root))
     lines = done.stdout.splitlines()[-3:]
     assert lines == ["exit 0 True", "exit 1 True", "[]"], done.stdout + done.stderr
     assert "data.batch_size=-1 is invalid: expected an integer >= 1" in done.stderr

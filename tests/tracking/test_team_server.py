@@ -114,6 +114,7 @@ def runs_of(uri: str, experiment: str) -> list:
 
 
 def make_server(*variables: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    # subprocess: `make server` is the documented command, refusals and exit status included
     return subprocess.run(
         [
             *("make", "--no-print-directory", "-C", str(REPO), "-o", ".venv/.installed"),
