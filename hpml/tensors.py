@@ -33,3 +33,13 @@ def batch_size(batch: Any) -> int:
     if tensor is None:
         raise TypeError(f"a batch of {type(batch).__name__} holds no tensor to count samples in")
     return int(tensor.shape[0])
+
+
+def as_inference(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``args`` with each tensor that is not an inference tensor copied into one (call inside
+    ``torch.inference_mode``): a compiled graph guards on its inputs' dispatch keys, so one
+    compiled on a batch a loader made would compile again for the inference tensors of
+    Lightning's validation and test stages."""
+    return tuple(
+        a.clone() if isinstance(a, torch.Tensor) and not a.is_inference() else a for a in args
+    )

@@ -16,7 +16,7 @@ from torch import nn
 
 from hpml.optimize.quant.base import Quantizer, no_calibration
 from hpml.optimize.quant.torch_ao import STATIC_LAYERS
-from hpml.tensors import as_args
+from hpml.tensors import as_args, as_inference
 
 
 def drop_unused_state(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -45,8 +45,9 @@ def batch_example(batch: Any) -> tuple[Any, ...]:
 class Int8Graph(nn.Module):
     """The converted int8 graph as an inference-only module, compiled with freezing by default
     (set around every call: a new shape compiles again). Every call runs under
-    ``inference_mode``, so the caller's grad mode (calibration's ``no_grad``, a test stage's
-    ``inference_mode``) and its tensors' kind do not each compile the graph again.
+    ``inference_mode`` on inference tensors (:func:`hpml.tensors.as_inference`), so the
+    caller's grad mode (calibration's ``no_grad``, a test stage's ``inference_mode``) and its
+    tensors' kind do not each compile the graph again.
     ``train()``/``eval()`` only set the flag.
     """
 
@@ -63,7 +64,7 @@ class Int8Graph(nn.Module):
         if self.compiled is None:
             return self.graph(*args)
         with torch.inference_mode(), torch._inductor.config.patch(freezing=True):
-            return self.compiled(*args)
+            return self.compiled(*as_inference(args))
 
 
 class PT2EStatic(Quantizer):

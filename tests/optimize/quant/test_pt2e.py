@@ -93,6 +93,8 @@ def test_auto_takes_eager_where_it_runs_and_pt2e_where_it_does_not():
 
 
 def test_compiled_int8_matches_the_converted_graph_at_any_batch_size():
+    from torch._dynamo.utils import counters
+
     torch.manual_seed(0)
     net = trained_like(Residual())
     quantizer = static_int8(backend="pt2e")
@@ -106,6 +108,11 @@ def test_compiled_int8_matches_the_converted_graph_at_any_batch_size():
             want, got = reference(x), compiled(x)
         assert got.shape == (batch, 4)
         assert (got - want).abs().max() <= 0.1 * want.abs().max()
+    graphs = counters["stats"]["unique_graphs"]
+    with torch.inference_mode():  # a test stage's inference tensor: the same compiled graph
+        x = images(5, 16, 7)
+        assert x.is_inference() and torch.equal(compiled(x), got)
+    assert counters["stats"]["unique_graphs"] == graphs
     assert {k.removeprefix("graph.") for k in compiled.state_dict()} == set(
         compiled.graph.state_dict()
     )  # one copy of the int8 state, not a second one under the compiled module
