@@ -23,6 +23,7 @@ from torch import nn
 
 from hpml.errors import one_of
 from hpml.optimize.compile.base import CompileOutput, Compiler, run_each, untraceable, use_cache_dir
+from hpml.tensors import as_inference
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -51,7 +52,9 @@ class Graph(nn.Module):
 
 class Inference(nn.Module):
     """A ``torch.compile``'d module called the one way it was compiled (module docstring), so a
-    recompile (new shape, caller's grad mode) takes the first compile's path."""
+    recompile (new shape, caller's grad mode) takes the first compile's path; on inference
+    tensors (:func:`hpml.tensors.as_inference`), so a test stage's batch compiles nothing
+    again."""
 
     def __init__(self, compiled: nn.Module, freezing: bool) -> None:
         super().__init__()
@@ -62,7 +65,7 @@ class Inference(nn.Module):
         from torch._inductor import config as inductor_config
 
         with torch.inference_mode(), inductor_config.patch(freezing=self.freezing):
-            return self.compiled(*args)
+            return self.compiled(*as_inference(args))
 
 
 class TorchCompile(Compiler):

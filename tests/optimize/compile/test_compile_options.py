@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 from torch.profiler import profile
 
 from hpml.optimize.compile import FAST_CONV, apply_compile, conv_kernels, fast_path
@@ -43,6 +44,10 @@ def test_frozen_compile_calls_the_prepacked_convolution_under_any_grad_mode(
     for mode in (torch.no_grad, torch.enable_grad, torch.inference_mode):
         ops = called(compiled.module, x, mode)
         assert FAST_CONV in ops and "aten::mkldnn_convolution" not in ops, mode
+    graphs = counters["stats"]["unique_graphs"]
+    with torch.inference_mode():  # a test stage's inference tensor: the graph compiled for x
+        compiled.module(x.clone())
+    assert counters["stats"]["unique_graphs"] == graphs
 
 
 def test_unfrozen_compile_and_eager_call_the_eager_convolution(tmp_path, inductor_cache):
