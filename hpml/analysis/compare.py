@@ -40,7 +40,7 @@ from hpml.analysis.rounds import round_order
 from hpml.analysis.stats import CONFIDENCE, Interval, iqr, median_ci, verdict
 from hpml.errors import ConfigError
 from hpml.ranges import Count, NonNegative, Positive, refuse_out_of_range
-from hpml.tensors import as_args, first_tensor
+from hpml.tensors import as_args, as_inference, first_tensor
 
 log = logging.getLogger(__name__)
 
@@ -255,9 +255,14 @@ def compare_forward(
     variants: Mapping[str, tuple[nn.Module, Any]], plan: Plan = PLAN
 ) -> dict[str, Timing]:
     """Forward latency of each ``name: (model, example)`` (a tensor or a tuple of inputs), side
-    by side as ``plan`` asks, in eval mode under ``torch.inference_mode``."""
-    calls = {name: forward_call(model, x) for name, (model, x) in variants.items()}
+    by side as ``plan`` asks, in eval mode under ``torch.inference_mode``, on inference tensors
+    (copied once, before timing: a compiled variant would copy a plain one at every call, to
+    run the graph it compiled for a test stage's, :func:`hpml.tensors.as_inference`)."""
     devices = {name: str(example_device(model, x)) for name, (model, x) in variants.items()}
     with evaluating([model for model, _ in variants.values()]), torch.inference_mode():
+        calls = {
+            name: forward_call(model, as_inference(as_args(x)))
+            for name, (model, x) in variants.items()
+        }
         timings = time_side_by_side(calls, plan, set(devices.values()))
     return {name: dataclasses.replace(t, device=devices[name]) for name, t in timings.items()}

@@ -38,10 +38,12 @@ class Spinner(nn.Module):
         self.norm = nn.BatchNorm1d(3)
         self.modes: list[bool] = []
         self.grad_enabled: list[bool] = []
+        self.inference_inputs: list[bool] = []
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.modes.append(self.training)
         self.grad_enabled.append(torch.is_grad_enabled())
+        self.inference_inputs.append(x.is_inference())
         end = time.thread_time() + self.seconds
         while time.thread_time() < end:
             pass
@@ -67,6 +69,7 @@ def test_forward_passes_run_in_eval_mode_without_autograd_and_modes_come_back() 
     net.norm.eval()  # a frozen batch norm inside a training net stays frozen
     compare_forward({"net": (net, torch.zeros(2, 3))}, Plan(rounds=2, min_run_time_s=0.001))
     assert net.modes and not any(net.modes) and not any(net.grad_enabled)
+    assert all(net.inference_inputs)  # a plain example, timed as a test stage's batch
     assert net.training and not net.norm.training
 
 
