@@ -16,10 +16,11 @@ Adam scales into full-size steps (0.1 .. 0.95 apart after three steps, 1e-3 in B
 shift). In float64 the members match their twins to 1e-14 .. 6e-14 (SGD) and 7e-10 .. 6e-9
 (Adam, those biases: noise of 1e-16 against Adam's eps of 1e-8). The LSTM holds in float32.
 
-The VGG family is VGG11-BN's CIFAR layout (eight conv-BN-ReLU blocks, five poolings, one
-Linear) at an eighth of its widths: the same layers through the same vmapped grouped
-convolutions and BatchNorm syncing, at 1/64 of the weights and convolution work, so that its
-float64 fits (a fused array and three serial twins per test) cost a second, not ten.
+Those figures are full-width VGG11-BN's. The VGG family here is its CIFAR layout (eight
+conv-BN-ReLU blocks, five poolings, one Linear) at an eighth of its widths: the same layers
+through the same vmapped grouped convolutions and BatchNorm syncing, at 1/64 of the weights and
+convolution work, so that its float64 fits (a fused array and three serial twins per test) cost
+a second, not ten.
 """
 
 from __future__ import annotations
