@@ -8,17 +8,19 @@ import hashlib
 import importlib.metadata
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 from hpml.gpu import kit
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def test_requirements_are_pinned_once_each_to_the_development_versions() -> None:
+def test_requirements_are_pinned_once_each() -> None:
     names = [kit.normalize(name) for name, _ in kit.KIT]
     assert len(names) == len(set(names))
     assert kit.requirements() == [f"{name}=={version}" for name, version in kit.KIT]
@@ -26,12 +28,47 @@ def test_requirements_are_pinned_once_each_to_the_development_versions() -> None
     assert {name for name, _ in kit.KIT} >= kit.BUILT_HERE
     # Nothing the GPU machine already has: the kit would shadow its copy.
     assert not set(names) & kit.HOST_PACKAGES
-    for name, version in kit.KIT:  # what the kit carries is what hpml is developed with
+
+
+def declared_requirements() -> list[Requirement]:
+    """What hpml declares (pyproject.toml), with MLflow's range standing for mlflow-skinny (the
+    same releases), and what each kit package installed here at its kit version declares: the
+    ranges the kit's pins must meet. Newer releases on the registry do not enter."""
+    pins = {kit.normalize(name): version for name, version in kit.KIT}
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    declared = [Requirement(line) for line in project]
+    declared += [
+        Requirement(f"mlflow-skinny{req.specifier}") for req in declared if req.name == "mlflow"
+    ]
+    for name, version in pins.items():
         try:
-            installed = importlib.metadata.version(name)
+            if importlib.metadata.version(name) != version:
+                continue
         except importlib.metadata.PackageNotFoundError:
             continue
-        assert installed == version, f"{name}: kit pins {version}, this environment has {installed}"
+        for line in importlib.metadata.requires(name) or []:
+            req = Requirement(line)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                declared.append(req)
+    return declared
+
+
+def test_pins_meet_what_hpml_and_the_kit_declare() -> None:
+    pins = {kit.normalize(name): version for name, version in kit.KIT}
+    met = 0
+    for req in declared_requirements():
+        pin = pins.get(kit.normalize(req.name))
+        if pin is not None:
+            assert req.specifier.contains(pin, prereleases=True), f"{req.name}=={pin} fails {req}"
+            met += 1
+    # hpml's own ranges (hydra-core, omegaconf, torch-pruning, mlflow) are always among them.
+    assert met >= 4
+
+
+def test_a_pin_outside_a_declared_range_is_caught() -> None:
+    """The check above can fail: a torch-pruning pin outside hpml's ``==1.6.*``."""
+    [declared] = [req for req in declared_requirements() if req.name == "torch-pruning"]
+    assert not declared.specifier.contains("1.5.2")
 
 
 def test_the_module_runs_without_site_packages(tmp_path: Path) -> None:

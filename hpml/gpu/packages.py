@@ -8,9 +8,10 @@ from __future__ import annotations
 import re
 
 # The kit, in one place: what hpml imports (directly or through MLflow's SQLite tracking store)
-# and the GPU machine lacks, pinned to the versions hpml is developed with (.venv). The smallest
-# set ``check`` passes with; what MLflow declares but a tracking run never imports (gitpython,
-# uvicorn, python-dotenv, google-auth, mlflow's server UI) stays out. Packages the machine
+# and the GPU machine lacks, pinned inside the ranges that hpml and these packages declare (so
+# the registry's newer releases do not move it). The smallest set ``check`` passes with; what
+# MLflow declares but a tracking run never imports (gitpython, uvicorn, python-dotenv,
+# google-auth, mlflow's server UI) stays out. Packages the machine
 # already has (anyio, zipp, click, cloudpickle, protobuf, ...) stay out too. Not in it, so not
 # on that machine: optuna (hparams_search=), torchao (quant=torchao_int8, static int8 through
 # PT2E), the joblib and submitit launchers, the MLflow server.
