@@ -10,6 +10,7 @@ import contextlib
 import logging
 import math
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -116,7 +117,10 @@ def run_members(
             record_run(member.job.output_dir if array else output_dir, run.run_id)
         if array:
             log.info("fused array of %d members: runs %s", len(members), stop.run_id)
-        trainer.loggers = [run.lightning_logger() for run in runs]
+        trainer.loggers = [
+            run.lightning_logger(partial(fused.member_metrics, index=run.member) if array else None)
+            for run in runs
+        ]
         try:
             name = job.name if job is not None else "train"
             with hand_off(cfg, trainer, output_dir, name, runs[0].run_id, ckpt_path):

@@ -278,7 +278,7 @@ MEMBER_PREFIX = "fused"
 
 def member_prefix(index: int) -> str:
     """What member ``index`` of a fused array prefixes its metric names with: ``fused3/``. The
-    member's own run (:class:`hpml.tracking.logger.MemberLogger`) stores them without it."""
+    member's own run (:func:`hpml.fused.members.member_metrics`) stores them without it."""
     return f"{MEMBER_PREFIX}{index}/"
 
 

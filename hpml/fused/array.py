@@ -9,7 +9,7 @@ update (:class:`~hpml.optimize.fuse.optim.FusedStep`), other optimisers member b
 ops a step launches grow with N only in the members' metric updates and logging. Optimisation is
 manual: Lightning's automatic loop drives one optimiser.
 
-Metrics are logged as ``fused<i>/<stage>/<name>``; :class:`~hpml.tracking.logger.MemberLogger`
+Metrics are logged as ``fused<i>/<stage>/<name>``; :func:`~hpml.fused.members.member_metrics`
 files them in member i's run under ``<stage>/<name>``, as a serial run names them.
 """
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
+from typing import Any
 
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from hpml.build import callback_nodes
@@ -176,3 +178,12 @@ def unfused_note(cfg: DictConfig, launcher: str | None, multirun: bool) -> str |
             f"hydra/launcher out (fuse=array selects {FUSED_LAUNCHER}) to fuse them"
         )
     return None
+
+
+class UnfusedNote(Callback):
+    """Says, as a sweep starts, why ``fuse=array`` cannot act on it (:func:`unfused_note`)."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        note = unfused_note(config, config.hydra.runtime.choices.get("hydra/launcher"), True)
+        if note is not None:
+            print(f"hpml: {note}", flush=True)

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.loggers import MLFlowLogger
 
-from hpml.fused.members import member_metrics
 from hpml.names import BEST_TAG, LAST_TAG, WRITER_TAG
 from hpml.tracking.jobs import this_process
 from hpml.tracking.resume import CHECKPOINT_ARTIFACTS
 
 log = logging.getLogger(__name__)
+Select = Callable[[dict[str, float]], dict[str, float]]  # the metrics a run keeps, named
 
 
 class AttachedMLFlowLogger(MLFlowLogger):
@@ -23,11 +24,20 @@ class AttachedMLFlowLogger(MLFlowLogger):
 
     Checkpoints go to ``checkpoints/<file>`` as soon as they are written, unless larger than
     ``checkpoint_max_bytes`` (None: no cap, 0: never); their paths on disk are tags for ``resume``.
+    ``select`` picks and names the run's metrics among those logged (a fused array's member: its
+    own, under their serial names), as whoever trains the run knows them; None: all, as logged.
     """
 
-    def __init__(self, *args: Any, checkpoint_max_bytes: int | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        checkpoint_max_bytes: int | None = None,
+        select: Select | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.checkpoint_max_bytes = checkpoint_max_bytes
+        self.select = select
         self._uploaded: dict[str, tuple[float, int]] = {}  # path -> (mtime, size) when logged
         self._over_cap: set[str] = set()
 
@@ -63,18 +73,8 @@ class AttachedMLFlowLogger(MLFlowLogger):
         self._over_cap.add(path)
         return False
 
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        super().log_metrics(self.select(metrics) if self.select else metrics, step)
+
     def finalize(self, status: str = "success") -> None:
         """Nothing to close: checkpoints were logged as they were saved, the run is hpml's."""
-
-
-class MemberLogger(AttachedMLFlowLogger):
-    """Member ``member`` of a fused array's run: its own ``fused<member>/...`` metrics without
-    the prefix, and the array's unprefixed ones (throughput, step time: what every member went
-    through)."""
-
-    def __init__(self, *args: Any, member: int, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.member = member
-
-    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        super().log_metrics(member_metrics(metrics, self.member), step)

@@ -19,7 +19,7 @@ from hpml.names import ERROR_TAG
 from hpml.ranges import Positive, Range
 from hpml.tracking.interrupts import interrupted
 from hpml.tracking.jobs import PARENT_FILE
-from hpml.tracking.logger import AttachedMLFlowLogger, MemberLogger
+from hpml.tracking.logger import AttachedMLFlowLogger, Select
 from hpml.tracking.records import log_config, log_failure, log_job_log
 from hpml.tracking.redact import redact_text
 from hpml.tracking.refused import refused_mid_run, write_refused
@@ -90,16 +90,16 @@ class MlflowTracker:
         return experiment_id(self.client(), self.experiment_name, self.artifact_root)
 
     def attached_logger(
-        self, run_id: str | None, member: int | None = None
+        self, run_id: str | None, select: Select | None = None
     ) -> AttachedMLFlowLogger:
-        """A Lightning logger writing into run ``run_id``, the run of a fused array's ``member``
-        if one is named. A DDP rank other than zero gets one too, with its rank's no-op writes:
-        Lightning expects the same loggers on every rank."""
-        uri, cap = self.tracking_uri, self.checkpoint_max_bytes
-        if member is None:
-            return AttachedMLFlowLogger(tracking_uri=uri, run_id=run_id, checkpoint_max_bytes=cap)
-        return MemberLogger(
-            tracking_uri=uri, run_id=run_id, member=member, checkpoint_max_bytes=cap
+        """A Lightning logger writing into run ``run_id`` the metrics ``select`` picks (None:
+        all). A DDP rank other than zero gets one too, with its rank's no-op writes: Lightning
+        expects the same loggers on every rank."""
+        return AttachedMLFlowLogger(
+            tracking_uri=self.tracking_uri,
+            run_id=run_id,
+            checkpoint_max_bytes=self.checkpoint_max_bytes,
+            select=select,
         )
 
     @contextmanager

@@ -20,7 +20,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from hpml.console import compare_hint, quiet_upstream
 from hpml.errors import one_line
-from hpml.fused.plan import unfused_note
 from hpml.names import SWEEP_COMMAND_TAG, SWEEP_DIR_TAG, SWEEP_PARENT_TAG
 from hpml.tracking.jobs import PARENT_FILE, failed_jobs, this_process
 from hpml.tracking.redact import redact_text
@@ -95,10 +94,6 @@ class MlflowSweepCallback(Callback):
         HydraConfig.instance().set_config(config)
         # the parent run may be the store's first: its creation as quiet as a job's
         quiet_upstream(verbose=bool(OmegaConf.select(config, "hpml.verbose", default=False)))
-        launcher = config.hydra.runtime.choices.get("hydra/launcher")
-        note = unfused_note(config, launcher, multirun=True)
-        if note is not None:
-            print(f"hpml: {note}", flush=True)
         sweep_dir = Path(str(config.hydra.sweep.dir))
         command = shlex.join(["python", "-m", "hpml.train", *sys.argv[1:]])
         try:

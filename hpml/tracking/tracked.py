@@ -13,7 +13,7 @@ from mlflow.entities import RunTag
 from hpml.errors import one_line
 from hpml.hydra_job import HydraJob
 from hpml.names import MODEL_ERROR_TAG, PROCESSES_TAG
-from hpml.tracking.logger import AttachedMLFlowLogger
+from hpml.tracking.logger import AttachedMLFlowLogger, Select
 from hpml.tracking.redact import redact_text
 from hpml.tracking.tags import device_tags
 
@@ -30,7 +30,7 @@ class Tracker(Protocol):
     tracking_uri: str
     log_model: bool
 
-    def attached_logger(self, run_id: str, member: int | None) -> AttachedMLFlowLogger: ...
+    def attached_logger(self, run_id: str, select: Select | None) -> AttachedMLFlowLogger: ...
 
 
 class TrackedRun:
@@ -59,8 +59,9 @@ class TrackedRun:
         self.experiment_id: str = run.info.experiment_id
         self.aside = member is not None
 
-    def lightning_logger(self) -> AttachedMLFlowLogger:
-        return self.tracker.attached_logger(self.run_id, self.member)
+    def lightning_logger(self, select: Select | None = None) -> AttachedMLFlowLogger:
+        """A Lightning logger of this run, keeping the metrics ``select`` picks (None: all)."""
+        return self.tracker.attached_logger(self.run_id, select)
 
     def set_device(self, device: Any, processes: int = 1) -> None:
         """Tag the device the trainer actually chose (known only once the trainer exists) and

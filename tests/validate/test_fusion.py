@@ -28,7 +28,7 @@ from hpml.callbacks.perf import PerformanceMonitor
 from hpml.callbacks.target import MemberTimeToTarget
 from hpml.fused.launch import placed, task_config
 from hpml.fused.members import array_callbacks
-from hpml.fused.plan import FUSED_LAUNCHER, plan, unfused_note
+from hpml.fused.plan import FUSED_LAUNCHER, UnfusedNote, plan, unfused_note
 from hydra_plugins.hpml_fused_launcher.launcher import FusedLauncher
 from tests.conftest import CONF
 from tests.helpers import EachMember, FailAtEpoch
@@ -319,7 +319,9 @@ def test_a_capacity_of_one_runs_every_job_alone() -> None:
     assert (decided.arrays, decided.serial, decided.reason) == ([], [0, 1, 2], None)
 
 
-def test_fuse_array_selects_the_fused_launcher_and_the_command_line_can_override_it() -> None:
+def test_fuse_array_selects_the_fused_launcher_and_the_command_line_can_override_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     fused = job(*FUSED)
     assert fused.hydra.runtime.choices["hydra/launcher"] == FUSED_LAUNCHER
     assert unfused_note(fused, FUSED_LAUNCHER, multirun=True) is None
@@ -328,6 +330,9 @@ def test_fuse_array_selects_the_fused_launcher_and_the_command_line_can_override
     assert launcher == "basic"
     note = unfused_note(basic, launcher, multirun=True)
     assert note.startswith("fuse=array: hydra/launcher=basic runs this sweep's jobs one by one")
+    UnfusedNote().on_multirun_start(basic)  # the sweep's first callback says it as it starts
+    assert capsys.readouterr().out == f"hpml: {note}\n"
+    assert next(iter(basic.hydra.callbacks)) == "fuse_note"
 
 
 def test_the_note_when_fuse_array_cannot_act() -> None:
