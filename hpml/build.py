@@ -157,6 +157,12 @@ def build_model(cfg: DictConfig, datamodule: HpmlDataModule) -> HpmlModule:
     return build("model", cfg.model, data=datamodule.spec)
 
 
+def build_tracker(cfg: DictConfig) -> Any:
+    """Job ``cfg``'s ``logger``: the MLflow tracker that opens, records and closes its runs,
+    built once per job (a sweep's parent run, made before any job, builds its own)."""
+    return build("logger", cfg.logger)
+
+
 def build_trainer(cfg: DictConfig, callbacks: Sequence[L.Callback], array: bool) -> L.Trainer:
     """Job ``cfg``'s trainer, with ``callbacks`` and the epoch summary, and no logger until its
     runs open (they set ``trainer.loggers``, one per run); an ``array`` keeps no checkpoint."""

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig, OmegaConf
 
-from hpml.build import Assembled, Member, build, build_model, build_parts, build_trainer
+from hpml.build import Assembled, Member, build_model, build_parts, build_tracker, build_trainer
 from hpml.console import quiet_upstream
 from hpml.errors import HpmlError
 from hpml.tracking.jobs import record_run
@@ -186,5 +186,5 @@ def follow(cfg: DictConfig, run_id: str | None, ckpt_path: str | None) -> None:
     for refused in parts.refused.values():
         raise refused
     assembled = assemble([Member(cfg, None, parts)])
-    assembled.trainer.loggers = [build("logger", cfg.logger).attached_logger(run_id)]
+    assembled.trainer.loggers = [build_tracker(cfg).attached_logger(run_id)]
     fit_and_test(cfg, assembled, ckpt_path)

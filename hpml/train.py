@@ -20,7 +20,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from hpml import garbage
-from hpml.build import CONF_DIR, Member, Parts, build, build_parts
+from hpml.build import CONF_DIR, Member, Parts, build_parts, build_tracker
 from hpml.cli import check_args, hoist_flags, report_failure, trainer_overrides
 from hpml.console import compare_hint, quiet_upstream
 from hpml.errors import HpmlError, one_line
@@ -47,7 +47,7 @@ def tracker_of(cfg: DictConfig, job: HydraJob | None = None) -> MlflowTracker:
 
     quiet_upstream(verbose=bool(OmegaConf.select(cfg, "hpml.verbose", default=False)))
     prepare(cfg.logger, patience=SWEEP_JOB_PATIENCE if job is not None and job.sweep else 1)
-    return build("logger", cfg.logger)
+    return build_tracker(cfg)
 
 
 def job_parts(cfg: DictConfig, job: HydraJob | None) -> Parts:

@@ -66,17 +66,38 @@ def built(monkeypatch: pytest.MonkeyPatch) -> Counter:
     return made
 
 
-def test_a_single_run_builds_each_part_once(root: Path, composed, built: Counter) -> None:
+@pytest.fixture
+def loggers(monkeypatch: pytest.MonkeyPatch) -> Counter:
+    """The ``logger`` group's trackers and the Lightning loggers of runs, counted as they are
+    constructed, by whatever path (not only :func:`hpml.build.build`'s)."""
+    from hpml.tracking.logger import AttachedMLFlowLogger
+    from hpml.tracking.run import MlflowTracker
+
+    made: Counter = Counter()
+    for cls in (MlflowTracker, AttachedMLFlowLogger):
+
+        def init(self: Any, *args: Any, _real: Any = cls.__init__, **kwargs: Any) -> None:
+            made[type(self).__name__] += 1
+            _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "__init__", init)
+    return made
+
+
+def test_a_single_run_builds_each_part_once(
+    root: Path, composed, built: Counter, loggers: Counter
+) -> None:
     from hpml.train import train
 
     metrics = train(composed(SMALL))
     assert "val/loss" in metrics
     assert {name: built[name] for name in PARTS} == dict.fromkeys(PARTS, 1)
     assert set(built) == PARTS
+    assert loggers == Counter({"MlflowTracker": 1, "AttachedMLFlowLogger": 1})  # its run's
 
 
 def test_a_fused_array_of_two_builds_each_members_parts_once(
-    root: Path, client: Any, built: Counter
+    root: Path, client: Any, built: Counter, loggers: Counter
 ) -> None:
     lrs = ["model.optimizer.lr=0.01,0.02", "fuse=array", "fuse.force=true"]
     jobs = multirun([*SMALL, *lrs, "fuse.max_members=2"], root / "multirun")
@@ -87,6 +108,9 @@ def test_a_fused_array_of_two_builds_each_members_parts_once(
     # each member its data, model and callbacks; the array one tracker and one trainer
     once = {"MlflowTracker", "Trainer"}
     assert {name: built[name] for name in PARTS} == {n: 1 if n in once else 2 for n in PARTS}
+    # the array's tracker and the sweep's parent's own, made as it opens and as it closes; a
+    # Lightning logger per member's run
+    assert loggers == Counter({"MlflowTracker": 1 + 2, "AttachedMLFlowLogger": 2})
 
 
 def test_validation_reads_the_built_parts_and_builds_none(

@@ -199,9 +199,8 @@ def _store_of(args: list[str]) -> tuple[Any, str]:
     the run's), output quieted as the job's will be."""
     from hydra import compose, initialize_config_dir
     from hydra.core.hydra_config import HydraConfig
-    from hydra.utils import instantiate
 
-    from hpml.build import CONF_DIR
+    from hpml.build import CONF_DIR, build_tracker
     from hpml.console import quiet_upstream
     from hpml.errors import config_file_problem
     from hpml.tracking.remote import prepare
@@ -224,7 +223,7 @@ def _store_of(args: list[str]) -> tuple[Any, str]:
     HydraConfig.instance().set_config(cfg)
     quiet_upstream(verbose=bool(cfg.hpml.verbose))
     try:
-        tracker = instantiate(cfg.logger)
+        tracker = build_tracker(cfg)
         prepare(tracker)
         return tracker.client(), tracker.experiment_name
     finally:
