@@ -32,6 +32,9 @@ class HydraJob:
     overrides: tuple[str, ...]  # hydra.overrides.task: the job's own command line
     choices: dict[str, str | None]  # hydra.runtime.choices: the option of each config group
     sweep: SweepPlace | None  # None outside a multirun
+    # hydra.runtime.config_sources' folders (conf/, --config-dir, hydra.searchpath), in the order
+    # Hydra looks for an option in them; empty: conf/ alone
+    config_dirs: tuple[Path, ...] = ()
 
     @classmethod
     def of(cls, hydra: DictConfig) -> HydraJob:
@@ -47,4 +50,9 @@ class HydraJob:
             overrides=tuple(hydra.overrides.task),
             choices=dict(hydra.runtime.choices),
             sweep=sweep,
+            config_dirs=tuple(
+                Path(source.path)
+                for source in hydra.runtime.config_sources
+                if source.schema == "file"
+            ),
         )

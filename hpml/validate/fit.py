@@ -152,11 +152,11 @@ def built_for_data(
     def fits_with(override: str) -> bool:
         """Whether the chosen option fits with this one ``data.*`` override of the user's."""
         key = override.lstrip("+~").split("=", 1)[0]
-        node = options.in_place_of(cfg, "data", str(job.choices["data"]))
+        node = options.in_place_of(cfg, "data", str(job.choices["data"]), job)
         OmegaConf.update(node, key.removeprefix("data."), OmegaConf.select(cfg, key))
         return options.works(lambda: fits(node))
 
-    fitting = options.working(cfg, "data", fits)
+    fitting = options.working(cfg, "data", fits, job)
     chosen_fits = job is None or job.choices.get("data") in fitting
     if clash is not None and chosen_fits:
         raise clash

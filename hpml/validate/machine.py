@@ -201,10 +201,10 @@ def check_trainer_option(cfg: DictConfig, job: HydraJob | None) -> int:
         typed = any(t.lstrip("+~").startswith(f"{exc.key}=") for t in options.typed(job, "trainer"))
         if chosen is None or typed:
             raise
-        own = options.own_config("trainer", chosen.split("=", 1)[1])
+        own = options.own_config("trainer", chosen.split("=", 1)[1], job)
         if OmegaConf.select(own, exc.key.removeprefix("trainer.")) != exc.value:
             raise  # set by an experiment or another group: the key is what to name
-        runs = options.working(cfg, "trainer", check_trainer)
+        runs = options.working(cfg, "trainer", check_trainer, job)
         reason = exc.expected.partition(": ")[2] or f"{exc.key} must be {exc.expected}"
         raise IncompatibleError(
             f"{chosen} sets {exc.key}={exc.value!r}, and {reason}: "

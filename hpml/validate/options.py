@@ -1,13 +1,15 @@
 """Config group options as a user types them (``data=mnist``), and what each option sets.
 
 A refusal names what the user typed and the options that would work instead, found by building
-each option's own config from ``conf/``, so a new option is judged as soon as it exists.
+each option's own config from the folders Hydra composed the job from (``conf/``, a user's
+``--config-dir`` or ``hydra.searchpath``), so a new option is judged as soon as it exists.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -33,12 +35,20 @@ def typed(job: HydraJob | None, prefix: str) -> list[str]:
     ]
 
 
-def own_config(group: str, name: str) -> DictConfig:
-    """Option ``name`` of ``group`` with the same-group options its defaults list extends
-    (``trainer=fp16`` extends ``default``) and the shared ones it inherits in place
-    (``/base/data@_here_``), merged as Hydra would with ``_self_`` last unless placed; entries
-    for other groups (a model's optimizer) are not the option's own values."""
-    node = OmegaConf.load(CONF_DIR / group / f"{name}.yaml")
+def config_dirs(job: HydraJob | None) -> Sequence[Path]:
+    """The folders ``job``'s options are files in, in the order Hydra looks (``conf/`` outside
+    Hydra)."""
+    return (job.config_dirs if job is not None else ()) or (CONF_DIR,)
+
+
+def own_config(group: str, name: str, job: HydraJob | None) -> DictConfig:
+    """Option ``name`` of ``group`` (the first file Hydra would read for it, empty if none is
+    a file) with the same-group options its defaults list extends (``trainer=fp16`` extends
+    ``default``) and the shared ones it inherits in place (``/base/data@_here_``), merged as Hydra
+    would with ``_self_`` last unless placed; entries for other groups (a model's optimizer) are
+    not the option's own values."""
+    paths = [d / group / f"{name}.yaml" for d in config_dirs(job)]
+    node = next((OmegaConf.load(path) for path in paths if path.is_file()), OmegaConf.create())
     assert isinstance(node, DictConfig)
     with open_dict(node):
         defaults = node.pop("defaults", [])
@@ -49,30 +59,33 @@ def own_config(group: str, name: str) -> DictConfig:
         if entry == "_self_":
             merged = OmegaConf.merge(merged, node)
         elif isinstance(entry, str) and "/" not in entry and "@" not in entry:
-            merged = OmegaConf.merge(merged, own_config(group, entry))
+            merged = OmegaConf.merge(merged, own_config(group, entry, job))
         elif isinstance(entry, str) and entry.startswith("/") and entry.endswith("@_here_"):
             shared, _, option = entry[1:].removesuffix("@_here_").rpartition("/")
-            merged = OmegaConf.merge(merged, own_config(shared, option))  # /base/data@_here_
+            merged = OmegaConf.merge(merged, own_config(shared, option, job))  # /base/data@_here_
     assert isinstance(merged, DictConfig)
     return merged
 
 
-def in_place_of(cfg: DictConfig, group: str, name: str) -> DictConfig:
+def in_place_of(cfg: DictConfig, group: str, name: str, job: HydraJob | None) -> DictConfig:
     """Option ``name``'s config in ``cfg``'s place for ``group``, its interpolations
     (``${paths.data_dir}``, ``${seed}``) resolved against the rest of ``cfg``."""
     whole = copy.deepcopy(cfg)
     with open_dict(whole):
-        whole[group] = own_config(group, name)
+        whole[group] = own_config(group, name, job)
     return whole[group]
 
 
-def working(cfg: DictConfig, group: str, check: Callable[[DictConfig], Any]) -> list[str]:
-    """The options of ``group`` that are files under ``conf/`` (what a refusal can suggest)
-    whose own config passes ``check`` (returns without an error)."""
+def working(
+    cfg: DictConfig, group: str, check: Callable[[DictConfig], Any], job: HydraJob | None
+) -> list[str]:
+    """The options of ``group`` that are files in ``job``'s config folders (what a refusal can
+    suggest) whose own config passes ``check`` (returns without an error)."""
+    names = {path.stem for d in config_dirs(job) for path in (d / group).glob("*.yaml")}
     return [
         name
-        for name in sorted(path.stem for path in (CONF_DIR / group).glob("*.yaml"))
-        if works(lambda name=name: check(in_place_of(cfg, group, name)))
+        for name in sorted(names)
+        if works(lambda name=name: check(in_place_of(cfg, group, name, job)))
     ]
 
 

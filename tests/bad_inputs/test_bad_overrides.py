@@ -363,3 +363,27 @@ def test_a_trainer_option_the_machine_cannot_run_is_named(
     # typed by the user: the key is what they typed, and what is named
     (line,) = refused_lines(composed([*SMALL, "trainer.accelerator=gpu"]), capsys)
     assert_names(line, ["trainer.accelerator='gpu' is invalid", "no GPU"])
+
+
+def test_a_users_own_trainer_option_is_refused_in_one_line_naming_it(
+    composed, root, tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An option of the user's own config dir (``--config-dir``, or ``hydra.searchpath`` as
+    here) is read where Hydra found it: refused as hpml's own are, and suggested when it runs."""
+    user = tmp_path / "my_conf" / "trainer"
+    user.mkdir(parents=True)
+    (user / "mytrainer.yaml").write_text("defaults:\n  - default\n\nnum_nodes: 0\n")
+    (user / "mycpu.yaml").write_text("defaults:\n  - cpu\n")
+    searchpath = f"hydra.searchpath=[file://{tmp_path / 'my_conf'}]"
+    (line,) = refused_lines(composed([*SMALL, searchpath, "trainer=mytrainer"]), capsys)
+    assert_names(
+        line,
+        [
+            "trainer=mytrainer sets trainer.num_nodes=0",
+            "trainer.num_nodes must be a positive integer",
+            "trainer=mycpu",
+            "trainer=cpu",
+        ],
+    )
+    assert "trainer=mytrainer or" not in line and ", trainer=mytrainer" not in line
+    assert run_statuses(root) == []
