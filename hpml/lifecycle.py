@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -24,25 +23,11 @@ from hpml.tracking.jobs import record_run
 if TYPE_CHECKING:  # imports MLflow and Lightning: the functions import them when called
     import lightning as L
 
+    from hpml.tracking.logger import Select
     from hpml.tracking.run import MlflowTracker
     from hpml.tracking.tracked import TrackedRun
 
 log = logging.getLogger(__name__)
-
-
-def assemble(members: Sequence[Member]) -> Assembled:
-    """The job's parts, completed before its runs open: each member's model built as its serial
-    job's (seeded, its data prepared), then (several members: a fused array wrapped around
-    theirs, :mod:`hpml.fused`) the trainer, with no logger until the runs give it theirs."""
-    models = [build_model(m.cfg, m.parts.datamodule) for m in members]
-    parts = members[0].parts
-    datamodule, model, callbacks = parts.datamodule, models[0], parts.callbacks
-    if len(members) > 1:
-        from hpml.fused.members import wrapped
-
-        datamodule, model, callbacks = wrapped(members, models)
-    trainer = build_trainer(members[0].cfg, callbacks, array=len(members) > 1)
-    return Assembled(datamodule, model, trainer)
 
 
 def fit_and_test(
@@ -51,7 +36,7 @@ def fit_and_test(
     ckpt_path: str | None,
     check: Callable[[], None] = lambda: None,
 ) -> dict[str, float]:
-    """``cfg.fit`` then ``cfg.test`` with what :func:`assemble` made, ``check`` between them;
+    """``cfg.fit`` then ``cfg.test`` with what :meth:`Job.assemble` made, ``check`` between them;
     the metrics they left."""
     trainer, model, datamodule = parts.trainer, parts.model, parts.datamodule
     metrics: dict[str, float] = {}
@@ -65,34 +50,87 @@ def fit_and_test(
     return metrics
 
 
+class Job:
+    """How a job of one member trains, step by step in :func:`run_members`; a fused array's
+    job differs in these steps alone (:class:`hpml.fused.members.Array`)."""
+
+    def __init__(self, members: Sequence[Member], tracker: MlflowTracker) -> None:
+        (self.member,), self.tracker = members, tracker
+
+    def folder(self, member: Member) -> Path:
+        """Where ``member``'s run is recorded, for a later attempt of its job to find."""
+        return Path(member.cfg.paths.output_dir)
+
+    def assemble(self) -> Assembled:
+        """The job's parts, completed before its run opens: its model built for its data (seeded,
+        the data prepared), then the trainer, with no logger until the run gives it its own."""
+        cfg, parts = self.member.cfg, self.member.parts
+        model = build_model(cfg, parts.datamodule)
+        return Assembled(parts.datamodule, model, build_trainer(cfg, parts.callbacks, array=False))
+
+    def start_points(self) -> tuple[list[str | None], str | None]:
+        """The run to reopen (None: a fresh one) and the checkpoint to resume from:
+        ``resume=<run id>``, or a requeued sweep job's earlier run."""
+        from hpml.tracking.resume import requeued_run, resume_point
+
+        job, resume, folder = (
+            self.member.job,
+            self.member.cfg.get("resume"),
+            self.folder(self.member),
+        )
+        if resume is None and job is not None and job.sweep is not None:
+            resume = requeued_run(self.tracker, folder)
+        resumed, ckpt_path = resume_point(self.tracker, resume, folder)
+        return [resumed], ckpt_path
+
+    def tags(self, index: int) -> dict[str, str]:
+        """Member ``index``'s run tags beyond the environment's and Hydra's."""
+        return {}
+
+    def outcome(self, parts: Assembled, index: int) -> tuple[Any, Any, dict[str, str]]:
+        """Member ``index``'s data module and model in ``parts``; its run's tags once trained."""
+        return parts.datamodule, parts.model, {}
+
+    def select(self, index: int) -> Select | None:
+        """The metrics member ``index``'s run keeps, named as it logs them (None: all)."""
+        return None
+
+    def training(self, run_ids: str) -> contextlib.AbstractContextManager[None]:
+        """Around the fit and test of the runs ``run_ids``."""
+        return contextlib.nullcontext()
+
+    def results(self, metrics: dict[str, float], parts: Assembled) -> list[dict[str, float]]:
+        """Each member's final metrics, from those fit and test left."""
+        return [metrics]
+
+
 def run_members(
     tracker: MlflowTracker, members: Sequence[Member]
 ) -> tuple[list[dict[str, float]], list[TrackedRun]]:
     """Train checked ``members`` as one job, one run each under the sweep's parent: one member
-    is a single job, several a fused array. The parts are completed first: what stops them
-    (a download, a resume the cluster's processes cannot make) is recorded as a FAILED run per
-    member; a SIGTERM or Ctrl-C from then on ends the job as one during training does.
-    Each member's final metrics and its run, in order; an array member whose loss stopped being
-    finite returns NaN, tagged with the step."""
+    is a single job (:class:`Job`), several a fused array. The parts are completed first: what
+    stops them (a download, a resume the cluster's processes cannot make) is recorded as a
+    FAILED run per member; a SIGTERM or Ctrl-C from then on ends the job as one during training
+    does. Each member's final metrics and its run, in order; an array member whose loss stopped
+    being finite returns NaN, tagged with the step."""
     from hpml.distributed import hand_off, processes
-    from hpml.fused import members as fused
+    from hpml.fused.members import Array
+    from hpml.tracking.resume import restarted_run
     from hpml.tracking.stop import StopOnSignals
     from hpml.worker import start_job
 
+    restarted = partial(restarted_run, tracker)
+    shape = Array(members, restarted) if len(members) > 1 else Job(members, tracker)
     cfg, job = members[0].cfg, members[0].job
-    array = len(members) > 1
     start_job(cfg.get("threads"))
     # `import lightning` adds its own console handler; Hydra's job logging already prints and
     # files every record, so without this each Lightning message shows twice.
     logging.getLogger("lightning").handlers.clear()
-    output_dir = Path(cfg.paths.output_dir)
-    resume, ckpt_path = start_points(tracker, members)
-    tags = [fused.member_tags(i, len(members), job) if array else {} for i in range(len(members))]
+    resume, ckpt_path = shape.start_points()
+    tags = [shape.tags(index) for index in range(len(members))]
 
     def record(run: TrackedRun, trained: bool) -> None:  # as each run ends
-        datamodule, model, outcome = parts.datamodule, parts.model, {}
-        if array:
-            datamodule, model, outcome = fused.member_parts(parts, run.member)
+        datamodule, model, outcome = shape.outcome(parts, run.member or 0)  # one job's: None
         run.log_dataset(datamodule)
         if trained:
             for key, value in outcome.items():
@@ -102,7 +140,7 @@ def run_members(
     with contextlib.ExitStack() as stack:
         stop = stack.enter_context(StopOnSignals(job))  # from the data's download on
         try:
-            parts = assemble(members)
+            parts = shape.assemble()
             check_resume(parts.trainer, ckpt_path)
         except Exception as exc:
             for member in members:
@@ -114,28 +152,17 @@ def run_members(
         )
         stop.run_id, stop.resumed_from = ", ".join(run.run_id for run in runs), ckpt_path
         for member, run in zip(members, runs, strict=True):
-            record_run(member.job.output_dir if array else output_dir, run.run_id)
-        if array:
-            log.info("fused array of %d members: runs %s", len(members), stop.run_id)
-        trainer.loggers = [
-            run.lightning_logger(partial(fused.member_metrics, index=run.member) if array else None)
-            for run in runs
-        ]
-        try:
-            name = job.name if job is not None else "train"
-            with hand_off(cfg, trainer, output_dir, name, runs[0].run_id, ckpt_path):
-                for run in runs:
-                    run.set_device(trainer.strategy.root_device, processes(trainer))
-                metrics = fit_and_test(cfg, parts, ckpt_path, stop.check)
-        finally:
-            if array:
-                fused.copy_logs([member.job for member in members])
-    if not array:
-        return [metrics], runs
-    results = [fused.member_metrics(metrics, index) for index in range(len(members))]
-    for index in parts.model.diverged if cfg.optimized_metric else ():
-        results[index][cfg.optimized_metric] = math.nan  # its serial job's metric: NaN
-    return results, runs
+            record_run(shape.folder(member), run.run_id)
+        trainer.loggers = [run.lightning_logger(shape.select(i)) for i, run in enumerate(runs)]
+        name, output_dir = job.name if job is not None else "train", Path(cfg.paths.output_dir)
+        with (
+            shape.training(stop.run_id),
+            hand_off(cfg, trainer, output_dir, name, runs[0].run_id, ckpt_path),
+        ):
+            for run in runs:
+                run.set_device(trainer.strategy.root_device, processes(trainer))
+            metrics = fit_and_test(cfg, parts, ckpt_path, stop.check)
+    return shape.results(metrics, parts), runs
 
 
 def check_resume(trainer: L.Trainer, ckpt_path: str | None) -> None:
@@ -152,25 +179,6 @@ def check_resume(trainer: L.Trainer, ckpt_path: str | None) -> None:
         )
 
 
-def start_points(
-    tracker: MlflowTracker, members: Sequence[Member]
-) -> tuple[list[str | None], str | None]:
-    """Each member's run to reopen (None: a fresh one), and the checkpoint a single job
-    resumes from: ``resume=<run id>``, or a requeued sweep job's earlier run. An array's
-    members reopen their earlier attempt's runs and start afresh (an array keeps no checkpoint)."""
-    from hpml.tracking.resume import requeued_run, restarted_run, resume_point
-
-    if len(members) > 1:
-        return [restarted_run(tracker, m.job.output_dir) for m in members], None
-    cfg, job = members[0].cfg, members[0].job
-    output_dir = Path(cfg.paths.output_dir)
-    resume = cfg.get("resume")
-    if resume is None and job is not None and job.sweep is not None:
-        resume = requeued_run(tracker, output_dir)
-    resumed, ckpt_path = resume_point(tracker, resume, output_dir)
-    return [resumed], ckpt_path
-
-
 def follow(cfg: DictConfig, run_id: str | None, ckpt_path: str | None) -> None:
     """Train ``cfg`` as a DDP rank other than zero (:mod:`hpml.distributed`): the same steps as
     rank zero, logged by rank zero into run ``run_id``; this process opens no run. Its torch
@@ -185,6 +193,7 @@ def follow(cfg: DictConfig, run_id: str | None, ckpt_path: str | None) -> None:
     parts = build_parts(cfg)  # checked by rank zero
     for refused in parts.refused.values():
         raise refused
-    assembled = assemble([Member(cfg, None, parts)])
-    assembled.trainer.loggers = [build_tracker(cfg).attached_logger(run_id)]
+    tracker = build_tracker(cfg)
+    assembled = Job([Member(cfg, None, parts)], tracker).assemble()
+    assembled.trainer.loggers = [tracker.attached_logger(run_id)]
     fit_and_test(cfg, assembled, ckpt_path)

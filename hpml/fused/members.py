@@ -1,22 +1,25 @@
-"""What a fused array's job adds to a serial job's lifecycle (:func:`hpml.lifecycle.run_members`):
-the array's parts wrapped around its members', its callbacks, each member's run tags, metrics
-and job log. Each member is built exactly as its serial job would be (seeded, then its data,
-then its model), gets its own child run of the sweep and its own metrics; the array trains with
-the first member's trainer config.
+"""How a fused array's job differs from a serial job's in :func:`hpml.lifecycle.run_members`
+(:class:`Array`, in the shape of :class:`hpml.lifecycle.Job`): the array's parts wrapped around
+its members', its callbacks, each member's run tags, metrics and job log. Each member is built
+exactly as its serial job would be (seeded, then its data, then its model), gets its own child
+run of the sweep and its own metrics; the array trains with the first member's trainer config.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
-from hpml.build import Assembled, Member
+from hpml.build import Assembled, Member, build_model, build_trainer
 from hpml.errors import one_line
-from hpml.hydra_job import HydraJob
 from hpml.names import (
     ARRAY_SIZE_TAG,
     ARRAY_TAG,
@@ -31,28 +34,10 @@ if TYPE_CHECKING:
     import lightning as L
 
     from hpml.data.base import HpmlDataModule
-    from hpml.fused.array import FusedArray
-    from hpml.fused.data import FusedData
     from hpml.models.base import HpmlModule
 
 log = logging.getLogger(__name__)
-
-
-def wrapped(
-    members: Sequence[Member], models: Sequence[HpmlModule]
-) -> tuple[FusedData, FusedArray, list[L.Callback]]:
-    """The array's data module and model around its ``members``' (data prepared) and their
-    ``models``, and its callbacks (:func:`array_callbacks`, from the first member's)."""
-    from hpml.fused.array import FusedArray
-    from hpml.fused.data import FusedData
-
-    data = [OmegaConf.to_container(member.cfg.data, resolve=True) for member in members]
-    shared = all(config == data[0] for config in data)
-    return (
-        FusedData([member.parts.datamodule for member in members], shared),
-        FusedArray(models, shared),
-        array_callbacks(members[0].parts.callbacks, len(members)),
-    )
+Tags = dict[str, str]
 
 
 def array_callbacks(callbacks: Sequence[L.Callback], size: int) -> list[L.Callback]:
@@ -77,28 +62,6 @@ def array_callbacks(callbacks: Sequence[L.Callback], size: int) -> list[L.Callba
     return derived
 
 
-def member_tags(index: int, size: int, leader: HydraJob) -> dict[str, str]:
-    """The tags that mark member ``index``'s run as one of an array of ``size``, trained in
-    ``leader``'s job (its folder names the array: the members of one array share it)."""
-    return {
-        FUSED_TAG: "true",
-        ARRAY_SIZE_TAG: str(size),
-        MEMBER_TAG: str(index),
-        ARRAY_TAG: str(leader.output_dir),
-    }
-
-
-def member_parts(parts: Assembled, index: int) -> tuple[HpmlDataModule, HpmlModule, dict[str, str]]:
-    """Member ``index``'s data module and model in the array's ``parts`` (members with equal
-    data configs share one data module), and, if its loss stopped being finite, the tag of
-    the step it did, for its run once trained."""
-    datamodules = parts.datamodule.members
-    datamodule = datamodules[index if len(datamodules) > 1 else 0]
-    diverged = parts.model.diverged
-    tags = {DIVERGED_TAG: str(diverged[index])} if index in diverged else {}
-    return datamodule, parts.model.members[index], tags
-
-
 def member_metrics(metrics: dict[str, Any], index: int) -> dict[str, float]:
     """Member ``index``'s metrics under their serial names, with the array's own ones."""
     prefix = member_prefix(index)
@@ -109,21 +72,87 @@ def member_metrics(metrics: dict[str, Any], index: int) -> dict[str, float]:
     return shared | own
 
 
-def copy_logs(jobs: Sequence[HydraJob]) -> None:
-    """The array's job log (the first member's folder) into every other member's folder, so
-    each run's ``logs/`` holds the log of the process that trained it. A copy that fails warns:
-    the run ends either way."""
-    leader = jobs[0]
-    for handler in logging.getLogger().handlers:
-        handler.flush()
-    source = leader.output_dir / f"{leader.name}.log"
-    for member in jobs[1:]:
-        if member.output_dir == leader.output_dir or not source.is_file():
-            continue
+class Array:
+    """A job of several ``members`` trained as one fused array. Its members' runs reopen their
+    earlier attempt's (``restarted(folder)``: the run to reopen, None: a fresh one) and start
+    afresh, as an array keeps no checkpoint."""
+
+    def __init__(self, members: Sequence[Member], restarted: Callable[[Path], str | None]) -> None:
+        self.members, self.restarted = members, restarted
+        self.leader = members[0].job  # its folder names the array: the members share it
+
+    def folder(self, member: Member) -> Path:
+        return member.job.output_dir
+
+    def assemble(self) -> Assembled:
+        """Each member's model built as its serial job's, then the array's data module and
+        model around the members' and their callbacks (:func:`array_callbacks`), and a trainer
+        with the first member's config."""
+        from hpml.fused.array import FusedArray
+        from hpml.fused.data import FusedData
+
+        models = [build_model(m.cfg, m.parts.datamodule) for m in self.members]
+        data = [OmegaConf.to_container(m.cfg.data, resolve=True) for m in self.members]
+        shared = all(config == data[0] for config in data)
+        datamodule = FusedData([m.parts.datamodule for m in self.members], shared)
+        model = FusedArray(models, shared)
+        callbacks = array_callbacks(self.members[0].parts.callbacks, len(self.members))
+        return Assembled(datamodule, model, build_trainer(self.members[0].cfg, callbacks, True))
+
+    def start_points(self) -> tuple[list[str | None], str | None]:
+        return [self.restarted(self.folder(m)) for m in self.members], None
+
+    def tags(self, index: int) -> dict[str, str]:
+        """The tags that mark member ``index``'s run as one of the array, trained in the first
+        member's job."""
+        return {
+            FUSED_TAG: "true",
+            ARRAY_SIZE_TAG: str(len(self.members)),
+            MEMBER_TAG: str(index),
+            ARRAY_TAG: str(self.leader.output_dir),
+        }
+
+    def outcome(self, parts: Assembled, index: int) -> tuple[HpmlDataModule, HpmlModule, Tags]:
+        """Member ``index``'s data module and model in the array's ``parts`` (members with equal
+        data configs share one data module), and, if its loss stopped being finite, the tag of
+        the step it did, for its run once trained."""
+        datamodules = parts.datamodule.members
+        datamodule = datamodules[index if len(datamodules) > 1 else 0]
+        diverged = parts.model.diverged
+        tags = {DIVERGED_TAG: str(diverged[index])} if index in diverged else {}
+        return datamodule, parts.model.members[index], tags
+
+    def select(self, index: int) -> Callable[[dict[str, Any]], dict[str, float]]:
+        return partial(member_metrics, index=index)
+
+    @contextlib.contextmanager
+    def training(self, run_ids: str) -> Iterator[None]:
+        """Says the array's runs; then, trained or not, copies the array's job log (the first
+        member's folder) into every other member's folder, so each run's ``logs/`` holds the
+        log of the process that trained it. A copy that fails warns: the run ends either way."""
+        log.info("fused array of %d members: runs %s", len(self.members), run_ids)
         try:
-            member.output_dir.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, member.output_dir / f"{member.name}.log")
-        except OSError as exc:
-            log.warning(
-                "could not copy the array's log to %s: %s", member.output_dir, one_line(exc)
-            )
+            yield
+        finally:
+            for handler in logging.getLogger().handlers:
+                handler.flush()
+            source = self.leader.output_dir / f"{self.leader.name}.log"
+            for job in [member.job for member in self.members[1:]]:
+                if job.output_dir == self.leader.output_dir or not source.is_file():
+                    continue
+                try:
+                    job.output_dir.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(source, job.output_dir / f"{job.name}.log")
+                except OSError as exc:
+                    log.warning(
+                        "could not copy the array's log to %s: %s", job.output_dir, one_line(exc)
+                    )
+
+    def results(self, metrics: dict[str, float], parts: Assembled) -> list[dict[str, float]]:
+        """Each member's metrics under their serial names; NaN as the optimised metric of a
+        member whose loss stopped being finite, as its serial job's."""
+        results = [member_metrics(metrics, index) for index in range(len(self.members))]
+        name = self.members[0].cfg.optimized_metric
+        for index in parts.model.diverged if name else ():
+            results[index][name] = math.nan
+        return results

@@ -4,7 +4,7 @@ trained alone with the same seed and hyper-parameters, whatever the members' lea
 optimisers, seeds or schedulers; a diverging member is frozen without touching the others, and
 a member frozen by its target keeps the weights and BatchNorm statistics of its stopped twin.
 
-Members are built as :func:`hpml.lifecycle.assemble` builds a job's (seed, data,
+Members are built as :meth:`hpml.lifecycle.Job.assemble` builds a job's (seed, data,
 ``prepare_data``, model) and trained by a real Lightning Trainer, the fused array on
 :class:`FusedData`, each serial twin on its own data module.
 
