@@ -81,7 +81,7 @@ def pruned(
     amount: float = AMOUNT,
     round_to: int = 1,
 ) -> nn.Module:
-    net = apply_prune(build().eval(), method, amount, example[:2], mode, round_to=round_to)[0]
+    net = apply_prune(build().eval(), method, amount, example[:2], mode, round_to=round_to).module
     return net.eval()
 
 

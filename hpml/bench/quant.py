@@ -160,7 +160,7 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
     print(profile_tables({VGG: vgg, VGG_COMPILED: compiled.module}, images))
     kernels = {
         VGG: conv_kernels(vgg, images),
-        VGG_COMPILED: compiled.conv_kernels,
+        VGG_COMPILED: compiled.report.conv_kernels,
         VGG_TORCHSCRIPT: scripted.conv_kernels,
     }
     for name, called in kernels.items():
@@ -173,7 +173,7 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
         "quantized_engine": torch.backends.quantized.engine,
         "torch_compile_seconds": compile_s,
         "torch_compile_options": "mode default, freezing, channels_last",
-        "compile_output_max_abs_diff": compiled.max_abs_diff,
+        "compile_output_max_abs_diff": compiled.report.max_abs_diff,
         **{f"conv_kernels {name}": ", ".join(called) for name, called in kernels.items()},
         "resnet18_pt2e_compile_seconds": pt2e.compile_time_s,
         "lstm": f"vocab {VOCAB}, embedding 400, hidden 256, 2 layers, {SEQ_LEN} tokens",

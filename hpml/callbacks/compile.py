@@ -36,6 +36,7 @@ from hpml.callbacks.measure import (
 from hpml.callbacks.measure_settings import OptimizationStep
 from hpml.errors import ConfigError, IncompatibleError, one_of
 from hpml.names import AFTER, BEFORE, S, X, metric, side, step_tag, verdict_tag
+from hpml.optimize import Applied
 from hpml.optimize.compile import (
     UNKNOWN,
     Compiled,
@@ -73,6 +74,10 @@ class Compile(OptimizationStep):
         **measure: the knobs of :class:`~hpml.callbacks.measure_settings.OptimizationStep`.
     """
 
+    # every method replaces the parameters DDP wrapped; with ``train``, the net during fit too
+    stage, under_ddp, safe_under_ddp = "compile", "compile=none", False
+    replaces_net_during_fit = property(lambda self: self.compile_train)
+
     def __init__(
         self,
         method: Method | None,
@@ -107,6 +112,10 @@ class Compile(OptimizationStep):
         self.freezing, self.channels_last = freezing, channels_last
         self.force = force
         self.cache_dir = Path(cache_dir) if cache_dir else None
+
+    @property
+    def knob(self) -> tuple[str, str]:
+        return ("train", "true") if self.compile_train else ("method", self.method_name)
 
     @property
     def options(self) -> dict[str, Any]:
@@ -187,7 +196,7 @@ class Compile(OptimizationStep):
 
     def variant(
         self, eager: nn.Module, examples: list[Any], workdir: Path, method: Method | None = None
-    ) -> Compiled:
+    ) -> Applied[Compiled]:
         """``eager`` compiled by ``method`` (default: this callback's) and its options (a copy:
         channels_last converts the net it is given in place)."""
         return apply_compile(
@@ -205,7 +214,7 @@ class Compile(OptimizationStep):
         eager: nn.Module,
         examples: list[Any],
         workdir: Path,
-    ) -> Compiled:
+    ) -> Applied[Compiled]:
         """``compile=auto``: every candidate that compiles within ``tolerance`` (one that fails is
         left out in one line), timed side by side at batch N; the fastest median is deployed,
         each one's latency logged and the choice said in one line."""
@@ -247,9 +256,10 @@ class Compile(OptimizationStep):
         sizes = (1, self.settings.batch_size)
         examples = [pl_module.example_input(b).to(device) for b in sizes]
         if self.method is None:
-            compiled = self._choose(trainer, pl_module, eager, examples, workdir)
+            applied = self._choose(trainer, pl_module, eager, examples, workdir)
         else:
-            compiled = self.variant(eager, examples, workdir)
+            applied = self.variant(eager, examples, workdir)
+        compiled = applied.report
         kernels = compiled.conv_kernels
         # freezing's fast path, where the method freezes and its kernels can be seen
         frozen = self.freezing and compiled.method in FREEZING and device.type == "cpu"
@@ -264,7 +274,7 @@ class Compile(OptimizationStep):
             self.settings,
             "compile",
             Side(side("compile", BEFORE), eager, device),
-            Side(side("compile", AFTER), compiled.module, device, compiled.size_bytes),
+            Side(side("compile", AFTER), applied.module, device, compiled.size_bytes),
         )
         slower = [
             b
@@ -273,7 +283,7 @@ class Compile(OptimizationStep):
         ]
         deploy = self.force or not slower
         if deploy:
-            pl_module.net = compiled.module
+            pl_module.net = applied.module
         else:
             ratios = ", ".join(
                 f"{comparison.metrics[metric('compile', f'speedup_b{b}', X)]:.2f}x at batch {b}"

@@ -3,8 +3,9 @@ declared once: their ranges, :class:`Settings`, and the base class :class:`Optim
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from hpml.analysis.blocks import AUTO, CLOCKS
 from hpml.analysis.compare import BUDGET_S, CI_WIDTH, MIN_RUN_TIME_S, ROUNDS, Plan
@@ -17,6 +18,7 @@ RunTime = Annotated[float, Range(gt=0, note="seconds of calls per side and round
 Budget = Annotated[float, Range(ge=0, note="seconds per batch size; 0: latency_rounds exactly")]
 Width = Annotated[float, Range(gt=0, note="the speed-up interval's width over its median")]
 Clock = Literal["auto", "wall", "thread_cpu"]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -43,9 +45,27 @@ class Settings:
         return tuple(dict.fromkeys((1, self.batch_size)))
 
 
+def built(method: T | Callable[[], T], kind: type[T]) -> T:
+    """A step's method: ``method`` itself, or what its option's ``_partial_`` ``method`` node
+    builds, a refused knob named ``method.<knob>``."""
+    if isinstance(method, kind):
+        return method
+    try:
+        return method()
+    except ConfigError as exc:
+        raise exc.under("method") from exc
+
+
 class OptimizationStep(HpmlCallback):
     """A callback that measures a model before and after it changes it; its ``__init__`` is the
     one declaration of the knobs, each refused in one line when invalid.
+
+    What validation asks of a built step, declared by each (a property where its method or its
+    knobs decide): whether it ``replaces_net_during_fit`` (so the net's stages are renamed
+    mid-fit), is ``safe_under_ddp`` (it leaves the parameters DDP wrapped in place), ``needs_
+    calibration_data`` (training batches after fit) and ``moves_to_another_device`` (the net it
+    makes may run elsewhere than the trainer's device). Refusals name it by ``stage`` (its metrics'
+    prefix and its config group) and ``knob``; ``under_ddp`` is what DDP would run instead.
 
     Args:
         latency_batch_size: batch N of ``<stage>/latency_bN_ms`` (batch 1 is always timed).
@@ -56,6 +76,18 @@ class OptimizationStep(HpmlCallback):
         latency_clock: ``auto``, ``wall`` or ``thread_cpu``.
         eval_batches: validation batches judged before and after (``None``: all of them).
     """
+
+    stage: ClassVar[str]
+    under_ddp: ClassVar[str]
+    replaces_net_during_fit: bool = False
+    safe_under_ddp: bool = True
+    needs_calibration_data: bool = False
+    moves_to_another_device: bool = False
+
+    @property
+    def knob(self) -> tuple[str, Any]:
+        """The knob under ``stage`` and its value that say what this step does, for a refusal."""
+        raise NotImplementedError
 
     def __init__(
         self,

@@ -29,7 +29,7 @@ from hpml.callbacks.measure import (
     val_loader,
     validation_quality,
 )
-from hpml.callbacks.measure_settings import OptimizationStep
+from hpml.callbacks.measure_settings import OptimizationStep, built
 from hpml.errors import ConfigError, non_negative_int, one_of
 from hpml.names import AFTER, BEFORE, COUNT, FLOPS_PER_SAMPLE, PCT, metric, side
 from hpml.optimize.prune import io as prune_io
@@ -61,6 +61,8 @@ class Prune(OptimizationStep):
         **measure: the knobs of :class:`~hpml.callbacks.measure_settings.OptimizationStep`.
     """
 
+    stage, under_ddp = "prune", "mask"
+
     def __init__(
         self,
         method: Method | Callable[[], Method],
@@ -83,17 +85,12 @@ class Prune(OptimizationStep):
         self.finetune_epochs = non_negative_int("finetune_epochs", finetune_epochs)
         self.sensitivity = [check_amount(a, "sensitivity") for a in (sensitivity or [])]
         self.save_model = bool(save_model)
-        if not isinstance(method, Method):
-            try:
-                method = method()
-            except ConfigError as exc:
-                raise exc.under("method") from exc
         if targets is not None and not list(targets):
             raise ConfigError(
                 "targets", [], "at least one module name or type, or null: the defaults"
             )
         self.pruner = Pruner(
-            method,
+            built(method, Method),
             mode,
             list(targets or DEFAULT_TARGETS),
             None if exclude is None else list(exclude),
@@ -105,6 +102,15 @@ class Prune(OptimizationStep):
         self.before: dict[str, float] = {}  # counts, FLOPs and sparsity before the first step
         self.kept: nn.Module | None = None  # the unpruned net, until it is timed beside the pruned
         self.pruned = False
+
+    @property
+    def safe_under_ddp(self) -> bool:
+        """Masks keep the parameters DDP wrapped; physical pruning replaces them."""
+        return self.pruner.mode != "physical"
+
+    @property
+    def knob(self) -> tuple[str, str]:
+        return "mode", self.pruner.mode
 
     # -- when -----------------------------------------------------------------------------
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:

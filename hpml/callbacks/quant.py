@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import inspect
 from collections.abc import Callable, Sequence
 from itertools import islice
 from typing import Any
@@ -18,17 +17,14 @@ import lightning as L
 import torch
 from torch import nn
 
-from hpml.callbacks.base import HpmlCallback
 from hpml.callbacks.logging import log_text, mlflow_loggers, set_tags
 from hpml.callbacks.measure import Side, compare, on_trainer_device
-from hpml.callbacks.measure_settings import OptimizationStep
+from hpml.callbacks.measure_settings import OptimizationStep, built
 from hpml.errors import ConfigError, IncompatibleError, non_negative_int, positive_int
 from hpml.names import AFTER, BEFORE, S, metric, side, step_tag
 from hpml.optimize.quant import OnDevice, Quantizer, apply_quant
 from hpml.optimize.quant.base import no_calibration
 from hpml.tensors import first_tensor
-
-MEASURE_KNOBS = tuple(inspect.signature(OptimizationStep).parameters)
 
 
 def requested_device(trainer: L.Trainer, pl_module: L.LightningModule) -> torch.device:
@@ -55,55 +51,46 @@ def choose_device(
     return requested, None
 
 
-def built(quantizer: Callable[..., Quantizer], options: dict[str, Any]) -> Quantizer:
-    """``quantizer(**options)``; a key it takes no argument for is refused naming the key."""
-    try:
-        params = inspect.signature(quantizer).parameters
-    except (TypeError, ValueError):
-        params = {}
-    if params and not any(p.kind == p.VAR_KEYWORD for p in params.values()):
-        for key, value in options.items():
-            if key not in params:
-                name = getattr(quantizer, "func", quantizer)
-                raise ConfigError(
-                    key,
-                    value,
-                    f"an argument of {getattr(name, '__qualname__', name)} "
-                    f"(it takes {', '.join(params)})",
-                )
-    return quantizer(**options)
-
-
-class Quantize(HpmlCallback):
-    """Quantise the LightningModule's ``net`` with ``quantizer(**options)`` (see the module).
+class Quantize(OptimizationStep):
+    """Quantise the LightningModule's ``net`` by ``method`` (see the module).
 
     Args:
-        quantizer: a class or function returning a :class:`~hpml.optimize.quant.Quantizer`
-            (the option's ``_partial_`` node).
+        method: the :class:`~hpml.optimize.quant.Quantizer`, or what builds it (its option's
+            ``_partial_`` ``method`` node, so a refused knob is named ``quant.method.<knob>``);
+            runs record its name as the param ``quant.method``.
         calibration_batches: training batches a calibrated method observes.
         qat_epochs: the last epochs of fit that QAT fine-tunes with fake quantisation.
-        **options: the quantiser's knobs, and the measurement knobs of
-            :class:`~hpml.callbacks.measure_settings.OptimizationStep`.
+        **measure: the knobs of :class:`~hpml.callbacks.measure_settings.OptimizationStep`.
     """
+
+    stage, under_ddp = "quant", "a post-training method"
 
     def __init__(
         self,
-        quantizer: Callable[..., Quantizer],
+        method: Quantizer | Callable[[], Quantizer],
         calibration_batches: int = 8,
         qat_epochs: int = 1,
-        **options: Any,
+        **measure: Any,
     ) -> None:
-        measure = {key: options.pop(key) for key in MEASURE_KNOBS if key in options}
-        self.quantizer = built(quantizer, options)
+        super().__init__(**measure)
+        self.quantizer = built(method, Quantizer)
         self.calibration_batches = non_negative_int("calibration_batches", calibration_batches)
-        if self.quantizer.needs_calibration and calibration_batches == 0:
+        if self.needs_calibration_data and calibration_batches == 0:
             raise no_calibration()
         self.qat_epochs = positive_int("qat_epochs", qat_epochs)
-        # checked as every optimisation step's (not a subclass: its open **options stay open)
-        self.settings = OptimizationStep(**measure).settings
         self.float_net: nn.Module | None = None  # kept until timed beside the quantised one
         self.before_device: torch.device | None = None
         self.done = False
+
+    # what the quantiser declares: one that trains swaps in its prepared net during fit
+    replaces_net_during_fit = property(lambda self: self.quantizer.trains)
+    safe_under_ddp = property(lambda self: not self.quantizer.trains)
+    needs_calibration_data = property(lambda self: self.quantizer.needs_calibration)
+    moves_to_another_device = property(lambda self: not self.quantizer.cuda_capable)
+
+    @property
+    def knob(self) -> tuple[str, str]:
+        return "method", self.quantizer.method
 
     def check_model(
         self,
@@ -189,7 +176,8 @@ class Quantize(HpmlCallback):
         device, reason = choose_device(requested_device(trainer, pl_module), q)
         if not q.trains:  # torch.ao QAT converts to CPU kernels where the net is
             pl_module.net.to(device)
-        qnet, compile_time_s = apply_quant(pl_module.net, q, self._calibration(trainer))
+        applied = apply_quant(pl_module.net, q, self._calibration(trainer))
+        qnet, compile_time_s = applied.module, applied.report
         comparison = compare(
             trainer,
             pl_module,

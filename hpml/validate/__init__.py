@@ -49,7 +49,7 @@ def check(parts: Parts, cfg: DictConfig, job: HydraJob | None) -> None:
             problems.append(exc)
     known = {getattr(p, "key", None) for p in problems} - {None}
     for step in (
-        lambda: machine.check_processes(cfg, machine.check_trainer_option(cfg, job)),
+        lambda: machine.check_processes(parts.callbacks, machine.check_trainer_option(cfg, job)),
         lambda: machine.check_placement(parts.datamodule, cfg.trainer),
         lambda: store.check_store(cfg.logger.tracking_uri, cfg.logger.get("artifact_root")),
     ):
@@ -71,20 +71,21 @@ def check_model(parts: Parts, cfg: DictConfig, job: HydraJob | None) -> None:
     """The planned model against the data, then the steps that will transform it, the first
     failure ending them."""
     from hpml.callbacks.base import HpmlCallback
+    from hpml.callbacks.measure_settings import OptimizationStep
     from hpml.validate import fit
 
     assert parts.datamodule is not None and parts.cpu_net is not None  # not refused
     spec = parts.datamodule.planned_spec()
     name = fit.model_name(cfg, job)
     fit.check_layout(cfg, spec, name, parts.planned)
-    fit.check_checkpointing(cfg)
     model = constructed(
         "model", lambda: fit.built_for_data(cfg, job, spec, parts.planned, parts.refused)
     )
     for group in ("model.optimizer", "callbacks"):
         if group in parts.refused:
             raise parts.refused[group]
+    steps = [c for c in parts.callbacks if isinstance(c, OptimizationStep)]
     for callback in parts.callbacks:
         if isinstance(callback, HpmlCallback):
             callback.check_model(model, parts.cpu_net, spec.input_shape, name)
-            fit.check_activations(callback, model)
+            fit.check_activations(callback, model, steps)

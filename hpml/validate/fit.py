@@ -22,10 +22,10 @@ from hpml.errors import ConfigError, IncompatibleError
 from hpml.hydra_job import HydraJob
 from hpml.models.input_fit import probe, size_range, sizes_text
 from hpml.validate import options
-from hpml.validate.machine import quant_method
 
 if TYPE_CHECKING:
     from hpml.callbacks.base import HpmlCallback
+    from hpml.callbacks.measure_settings import OptimizationStep
     from hpml.models.base import HpmlModule
 
 
@@ -83,32 +83,25 @@ def check_layout(cfg: DictConfig, spec: DataSpec, name: str, planned: HpmlModule
     )
 
 
-def check_activations(callback: HpmlCallback, model: nn.Module) -> None:
+def check_activations(
+    callback: HpmlCallback, model: nn.Module, steps: list[OptimizationStep]
+) -> None:
     """The stages ``callback`` recomputes are found in ``model``: every ``activations.modules``
-    entry names a submodule (or a Sequential's slice)."""
+    entry names a submodule (or a Sequential's slice); and no step replaces the net during fit,
+    which renames them (``compile.train``: ``_orig_mod.``, QAT: its ``QuantWrapper``), so they
+    would not be found mid-fit."""
     try:
-        callback.stages(model)
+        stages = callback.stages(model)
     except ConfigError as exc:
         raise exc.under("activations") from None
-
-
-def check_checkpointing(cfg: DictConfig) -> None:
-    """``activations=checkpoint`` patches the net's stages by name when training starts; a step
-    that replaces the net during training renames them (``compile.train``: ``_orig_mod.``,
-    ``quant=qat``: its ``QuantWrapper``), so the stages would not be found mid-fit."""
-    if OmegaConf.select(cfg, "activations.method") != "checkpoint":
-        return
-    if OmegaConf.select(cfg, "compile.train") is True:
-        replacing = "compile.train=true"
-    elif quant_method(cfg) == "qat":
-        replacing = "quant=qat"
-    else:
-        return
-    raise IncompatibleError(
-        f"activations=checkpoint cannot run with {replacing}: it replaces the net during "
-        "training, and the checkpointed stages are the eager net's; use activations=bf16, "
-        "or drop one of the two"
-    )
+    for step in steps:
+        if stages and step.replaces_net_during_fit:
+            key, value = step.knob
+            raise IncompatibleError(
+                f"activations=checkpoint cannot run with {step.stage}.{key}={value}: it "
+                "replaces the net during training, and the checkpointed stages are the eager "
+                "net's; use activations=bf16, or drop one of the two"
+            )
 
 
 SAMPLES = {"image": "images", "tokens": "token sequences"}

@@ -10,6 +10,7 @@ processes.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -154,41 +155,20 @@ def check_placement(datamodule: HpmlDataModule | None, trainer: DictConfig) -> N
         raise problem.under("data")
 
 
-def check_processes(cfg: DictConfig, processes: int) -> None:
-    """Refuse, under DDP, the steps that replace the parameters DDP has already wrapped (its
-    gradient sync would miss them): physical pruning, QAT and compilation; masks are fine."""
-    if processes == 1:
-        return
-    steps = [
-        ("prune.mode", OmegaConf.select(cfg, "prune.mode"), "physical", "mask"),
-        ("quant.method", quant_method(cfg), "qat", "a post-training method"),
-        ("compile.method", compile_method(cfg), None, "none"),
-    ]
-    for key, value, refused, valid in steps:
-        if value is not None and (refused is None or value == refused):
+def check_processes(callbacks: Sequence[object], processes: int) -> None:
+    """Refuse, under DDP, a built step that is not ``safe_under_ddp``: it replaces the
+    parameters DDP has already wrapped (its gradient sync would miss them)."""
+    from hpml.callbacks.measure_settings import OptimizationStep
+
+    for step in callbacks:
+        if processes > 1 and isinstance(step, OptimizationStep) and not step.safe_under_ddp:
+            key, value = step.knob
             raise ConfigError(
-                key,
+                f"{step.stage}.{key}",
                 value,
-                f"{valid} with {processes} DDP processes (trainer.devices x num_nodes): it "
-                "replaces parameters DDP has wrapped; run it with trainer.devices=1",
+                f"{step.under_ddp} with {processes} DDP processes (trainer.devices x num_nodes): "
+                "it replaces parameters DDP has wrapped; run it with trainer.devices=1",
             )
-
-
-def quant_method(cfg: DictConfig) -> str | None:
-    """The quant step's method: its ``quant.method`` knob where the option has one, else its
-    quantiser's name (the ``_target_``'s); None where there is no quant step."""
-    target = OmegaConf.select(cfg, "quant.quantizer._target_")
-    if target is None:
-        return None
-    return OmegaConf.select(cfg, "quant.method") or str(target).rsplit(".", 1)[-1]
-
-
-def compile_method(cfg: DictConfig) -> str | None:
-    """The compile step's method as configured (its ``_target_``; ``auto`` where it chooses),
-    None where there is no compile step."""
-    if OmegaConf.select(cfg, "compile._target_") is None:
-        return None
-    return OmegaConf.select(cfg, "compile.method._target_") or "auto"
 
 
 def check_trainer_option(cfg: DictConfig, job: HydraJob | None) -> int:

@@ -42,8 +42,8 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
         ["trainer.devices=4096", "at most", "on this machine"],
     ),
     "static_int8_resnet_add": (
-        ["quant=static_int8", "model=resnet18", "quant.backend=torch_ao"],
-        ["quant=static_int8", "resnet18", "aten::add", "quant.backend=pt2e", "model=vgg11"],
+        ["quant=static_int8", "model=resnet18", "quant.method.backend=torch_ao"],
+        ["quant=static_int8", "resnet18", "aten::add", "quant.method.backend=pt2e", "model=vgg11"],
     ),
     "checkpoint_with_compiled_training": (
         ["activations=checkpoint", "compile=torch_compile", "compile.train=true"],
@@ -51,7 +51,7 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
     ),
     "checkpoint_with_qat": (
         ["activations=checkpoint", "quant=qat"],
-        ["activations=checkpoint", "quant=qat"],
+        ["activations=checkpoint", "quant.method=qat"],
     ),
     "cifar_layout_on_224": (
         ["model=vgg11", "data=imagenet"],
@@ -269,8 +269,8 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
         ["prune.sensitivity=2", "[0, 1)"],
     ),
     "quant_engine": (
-        ["quant=dynamic_int8", "quant.engine=arm"],
-        ["quant.engine='arm'", "x86, fbgemm, onednn, qnnpack"],
+        ["quant=dynamic_int8", "quant.method.engine=arm"],
+        ["quant.method.engine='arm'", "x86, fbgemm, onednn, qnnpack"],
     ),
     "quant_calibration_zero": (
         ["quant=static_int8", "quant.calibration_batches=0"],

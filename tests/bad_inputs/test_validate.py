@@ -79,10 +79,13 @@ def test_all_devices_are_accepted_where_the_accelerator_has_them(devices: str, c
             ["trainer=ddp_cpu", "prune=l1_structured"],
             "prune.mode='physical' is invalid: expected mask with 2 DDP processes",
         ),
-        (["trainer=ddp_cpu", "quant=qat"], "quant.method='qat' is invalid"),
+        (
+            ["trainer=ddp_cpu", "quant=qat"],
+            "quant.method='qat' is invalid: expected a post-training method with 2 DDP",
+        ),
         (
             ["trainer=ddp_cpu", "compile=torchscript"],
-            "compile.method='hpml.optimize.compile.torchscript.Torchscript' is invalid",
+            "compile.method='torchscript' is invalid: expected compile=none with 2 DDP",
         ),
         (
             ["trainer=ddp_cpu", "trainer.devices=4096"],

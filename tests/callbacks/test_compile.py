@@ -11,6 +11,7 @@ from torch import nn
 
 from hpml.callbacks.compile import Compile
 from hpml.errors import ConfigError
+from hpml.optimize import Applied
 from hpml.optimize.compile import Compiled
 from hpml.optimize.compile.export import Export
 from hpml.optimize.compile.torchscript import Torchscript
@@ -191,9 +192,9 @@ class SlowCompile(Compile):
         super().__init__(**options)
         self.slow = slow
 
-    def variant(self, eager, examples, workdir, method=None) -> Compiled:
+    def variant(self, eager, examples, workdir, method=None) -> Applied[Compiled]:
         compiled = super().variant(eager, examples, workdir, method)
-        if compiled.method == self.slow:
+        if compiled.report.method == self.slow:
             compiled.module = Sleepy(compiled.module)
         return compiled
 

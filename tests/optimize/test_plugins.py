@@ -60,7 +60,7 @@ class LinearInt8(Quantizer):
         if not self.wide(build_net()):
             raise IncompatibleError(
                 f"quant=linear_int8 quantises Linear layers of {self.min_features} or more "
-                f"inputs, and model {model} has none: lower quant.min_features"
+                f"inputs, and model {model} has none: lower quant.method.min_features"
             )
 
     def quantize(self, net, calibration=()):
@@ -91,14 +91,12 @@ method:
 QUANT_YAML = f"""
 # Dynamic int8 of the wide Linear layers (a plug-in).
 defaults:
-  - /base/measure@_here_
+  - /base/quant@_here_
   - _self_
 
-_target_: hpml.callbacks.quant.Quantize
-quantizer:
+method:
   _target_: {MODULE}.LinearInt8
-  _partial_: true
-min_features: 1
+  min_features: 1
 """
 COMPILE_YAML = f"""
 # torch.jit.trace after fit (a plug-in).
@@ -168,7 +166,7 @@ def test_listed_by_help(plugins: Path, root: Path) -> None:
     assert "linear_int8" in groups["quant"].split(", ")
     assert "traced" in groups["compile"].split(", ")
     # base/ holds what options inherit: Hydra lists it as a group, the footer says it is none
-    assert groups["base"] == "compile, data, measure, prune"
+    assert groups["base"] == "compile, data, measure, prune, quant"
     assert (
         "(base: the knobs compile, data, prune and quant options inherit; not a group to choose.)"
         in (result.stdout.split("== Config ==")[1])
@@ -187,11 +185,11 @@ def test_listed_by_help(plugins: Path, root: Path) -> None:
             "prune.method.power='abc' is invalid: expected a number",
         ),
         (
-            "quant.min_features=0",
-            "quant.min_features=0 is invalid: expected a positive integer",
+            "quant.method.min_features=0",
+            "quant.method.min_features=0 is invalid: expected a positive integer",
         ),
         (
-            "quant.min_features=100000",
+            "quant.method.min_features=100000",
             "quant=linear_int8 quantises Linear layers of 100000 or more inputs, and model vae",
         ),
     ],

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from hpml.errors import ConfigError, IncompatibleError
+from hpml.optimize import Applied
 from hpml.optimize.compile.base import Compiled, Compiler, max_abs_diff
 from hpml.optimize.compile.kernels import (
     DISPATCH_ONLY,
@@ -72,9 +73,10 @@ def apply_compile(
     examples: Sequence[Any],
     workdir: Path,
     tolerance: float = 1e-3,
-) -> Compiled:
+) -> Applied[Compiled]:
     """``net`` (put in eval mode) compiled by ``method`` for each of ``examples`` (inputs of
-    each batch size to serve), with what compiling took and how far its outputs are from eager.
+    each batch size to serve), reporting what compiling took and how far its outputs are from
+    eager.
 
     Args:
         workdir: where the method saves files and keeps its caches.
@@ -105,4 +107,4 @@ def apply_compile(
         )
     kernels = deployed_kernels(net, module, examples)
     size = None if artifact is None else artifact.stat().st_size  # else the state dict's
-    return Compiled(module, method.name(), seconds, diff, artifact, size, kernels)
+    return Applied(module, Compiled(method.name(), seconds, diff, artifact, size, kernels))

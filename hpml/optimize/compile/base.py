@@ -19,9 +19,9 @@ from hpml.tensors import as_args
 
 @dataclass
 class Compiled:
-    """A compiled model and what compiling it measured."""
+    """What compiling a model measured: the report of :func:`~hpml.optimize.compile.apply_compile`
+    (its :class:`~hpml.optimize.Applied`)."""
 
-    module: nn.Module
     method: str
     seconds: float
     max_abs_diff: float

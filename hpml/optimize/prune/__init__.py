@@ -10,6 +10,7 @@ from typing import Any
 
 from torch import nn
 
+from hpml.optimize import Applied
 from hpml.optimize.prune.methods import MODES, Method, Structured, Unstructured
 from hpml.optimize.prune.pruner import Pruner, PruneReport
 from hpml.optimize.prune.targets import DEFAULT_EXCLUDE, DEFAULT_TARGETS, OUTPUT_LAYER
@@ -37,7 +38,7 @@ def apply_prune(
     targets: Sequence[str] | None = DEFAULT_TARGETS,
     exclude: Sequence[str] | None = DEFAULT_EXCLUDE,
     **options: Any,
-) -> tuple[nn.Module, PruneReport]:
+) -> Applied[PruneReport]:
     """``model`` pruned in place by ``method`` to ``amount`` of its targeted weights (masks
     folded in), and where its targets stand.
 
@@ -49,4 +50,4 @@ def apply_prune(
     pruner = Pruner(method, mode, targets, exclude, **options)
     pruner.attach(model, example)
     report = pruner.prune(model, amount)
-    return pruner.finalize(model), report
+    return Applied(pruner.finalize(model), report)

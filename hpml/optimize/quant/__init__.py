@@ -10,6 +10,7 @@ from typing import Any
 
 from torch import nn
 
+from hpml.optimize import Applied
 from hpml.optimize.quant.base import OnDevice, Quantizer
 
 __all__ = ["OnDevice", "Quantizer", "apply_quant"]
@@ -17,15 +18,14 @@ __all__ = ["OnDevice", "Quantizer", "apply_quant"]
 
 def apply_quant(
     net: nn.Module, quantizer: Quantizer, calibration: Iterable[Any] = ()
-) -> tuple[nn.Module, float | None]:
-    """``net`` quantised after training (perhaps in place), and the seconds the quantiser spent
-    compiling its kernels (None where it compiles nothing).
+) -> Applied[float | None]:
+    """``net`` quantised after training (perhaps in place), reporting the seconds the quantiser
+    spent compiling its kernels (None where it compiles nothing).
 
     Args:
         quantizer: e.g. ``methods.static_int8(backend="pt2e")``; a QAT one converts the ``net`` it
             prepared.
         calibration: input batches, for a quantiser that ``needs_calibration``.
     """
-    if quantizer.trains:
-        return quantizer.convert(net), quantizer.compile_time_s
-    return quantizer.quantize(net, calibration), quantizer.compile_time_s
+    module = quantizer.convert(net) if quantizer.trains else quantizer.quantize(net, calibration)
+    return Applied(module, quantizer.compile_time_s)

@@ -1,6 +1,6 @@
-"""hpml's quantisation methods, one function each: the ``_target_`` of a ``conf/quant/`` option,
-whose name is the method's (written once: the option's ``quant.method`` is a knob only where one
-function serves two methods, ``weight_only_int8``).
+"""hpml's quantisation methods, one function each: the ``_target_`` of a ``conf/quant/`` option's
+``method:`` node, whose name is the method's (written once: ``weight_only_int8`` serves two, its
+``activations`` knob choosing ``dynamic_int8``).
 
 Each takes the option's knobs and returns the :class:`~hpml.optimize.quant.base.Quantizer` of the
 backend it picks (``auto``: the first that has the method; for ``static_int8``, per net).
@@ -82,17 +82,11 @@ def qat(
     return pick("qat", backend, {"torch_ao": lambda: torch_ao.QAT(engine, per_channel, fuse)})
 
 
-def weight_only_int8(method: str = "weight_only_int8", backend: str = "auto") -> Quantizer:
+def weight_only_int8(activations: bool = False, backend: str = "auto") -> Quantizer:
     """torchao's int8 for Linear layers on CUDA or CPU: weight-only, or with int8 activations
-    too where ``method=dynamic_int8`` (``quant=torchao_int8``)."""
-    methods = ("weight_only_int8", "dynamic_int8")
-    if method not in methods:
-        raise ConfigError(
-            "method",
-            method,
-            f"{' or '.join(methods)} for this quantiser (another method is another option: "
-            "quant=<option>)",
-        )
+    too where ``activations`` (the method ``dynamic_int8``; ``quant=torchao_int8``)."""
+    flags(activations=activations)
+    method = "dynamic_int8" if activations else "weight_only_int8"
     return pick(method, backend, {"torchao": lambda: _torchao(method)})
 
 

@@ -43,7 +43,7 @@ def use_engine(engine: str) -> None:
     notice_once(
         "torch.ao",
         "torch.ao.quantization is deprecated upstream (torchao replaces it); "
-        "hpml uses it for CPU int8 kernels. quant.backend=torchao selects torchao.",
+        "hpml uses it for CPU int8 kernels. quant.method.backend=torchao selects torchao.",
     )
 
 
@@ -116,7 +116,7 @@ class Static(Quantizer):
         problem = eager_static_problem(self, build_net(), example)
         if problem is None:
             return
-        fix = "quant.backend=pt2e" if self.method == "static_int8" else "quant=static_int8"
+        fix = "quant.method.backend=pt2e" if self.method == "static_int8" else "quant=static_int8"
         raise IncompatibleError(
             f"quant={self.method} (eager-mode torch.ao) cannot quantise model {model}: "
             f"{problem}; use {fix} (PT2E int8 of the traced graph), quant=dynamic_int8, "

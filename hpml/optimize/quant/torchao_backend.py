@@ -23,8 +23,8 @@ def load_torchao() -> Any:
         return importlib.import_module("torchao.quantization")
     except ImportError as exc:
         raise BackendMissingError(
-            f"quant.backend=torchao needs the torchao package ({exc.msg}): "
-            "pip install 'torchao==0.18.*', or use quant.backend=torch_ao"
+            f"quant.method.backend=torchao needs the torchao package ({exc.msg}): "
+            "pip install 'torchao==0.18.*', or use quant.method.backend=torch_ao"
         ) from None
 
 

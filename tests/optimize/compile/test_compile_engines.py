@@ -41,20 +41,20 @@ def test_compiled_outputs_equal_eager(method, tmp_path, request):
         request.getfixturevalue("inductor_cache")
     net = small_cnn()
     compiled = apply_compile(net, method(), examples(), tmp_path)
-    assert compiled.method == method.name()
-    assert compiled.seconds > 0
+    assert compiled.report.method == method.name()
+    assert compiled.report.seconds > 0
     x = torch.randn(4, 3, 16, 16)  # a batch size it was not compiled for
     with torch.inference_mode():
         torch.testing.assert_close(compiled.module(x), net(x), rtol=1e-4, atol=1e-4)
     if method is Export:
-        assert compiled.artifact == tmp_path / "model.pt2"
-        loaded = torch.export.load(compiled.artifact).module()
+        assert compiled.report.artifact == tmp_path / "model.pt2"
+        loaded = torch.export.load(compiled.report.artifact).module()
         with torch.inference_mode():
             torch.testing.assert_close(loaded(x), net(x), rtol=1e-4, atol=1e-4)
     if method is AotInductor:  # the package loads back as the same program
-        assert compiled.artifact == tmp_path / "model_aoti.pt2"
-        assert compiled.size_bytes == compiled.artifact.stat().st_size
-        loaded = torch._inductor.aoti_load_package(str(compiled.artifact))
+        assert compiled.report.artifact == tmp_path / "model_aoti.pt2"
+        assert compiled.report.size_bytes == compiled.report.artifact.stat().st_size
+        loaded = torch._inductor.aoti_load_package(str(compiled.report.artifact))
         with torch.inference_mode():
             torch.testing.assert_close(loaded(x), net(x), rtol=1e-4, atol=1e-4)
     if method in (TorchCompile, AotInductor):

@@ -43,10 +43,10 @@ def test_torchscript_size_is_the_saved_weights_and_its_file_loads_back(tmp_path)
     net = weighty_cnn()
     eager_bytes = saved_bytes(net)
     compiled = apply_compile(net, Torchscript(), examples(), tmp_path)
-    assert compiled.artifact == tmp_path / "model.ts"
-    assert compiled.size_bytes == compiled.artifact.stat().st_size
-    assert compiled.size_bytes == pytest.approx(eager_bytes, rel=0.01)
-    loaded = torch.jit.load(compiled.artifact)
+    assert compiled.report.artifact == tmp_path / "model.ts"
+    assert compiled.report.size_bytes == compiled.report.artifact.stat().st_size
+    assert compiled.report.size_bytes == pytest.approx(eager_bytes, rel=0.01)
+    loaded = torch.jit.load(compiled.report.artifact)
     x = torch.randn(4, 3, 16, 16)
     with torch.inference_mode():
         torch.testing.assert_close(loaded(x), net(x), rtol=1e-4, atol=1e-4)
@@ -55,7 +55,7 @@ def test_torchscript_size_is_the_saved_weights_and_its_file_loads_back(tmp_path)
 def test_torchscript_names_the_convolution_its_graph_runs(tmp_path):
     """optimize_for_inference's oneDNN convolution is a JIT operator the profiler misses."""
     compiled = apply_compile(small_cnn(), Torchscript(), examples(), tmp_path)
-    assert compiled.conv_kernels == ("prim::mkldnn_convolution",)
+    assert compiled.report.conv_kernels == ("prim::mkldnn_convolution",)
 
 
 def test_kernels_unseen_in_a_net_that_convolves_are_unknown_not_none():

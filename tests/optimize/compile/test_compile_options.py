@@ -21,7 +21,7 @@ def test_frozen_channels_last_compile_matches_eager_on_nchw_batches(tmp_path, in
     x = torch.randn(4, 3, 16, 16)  # NCHW, as loaders give, at a batch size not compiled for
     with torch.inference_mode():
         torch.testing.assert_close(compiled.module(x), reference(x), rtol=1e-4, atol=1e-4)
-    assert compiled.max_abs_diff < 1e-4
+    assert compiled.report.max_abs_diff < 1e-4
 
 
 def called(module, x, mode) -> set[str]:
@@ -39,7 +39,7 @@ def test_frozen_compile_calls_the_prepacked_convolution_under_any_grad_mode(
     recompiles; the module hpml returns freezes that graph too, so it stays on the fast path."""
     method = TorchCompile(freezing=True, channels_last=channels_last, cache_dir=inductor_cache)
     compiled = apply_compile(small_cnn(), method, examples(), tmp_path)
-    assert compiled.conv_kernels == (FAST_CONV,)
+    assert compiled.report.conv_kernels == (FAST_CONV,)
     x = examples()[1]
     for mode in (torch.no_grad, torch.enable_grad, torch.inference_mode):
         ops = called(compiled.module, x, mode)
@@ -53,7 +53,7 @@ def test_frozen_compile_calls_the_prepacked_convolution_under_any_grad_mode(
 def test_unfrozen_compile_and_eager_call_the_eager_convolution(tmp_path, inductor_cache):
     net = small_cnn()
     compiled = apply_compile(net, TorchCompile(cache_dir=inductor_cache), examples(), tmp_path)
-    assert compiled.conv_kernels == ("aten::mkldnn_convolution",)
+    assert compiled.report.conv_kernels == ("aten::mkldnn_convolution",)
     assert conv_kernels(net, examples()[1]) == ("aten::mkldnn_convolution",)
-    assert not fast_path(compiled.conv_kernels)
+    assert not fast_path(compiled.report.conv_kernels)
     assert not fast_path(())  # no convolution: no fast path to claim

@@ -66,7 +66,8 @@ def test_a_structured_plug_in_with_only_scores_prunes_in_both_modes(mode):
 def test_apply_prune_from_plain_pytorch_removes_channels_and_says_how_many():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 2))
-    pruned, report = apply_prune(model, FPGM(), 0.5, torch.ones(2, 3), mode="physical")
+    applied = apply_prune(model, FPGM(), 0.5, torch.ones(2, 3), mode="physical")
+    pruned, report = applied.module, applied.report
     assert pruned is model and model[0].out_features == 4 and model[2].in_features == 4
     assert report.row_sparsity == 0.5 and report.widths == {"0": (8, 4)}
     assert pruned(torch.ones(5, 3)).shape == (5, 2)

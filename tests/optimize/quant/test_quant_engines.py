@@ -31,8 +31,9 @@ def vgg_pair():
     fp32 = state_dict_bytes(net)
     reference = CifarVGG(11).eval()
     reference.load_state_dict(net.state_dict())
-    quantised, compile_time_s = apply_quant(net, static_int8(), [images(16, s) for s in range(3)])
-    assert compile_time_s is None  # eager int8 runs VGG: nothing compiled
+    applied = apply_quant(net, static_int8(), [images(16, s) for s in range(3)])
+    quantised = applied.module
+    assert applied.report is None  # eager int8 runs VGG: nothing compiled
     return reference, quantised, fp32
 
 
