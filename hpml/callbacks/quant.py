@@ -107,7 +107,7 @@ class Quantize(OptimizationStep):
             q.check_inputs(pl_module.net, pl_module.example_input(1))
             q.check_net(functools.cache(build_net), torch.rand(2, *input_shape), name)
         except ConfigError as exc:
-            raise exc.under("quant") from None
+            raise exc.under("method").under("quant") from None  # the method's knobs
 
     # -- when ---------------------------------------------------------------------------------
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
