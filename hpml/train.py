@@ -51,7 +51,9 @@ def tracker_of(cfg: DictConfig, job: HydraJob | None = None) -> MlflowTracker:
 
 
 def job_parts(cfg: DictConfig, job: HydraJob | None) -> Parts:
-    """Job ``cfg``'s parts, built once and checked; raises what refuses it."""
+    """Job ``cfg``'s parts, built once and checked (the config alone first); raises what
+    refuses it."""
+    check_config(cfg)
     parts = build_parts(cfg)
     check(parts, cfg, job)
     return parts
@@ -70,7 +72,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
         raise
     tracker = tracker_of(cfg, job)
     try:
-        parts = job_parts(cfg, job)
+        parts = build_parts(cfg)
+        check(parts, cfg, job)
     except HpmlError as exc:
         tracker.record_refused(cfg, job, exc)
         raise

@@ -19,8 +19,8 @@ from hpml.hydra_job import HydraJob
 
 def check_config(cfg: DictConfig) -> None:
     """Raise what the config alone shows to be impossible, importing none of its targets: the
-    values their source declares a range or type for (what cannot be read there is left to
-    :func:`check`, which judges every value again) and the store's directory."""
+    values their source declares a range or type for (the targets whose source cannot be read
+    are left to :func:`check`, once they are imported) and the store's directory."""
     from hpml.validate import knobs, source, store
 
     problems: list[HpmlError] = list(knobs.problems(cfg, read=source.signature))
@@ -35,10 +35,11 @@ def check_config(cfg: DictConfig) -> None:
 def check(parts: Parts, cfg: DictConfig, job: HydraJob | None) -> None:
     """Raise an :class:`~hpml.errors.HpmlError` for what cannot work in job ``cfg`` with its
     built ``parts``: one problem, or several as :class:`~hpml.errors.Problems`, so one try shows
-    all a user must fix. ``job`` (None outside Hydra) gives the options refusals name."""
-    from hpml.validate import knobs, machine, store
+    all a user must fix. ``job`` (None outside Hydra) gives the options refusals name. What
+    :func:`check_config`, run before it, judged is not judged again."""
+    from hpml.validate import knobs, machine, source
 
-    problems: list[HpmlError] = list(knobs.problems(cfg))
+    problems: list[HpmlError] = list(knobs.problems(cfg, source.unread, everywhere=False))
     if not any(p.key.startswith("data.") for p in problems):
         try:
             if "data" in parts.refused:
@@ -51,7 +52,6 @@ def check(parts: Parts, cfg: DictConfig, job: HydraJob | None) -> None:
     for step in (
         lambda: machine.check_processes(parts.callbacks, machine.check_trainer_option(cfg, job)),
         lambda: machine.check_placement(parts.datamodule, cfg.trainer),
-        lambda: store.check_store(cfg.logger.tracking_uri, cfg.logger.get("artifact_root")),
     ):
         try:
             step()

@@ -119,16 +119,24 @@ def numbers(values: list[Any]) -> abc.Iterator[float]:
             yield value
 
 
-def range_problems(resolved: dict[str, Any], read: Reader = imported) -> list[ConfigError]:
+def range_problems(
+    resolved: dict[str, Any], read: Reader = imported, everywhere: bool = True
+) -> list[ConfigError]:
     """Every value outside its declared range, and every ``inf``/``nan`` anywhere: no knob of
-    hpml, Lightning or torch takes one (an ``lr=inf`` trained to the end on NaN losses)."""
+    hpml, Lightning or torch takes one (an ``lr=inf`` trained to the end on NaN losses).
+    ``everywhere`` false: only the ranges the signatures ``read`` gives declare."""
     found: dict[str, ConfigError] = {}
     declared = declared_ranges(resolved, read=read)
+    globs, finite = (RANGES, FINITE) if everywhere else ({}, None)
     betas = ((resolved.get("model") or {}).get("optimizer") or {}).get("betas")
-    if betas is not None and not (
-        isinstance(betas, abc.Sequence)
-        and len(betas) == 2
-        and all(Range(ge=0, lt=1).accepts(b) for b in betas)
+    if (
+        finite
+        and betas is not None
+        and not (
+            isinstance(betas, abc.Sequence)
+            and len(betas) == 2
+            and all(Range(ge=0, lt=1).accepts(b) for b in betas)
+        )
     ):
         found["model.optimizer.betas"] = ConfigError(
             "model.optimizer.betas",
@@ -137,15 +145,15 @@ def range_problems(resolved: dict[str, Any], read: Reader = imported) -> list[Co
         )
     for key, value in leaves(resolved):
         wanted = declared.get(key) or next(
-            (r for pattern, r in RANGES.items() if fnmatch.fnmatchcase(key, pattern)), None
+            (r for pattern, r in globs.items() if fnmatch.fnmatchcase(key, pattern)), None
         )
-        if wanted is None and isinstance(value, float) and not math.isfinite(value):
-            wanted = FINITE
+        if wanted is None and finite and isinstance(value, float) and not math.isfinite(value):
+            wanted = finite
         if key in found:
             continue
         if wanted is not None and not wanted.accepts(value):
             found[key] = ConfigError(key, value, wanted.expected())
-        elif isinstance(value, list) and not all(map(FINITE.accepts, numbers(value))):
+        elif finite and isinstance(value, list) and not all(map(finite.accepts, numbers(value))):
             found[key] = ConfigError(key, value, "finite numbers")
     return list(found.values())
 
@@ -157,14 +165,17 @@ def interpolated_key(value: Any) -> str | None:
     return text[2:-1] if plain else None
 
 
-def problems(cfg: DictConfig, read: Reader = imported) -> list[ConfigError]:
+def problems(
+    cfg: DictConfig, read: Reader = imported, everywhere: bool = True
+) -> list[ConfigError]:
     """Every value outside its declared range, then the first value of each config group whose
     type its target's signature refuses (a group's later ones are judged once it is fixed);
-    signatures as ``read`` gives them (by default, their modules imported)."""
+    signatures as ``read`` gives them (by default, their modules imported). ``everywhere``
+    false: only what those signatures declare (``RANGES`` and ``inf``/``nan`` judged before)."""
     resolved = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(resolved, dict)
     written = dict(leaves(OmegaConf.to_container(cfg, resolve=False)))
-    found = range_problems(resolved, read)
+    found = range_problems(resolved, read, everywhere)
     refused = {problem.key for problem in found}
     # data.seed: ${seed} is refused with seed=abc: the one value the user typed is named once
     found = [p for p in found if interpolated_key(written.get(p.key)) not in refused]

@@ -187,6 +187,14 @@ def read(module: str, node: ast.ClassDef | ast.FunctionDef) -> Signature:
             return typed, names, True
 
 
+def unread(path: str) -> Signature | None:
+    """The imported signature of ``_target_`` ``path`` where :func:`signature` cannot read its
+    source, None where it can (what it read is judged already)."""
+    from hpml.validate.signatures import imported
+
+    return imported(path) if signature(path) is None else None
+
+
 def signature(path: str) -> Signature | None:
     """What the source of ``_target_`` ``path`` declares, or None where it cannot be read."""
     module, _, name = path.rpartition(".")
