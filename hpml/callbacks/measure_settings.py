@@ -60,12 +60,10 @@ class OptimizationStep(HpmlCallback):
     """A callback that measures a model before and after it changes it; its ``__init__`` is the
     one declaration of the knobs, each refused in one line when invalid.
 
-    What validation asks of a built step, declared by each (a property where its method or its
-    knobs decide): whether it ``replaces_net_during_fit`` (so the net's stages are renamed
-    mid-fit), is ``safe_under_ddp`` (it leaves the parameters DDP wrapped in place), ``needs_
-    calibration_data`` (training batches after fit) and ``moves_to_another_device`` (the net it
-    makes may run elsewhere than the trainer's device). Refusals name it by ``stage`` (its metrics'
-    prefix and its config group) and ``knob``; ``under_ddp`` is what DDP would run instead.
+    Each declares what validation asks of it (a property where its method or knobs decide):
+    ``replaces_net_during_fit`` (renaming the net's stages mid-fit), ``safe_under_ddp`` (the
+    parameters DDP wrapped stay), ``needs_calibration_data``, ``moves_to_another_device``.
+    Refusals name it by ``stage`` (its group) and ``knob``; ``under_ddp``: what DDP runs instead.
 
     Args:
         latency_batch_size: batch N of ``<stage>/latency_bN_ms`` (batch 1 is always timed).

@@ -1,7 +1,5 @@
-"""Model optimisations in plain PyTorch: pruning, quantisation, compilation (no Lightning here).
-
-Each step's ``apply_*`` returns one type, :class:`Applied`: the module it made and its report.
-"""
+"""Model optimisations in plain PyTorch: pruning, quantisation, compilation (no Lightning here),
+each ``apply_*`` returning an :class:`Applied`."""
 
 from __future__ import annotations
 
@@ -16,9 +14,8 @@ R = TypeVar("R")
 
 @dataclass
 class Applied(Generic[R]):
-    """What a step made of a net: ``module``, and its ``report`` (pruning's
-    :class:`~hpml.optimize.prune.PruneReport`, compiling's :class:`~hpml.optimize.compile.Compiled`,
-    quantising's seconds spent compiling kernels, None where it compiles none)."""
+    """The ``module`` a step made of a net, and its ``report``: pruning's ``PruneReport``,
+    compiling's ``Compiled``, quantising's seconds spent compiling kernels (None: none)."""
 
     module: nn.Module
     report: R
