@@ -82,7 +82,7 @@ def qat(
     return pick("qat", backend, {"torch_ao": lambda: torch_ao.QAT(engine, per_channel, fuse)})
 
 
-def weight_only_int8(activations: bool = False, backend: str = "auto") -> Quantizer:
+def weight_only_int8(activations: bool = False, backend: str = "torchao") -> Quantizer:
     """torchao's int8 for Linear layers on CUDA or CPU: weight-only, or with int8 activations
     too where ``activations`` (the method ``dynamic_int8``; ``quant=torchao_int8``)."""
     flags(activations=activations)
