@@ -200,15 +200,16 @@ def test_work_on_another_thread_falls_back_to_the_wall_clock(one_thread, caplog)
 
 def test_rounds_stop_at_the_least_once_the_interval_is_narrow(one_thread) -> None:
     """Two sides of known work, 2 ms against 1 ms of thread CPU time: a narrow interval from
-    the first 6 rounds on, so no round past them and far less than the budget."""
-    start = time.perf_counter()
+    the first 6 rounds on, so no round past the first whose interval is narrow (a round
+    disturbed by another process may delay that one), far short of the budget."""
     plan = Plan(rounds=6, min_run_time_s=0.002, budget_s=20.0, ci_width=0.2)
     timings = time_side_by_side({"slow": lambda: spin(0.002), "fast": lambda: spin(0.001)}, plan)
-    assert time.perf_counter() - start < 5.0
     assert {t.stopped for t in timings.values()} == {NARROW}
-    ratio = speedup(timings["slow"].rounds_ms, timings["fast"].rounds_ms)
+    slow, fast = timings["slow"].rounds_ms, timings["fast"].rounds_ms
+    ratio = speedup(slow, fast)
     assert ratio.narrow_share <= 0.2 and ratio.interval.median == pytest.approx(2.0, rel=0.1)
-    assert ratio.interval.n == 6
+    n = ratio.interval.n
+    assert n == 6 or (n < 20 and speedup(slow[: n - 1], fast[: n - 1]).narrow_share > 0.2)
 
 
 def test_rounds_go_on_until_the_budget_while_the_interval_is_wide(one_thread) -> None:
