@@ -22,6 +22,7 @@ def test_achieved_flops_use_the_pruned_models_flops(composed, client):
                 "prune.amount=0.5",
                 "prune.schedule=before_fit",
                 "prune.latency_budget_s=0",  # latency is not what this test checks
+                "trainer.enable_checkpointing=false",  # nor are checkpoints
             ]
         )
     )

@@ -137,6 +137,7 @@ def test_static_int8_resnet18_goes_through_pt2e_with_before_and_after(composed, 
         "quant.latency_min_run_time_s=0.002",
         "quant.latency_budget_s=0",
         "quant.calibration_batches=2",
+        "trainer.enable_checkpointing=false",  # 90 MB a file, and not what this checks
     ]
     cfg = composed(["model=resnet18", "quant=static_int8", *QUICK, *small])
     train(cfg)

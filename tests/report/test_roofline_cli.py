@@ -28,7 +28,13 @@ from tests.report.test_report import report
 
 pytestmark = pytest.mark.slow
 # Small: 2 training steps per run (1 after warm-up), the roofline of 4 images.
-SMALL = ["data.train_samples=64", "data.val_samples=32", "test=false"]
+# No checkpoints: the roofline reads none, and each VGG's is over 100 MB with its optimiser.
+SMALL = [
+    "data.train_samples=64",
+    "data.val_samples=32",
+    "test=false",
+    "trainer.enable_checkpointing=false",
+]
 ROOFLINE = [
     "callbacks=analysis",
     "callbacks.roofline.timing_passes=1",
