@@ -84,10 +84,6 @@ def classify(point: RooflinePoint, peak: DevicePeak, precision: str = "32-true")
     return "compute-bound"
 
 
-def _nbytes(obj: Any) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors_in(obj))
-
-
 def leaf_modules(model: nn.Module) -> dict[str, nn.Module]:
     """Modules without children, by path (``features.0``): the layers a roofline shows."""
     return {
@@ -120,7 +116,8 @@ def layer_bytes(model: nn.Module, example: Any) -> dict[str, int]:
     def hook(name: str, leaf: nn.Module) -> list[RemovableHandle]:
         def record(module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
             state = [*module.parameters(), *module.buffers()]
-            moved[name] = moved.get(name, 0) + _nbytes((args, kwargs, state, output))
+            tensors = tensors_in((args, kwargs, state, output))
+            moved[name] = moved.get(name, 0) + sum(t.numel() * t.element_size() for t in tensors)
 
         return [leaf.register_forward_hook(record, with_kwargs=True)]
 
