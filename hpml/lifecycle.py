@@ -73,11 +73,8 @@ class Job:
         ``resume=<run id>``, or a requeued sweep job's earlier run."""
         from hpml.tracking.resume import requeued_run, resume_point
 
-        job, resume, folder = (
-            self.member.job,
-            self.member.cfg.get("resume"),
-            self.folder(self.member),
-        )
+        job, resume = self.member.job, self.member.cfg.get("resume")
+        folder = self.folder(self.member)
         if resume is None and job is not None and job.sweep is not None:
             resume = requeued_run(self.tracker, folder)
         resumed, ckpt_path = resume_point(self.tracker, resume, folder)
