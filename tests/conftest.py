@@ -158,6 +158,19 @@ def inductor_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+@pytest.fixture
+def alone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The machine to this test among those that ask for it: a test that burns CPU on purpose
+    and one whose verdict needs a quiet machine each take this lock, so that under pytest-xdist
+    neither runs while the other does on another worker."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    folder = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    with FileLock(f"{folder / 'alone'}.lock"):
+        yield
+
+
 @pytest.fixture(scope="session")
 def store_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An initialised MLflow SQLite store: creating the schema is the slow part, done once."""

@@ -72,6 +72,7 @@ def test_busy_time_leaves_out_idle_iowait_steal_and_guest():
     assert busy_seconds(times) == pytest.approx(10 + 1 + 2 + 0.5 + 0.25)
 
 
+@pytest.mark.usefixtures("alone")
 def test_a_childs_cpu_time_is_the_runs_own_alive_and_after_it_was_reaped():
     before = tree_cpu_seconds([os.getpid()])
     child = spinning()
@@ -88,6 +89,7 @@ def test_a_childs_cpu_time_is_the_runs_own_alive_and_after_it_was_reaped():
     assert reaped >= burnt - 0.02  # now in this process's children_user/system
 
 
+@pytest.mark.usefixtures("alone")
 def test_a_neighbours_cpu_time_counts_as_other_processes():
     probe = NoiseProbe()
     with cpu_neighbour() as pid:

@@ -110,6 +110,7 @@ class PinnedCanary(Canary):
 BURNERS = 5
 
 
+@pytest.mark.usefixtures("alone")
 def test_a_burner_started_half_way_flags_the_runs_beside_it_and_none_before(root: Path) -> None:
     """Four identical runs (repeats) with one torch thread, each canary on one CPU; after the
     second run, five processes start spinning on that CPU. Each run's canary is judged against

@@ -194,6 +194,7 @@ def test_a_runs_noise_figures_are_recorded(composed, client):
     assert ("hpml.noisy.reason" in tags) == (tags["hpml.noisy"] == "true")
 
 
+@pytest.mark.usefixtures("alone")
 def test_a_run_beside_a_cpu_burning_neighbour_is_tagged_noisy(composed, client, caplog):
     # a quarter of one CPU's share of the machine: one burner takes more on any host, however
     # loaded (what else runs counts as other processes too)
