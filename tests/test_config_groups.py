@@ -143,7 +143,8 @@ def build_fitting(
 
 @pytest.mark.parametrize(("group", "option"), OPTIONS)
 def test_option_composes_and_instantiates(group: str, option: str, composed, root: Path) -> None:
-    overrides = [f"{group}={option}"]
+    # one batch of each split is all that is drawn or read: the build is what is tested
+    overrides = [f"{group}={option}", "data.limit=${data.batch_size}"]
     if group == "data":
         overrides += write_real_data(option, root / "data") or []
     cfg = composed(overrides)
