@@ -1,4 +1,5 @@
-"""An MLflow store's SQLite file: its path in a tracking URI, and whether SQLite can read it.
+"""An MLflow store's SQLite file: its path in a tracking URI, whether its folder can be written,
+and whether SQLite can read it.
 
 A leaf, so that :mod:`hpml.validate` (before training), :mod:`hpml.tracking` (as runs open)
 and :mod:`hpml.report` (reading runs back) share one reading of a store's file without any of
@@ -7,7 +8,9 @@ them reaching into another's layer. Standard library only.
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import tempfile
 from contextlib import closing
 from pathlib import Path
 
@@ -25,6 +28,23 @@ def sqlite_path(tracking_uri: str) -> Path | None:
         return None
     path = tracking_uri.removeprefix("sqlite:///").split("?")[0]
     return None if path in ("", ":memory:") else Path("/" + path.lstrip("/"))
+
+
+def cannot_write(folder: Path) -> str | None:
+    """Why no file can be created in ``folder`` (or where it would be made), else None: found by
+    creating and removing one, as ``os.access`` says yes to root on a read-only mount."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is not a directory"
+    try:
+        handle, name = tempfile.mkstemp(prefix=".hpml-write-check-", dir=existing)
+    except OSError as exc:
+        return f"{existing} is read-only ({exc.strerror or exc})"
+    os.close(handle)
+    os.unlink(name)
+    return None
 
 
 def damaged_store(path: Path) -> str | None:

@@ -1,37 +1,19 @@
 """Where hpml writes (the project root, a local store, its artifacts) can be written, and a
 local store that exists can be read as one.
 
-Checked by creating and removing a file, as ``os.access`` says yes to root on a read-only mount.
 Imports nothing heavy: ``hpml.cli`` uses it before Hydra starts.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from urllib.parse import urlparse
 
 from hpml.errors import ConfigError
-from hpml.store_file import DAMAGED_HINT, damaged_store, sqlite_path
+from hpml.store_file import DAMAGED_HINT, cannot_write, damaged_store, sqlite_path
 
 STORE_HINT = "set logger.tracking_uri=sqlite:///<writable dir>/mlflow.db, or HPML_ROOT"
-
-
-def cannot_write(folder: Path) -> str | None:
-    """Why no file can be created in ``folder`` (or where it would be made), else None."""
-    existing = folder
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        return f"{existing} is not a directory"
-    try:
-        handle, name = tempfile.mkstemp(prefix=".hpml-write-check-", dir=existing)
-    except OSError as exc:
-        return f"{existing} is read-only ({exc.strerror or exc})"
-    os.close(handle)
-    os.unlink(name)
-    return None
 
 
 def check_store(tracking_uri: str, artifact_root: str | None) -> None:
