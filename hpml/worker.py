@@ -1,6 +1,7 @@
 """A job may share its process with jobs before it (joblib's reused workers, tests): leave it
 nothing they changed. :func:`start_job` puts back what the process had before its first job,
-then gives torch ``threads`` intra-op threads (null: the process's first count)."""
+then gives torch ``threads`` intra-op threads (null: the process's first count; a bad count is
+refused with the config's other knobs, before any job starts)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import mlflow
 import torch
 
 from hpml import garbage
-from hpml.errors import positive_int
 
 CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 # what this process had before its first job (this module is imported by that job's start)
@@ -33,7 +33,7 @@ def start_job(threads: int | None) -> int:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
-    wanted = _FIRST["threads"] if threads is None else positive_int("threads", threads)
+    wanted = _FIRST["threads"] if threads is None else threads  # checked as a knob before the job
     if torch.get_num_threads() != wanted:
         torch.set_num_threads(wanted)
     return wanted
