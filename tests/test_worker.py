@@ -33,4 +33,5 @@ def test_threads_sets_torch_and_null_gives_back_the_first_count():
     try:
         assert start_job(1) == 1 == torch.get_num_threads()
     finally:
-        assert start_job(None) == _FIRST["threads"] == torch.get_num_threads()
+        restored = start_job(None)
+    assert restored == _FIRST["threads"] == torch.get_num_threads()
