@@ -16,7 +16,6 @@ from urllib.parse import urlparse
 
 from hpml.errors import ConfigError, causes
 from hpml.ranges import Range
-from hpml.store_file import sqlite_path
 from hpml.tracking.access import Refusal, credentials_refusal, write_refusal
 from hpml.tracking.redact import redact_logs, redact_text
 from hpml.tracking.refused import quiet_refused_writes
@@ -102,8 +101,8 @@ def check_uri(tracking_uri: str) -> str:
     if scheme in ("http", "https"):
         if not parsed.hostname:
             raise invalid()
-    elif scheme == "sqlite":
-        if sqlite_path(tracking_uri) is None:
+    elif scheme == "sqlite":  # sqlite:///<file>: no host, and a file (else it is in memory)
+        if parsed.netloc or parsed.path.strip("/") in ("", ":memory:"):
             raise invalid(" (an in-memory store keeps nothing)")
     elif scheme.split("+")[0] in DATABASES:
         if not parsed.netloc:
