@@ -40,12 +40,17 @@ def hydra_job() -> HydraJob | None:
     return HydraJob.of(HydraConfig.get()) if HydraConfig.initialized() else None
 
 
+def quiet(cfg: DictConfig) -> None:
+    """The known upstream noise dropped for job ``cfg`` unless ``hpml.verbose``: before its
+    store, its trainer or anything else that can make it."""
+    quiet_upstream(verbose=bool(OmegaConf.select(cfg, "hpml.verbose", default=False)))
+
+
 def tracker_of(cfg: DictConfig, job: HydraJob | None = None) -> MlflowTracker:
-    """The ``logger`` group's tracker, once output is quieted and the store answers (a bad URI
-    or a silent server: one line, before torch loads)."""
+    """The ``logger`` group's tracker, once the store answers (a bad URI or a silent server:
+    one line, before torch loads)."""
     from hpml.tracking.remote import SWEEP_JOB_PATIENCE, prepare
 
-    quiet_upstream(verbose=bool(OmegaConf.select(cfg, "hpml.verbose", default=False)))
     prepare(cfg.logger, patience=SWEEP_JOB_PATIENCE if job is not None and job.sweep else 1)
     return build_tracker(cfg)
 
@@ -64,27 +69,25 @@ def train(cfg: DictConfig) -> dict[str, float]:
     refused sweep job is recorded as a FAILED child of the sweep; a refused single run leaves
     no run. The config alone is judged first, before Lightning and MLflow are imported."""
     job = hydra_job()
+    in_sweep = job is not None and job.sweep is not None
+    refused: HpmlError | None = None
     try:
         check_config(cfg)
     except HpmlError as exc:
-        if job is not None and job.sweep is not None:
-            tracker_of(cfg, job).record_refused(cfg, job, exc)
-        raise
+        if not in_sweep:
+            raise
+        refused = exc
     tracker = tracker_of(cfg, job)
     try:
+        if refused is not None:
+            raise refused
         parts = build_parts(cfg)
         check(parts, cfg, job)
     except HpmlError as exc:
         tracker.record_refused(cfg, job, exc)
         raise
-    if job is None or job.sweep is None:
-        from hpml.fused.plan import unfused_note
-
-        note = unfused_note(cfg, None, multirun=False)
-        if note is not None:
-            print(f"hpml: {note}")
     [metrics], [run] = run_members(tracker, [Member(cfg, job, parts)])
-    if job is None or job.sweep is None:  # a sweep says it once, at its end
+    if not in_sweep:  # a sweep says it once, at its end
         uri = redact_text(tracker.tracking_uri)
         print(f"hpml: run {run.run_id} finished in {uri}\nhpml: {compare_hint(uri, run.ui_path)}")
     return metrics
@@ -94,6 +97,7 @@ def array_task(members: list[Member]) -> list[float | None]:
     """:func:`main` for a fused array's ``members``: each member's optimised metric (NaN for
     a failed array, whose one line is recorded in every member's folder and run)."""
     cfg, job = members[0].cfg, members[0].job
+    quiet(cfg)
     try:
         results, _ = run_members(tracker_of(cfg), members)
     except Exception as exc:
@@ -133,6 +137,7 @@ def main(cfg: DictConfig) -> float | None:
         follow(cfg, run_id=None, ckpt_path=None)
         return None
     job = HydraJob.of(HydraConfig.get())
+    quiet(cfg)
     try:
         metrics = train(cfg)
     except Exception as exc:

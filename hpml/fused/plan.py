@@ -181,9 +181,16 @@ def unfused_note(cfg: DictConfig, launcher: str | None, multirun: bool) -> str |
 
 
 class UnfusedNote(Callback):
-    """Says, as a sweep starts, why ``fuse=array`` cannot act on it (:func:`unfused_note`)."""
+    """Says, as a run or a sweep starts, why ``fuse=array`` cannot act on it
+    (:func:`unfused_note`)."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self._say(unfused_note(config, None, multirun=False))
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        note = unfused_note(config, config.hydra.runtime.choices.get("hydra/launcher"), True)
+        self._say(unfused_note(config, config.hydra.runtime.choices.get("hydra/launcher"), True))
+
+    @staticmethod
+    def _say(note: str | None) -> None:
         if note is not None:
             print(f"hpml: {note}", flush=True)
