@@ -34,10 +34,18 @@ class Activations(HpmlCallback):
         self._module: HpmlModule | None = None
         self._entered: Any = None
 
+    recomputes_stages = property(lambda self: self.method == "checkpoint")
+
     def stages(self, model: nn.Module) -> list[Stage]:
-        """The stages checkpointed in ``model`` (none for bf16); unknown names raise here,
-        which :mod:`hpml.validate` calls before training on the meta-built model."""
-        return resolve(model, self.modules) if self.method == "checkpoint" else []
+        """The stages checkpointed in ``model`` (none for bf16); unknown names raise here."""
+        return resolve(model, self.modules) if self.recomputes_stages else []
+
+    def check_model(self, pl_module: L.LightningModule, *_: Any) -> None:
+        """Every ``modules`` entry names a submodule (or a Sequential's slice) of the model."""
+        try:
+            self.stages(pl_module)
+        except ConfigError as exc:
+            raise exc.under("activations") from None
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: HpmlModule) -> None:
         stages = self.stages(pl_module)

@@ -22,9 +22,12 @@ class HpmlCallback(L.Callback):
     Class attributes:
         in_array: how it runs when a sweep's jobs train as one fused array (``SERIAL``: its
             sweep does not fuse).
+        recomputes_stages: whether it recomputes stages of the eager net in backward (activation
+            checkpointing), which a step that replaces the net during fit would rename.
     """
 
     in_array: ClassVar[InArray] = InArray.SERIAL
+    recomputes_stages: bool = False
 
     def for_members(self, size: int) -> list[L.Callback]:
         """The callbacks doing this one's work on an array of ``size`` members (``ONCE``: one
@@ -47,11 +50,6 @@ class HpmlCallback(L.Callback):
             input_shape: one sample's shape.
             name: the ``model=`` option, for the line a refusal prints.
         """
-
-    def stages(self, model: nn.Module) -> list[Any]:
-        """The stages of ``model`` this callback recomputes in backward (activation
-        checkpointing); none by default. A step that replaces the net is refused beside it."""
-        return []
 
 
 def declared(target: Any) -> InArray | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from hpml.build import Parts
-from hpml.errors import HpmlError, constructed, raise_all
+from hpml.errors import HpmlError, IncompatibleError, constructed, raise_all
 from hpml.hydra_job import HydraJob
 
 
@@ -88,4 +88,12 @@ def check_model(parts: Parts, cfg: DictConfig, job: HydraJob | None) -> None:
     for callback in parts.callbacks:
         if isinstance(callback, HpmlCallback):
             callback.check_model(model, parts.cpu_net, spec.input_shape, name)
-            fit.check_activations(callback, model, steps)
+    recomputing = any(getattr(c, "recomputes_stages", False) for c in parts.callbacks)
+    for step in steps if recomputing else ():
+        if step.replaces_net_during_fit:  # the stages would not be found mid-fit
+            key, value = step.knob
+            raise IncompatibleError(
+                f"activations=checkpoint cannot run with {step.stage}.{key}={value}: it "
+                "replaces the net during training, and the checkpointed stages are the eager "
+                "net's; use activations=bf16, or drop one of the two"
+            )

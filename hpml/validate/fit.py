@@ -24,8 +24,6 @@ from hpml.models.input_fit import probe, size_range, sizes_text
 from hpml.validate import options
 
 if TYPE_CHECKING:
-    from hpml.callbacks.base import HpmlCallback
-    from hpml.callbacks.measure_settings import OptimizationStep
     from hpml.models.base import HpmlModule
 
 
@@ -81,27 +79,6 @@ def check_layout(cfg: DictConfig, spec: DataSpec, name: str, planned: HpmlModule
         f"model {name} (model.net.layout={current}) is laid out for images of "
         f"{sizes_text(sizes)}, not {size}x{size}{why}: set {' or '.join(fixes)}"
     )
-
-
-def check_activations(
-    callback: HpmlCallback, model: nn.Module, steps: list[OptimizationStep]
-) -> None:
-    """The stages ``callback`` recomputes are found in ``model``: every ``activations.modules``
-    entry names a submodule (or a Sequential's slice); and no step replaces the net during fit,
-    which renames them (``compile.train``: ``_orig_mod.``, QAT: its ``QuantWrapper``), so they
-    would not be found mid-fit."""
-    try:
-        stages = callback.stages(model)
-    except ConfigError as exc:
-        raise exc.under("activations") from None
-    for step in steps:
-        if stages and step.replaces_net_during_fit:
-            key, value = step.knob
-            raise IncompatibleError(
-                f"activations=checkpoint cannot run with {step.stage}.{key}={value}: it "
-                "replaces the net during training, and the checkpointed stages are the eager "
-                "net's; use activations=bf16, or drop one of the two"
-            )
 
 
 SAMPLES = {"image": "images", "tokens": "token sequences"}
