@@ -117,12 +117,13 @@ def run_members(
     from hpml.worker import start_job
 
     restarted = partial(restarted_run, tracker)
-    shape = Array(members, restarted) if len(members) > 1 else Job(members, tracker)
+    shape = Job(members, tracker) if len(members) == 1 else Array(members, restarted)
     cfg, job = members[0].cfg, members[0].job
     start_job(cfg.get("threads"))
     # `import lightning` adds its own console handler; Hydra's job logging already prints and
     # files every record, so without this each Lightning message shows twice.
     logging.getLogger("lightning").handlers.clear()
+    folders = [shape.folder(member) for member in members]
     resume, ckpt_path = shape.start_points()
     tags = [shape.tags(index) for index in range(len(members))]
 
@@ -148,16 +149,15 @@ def run_members(
             tracker.runs([(m.cfg, m.job) for m in members], resume, tags, record)
         )
         stop.run_id, stop.resumed_from = ", ".join(run.run_id for run in runs), ckpt_path
-        for member, run in zip(members, runs, strict=True):
-            record_run(shape.folder(member), run.run_id)
+        for folder, run in zip(folders, runs, strict=True):
+            record_run(folder, run.run_id)
+            run.set_device(trainer.strategy.root_device, processes(trainer))
         trainer.loggers = [run.lightning_logger(shape.select(i)) for i, run in enumerate(runs)]
         name, output_dir = job.name if job is not None else "train", Path(cfg.paths.output_dir)
         with (
             shape.training(stop.run_id),
             hand_off(cfg, trainer, output_dir, name, runs[0].run_id, ckpt_path),
         ):
-            for run in runs:
-                run.set_device(trainer.strategy.root_device, processes(trainer))
             metrics = fit_and_test(cfg, parts, ckpt_path, stop.check)
     return shape.results(metrics, parts), runs
 
