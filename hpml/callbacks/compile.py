@@ -44,6 +44,7 @@ from hpml.optimize.compile import (
     apply_compile,
     compiler,
     fast_path,
+    knobs,
     method_class,
 )
 from hpml.optimize.compile.torch_compile import MODES
@@ -51,7 +52,6 @@ from hpml.optimize.compile.training import compile_for_training, training_speedu
 from hpml.ranges import Positive
 
 AUTO, EAGER = "auto", "eager"  # the method tag of compile=auto; the deployed tag of a kept net
-FREEZING = ("torch_compile", "aot_inductor")  # the methods compile.freezing applies to
 log = logging.getLogger(__name__)
 
 
@@ -94,23 +94,20 @@ class Compile(OptimizationStep):
         **measure: Any,
     ) -> None:
         super().__init__(**measure)
-        self.method_name = AUTO if method is None else method_class(method).name()
+        self.method_name = AUTO if method is None else method_class(method).name
         try:
-            self.candidates = {method_class(c).name(): c for c in candidates}
+            self.candidates = {method_class(c).name: c for c in candidates}
         except ConfigError as exc:
             raise ConfigError("candidates", exc.value, exc.expected) from exc
         if method is None and not candidates:
             raise ConfigError("candidates", [], "at least one method, with method null (auto)")
         self.method, self.mode, self.dynamic, self.fullgraph = method, mode, dynamic, fullgraph
         one_of("mode", mode, MODES)
-        self.tolerance = tolerance
-        self.done = False
-        self.compile_train = train
+        self.tolerance, self.done, self.compile_train = tolerance, False, train
         self.train_net: nn.Module | None = None  # compiled for training, shares the parameters
         self.eager_net: nn.Module | None = None  # put back after each training batch
         self.compiled_of: nn.Module | None = None  # the eager net train_net compiles
-        self.freezing, self.channels_last = freezing, channels_last
-        self.force = force
+        self.freezing, self.channels_last, self.force = freezing, channels_last, force
         self.cache_dir = Path(cache_dir) if cache_dir else None
 
     @property
@@ -261,8 +258,9 @@ class Compile(OptimizationStep):
             applied = self.variant(eager, examples, workdir)
         compiled = applied.report
         kernels = compiled.conv_kernels
+        takes = knobs(self.method or self.candidates[compiled.method])  # the method compiled
         # freezing's fast path, where the method freezes and its kernels can be seen
-        frozen = self.freezing and compiled.method in FREEZING and device.type == "cpu"
+        frozen = self.freezing and "freezing" in takes and device.type == "cpu"
         if frozen and kernels and UNKNOWN not in kernels and not fast_path(kernels):
             log.warning(
                 f"compile: the compiled graph calls {', '.join(kernels)}, not the pre-packed "
@@ -307,13 +305,13 @@ class Compile(OptimizationStep):
             step_tag("compile", "conv_kernel"): ",".join(kernels) or "none",
             step_tag("compile", "deployed"): compiled.method if deploy else EAGER,
         }
-        if "torch_compile" in (self.method_name, compiled.method):
-            tags |= {
-                step_tag("compile", "mode"): self.mode,
-                step_tag("compile", "freezing"): str(self.freezing).lower(),
-                step_tag("compile", "channels_last"): str(self.channels_last).lower(),
-                step_tag("compile", "cache_dir"): str(self.cache_dir or workdir / "inductor_cache"),
-            }
+        knob_tags = {
+            "mode": self.mode,
+            "freezing": str(self.freezing).lower(),
+            "channels_last": str(self.channels_last).lower(),
+            "cache_dir": str(self.cache_dir or workdir / "inductor_cache"),
+        }
+        tags |= {step_tag("compile", k): v for k, v in knob_tags.items() if k in takes}
         set_tags(trainer, tags)
         if compiled.artifact is not None:
             log_file(trainer, compiled.artifact, "compile")

@@ -43,7 +43,7 @@ def choose_device(
     cpu = torch.device("cpu")
     if not quantizer.cuda_capable:
         return cpu, (
-            f"{quantizer.method} ({quantizer.backend}) kernels run on CPU only: "
+            f"{quantizer.name} ({quantizer.backend}) kernels run on CPU only: "
             f"evaluated on cpu instead of {requested}"
         )
     if not cuda_available():
@@ -90,7 +90,7 @@ class Quantize(OptimizationStep):
 
     @property
     def knob(self) -> tuple[str, str]:
-        return "method", self.quantizer.method
+        return "method", self.quantizer.name
 
     def check_model(
         self,
@@ -120,10 +120,10 @@ class Quantize(OptimizationStep):
         q.check_inputs(pl_module.net, pl_module.example_input(1))
         example = torch.rand_like(pl_module.example_input(2).cpu().float())
         self.quantizer = q = q.for_net(pl_module.net, example)
-        tags = {step_tag("quant", "method"): q.method, step_tag("quant", "backend"): q.backend}
+        tags = {step_tag("quant", "method"): q.name, step_tag("quant", "backend"): q.backend}
         set_tags(trainer, tags)
         for logger in mlflow_loggers(trainer):  # as prune.method: the name the config leaves out
-            logger.log_hyperparams({"quant.method": q.method})
+            logger.log_hyperparams({"quant.method": q.name})
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.quantizer.trains or self.before_device is not None:
@@ -145,7 +145,7 @@ class Quantize(OptimizationStep):
             return
         if self.quantizer.trains:
             raise IncompatibleError(
-                f"quant={self.quantizer.method} fine-tunes during fit: run with fit=true"
+                f"quant={self.quantizer.name} fine-tunes during fit: run with fit=true"
             )
         self._quantize(trainer, pl_module)
 

@@ -20,7 +20,7 @@ SMALL = ["trainer.max_epochs=1", "data.limit=64", "trainer.enable_progress_bar=f
 class FineTunedInt8(Quantizer):
     """Fine-tunes a net of its own during fit, then converts it, as QAT does: no hpml name."""
 
-    method, backend = "fine_tuned_int8", "plugin"
+    backend = "plugin"  # named fine_tuned_int8, by its class
     trains = True
     supported = (nn.Linear, nn.Conv2d)
 

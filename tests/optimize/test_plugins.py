@@ -44,7 +44,7 @@ class Largest(Structured):
 class LinearInt8(Quantizer):
     """Dynamic int8 of the Linear layers with at least ``min_features`` inputs."""
 
-    method, backend = "linear_int8", "plugin"
+    backend = "plugin"  # named linear_int8, by its class
     supported = (nn.Linear,)
 
     def __init__(self, min_features: int = 1) -> None:

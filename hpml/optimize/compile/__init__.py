@@ -43,6 +43,7 @@ __all__ = [
     "compiler",
     "conv_kernels",
     "fast_path",
+    "knobs",
     "method_class",
 ]
 
@@ -59,10 +60,15 @@ def method_class(method: Method) -> type[Compiler]:
     return cls
 
 
+def knobs(method: Method) -> set[str]:
+    """The knobs ``method`` takes: its constructor's parameters."""
+    return set(inspect.signature(method_class(method)).parameters)
+
+
 def compiler(method: Method, **options: Any) -> Compiler:
     """``method`` built with those of ``options`` its constructor takes, except those its
     partial already sets (a knob written on the ``method:`` node itself)."""
-    takes = inspect.signature(method_class(method)).parameters
+    takes = knobs(method)
     given = method.keywords if isinstance(method, functools.partial) else {}
     return method(**{k: v for k, v in options.items() if k in takes and k not in given})
 
@@ -102,9 +108,9 @@ def apply_compile(
     )
     if not diff <= tolerance * max(scale, 1.0):
         raise IncompatibleError(
-            f"{method.name()} output of {type(net).__name__} differs from eager by {diff:.3g} "
+            f"{method.name} output of {type(net).__name__} differs from eager by {diff:.3g} "
             f"(tolerance {tolerance:g} x {max(scale, 1.0):.3g}): the model is not traceable as is"
         )
     kernels = deployed_kernels(net, module, examples)
     size = None if artifact is None else artifact.stat().st_size  # else the state dict's
-    return Applied(module, Compiled(method.name(), seconds, diff, artifact, size, kernels))
+    return Applied(module, Compiled(method.name, seconds, diff, artifact, size, kernels))

@@ -27,7 +27,7 @@ class AotInductor(base.Compiler):
 
         base.use_cache_dir(self.cache_dir or workdir / "inductor_cache")
         with torch.no_grad():
-            program = exported(net, examples, self.name())
+            program = exported(net, examples, self.name)
             workdir.mkdir(parents=True, exist_ok=True)
             try:
                 path = aoti_compile_and_package(
@@ -38,5 +38,5 @@ class AotInductor(base.Compiler):
                 runner = aoti_load_package(path)
                 base.run_each(runner, examples)
             except Exception as exc:
-                raise base.untraceable(net, self.name(), exc) from exc
-        return base.Program(runner, self.name()), Path(path)
+                raise base.untraceable(net, self.name, exc) from exc
+        return base.Program(runner, self.name), Path(path)

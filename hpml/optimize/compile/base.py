@@ -4,7 +4,6 @@ the methods call (device sync, one-line refusals, caches)."""
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +13,7 @@ import torch
 from torch import nn
 
 from hpml.errors import IncompatibleError
+from hpml.optimize import Named
 from hpml.tensors import as_args
 
 
@@ -31,16 +31,12 @@ class Compiled:
     conv_kernels: tuple[str, ...] = ()
 
 
-class Compiler:
-    """One compile method; its name (tags, metric names) is its class's in snake case.
+class Compiler(Named):
+    """One compile method, :class:`~hpml.optimize.Named`.
 
     A new method is a subclass with :meth:`compile`, named by a compile option's
     ``method._target_``; the options it takes are its constructor's.
     """
-
-    @classmethod
-    def name(cls) -> str:
-        return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", cls.__name__).lower()
 
     def compile(self, net: nn.Module, examples: Sequence[Any], workdir: Path) -> CompileOutput:
         """``net`` (eval mode) compiled for each of ``examples``, and the file it saved, if

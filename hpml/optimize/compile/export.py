@@ -29,8 +29,8 @@ def exported(net: nn.Module, examples: Sequence[Any], method: str) -> Any:
 
 class Export(Compiler):
     def compile(self, net: nn.Module, examples: Sequence[Any], workdir: Path) -> CompileOutput:
-        program = exported(net, examples, self.name())
+        program = exported(net, examples, self.name)
         workdir.mkdir(parents=True, exist_ok=True)
         path = workdir / "model.pt2"
         torch.export.save(program, path)
-        return Program(program.module(), self.name()), path
+        return Program(program.module(), self.name), path

@@ -94,5 +94,5 @@ class TorchCompile(Compiler):
         try:
             run_each(module, examples)
         except Exception as exc:
-            raise untraceable(net, self.name(), exc) from exc
+            raise untraceable(net, self.name, exc) from exc
         return module, None

@@ -44,5 +44,5 @@ class Torchscript(base.Compiler):
                 with torch.inference_mode():  # the executor specialises on first calls
                     base.run_each(module, examples, times=2)
         except Exception as exc:
-            raise base.untraceable(net, self.name(), exc) from exc
-        return base.Program(module, self.name()), path
+            raise base.untraceable(net, self.name, exc) from exc
+        return base.Program(module, self.name), path

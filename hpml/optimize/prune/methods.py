@@ -6,7 +6,6 @@ A method says whether it removes whole rows or single weights, how mask mode zer
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -16,6 +15,7 @@ from torch import Tensor, nn
 from torch.nn.utils import prune
 
 from hpml.errors import ConfigError, one_of
+from hpml.optimize import Named
 
 MODES = ("mask", "physical")
 
@@ -62,17 +62,12 @@ class RowScores:
         return self.scores(module.weight.detach().flatten(1).float())
 
 
-class Method:
+class Method(Named):
     """One pruning method; subclass :class:`Unstructured` or :class:`Structured`."""
 
     structured: ClassVar[bool] = False  # whole rows (channels, gate rows), else single weights
     global_scope: ClassVar[bool] = False  # mask mode ranks all targets' weights together
     mask: ClassVar[type[prune.BasePruningMethod]] = prune.L1Unstructured
-
-    @property
-    def name(self) -> str:
-        """How runs and ``prune/layers.json`` call it: its class's name in snake case."""
-        return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", type(self).__name__).lower()
 
     @property
     def mask_kwargs(self) -> Mapping[str, Any]:

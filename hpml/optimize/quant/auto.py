@@ -19,7 +19,7 @@ from hpml.tensors import as_args
 class AutoStatic(Quantizer):
     """Static int8 by the first engine that can run the net: eager ``torch_ao``, then ``pt2e``."""
 
-    method, backend = "static_int8", "auto"
+    name, backend = "static_int8", "auto"
     needs_calibration = float_inputs = True
     supported = STATIC_LAYERS
 

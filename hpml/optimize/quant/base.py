@@ -15,10 +15,11 @@ from torch import nn
 from torch.utils._pytree import tree_map
 
 from hpml.errors import ConfigError, IncompatibleError
+from hpml.optimize import Named
 from hpml.tensors import first_tensor
 
 
-class Quantizer(ABC):
+class Quantizer(ABC, Named):
     """Turns a float ``nn.Module`` into a quantised one.
 
     Post-training methods: ``quantize`` (with ``calibration`` batches where
@@ -27,7 +28,6 @@ class Quantizer(ABC):
     ``cuda_capable``: the quantised kernels run on CUDA; where not, callers evaluate on CPU.
     """
 
-    method: str
     backend: str
     needs_calibration: bool = False
     float_inputs: bool = False  # it quantises activations: inputs must be floats, not ids
@@ -41,7 +41,7 @@ class Quantizer(ABC):
         if not any(isinstance(m, self.supported) for m in net.modules()):
             names = ", ".join(t.__name__ for t in self.supported)
             raise IncompatibleError(
-                f"quant={self.method} ({self.backend}) quantises {names} layers, and "
+                f"quant={self.name} ({self.backend}) quantises {names} layers, and "
                 f"{type(net).__name__} has none; choose another quant method"
             )
 
@@ -51,7 +51,7 @@ class Quantizer(ABC):
         tensor = first_tensor(example)
         if self.float_inputs and tensor is not None and not tensor.is_floating_point():
             raise IncompatibleError(
-                f"quant={self.method} quantises the activations that {type(net).__name__} "
+                f"quant={self.name} quantises the activations that {type(net).__name__} "
                 f"computes from its inputs, but they are {tensor.dtype} ids (an embedding "
                 "model): use quant=dynamic_int8"
             )
@@ -73,10 +73,10 @@ class Quantizer(ABC):
         """The quantised model (``net`` may be modified in place and returned)."""
 
     def prepare_qat(self, net: nn.Module) -> nn.Module:
-        raise NotImplementedError(f"{self.method} is not trained")
+        raise NotImplementedError(f"{self.name} is not trained")
 
     def convert(self, net: nn.Module) -> nn.Module:
-        raise NotImplementedError(f"{self.method} is not trained")
+        raise NotImplementedError(f"{self.name} is not trained")
 
 
 def no_calibration() -> ConfigError:

@@ -70,7 +70,7 @@ class Int8Graph(nn.Module):
 class PT2EStatic(Quantizer):
     """Post-training static int8 of the exported graph: export, annotate, calibrate, convert."""
 
-    method, backend = "static_int8", "pt2e"
+    name, backend = "static_int8", "pt2e"
     needs_calibration = float_inputs = True
     supported = STATIC_LAYERS
 

@@ -76,7 +76,7 @@ def fusable_groups(net: nn.Module) -> list[list[str]]:
 
 
 class Dynamic(Quantizer):
-    method, backend = "dynamic_int8", "torch_ao"
+    name, backend = "dynamic_int8", "torch_ao"
     supported = (nn.Linear, nn.LSTM, nn.GRU, nn.Embedding)
 
     def __init__(self, engine: str = "x86", embeddings: bool = True) -> None:
@@ -101,7 +101,7 @@ class Dynamic(Quantizer):
 class Static(Quantizer):
     """Post-training static int8 in eager mode: fuse, observe, calibrate, convert."""
 
-    method, backend = "static_int8", "torch_ao"
+    name, backend = "static_int8", "torch_ao"
     needs_calibration = float_inputs = True
     supported = STATIC_LAYERS
 
@@ -116,9 +116,9 @@ class Static(Quantizer):
         problem = eager_static_problem(self, build_net(), example)
         if problem is None:
             return
-        fix = "quant.method.backend=pt2e" if self.method == "static_int8" else "quant=static_int8"
+        fix = "quant.method.backend=pt2e" if self.name == "static_int8" else "quant=static_int8"
         raise IncompatibleError(
-            f"quant={self.method} (eager-mode torch.ao) cannot quantise model {model}: "
+            f"quant={self.name} (eager-mode torch.ao) cannot quantise model {model}: "
             f"{problem}; use {fix} (PT2E int8 of the traced graph), quant=dynamic_int8, "
             f"or a model built of modules only (model={'|'.join(EAGER_INT8_MODELS)})"
         )
@@ -161,7 +161,7 @@ class Static(Quantizer):
 class QAT(Static):
     """Quantisation-aware training: fused layers with fake quantisation, trained, then converted."""
 
-    method = "qat"
+    name = "qat"
     needs_calibration = False
     trains = True
 

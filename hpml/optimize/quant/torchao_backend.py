@@ -34,14 +34,14 @@ class TorchaoInt8(Quantizer):
     supported = (nn.Linear,)
 
     def __init__(self, method: str) -> None:
-        self.method = method
+        self.name = method
         load_torchao()  # fail when the config is built, not after training
 
     def quantize(self, net: nn.Module, calibration: Iterable[Any] = ()) -> nn.Module:
         tq = load_torchao()
         config = (
             tq.Int8WeightOnlyConfig()
-            if self.method == "weight_only_int8"
+            if self.name == "weight_only_int8"
             else tq.Int8DynamicActivationInt8WeightConfig()
         )
         tq.quantize_(net.eval(), config)

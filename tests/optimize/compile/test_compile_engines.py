@@ -41,7 +41,7 @@ def test_compiled_outputs_equal_eager(method, tmp_path, request):
         request.getfixturevalue("inductor_cache")
     net = small_cnn()
     compiled = apply_compile(net, method(), examples(), tmp_path)
-    assert compiled.report.method == method.name()
+    assert compiled.report.method == method.name
     assert compiled.report.seconds > 0
     x = torch.randn(4, 3, 16, 16)  # a batch size it was not compiled for
     with torch.inference_mode():

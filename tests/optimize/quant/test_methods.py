@@ -27,7 +27,7 @@ def test_every_option_builds_a_quantizer_of_its_method(option):
     quantizer = instantiate(method)
     assert isinstance(quantizer, Quantizer)
     # the method's name is written once: its function's
-    assert quantizer.method == method._target_.rsplit(".", 1)[-1]
+    assert quantizer.name == method._target_.rsplit(".", 1)[-1]
 
 
 def test_a_method_refuses_a_backend_it_has_not_naming_those_it_has():
