@@ -119,7 +119,8 @@ def build_parts(cfg: DictConfig) -> Parts:
 
     def attempt(group: str, make: Callable[[], T]) -> T | None:
         try:
-            return constructed(group, make)
+            with constructed(group):
+                return make()
         except Exception as exc:
             refused[group] = exc
             return None

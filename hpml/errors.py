@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Sequence
+import contextlib
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -72,12 +73,12 @@ class IncompatibleError(HpmlError):
     """Two valid choices do not work together (a model and the data it is given)."""
 
 
-def constructed(group: str, make: Callable[[], T]) -> T:
-    """``make()``, with a constructor's own TypeError/ValueError turned into one line naming
-    ``group``: validation's checks of the values should have named the key; this is the net
-    below them."""
+@contextlib.contextmanager
+def constructed(group: str) -> Iterator[None]:
+    """Inside, a constructor's own TypeError/ValueError turned into one line naming ``group``:
+    validation's checks of the values should have named the key; this is the net below them."""
     try:
-        return make()
+        yield
     except HpmlError:
         raise
     except (TypeError, ValueError, AttributeError, KeyError) as exc:

@@ -78,9 +78,8 @@ def check_model(parts: Parts, cfg: DictConfig, job: HydraJob | None) -> None:
     spec = parts.datamodule.planned_spec()
     name = fit.model_name(cfg, job)
     fit.check_layout(cfg, spec, name, parts.planned)
-    model = constructed(
-        "model", lambda: fit.built_for_data(cfg, job, spec, parts.planned, parts.refused)
-    )
+    with constructed("model"):
+        model = fit.built_for_data(cfg, job, spec, parts.planned, parts.refused)
     for group in ("model.optimizer", "callbacks"):
         if group in parts.refused:
             raise parts.refused[group]
