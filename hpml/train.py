@@ -31,7 +31,7 @@ from hpml.tracking.redact import redact_text
 from hpml.tracking.resume import resume_args
 from hpml.validate import check, check_config
 
-if TYPE_CHECKING:  # imports MLflow: tracker_of imports it once the config is judged
+if TYPE_CHECKING:  # imports MLflow: train imports it once the config is judged
     from hpml.tracking.run import MlflowTracker
 
 
@@ -41,18 +41,17 @@ def hydra_job() -> HydraJob | None:
 
 
 def quiet(cfg: DictConfig) -> None:
-    """The known upstream noise dropped for job ``cfg`` unless ``hpml.verbose``: before its
-    store, its trainer or anything else that can make it."""
+    """The known upstream noise dropped for job ``cfg`` unless ``hpml.verbose``: first, before
+    its store, torch or its trainer can make any."""
     quiet_upstream(verbose=bool(OmegaConf.select(cfg, "hpml.verbose", default=False)))
 
 
-def tracker_of(cfg: DictConfig, job: HydraJob | None = None) -> MlflowTracker:
-    """The ``logger`` group's tracker, once the store answers (a bad URI or a silent server:
-    one line, before torch loads)."""
-    from hpml.tracking.remote import SWEEP_JOB_PATIENCE, prepare
+def patience(job: HydraJob | None) -> float:
+    """How many times its preflight bound job ``job`` waits for the store to answer: a sweep's
+    jobs ask a store its parent run already reached (``SWEEP_JOB_PATIENCE``)."""
+    from hpml.tracking.remote import SWEEP_JOB_PATIENCE
 
-    prepare(cfg.logger, patience=SWEEP_JOB_PATIENCE if job is not None and job.sweep else 1)
-    return build_tracker(cfg)
+    return SWEEP_JOB_PATIENCE if job is not None and job.sweep is not None else 1
 
 
 def job_parts(cfg: DictConfig, job: HydraJob | None) -> Parts:
@@ -68,6 +67,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     """Fit and test the configured model inside one MLflow run; return the final metrics. A
     refused sweep job is recorded as a FAILED child of the sweep; a refused single run leaves
     no run. The config alone is judged first, before Lightning and MLflow are imported."""
+    quiet(cfg)
     job = hydra_job()
     in_sweep = job is not None and job.sweep is not None
     refused: HpmlError | None = None
@@ -77,7 +77,10 @@ def train(cfg: DictConfig) -> dict[str, float]:
         if not in_sweep:
             raise
         refused = exc
-    tracker = tracker_of(cfg, job)
+    from hpml.tracking.remote import prepare  # imports MLflow, now the config is judged
+
+    prepare(cfg.logger, patience(job))  # a bad URI or a silent server: one line, before torch
+    tracker: MlflowTracker = build_tracker(cfg)
     try:
         if refused is not None:
             raise refused
@@ -99,7 +102,10 @@ def array_task(members: list[Member]) -> list[float | None]:
     cfg, job = members[0].cfg, members[0].job
     quiet(cfg)
     try:
-        results, _ = run_members(tracker_of(cfg), members)
+        from hpml.tracking.remote import prepare
+
+        prepare(cfg.logger)
+        results, _ = run_members(build_tracker(cfg), members)
     except Exception as exc:
         line = report_failure(exc, job.output_dir / f"{job.name}.log")
         for member in members:  # for the sweep to count, as main records it
@@ -137,7 +143,6 @@ def main(cfg: DictConfig) -> float | None:
         follow(cfg, run_id=None, ckpt_path=None)
         return None
     job = HydraJob.of(HydraConfig.get())
-    quiet(cfg)
     try:
         metrics = train(cfg)
     except Exception as exc:

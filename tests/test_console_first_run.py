@@ -97,13 +97,16 @@ def test_verbose_shows_the_upstream_start_up_lines(
     """The first run's steps that make the lines, without the training between them, into the
     test's store: making a fresh one again would cost seconds, and verbose lifts the filters on
     MLflow's loggers all alike."""
-    from hpml.build import build_trainer
-    from hpml.train import tracker_of
+    from hpml.build import build_tracker, build_trainer
+    from hpml.tracking.remote import prepare
+    from hpml.train import quiet
 
     caplog.set_level(logging.INFO)
     cfg = composed([*TINY, "hpml.verbose=true"])
     try:
-        tracker = tracker_of(cfg)
+        quiet(cfg)  # the first run's steps, as train takes them
+        prepare(cfg.logger)
+        tracker = build_tracker(cfg)
         build_trainer(cfg, [], array=False).loggers = [tracker.attached_logger(None)]
         with tracker.runs([(cfg, None)], [None], [{}], lambda run, trained: None):
             pass

@@ -197,9 +197,10 @@ def test_a_sweeps_job_waits_longer_for_a_busy_server_than_the_first_contact():
     0.2 s bound, in time for a job of a sweep, whose bound is SWEEP_JOB_PATIENCE times that."""
     from omegaconf import OmegaConf
 
+    from hpml.build import build_tracker
     from hpml.hydra_job import HydraJob, SweepPlace
-    from hpml.tracking.remote import SWEEP_JOB_PATIENCE
-    from hpml.train import tracker_of
+    from hpml.tracking.remote import SWEEP_JOB_PATIENCE, prepare
+    from hpml.train import patience
 
     class Busy(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -224,8 +225,9 @@ def test_a_sweeps_job_waits_longer_for_a_busy_server_than_the_first_contact():
     job = HydraJob(Path("out"), None, "train", ("seed=2",), {}, sweep=place)
     try:
         with pytest.raises(TrackingServerError, match=r"no answer within 0\.2 s"):
-            tracker_of(cfg, None)  # a single run: the first contact
-        assert tracker_of(cfg, job).tracking_uri == uri
+            prepare(cfg.logger, patience(None))  # a single run: the first contact
+        prepare(cfg.logger, patience(job))  # as train prepares a sweep's job
+        assert build_tracker(cfg).tracking_uri == uri
     finally:
         server.shutdown()
         server.server_close()
