@@ -128,11 +128,9 @@ def read(runs: list[Run], **found: object) -> Evidence:
     (``held``, ``not_held``, ``peaks``, ``fusable``)."""
     first = runs[0]
     params, tags = first.data.params, first.data.tags
-    said = Counter(r.data.tags.get(bound_tag(STAGE), "") for r in runs)
-    bound = said.most_common(1)[0][0]
+    bound = Counter(r.data.tags.get(bound_tag(STAGE), "") for r in runs).most_common(1)[0][0]
     why = next((r.data.tags.get(bound_tag(STAGE, "why"), "") for r in runs), "")
     mfu = next((v for name in MFU if (v := median_metric(runs, name)) is not None), None)
-    chosen = params.get("data.chosen.placement", "device")
     return Evidence(
         bound=bound,
         why=why,
@@ -145,7 +143,7 @@ def read(runs: list[Run], **found: object) -> Evidence:
         trainer=tags.get(f"{CHOICE}trainer", "default"),
         precision=params.get("trainer.precision", "32-true"),
         batch_size=_int(params.get("data.batch_size")),
-        placement=chosen,
+        placement=params.get("data.chosen.placement", "device"),
         num_workers=_int(params.get("data.chosen.num_workers")) or 0,
         pin_memory=bool(_flag(params.get("data.chosen.pin_memory"))),
         configured={

@@ -8,22 +8,16 @@ one source, so the ratio is the table's or the micro-benchmarks', never a mix.
 from __future__ import annotations
 
 import json
-import os
 import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpml.advise.evidence import Peak, device_of
 from hpml.analysis.devices import DTYPES, match_device_name
-from hpml.report.runs import project_root
+from hpml.report.runs import peak_cache_dir
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
-
-
-def cache_dir() -> Path:
-    """The peak cache a run reads by default (``callbacks.perf.peak_cache_dir``)."""
-    return Path(os.environ.get("HPML_PEAK_CACHE") or project_root() / ".hpml" / "peaks")
 
 
 def table_peaks(name: str) -> dict[str, Peak]:
@@ -87,7 +81,7 @@ def run_peaks(
     kind, name = device_of(run)
     if kind == "cuda" and (found := table_peaks(name)):
         return found
-    folder = folder or cache_dir()
+    folder = folder or peak_cache_dir()
     host = run.data.tags.get("hpml.host", "")
     text = run.data.tags.get("hpml.cpu_threads")
     threads = int(text) if kind == "cpu" and text and text.isdigit() else None

@@ -180,21 +180,14 @@ def check(folder: Path | str = CHECK_FOLDER) -> str:
         env["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp}/mlflow.db"
         env["PYTHONNOUSERSITE"] = "1"
         env["HYDRA_FULL_ERROR"] = "1"  # the import that failed, not Hydra's summary of it
-        train = subprocess.run(
-            [venv_python, "-m", "hpml.train", *CHECK_ARGS],
-            cwd=tmp,
-            env=env,
-            capture_output=True,
-            text=True,
-        )
+        captured = {"cwd": tmp, "env": env, "capture_output": True, "text": True}  # both commands
+        train = subprocess.run([venv_python, "-m", "hpml.train", *CHECK_ARGS], **captured)
         log.write_text(train.stdout + train.stderr)
         if train.returncode != 0:
             module = missing_module(train.stdout + train.stderr)
             what = f"missing module {module}" if module else f"hpml.train exited {train.returncode}"
             raise RuntimeError(f"{what} (log: {log})")
-        read = subprocess.run(
-            [venv_python, "-c", READ_BACK], cwd=tmp, env=env, capture_output=True, text=True
-        )
+        read = subprocess.run([venv_python, "-c", READ_BACK], **captured)
     if read.returncode != 0:
         module = missing_module(read.stderr)
         what = f"missing module {module}" if module else "reading the store back failed"

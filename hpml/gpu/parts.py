@@ -13,13 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hpml.gpu.bench_rows import (
-    fused_rows,
-    optimise_rows,
-    overhead_rows,
-    prune_rows,
-    speed_rows,
-)
+from hpml.gpu.bench_rows import fused_rows, optimise_rows, overhead_rows, prune_rows, speed_rows
 from hpml.gpu.rows import (
     Row,
     Store,
@@ -109,6 +103,8 @@ def parts() -> list[Part]:
     report_counted = py(
         "hpml.report.roofline", "--experiment", "gpu_counted", "--out", "{work}/counted"
     )
+    steps = ("prune=l1_structured", "quant=static_int8", "compile=torch_compile")
+    optimise = tuple(train("gpu_optimise", *one_epoch, step) for step in steps)
     return [
         Part("default", 70, (default,), default_rows),
         Part("overhead", 110, (bench("overhead", 6, "--steps", "10"),), overhead_rows),
@@ -123,15 +119,7 @@ def parts() -> list[Part]:
         Part("nvtx_torch", 30, (nvtx_torch,), nvtx_torch_rows),
         # figures in docs/gpu.md already: run with --parts when a lease has time left
         Part("study5", 45, (study5, report5), roofline_rows),
-        Part(
-            "optimise",
-            90,
-            tuple(
-                train("gpu_optimise", *one_epoch, step)
-                for step in ("prune=l1_structured", "quant=static_int8", "compile=torch_compile")
-            ),
-            optimise_rows,
-        ),
+        Part("optimise", 90, optimise, optimise_rows),
     ]
 
 

@@ -135,21 +135,14 @@ def chosen(
         parent = None
     else:
         runs, parent = stores.select(args.sweep, args.runs, args.experiment)
+    options = (args.by_seed, args.threshold, args.slow_machine)  # --by and --baseline alike
     if args.baseline and parent is not None:
         base = stores.sweep(args.baseline)
         if base.info.run_id == parent.info.run_id:
             raise HpmlError(f"--baseline {args.baseline} is the sweep itself")
         runs += stores.jobs(base)
-        compared = pairs.by_sweep(
-            runs, parent, base, args.by_seed, args.threshold, args.slow_machine
-        )
-        return runs, parent, compared
-    by = (
-        pairs.by_key(runs, args.by, args.by_seed, args.threshold, args.slow_machine)
-        if args.by
-        else None
-    )
-    return runs, parent, by
+        return runs, parent, pairs.by_sweep(runs, parent, base, *options)
+    return runs, parent, pairs.by_key(runs, args.by, *options) if args.by else None
 
 
 def build(
@@ -205,8 +198,7 @@ def build(
     tables += [make(found, lambda r, p: texts[r.info.run_id].get(p)) for make in studies.TABLES]
     tables.append(fused.table(runs, serial))
     plots = [plot(runs, config_keys) for plot in figures.PLOTS]
-    plots.append(roofline.figure(runs, keys))
-    plots.append(fused.speeds(runs, serial))
+    plots += [roofline.figure(runs, keys), fused.speeds(runs, serial)]
     plots += [search.parallel_coordinates(runs, config_keys), search.importances(parent)]
     plots.append(figures.learning_curves(runs, keys, lambda r, n: histories[(r.info.run_id, n)]))
     statuses = Counter(run.info.status for run in runs)

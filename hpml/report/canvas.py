@@ -17,15 +17,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import TYPE_CHECKING, Any
 
-from hpml.names import (
-    BYTES,
-    BYTES_PER_S,
-    FLOPS_PER_S,
-    FLOPS_PER_SAMPLE,
-    label,
-    prefixed,
-    unit_of,
-)
+from hpml.names import BYTES, BYTES_PER_S, FLOPS_PER_S, FLOPS_PER_SAMPLE, label, prefixed, unit_of
 from hpml.report.table import short_name, value
 
 if TYPE_CHECKING:

@@ -19,15 +19,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from hpml.analysis.stats import (
-    FASTER,
-    SLOWER,
-    WITHIN_NOISE,
-    Interval,
-    median_ci,
-    ratio_ci,
-    verdict,
-)
+from hpml.analysis.stats import FASTER, SLOWER, WITHIN_NOISE, Interval, median_ci, ratio_ci, verdict
 from hpml.names import CHOICE_TAG, HOST, INPUT, OUTPUT_DIR_TAG, SWEEP_DIR_TAG, bound_tag, choice_tag
 from hpml.report.comparisons import Comparison, in_run, noisy
 from hpml.report.environment import SHOWN, entries

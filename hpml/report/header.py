@@ -50,8 +50,7 @@ def _when(runs: Sequence[Run]) -> str:
 def _load(runs: Sequence[Run]) -> str:
     """The load average at each run's start, other processes' CPU share during timed work and
     the runs tagged noisy."""
-    parts = []
-    ones = []
+    parts, ones = [], []
     for text in _tag(runs, names.LOAD_TAG):
         with contextlib.suppress(IndexError, ValueError):
             ones.append(float(text.split()[0]))

@@ -8,7 +8,6 @@ kernels Nsight Compute counted has its counted point beside it (``roofline_count
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,7 +38,7 @@ from hpml.names import (
 from hpml.report.canvas import Canvas, Figure, distinct_labels, fit, run_label
 from hpml.report.roofline_counted import caption, verdict_rows, with_counted
 from hpml.report.roofline_counted import table as counted_table
-from hpml.report.runs import add_run_choice, default_tracking_uri, project_root
+from hpml.report.runs import add_run_choice, default_tracking_uri, peak_cache_dir, project_root
 from hpml.report.table import differing_keys
 
 if TYPE_CHECKING:
@@ -89,8 +88,7 @@ def run_point(run: Run, label: str) -> tuple[RooflinePoint, str]:
     m = run.data.metrics
     intensity = m[INTENSITY]
     if FWD_BWD_FLOPS_PER_SAMPLE in m and m.get(THROUGHPUT):
-        flops, basis = m[FWD_BWD_FLOPS_PER_SAMPLE], "train fwd+bwd"
-        seconds = 1 / m[THROUGHPUT]
+        flops, basis, seconds = m[FWD_BWD_FLOPS_PER_SAMPLE], "train fwd+bwd", 1 / m[THROUGHPUT]
     elif m.get(FORWARD_ACHIEVED):
         flops, basis = m[FWD_FLOPS_PER_SAMPLE], "forward"
         seconds = flops / m[FORWARD_ACHIEVED]
@@ -134,8 +132,7 @@ def choose_peak(choice: str | None, runs: list[Run]) -> DevicePeak:
             )
         if (found := run_peak(runs[0])) is not None:
             return found
-    cache = os.environ.get("HPML_PEAK_CACHE") or project_root() / ".hpml" / "peaks"
-    return resolve_peak(choice or "measured", default_device(), cache)
+    return resolve_peak(choice or "measured", default_device(), peak_cache_dir())
 
 
 def run_precision(run: Run) -> str:
@@ -151,10 +148,7 @@ def figure(runs: list[Run], keys: list[str]) -> Figure | None:
     from hpml.analysis.roofline_plot import describe_peak, roofline_figure
 
     measured = [r for r in runs if INTENSITY in r.data.metrics]
-    if not measured:
-        return None
-    peak = run_peak(measured[0])
-    if peak is None:
+    if not measured or (peak := run_peak(measured[0])) is None:
         return None
     precision = run_precision(measured[0])
     drawn, owners, twins = with_counted(measured, points(measured))
@@ -240,12 +234,7 @@ def draw(args: argparse.Namespace) -> None:
     out = args.out or project_root() / "outputs" / "roofline" / (parent or runs[0]).info.run_id
     what = parent.info.run_name if parent else f"{len(runs)} runs"
     paths = plot_roofline(
-        [point for point, _ in drawn],
-        peak,
-        Path(out) / "roofline",
-        precision,
-        f"{what} on {peak.name}",
-        twins,
+        [p for p, _ in drawn], peak, out / "roofline", precision, f"{what} on {peak.name}", twins
     )
     for path in paths:
         if parent is not None:

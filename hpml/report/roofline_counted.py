@@ -104,8 +104,7 @@ def table(runs: list[Run], labels: list[str]) -> str:
     for run, label in counted:
         m, tags = run.data.metrics, run.data.tags
         flops, nbytes = m[COUNTED_FLOPS], m[COUNTED_BYTES]
-        analytic = analytic_step(run)
-        a_flops, a_bytes = analytic if analytic else (None, None)
+        a_flops, a_bytes = analytic_step(run) or (None, None)
         intensity = flops / nbytes if nbytes else 0.0
         lines.append(
             f"{run.info.run_id:<32} {label[:16]:<16} {intensity:>9.3g} {m[INTENSITY]:>8.3g} "

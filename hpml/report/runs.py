@@ -1,5 +1,5 @@
-"""Where runs are: the project root, the default store, a sweep's jobs, and the options that
-name runs as users do (a sweep, "last" or its parent id, or run ids)."""
+"""Where runs are: the project root, the default store and peak cache, a sweep's jobs, and the
+options that name runs as users do (a sweep, "last" or its parent id, or run ids)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,11 @@ def project_root() -> Path:
 def default_tracking_uri() -> str:
     """The store ``hpml.train`` writes to by default (see conf/logger/mlflow.yaml)."""
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{project_root() / 'mlflow.db'}"
+
+
+def peak_cache_dir() -> Path:
+    """The peak cache a run reads by default (``callbacks.perf.peak_cache_dir``)."""
+    return Path(os.environ.get("HPML_PEAK_CACHE") or project_root() / ".hpml" / "peaks")
 
 
 def experiment_ids(client: MlflowClient, experiment: str | None) -> list[str]:

@@ -32,15 +32,8 @@ def learning_curves(
         size = 9 - 2 * (index % 3)  # curves on top of each other: the markers still show
         marker = MARKERS[index % len(MARKERS)]
         ax.plot(xs, ys, alpha=0.8, marker=marker, markersize=size, label=name, **style)
-        canvas.point(
-            ax,
-            xs[-1],
-            ys[-1],
-            f"{run_label(run, keys)}\n{VAL_LOSS} {ys[-1]:.4g} after {xs[-1]} epochs",
-            color=style["color"],
-            marker=marker,
-            markersize=size,
-        )
+        tip = f"{run_label(run, keys)}\n{VAL_LOSS} {ys[-1]:.4g} after {xs[-1]} epochs"
+        canvas.point(ax, xs[-1], ys[-1], tip, color=style["color"], marker=marker, markersize=size)
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))

@@ -56,14 +56,8 @@ def memory(runs: list[Run], _keys: list[str]) -> Figure | None:
         parts = ", ".join(
             f"{part.replace('_', ' ')} {human(run.data.metrics[n])}" for part, n in names.items()
         )
-        canvas.point(
-            ax,
-            i,
-            bottoms[i],
-            f"{tips[i]}\ntensors {human(totals[i])}: {parts}",
-            color="k",
-            markersize=3,
-        )
+        tip = f"{tips[i]}\ntensors {human(totals[i])}: {parts}"
+        canvas.point(ax, i, bottoms[i], tip, color="k", markersize=3)
     canvas.ticks(ax, ticks, tips)
     ax.set_xlabel(across)
     ax.set_ylabel(f"tensors of the first training step ({unit})")

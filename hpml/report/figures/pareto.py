@@ -9,14 +9,7 @@ from typing import TYPE_CHECKING
 from hpml import names
 from hpml.analysis.stats import Interval, median_ci, ratio_ci, verdict
 from hpml.names import AFTER, BEFORE, SIDES, human, latency, prefixed, side, size, val_acc
-from hpml.report.canvas import (
-    UNITS,
-    Canvas,
-    Figure,
-    key_values,
-    log_if_wide,
-    run_label,
-)
+from hpml.report.canvas import UNITS, Canvas, Figure, key_values, log_if_wide, run_label
 from hpml.report.groups import STEPS, Group, noisy, sign
 from hpml.report.series import MARKERS, REPEATS, metric_values, spread_text
 from hpml.report.table import value
