@@ -180,10 +180,7 @@ def _quiet(workloads: Sequence[Workload]) -> Iterator[None]:
 
 
 def measure(
-    workloads: Sequence[Workload],
-    repeats: int = 3,
-    warmup: int = 1,
-    budget_s: float | None = None,
+    workloads: Sequence[Workload], repeats: int = 3, warmup: int = 1, budget_s: float | None = None
 ) -> Reading:
     """Time each workload ``warmup`` times untimed, then up to ``repeats`` times; each
     workload's operands are freed before the next one's are made.

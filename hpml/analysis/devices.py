@@ -10,6 +10,7 @@ it, so command-line tools list the table without importing it.
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import re
 from dataclasses import dataclass
@@ -191,8 +192,7 @@ def match_device_name(name: str) -> DevicePeak | None:
     2060"``) is unknown rather than given a neighbour's peak.
     """
     # vendor and brand words off: "NVIDIA GeForce RTX 2060 SUPER" -> "RTX 2060 SUPER"
-    words = [w for w in name.upper().split() if w not in ("NVIDIA", "TESLA", "GEFORCE")]
-    normal = " ".join(words)
+    normal = " ".join(w for w in name.upper().split() if w not in ("NVIDIA", "TESLA", "GEFORCE"))
     for key, pattern in CUDA_NAMES.items():
         if re.fullmatch(pattern, normal):
             return KNOWN_DEVICES[key]
@@ -213,12 +213,10 @@ def device_name(device: torch.device) -> str:
 
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    try:
+    with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
     return platform.processor() or platform.machine()
 
 

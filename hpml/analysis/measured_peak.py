@@ -138,8 +138,7 @@ def _copy_bytes_per_s(device: torch.device, budget_s: float) -> tuple[float, int
     size = (1024 if device.type == "cuda" else 256) * MIB
     src = torch.ones(size // 4, device=device, dtype=torch.float32)
     dst = torch.empty_like(src)
-    seconds = _best_seconds(lambda: dst.copy_(src), device, budget_s)
-    return 2 * size / seconds, size
+    return 2 * size / _best_seconds(lambda: dst.copy_(src), device, budget_s), size
 
 
 def _record(

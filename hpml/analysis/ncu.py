@@ -146,11 +146,9 @@ def parse(text: str, read: tuple[str, ...] | None = None) -> Export:
         if len(row) != len(header):  # the tool's own lines after the table
             continue
         cells = dict(zip(header, row, strict=True))
-        values = {}
-        for column in wanted:
-            value = number(cells[column])
-            if value is not None:
-                values[column] = value * UNIT_FACTORS[unit_of[column]]
+        values = {
+            c: v * UNIT_FACTORS[unit_of[c]] for c in wanted if (v := number(cells[c])) is not None
+        }
         kernels.append(
             Kernel(
                 int(number(cells[ID]) or 0),

@@ -142,10 +142,7 @@ class NoiseProbe:
 
 
 def judge(
-    shares: NoiseShares | None,
-    step_time_cv_pct: float | None,
-    steps: int,
-    rule: NoiseRule,
+    shares: NoiseShares | None, step_time_cv_pct: float | None, steps: int, rule: NoiseRule
 ) -> str | None:
     """Why the run's timings are unreliable by ``rule`` (every limit exceeded, ``; ``-joined), or
     None. CPU shares are judged only over timed windows of :data:`MIN_TICKS` ticks of the

@@ -235,8 +235,7 @@ def roofline_figure(
     ax.set_title(title or f"Roofline on {peak.name}", fontsize=11)
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(loc="lower right", fontsize=8)
-    above = above_roof([p for _, p in drawn], peak, precision)
-    if above:
+    if above := above_roof([p for _, p in drawn], peak, precision):
         note = "\n".join(f"{p.label}: {why}" for p, why in above)
         ax.text(
             0.01,

@@ -62,11 +62,7 @@ def median_ci(values: Sequence[float]) -> Interval:
     n = len(ordered)
     best = _rank(n)
     return Interval(
-        statistics.median(ordered),
-        ordered[best - 1],
-        ordered[n - best],
-        n,
-        _coverage(n, best),
+        statistics.median(ordered), ordered[best - 1], ordered[n - best], n, _coverage(n, best)
     )
 
 
@@ -100,9 +96,8 @@ def ratio_ci(numerator: Sequence[float], denominator: Sequence[float], seed: int
     a, b = np.asarray(numerator, float), np.asarray(denominator, float)
     ra = np.median(rng.choice(a, (RESAMPLES, a.size)), axis=1)
     rb = np.median(rng.choice(b, (RESAMPLES, b.size)), axis=1)
-    ratios = ra / rb
     tail = 100 * (1 - CONFIDENCE) / 2
-    low, high = np.percentile(ratios, [tail, 100 - tail])
+    low, high = np.percentile(ra / rb, [tail, 100 - tail])
     return Interval(point, float(low), float(high), n, CONFIDENCE)
 
 

@@ -184,14 +184,13 @@ class StepTimer:
             return None
         seconds = self.window_start.seconds_until(self.steps[-1][1])
         steady = self.step_seconds()
-        samples = sum(self.samples[self.warmup :])
         rates = [
             n / cycle
             for n, cycle in zip(self.samples[self.warmup :], self.cycle_seconds(), strict=True)
         ]
         return StepStats(
             steps=len(steady),
-            samples=samples,
+            samples=sum(self.samples[self.warmup :]),
             seconds=seconds,
             throughput_samples_per_s=statistics.median(rates),
             throughput_iqr_samples_per_s=iqr(rates),

@@ -197,10 +197,7 @@ def run_hpml(cfg: DictConfig, settings: Settings) -> Measurement:
     """A: one ``hpml.train`` job; its own throughput metric, and the probe's CPU seconds."""
     metrics = train_quietly(cfg, settings)
     samples = cfg.data.batch_size * settings.steps
-    return {
-        THROUGHPUT: metrics[names.THROUGHPUT],
-        CPU_THROUGHPUT: samples / metrics[CPU_METRIC],
-    }
+    return {THROUGHPUT: metrics[names.THROUGHPUT], CPU_THROUGHPUT: samples / metrics[CPU_METRIC]}
 
 
 def run_hand_loop(cfg: DictConfig, settings: Settings) -> Measurement:
@@ -215,9 +212,8 @@ def run_hand_loop(cfg: DictConfig, settings: Settings) -> Measurement:
     datamodule = build("data", cfg.data)
     datamodule.prepare_data()
     module = build("model", cfg.model, data=datamodule.spec)
-    net = module.net.to(device)
     layout = torch.channels_last if cfg.model.get("channels_last") else torch.contiguous_format
-    net = net.to(memory_format=layout)
+    net = module.net.to(device, memory_format=layout)
     optimizer = hydra.utils.instantiate(cfg.model.optimizer)(net.parameters())
     criterion = nn.CrossEntropyLoss()
     datamodule.setup("fit")
@@ -283,9 +279,7 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
             variants[f"{config.label} {side}"] = partial(measure, run_side, config, settings, root)
         found += ratios(config, device)
     notes = {
-        "configurations": {
-            c.label: list(overrides(settings, root, c)) for c in configurations(device)
-        },
+        "configurations": {c.label: overrides(settings, root, c) for c in configurations(device)},
         "device": device.type,
         "data": "synthetic, held on the device (data.placement=device) on both sides",
         "torch": torch.__version__,

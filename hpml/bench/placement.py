@@ -10,6 +10,7 @@ data path to show.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -30,21 +31,13 @@ PLACEMENTS = ("device", "loader")
 def overrides(model: str, placement: str, settings: Settings, root: Path) -> list[str]:
     """One run of ``model`` with ``placement``: training only, the bench's steps and store."""
     batch = int(next(o for o in MODELS[model] if o.startswith("data.batch_size=")).split("=")[1])
-    return [
-        *MODELS[model],
-        f"data.placement={placement}",
-        *training_window(settings, root, batch),
-    ]
+    return [*MODELS[model], f"data.placement={placement}", *training_window(settings, root, batch)]
 
 
-def variant(model: str, placement: str, settings: Settings, root: Path):
+def measure(model: str, placement: str, settings: Settings, root: Path) -> Measurement:
     """One ``hpml.train`` run: its own training throughput."""
-
-    def measure() -> Measurement:
-        cfg = compose_in(root, overrides(model, placement, settings, root))
-        return {THROUGHPUT: train_quietly(cfg, settings)[names.THROUGHPUT]}
-
-    return measure
+    cfg = compose_in(root, overrides(model, placement, settings, root))
+    return {THROUGHPUT: train_quietly(cfg, settings)[names.THROUGHPUT]}
 
 
 def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> CaseResult:
@@ -52,7 +45,7 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
     device = default_device()
     quiet_lightning()
     variants = {
-        f"{model} {placement}": variant(model, placement, settings, root)
+        f"{model} {placement}": partial(measure, model, placement, settings, root)
         for model in MODELS
         for placement in PLACEMENTS
     }

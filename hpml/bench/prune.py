@@ -23,7 +23,7 @@ from hpml.analysis.devices import default_device, device_name
 from hpml.analysis.latency import measure_latency
 from hpml.analysis.model_stats import param_count
 from hpml.bench.harness import CaseResult, Measurement, Ratio, Report, Settings, run_case
-from hpml.bench.workloads import VGG16_IMAGENET, Workload, on_gpu, vgg11_cifar
+from hpml.bench.workloads import VGG16_IMAGENET, Workload, vgg11_cifar
 from hpml.models.nets.lstm import LSTMClassifier
 from hpml.optimize.prune import Method, apply_prune
 from hpml.optimize.prune.methods import L1Structured, L2Structured
@@ -48,7 +48,7 @@ LSTM_RATIO = Ratio(
 def configurations(device: torch.device) -> list[Workload]:
     """The VGGs timed on ``device``: VGG11-CIFAR (batch 32 on the CPU, 128 on a GPU), and on a GPU
     VGG16-ImageNet at 224 px, batch 64."""
-    if not on_gpu(device):
+    if device.type != "cuda":
         return [vgg11_cifar(32)]
     return [vgg11_cifar(128), VGG16_IMAGENET]
 
@@ -56,7 +56,7 @@ def configurations(device: torch.device) -> list[Workload]:
 def dtype_of(workload: Workload, device: torch.device) -> torch.dtype:
     """bf16 for the GPU's 224 px VGG16, where tensor cores run its convolutions and channel
     counts decide their tiles; fp32 for the rest."""
-    return torch.bfloat16 if on_gpu(device) and workload is VGG16_IMAGENET else torch.float32
+    return torch.bfloat16 if device.type == "cuda" and workload is VGG16_IMAGENET else torch.float32
 
 
 def vgg_ratios(workload: Workload) -> list[Ratio]:
@@ -85,17 +85,15 @@ def pruned(
     return net.eval()
 
 
-def timer(model: nn.Module, example: torch.Tensor, settings: Settings):
-    def measure() -> Measurement:
-        torch.set_num_threads(settings.threads)
-        return {LATENCY: measure_latency(model, example, settings.steps, settings.warmup)}
-
-    return measure
+def latency(model: nn.Module, example: torch.Tensor, settings: Settings) -> Measurement:
+    """The median milliseconds of one round's forward passes, at the bench's threads."""
+    torch.set_num_threads(settings.threads)
+    return {LATENCY: measure_latency(model, example, settings.steps, settings.warmup)}
 
 
 def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> CaseResult:
     device = default_device()
-    batch = 128 if on_gpu(device) else 32  # the LSTM's
+    batch = 128 if device.type == "cuda" else 32  # the LSTM's
     torch.set_num_threads(settings.threads)
     torch.manual_seed(0)
     tokens = torch.randint(1, 20_000, (batch, 200))
@@ -114,7 +112,8 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
     models[LSTM_HALF] = (pruned(build_lstm, tokens, L2Structured(), "physical"), tokens)
     ratios = [r for w in configurations(device) for r in vgg_ratios(w)] + [LSTM_RATIO]
     variants = {
-        name: timer(
+        name: partial(
+            latency,
             model.to(device, dtypes.get(name, torch.float32)),
             example.to(device, dtypes[name]) if name in dtypes else example.to(device),
             settings,

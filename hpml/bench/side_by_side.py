@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -72,10 +73,7 @@ def run_job(root: Path, extra: Sequence[str], settings: Settings) -> Measurement
 def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> CaseResult:
     root = (bench_dir / "hpml").resolve()
     quiet_lightning()
-    variants = {
-        name: (lambda extra=extra: run_job(root, extra, settings))
-        for name, extra in VARIANTS.items()
-    }
+    variants = {name: partial(run_job, root, extra, settings) for name, extra in VARIANTS.items()}
     run_job(root, VARIANTS[ONE_ROUND], settings)  # untimed: the first job imports and warms up
     notes = {
         "job": overrides(root),

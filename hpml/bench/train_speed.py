@@ -28,7 +28,7 @@ from torch import nn
 from hpml.analysis.devices import default_device, device_name
 from hpml.analysis.timing import call_seconds, synchronized_now
 from hpml.bench.harness import CaseResult, Measurement, Ratio, Report, Settings, run_case
-from hpml.bench.workloads import VGG16_IMAGENET, Workload, on_gpu, vgg11_cifar
+from hpml.bench.workloads import VGG16_IMAGENET, Workload, vgg11_cifar
 from hpml.optimize.compile import DISPATCH_ONLY
 from hpml.optimize.compile.training import compile_for_training
 
@@ -58,7 +58,7 @@ def configurations(device: torch.device, bf16_in_rounds: bool) -> list[Config]:
     channels_last and (``bf16_in_rounds``: the CPU has bf16 instructions) bf16. A GPU: VGG11-CIFAR
     at batch 128 with CUDA graphs too (its step is launch-bound: what replaying it saves), and
     VGG16-ImageNet at 224 px, batch 64 (the device's work), each with bf16 and fp16 autocast."""
-    if not on_gpu(device):
+    if device.type != "cuda":
         bf16 = (BF16,) if bf16_in_rounds else ()
         return [Config(vgg11_cifar(BATCH), (EAGER, COMPILED, CHANNELS_LAST, *bf16))]
     mixed = (CHANNELS_LAST, BF16, FP16)
@@ -187,9 +187,8 @@ def config_steps(
         net = eager if name == EAGER else copy.deepcopy(eager)
         if name in (COMPILED, CUDA_GRAPHS):
             mode = "reduce-overhead" if name == CUDA_GRAPHS else "default"
-            workdir = bench_dir / f"inductor_train_{mode}"
             net, notes[config.name(f"{name} compile_s")] = compile_for_training(
-                net, [images], workdir, mode=mode
+                net, [images], bench_dir / f"inductor_train_{mode}", mode=mode
             )
             steps[name] = trainer_step(net, images, labels, graphed=name == CUDA_GRAPHS)
         elif name == CHANNELS_LAST:
@@ -201,8 +200,6 @@ def config_steps(
         else:
             steps[name] = trainer_step(net, images, labels)
     for name in (EAGER, COMPILED):  # eager on a copy: the variant's net starts untrained
-        if name not in steps:
-            continue
         called = step_kernels(
             steps[name] if name == COMPILED else trainer_step(copy.deepcopy(eager), images, labels)
         )
@@ -220,7 +217,7 @@ def config_steps(
 def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> CaseResult:
     device = default_device()
     torch.set_num_threads(settings.threads)
-    configs = configurations(device, bf16_in_rounds=on_gpu(device) or bf16_native())
+    configs = configurations(device, bf16_in_rounds=device.type == "cuda" or bf16_native())
     notes: dict[str, object] = {
         "device": device_name(device),
         "torch": torch.__version__,
@@ -233,9 +230,8 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
     for config in configs:
         steps, config_notes = config_steps(config, device, bench_dir)
         notes.update(config_notes)
-        batch = config.workload.batch
         for name, step in steps.items():
-            variants[config.name(name)] = variant(step, settings, device, batch)
+            variants[config.name(name)] = variant(step, settings, device, config.workload.batch)
         metric = f"{config.workload.label} training step speed-up"
         eager = config.name(EAGER)
         ratios += [
@@ -246,7 +242,7 @@ def run(settings: Settings, bench_dir: Path, report: Report | None = None) -> Ca
         compiled += [steps[name] for name in (COMPILED, CUDA_GRAPHS) if name in steps]
     for step in compiled:  # each compile resets dynamo: the earlier ones compile again, now
         step()
-    if on_gpu(device):
+    if device.type == "cuda":
         from torch._dynamo.utils import counters
 
         notes["cudagraph_skips"] = int(counters["inductor"]["cudagraph_skips"])

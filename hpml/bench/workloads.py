@@ -51,8 +51,3 @@ def vgg11_cifar(batch: int) -> Workload:
 
 # study 2's VGG16 (conf/model/vgg16_imagenet.yaml, experiment=batch_scaling at its largest batch)
 VGG16_IMAGENET = Workload("VGG16-ImageNet", 16, "imagenet", 224, 1000, False, 64)
-
-
-def on_gpu(device: torch.device) -> bool:
-    """Whether ``device`` times the GPU's workloads too."""
-    return device.type == "cuda"

@@ -34,8 +34,7 @@ def files_digest(root: Path, files: Iterable[Path], content_bytes: int = CONTENT
     ``content_bytes`` a change that keeps a file's name and size goes unseen."""
     digest, budget = hashlib.sha256(), content_bytes
     for relative, path in sorted((path.relative_to(root).as_posix(), path) for path in files):
-        size = path.stat().st_size
-        digest.update(f"{relative}\0{size}\0".encode())
+        digest.update(f"{relative}\0{path.stat().st_size}\0".encode())
         if budget <= 0:
             continue
         with open(path, "rb") as f:

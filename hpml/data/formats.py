@@ -56,8 +56,7 @@ def cifar_problem(path: Path, meta: bool = False) -> str | None:
 def first_bad_cifar(folder: Path, batches: list[str], meta: str) -> HpmlError | None:
     """A one-line error for the first file in ``folder`` that is not what CIFAR-10 holds."""
     for name in [*batches, meta]:
-        problem = cifar_problem(folder / name, meta=name == meta)
-        if problem is not None:
+        if (problem := cifar_problem(folder / name, meta=name == meta)) is not None:
             expected = CIFAR_META if name == meta else CIFAR_BATCH
             return HpmlError(
                 f"{folder / name} is not a CIFAR-10 python batch: {problem}; "

@@ -146,8 +146,7 @@ class ImageFolderDataModule(HpmlDataModule):
                 "val/; add images or delete the folder from both"
             ) from err
         sizes = ImageSizes.sample([path for path, _ in train.samples])
-        note = upsampling_note(train_dir, sizes, self.image_size)
-        if note is not None:
+        if (note := upsampling_note(train_dir, sizes, self.image_size)) is not None:
             log.warning(note)
         self.train_set, self.val_set, self.test_set = train, val, val
 

@@ -304,6 +304,4 @@ class IMDBDataModule(HpmlDataModule):
 
         parts = {"train": order[:n_train], "val": order[n_train : n_train + n_val]}
         parts["test"] = order[n_train + n_val :]
-        data: dict[str, Any] = {"vocab": [*SPECIALS, *words]}
-        data.update({name: (x[idx], y[idx]) for name, idx in parts.items()})
-        return data
+        return {"vocab": [*SPECIALS, *words]} | {name: (x[i], y[i]) for name, i in parts.items()}

@@ -292,5 +292,4 @@ def render(samples: Dataset, limit: int | None) -> TensorDataset:
     """The first ``limit`` (None: all) of ``samples`` drawn once, stacked as tensors."""
     count = len(samples) if limit is None else min(limit, len(samples))  # type: ignore[arg-type]
     drawn = [samples[i] for i in range(count)]
-    inputs = torch.stack([x for x, _ in drawn])
-    return TensorDataset(inputs, torch.tensor([y for _, y in drawn]))
+    return TensorDataset(torch.stack([x for x, _ in drawn]), torch.tensor([y for _, y in drawn]))

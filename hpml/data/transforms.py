@@ -77,8 +77,7 @@ def _describe(out: Any) -> str:
 def image_spec(shape: tuple[int, ...], num_classes: int, *pipelines: T.Compose) -> DataSpec:
     """Images of ``shape`` in ``num_classes`` classes, in [0, 1] unless some pipeline standardises
     them (a ``Normalize``): what tells a model that needs pixels as probabilities (the VAE)."""
-    steps = [step for composed in pipelines for step in composed.transforms]
-    standardised = any(isinstance(step, T.Normalize) for step in steps)
+    standardised = any(isinstance(step, T.Normalize) for p in pipelines for step in p.transforms)
     return DataSpec("image", shape, num_classes, value_range=None if standardised else (0.0, 1.0))
 
 

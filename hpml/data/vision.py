@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar
 from urllib.error import URLError
@@ -95,7 +96,6 @@ class HeldOutImages(HpmlDataModule):
     shape: ClassVar[tuple[int, int, int]]
     files: ClassVar[Sequence[Sequence[str | None]]]
     folder: Path  # set by the subclass: where its files are
-    batch_forms: dict[str, BatchImages | str]  # set by the subclass: forms()
     read_sets: tuple[Dataset, Dataset, list[int]] | None = None  # train, test, held-out val
     train_indices: list[int]
     missing_hint: ClassVar[str] = DOWNLOAD_HINT
@@ -135,9 +135,12 @@ class HeldOutImages(HpmlDataModule):
 
     def read(self) -> tuple[Dataset, Dataset]:
         """The official train set, untransformed, and the test set, with the eval transforms."""
-        raise NotImplementedError
+        cls = self.torchvision_dataset()
+        full = cls(self.data_dir, train=True)
+        return full, cls(self.data_dir, train=False, transform=self.eval_transform)
 
-    def forms(self) -> dict[str, BatchImages | str]:
+    @cached_property
+    def batch_forms(self) -> dict[str, BatchImages | str]:
         """Each transform list's batch form, or why it has none, by its config key."""
         return {
             "train_transforms": batch_images(self.train_transform, self.shape),
@@ -226,7 +229,6 @@ class CIFAR10DataModule(HeldOutImages):
         self.val_fraction = _val_fraction(val_fraction)
         self.verify = bool(verify)
         self.folder = self.data_dir / CIFAR.base_folder
-        self.batch_forms = self.forms()
 
     def torchvision_dataset(self) -> type[datasets.CIFAR10]:
         return CIFAR if self.verify else _UnverifiedCIFAR10
@@ -236,10 +238,8 @@ class CIFAR10DataModule(HeldOutImages):
         return images, torch.tensor(dataset.targets)  # type: ignore[attr-defined]
 
     def read(self) -> tuple[Dataset, Dataset]:
-        cls = self.torchvision_dataset()
         try:
-            full = cls(self.data_dir, train=True)
-            return full, cls(self.data_dir, train=False, transform=self.eval_transform)
+            return super().read()
         except RuntimeError as err:  # the files exist, so torchvision is reporting an md5 mismatch
             bad = self._first_bad(check_md5=True) or self.folder
             raise HpmlError(
@@ -288,7 +288,6 @@ class MNISTDataModule(HeldOutImages):
         self.val_fraction = _val_fraction(val_fraction)
         # torchvision derives this from the class name, which is why MNIST is not subclassed here
         self.folder = self.data_dir / "MNIST" / "raw"
-        self.batch_forms = self.forms()
 
     def torchvision_dataset(self) -> type[datasets.MNIST]:
         return datasets.MNIST
@@ -302,8 +301,7 @@ class MNISTDataModule(HeldOutImages):
 
     def read(self) -> tuple[Dataset, Dataset]:
         try:
-            full = datasets.MNIST(self.data_dir, train=True)
-            return full, datasets.MNIST(self.data_dir, train=False, transform=self.eval_transform)
+            return super().read()
         except (AssertionError, TypeError, ValueError, RuntimeError) as err:
             raise HpmlError(
                 f"MNIST files in {self.folder} are not valid idx files ({type(err).__name__}): "
