@@ -15,10 +15,9 @@ import lightning as L
 from torch import nn
 
 from hpml.callbacks.base import HpmlCallback
-from hpml.callbacks.logging import set_tags
+from hpml.callbacks.logging import set_step_tags
 from hpml.errors import ConfigError, one_of
 from hpml.models.base import HpmlModule
-from hpml.names import step_tag
 from hpml.optimize.activations import Bf16SavedTensors, Stage, checkpointed, resolve
 
 
@@ -55,13 +54,8 @@ class Activations(HpmlCallback):
             self._entered = functools.partial(Bf16SavedTensors, pl_module)
         pl_module.step_contexts.append(self._entered)
         self._module = pl_module
-        set_tags(
-            trainer,
-            {
-                step_tag("activations", "method"): self.method,
-                step_tag("activations", "modules"): ",".join(map(str, stages)) or "-",
-            },
-        )
+        modules = ",".join(map(str, stages)) or "-"
+        set_step_tags(trainer, "activations", {"method": self.method, "modules": modules})
 
     def on_fit_end(self, *_: Any) -> None:
         if self._module is not None:

@@ -58,17 +58,9 @@ class BoundMonitor(HpmlCallback):
             wait = found.get(metric(stage, DATA_WAIT, PCT))
             if wait is None:
                 continue
-            issue = found.get(metric(stage, HOST_ISSUE, PCT))
-            bounds.append(
-                classify(
-                    stage,
-                    float(wait),
-                    None if issue is None else float(issue),
-                    roofline,
-                    self.thresholds,
-                    loader,
-                )
-            )
+            logged = found.get(metric(stage, HOST_ISSUE, PCT))
+            issue = None if logged is None else float(logged)
+            bounds.append(classify(stage, float(wait), issue, roofline, self.thresholds, loader))
         return bounds
 
     def _say(self, trainer: L.Trainer, stages: tuple[str, ...]) -> None:

@@ -51,12 +51,9 @@ class Canary(HpmlCallback):
         slow_above: Annotated[float, Range(gt=0, note="a fraction: 0.25 = 25% slower")] = 0.25,
         until_test: bool = False,
     ) -> None:
-        self.sizes = {
-            "gemm_n": gemm_n,
-            "copy_mib": copy_mib,
-            "cuda_gemm_n": cuda_gemm_n,
-            "h2d_mib": h2d_mib,
-        }
+        self.sizes = dict(
+            gemm_n=gemm_n, copy_mib=copy_mib, cuda_gemm_n=cuda_gemm_n, h2d_mib=h2d_mib
+        )
         self.repeats, self.warmup, self.budget_s = repeats, warmup, budget_s
         self.slow_above, self.until_test = slow_above, until_test
         self.start: Reading | None = None

@@ -25,7 +25,7 @@ from torch import nn
 
 from hpml.analysis.compare import Timing, compare_forward
 from hpml.analysis.stats import FASTER, SLOWER
-from hpml.callbacks.logging import log_file, log_metrics, set_tags
+from hpml.callbacks.logging import log_file, log_metrics, set_step_tags
 from hpml.callbacks.measure import (
     Side,
     compare,
@@ -35,7 +35,7 @@ from hpml.callbacks.measure import (
 )
 from hpml.callbacks.measure_settings import OptimizationStep
 from hpml.errors import ConfigError, IncompatibleError, one_of
-from hpml.names import AFTER, BEFORE, S, X, metric, side, step_tag, verdict_tag
+from hpml.names import AFTER, BEFORE, S, X, metric, side, verdict_tag
 from hpml.optimize import Applied
 from hpml.optimize.compile import (
     UNKNOWN,
@@ -158,13 +158,8 @@ class Compile(OptimizationStep):
                 f"(compile.force=true trains compiled anyway)"
             )
             self.train_net = None
-        set_tags(
-            trainer,
-            {
-                step_tag("compile", "train"): "compiled" if keep else "eager",
-                step_tag("compile", "mode"): self.mode,
-            },
-        )
+        trained = "compiled" if keep else "eager"
+        set_step_tags(trainer, "compile", {"train": trained, "mode": self.mode})
 
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any
@@ -236,9 +231,8 @@ class Compile(OptimizationStep):
         for name in built:
             metrics |= latency_metrics("compile_auto", f"{name}_latency_b{batch}", timings[name])
         log_metrics(trainer, metrics)
-        tags = {step_tag("compile", "auto.choice"): choice}
-        tags[step_tag("compile", "auto.candidates")] = ",".join(built)
-        set_tags(trainer, tags)
+        tags = {"auto.choice": choice, "auto.candidates": ",".join(built)}
+        set_step_tags(trainer, "compile", tags)
         others = "; ".join(f"{n} {_median_iqr(timings[n])}" for n in built if n != choice)
         log.info(  # the choice asked for: said, not warned
             f"compile=auto: deploying {choice}, the fastest at batch {batch}: "
@@ -266,14 +260,9 @@ class Compile(OptimizationStep):
                 f"compile: the compiled graph calls {', '.join(kernels)}, not the pre-packed "
                 f"fast path mkldnn::_convolution_pointwise (freezing did not apply)"
             )
-        comparison = compare(
-            trainer,
-            pl_module,
-            self.settings,
-            "compile",
-            Side(side("compile", BEFORE), eager, device),
-            Side(side("compile", AFTER), applied.module, device, compiled.size_bytes),
-        )
+        before = Side(side("compile", BEFORE), eager, device)
+        after = Side(side("compile", AFTER), applied.module, device, compiled.size_bytes)
+        comparison = compare(trainer, pl_module, self.settings, "compile", before, after)
         slower = [
             b
             for b in self.settings.batch_sizes
@@ -300,10 +289,10 @@ class Compile(OptimizationStep):
             },
         )
         tags = {
-            step_tag("compile", "method"): self.method_name,
-            step_tag("compile", "device"): str(device),
-            step_tag("compile", "conv_kernel"): ",".join(kernels) or "none",
-            step_tag("compile", "deployed"): compiled.method if deploy else EAGER,
+            "method": self.method_name,
+            "device": str(device),
+            "conv_kernel": ",".join(kernels) or "none",
+            "deployed": compiled.method if deploy else EAGER,
         }
         knob_tags = {
             "mode": self.mode,
@@ -311,8 +300,8 @@ class Compile(OptimizationStep):
             "channels_last": str(self.channels_last).lower(),
             "cache_dir": str(self.cache_dir or workdir / "inductor_cache"),
         }
-        tags |= {step_tag("compile", k): v for k, v in knob_tags.items() if k in takes}
-        set_tags(trainer, tags)
+        tags |= {k: v for k, v in knob_tags.items() if k in takes}
+        set_step_tags(trainer, "compile", tags)
         if compiled.artifact is not None:
             log_file(trainer, compiled.artifact, "compile")
 

@@ -13,6 +13,8 @@ from pathlib import Path
 import lightning as L
 from lightning.pytorch.loggers import MLFlowLogger
 
+from hpml.names import step_tag
+
 
 def resuming(trainer: L.Trainer) -> bool:
     """Whether this fit continues a checkpoint (``resume=``): what a run measures once, at fit
@@ -39,6 +41,11 @@ def set_tags(trainer: L.Trainer, tags: dict[str, str]) -> None:
     for logger in mlflow_loggers(trainer):
         for key, value in tags.items():
             logger.experiment.set_tag(logger.run_id, key, value)
+
+
+def set_step_tags(trainer: L.Trainer, step: str, tags: dict[str, str]) -> None:
+    """``tags`` of how ``step`` ran, each key under the step's prefix (``hpml.<step>.<key>``)."""
+    set_tags(trainer, {step_tag(step, key): value for key, value in tags.items()})
 
 
 def log_text(trainer: L.Trainer, text: str, artifact_file: str) -> None:

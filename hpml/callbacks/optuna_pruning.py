@@ -13,8 +13,7 @@ from typing import Any
 import lightning as L
 
 from hpml.callbacks.base import HpmlCallback
-from hpml.callbacks.logging import set_tags
-from hpml.names import step_tag
+from hpml.callbacks.logging import set_step_tags
 
 PRUNED_ATTR = "pruned_at_epoch"
 
@@ -72,10 +71,5 @@ class OptunaPruning(HpmlCallback):
         trainer.should_stop = True
         if trainer.is_global_zero:
             self._trial.set_user_attr(PRUNED_ATTR, trainer.current_epoch)
-            set_tags(
-                trainer,
-                {
-                    step_tag("optuna", "state"): "PRUNED",
-                    step_tag("optuna", "pruned_at_epoch"): str(trainer.current_epoch),
-                },
-            )
+            tags = {"state": "PRUNED", "pruned_at_epoch": str(trainer.current_epoch)}
+            set_step_tags(trainer, "optuna", tags)

@@ -89,14 +89,9 @@ class Prune(OptimizationStep):
             raise ConfigError(
                 "targets", [], "at least one module name or type, or null: the defaults"
             )
+        method = built(method, Method)  # the Pruner defaults null targets and copies the lists
         self.pruner = Pruner(
-            built(method, Method),
-            mode,
-            list(targets or DEFAULT_TARGETS),
-            None if exclude is None else list(exclude),
-            min_channels,
-            embedding,
-            round_to=round_to,
+            method, mode, targets, exclude, min_channels, embedding, round_to=round_to
         )
         self.steps: dict[int, float] = {}  # epoch -> absolute amount
         self.before: dict[str, float] = {}  # counts, FLOPs and sparsity before the first step
@@ -199,15 +194,9 @@ class Prune(OptimizationStep):
         after = self.counts(pl_module, side("prune", AFTER))
         kept, self.kept = self.kept, None
         assert kept is not None  # set on the first step, which precedes or is the last
-        device = pl_module.device
-        comparison = compare(
-            trainer,
-            pl_module,
-            self.settings,
-            "prune",
-            Side(side("prune", BEFORE), kept, device),
-            Side(side("prune", AFTER), self._shipped(pl_module.net), device),
-        )
+        unpruned = Side(side("prune", BEFORE), kept, pl_module.device)
+        shipped = Side(side("prune", AFTER), self._shipped(pl_module.net), pl_module.device)
+        comparison = compare(trainer, pl_module, self.settings, "prune", unpruned, shipped)
         # FLOPs and size, before / after (the speed-ups come with the side-by-side timing)
         metrics = after | schedules.reductions(self.before | after | comparison.metrics)
         for name, stats in report.layers.items():

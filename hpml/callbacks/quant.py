@@ -17,11 +17,11 @@ import lightning as L
 import torch
 from torch import nn
 
-from hpml.callbacks.logging import log_text, mlflow_loggers, set_tags
+from hpml.callbacks.logging import log_text, mlflow_loggers, set_step_tags
 from hpml.callbacks.measure import Side, compare, on_trainer_device
 from hpml.callbacks.measure_settings import OptimizationStep, built
 from hpml.errors import ConfigError, IncompatibleError, non_negative_int, positive_int
-from hpml.names import AFTER, BEFORE, S, metric, side, step_tag
+from hpml.names import AFTER, BEFORE, S, metric, side
 from hpml.optimize.quant import OnDevice, Quantizer, apply_quant
 from hpml.optimize.quant.base import no_calibration
 from hpml.tensors import first_tensor
@@ -120,8 +120,7 @@ class Quantize(OptimizationStep):
         q.check_inputs(pl_module.net, pl_module.example_input(1))
         example = torch.rand_like(pl_module.example_input(2).cpu().float())
         self.quantizer = q = q.for_net(pl_module.net, example)
-        tags = {step_tag("quant", "method"): q.name, step_tag("quant", "backend"): q.backend}
-        set_tags(trainer, tags)
+        set_step_tags(trainer, "quant", {"method": q.name, "backend": q.backend})
         for logger in mlflow_loggers(trainer):  # as prune.method: the name the config leaves out
             logger.log_hyperparams({"quant.method": q.name})
 
@@ -133,7 +132,7 @@ class Quantize(OptimizationStep):
             return
         self._keep_float(pl_module)
         pl_module.net = self.quantizer.prepare_qat(pl_module.net, pl_module.example_input(1))
-        set_tags(trainer, {step_tag("quant", "qat_start_epoch"): str(trainer.current_epoch)})
+        set_step_tags(trainer, "quant", {"qat_start_epoch": str(trainer.current_epoch)})
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.done:
@@ -178,25 +177,17 @@ class Quantize(OptimizationStep):
             pl_module.net.to(device)
         applied = apply_quant(pl_module.net, q, self._calibration(trainer))
         qnet, compile_time_s = applied.module, applied.report
-        comparison = compare(
-            trainer,
-            pl_module,
-            self.settings,
-            "quant",
-            Side(side("quant", BEFORE), float_net, self.before_device),
-            Side(side("quant", AFTER), qnet, device),
-        )
+        before = Side(side("quant", BEFORE), float_net, self.before_device)
+        after = Side(side("quant", AFTER), qnet, device)
+        comparison = compare(trainer, pl_module, self.settings, "quant", before, after)
         extra = {}
         if compile_time_s is not None:
             extra[metric("quant", "compile_time", S)] = compile_time_s
         pl_module.net = qnet if device == pl_module.device else OnDevice(qnet, device)
         self.done = True
         comparison.log(trainer, extra)
-        tags = {
-            step_tag("quant", "device_before"): str(self.before_device),
-            step_tag("quant", "device_after"): str(device),
-        }
+        tags = {"device_before": str(self.before_device), "device_after": str(device)}
         if reason:
-            tags[step_tag("quant", "fallback")] = reason
-        set_tags(trainer, tags)
+            tags["fallback"] = reason
+        set_step_tags(trainer, "quant", tags)
         log_text(trainer, str(qnet), "quant/architecture_after.txt")

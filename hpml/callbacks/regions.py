@@ -89,12 +89,8 @@ class StepRanges(HpmlCallback):
     def stepped(self) -> None:
         """A training step ended and its regions are closed; nothing more here."""
 
-    def on_train_epoch_end(self, *_: Any) -> None:
-        self.regions.close()
-
-    def on_train_end(self, *_: Any) -> None:
-        self.regions.close()
-
     def on_exception(self, *_: Any) -> None:
         """Close the open range (NVTX ranges are per thread, not per run), a failed run's too."""
         self.regions.close()
+
+    on_train_epoch_end = on_train_end = on_exception

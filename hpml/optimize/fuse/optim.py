@@ -134,11 +134,8 @@ class FusedStep:
         if self.kind == "sgd":
             self.momentum = any(values["momentum"])
             # torch dampens a momentum buffer only: without momentum, the gradient is the step
-            damped = [
-                m != 0 and d != 0
-                for m, d in zip(values["momentum"], values["dampening"], strict=True)
-            ]
-            self.damped = any(damped)
+            pairs = zip(values["momentum"], values["dampening"], strict=True)
+            self.damped = any(m != 0 and d != 0 for m, d in pairs)
             factor = torch.where(c["momentum"] != 0, 1 - c["dampening"], 1.0)
             self._columns = {
                 "neg_lr": -lr,

@@ -35,11 +35,7 @@ def pick(method: str, backend: str, engines: Engines) -> Quantizer:
     return engines[backend]()
 
 
-def dynamic_int8(
-    backend: str = "auto",
-    engine: str = "x86",
-    embeddings: bool = True,
-) -> Quantizer:
+def dynamic_int8(backend: str = "auto", engine: str = "x86", embeddings: bool = True) -> Quantizer:
     """Weights int8, activations quantised per call: ``torch_ao`` (Linear, LSTM, GRU; embeddings
     weight-only unless ``embeddings=false``) or ``torchao`` (Linear)."""
     flags(embeddings=embeddings)
@@ -72,10 +68,7 @@ def static_int8(
 
 
 def qat(
-    backend: str = "auto",
-    engine: str = "x86",
-    per_channel: bool = True,
-    fuse: bool = True,
+    backend: str = "auto", engine: str = "x86", per_channel: bool = True, fuse: bool = True
 ) -> Quantizer:
     """Quantisation-aware training: fake-quantised fine-tuning, then int8 (``torch_ao``)."""
     flags(per_channel=per_channel, fuse=fuse)
