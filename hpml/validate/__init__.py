@@ -84,11 +84,10 @@ def check_model(parts: Parts, cfg: DictConfig, job: HydraJob | None) -> None:
         if group in parts.refused:
             raise parts.refused[group]
     steps = [c for c in parts.callbacks if isinstance(c, OptimizationStep)]
-    for callback in parts.callbacks:
-        if isinstance(callback, HpmlCallback):
-            callback.check_model(model, parts.cpu_net, spec.input_shape, name)
-    recomputing = any(getattr(c, "recomputes_stages", False) for c in parts.callbacks)
-    for step in steps if recomputing else ():
+    hpml_callbacks = [c for c in parts.callbacks if isinstance(c, HpmlCallback)]
+    for callback in hpml_callbacks:
+        callback.check_model(model, parts.cpu_net, spec.input_shape, name)
+    for step in steps if any(c.recomputes_stages for c in hpml_callbacks) else ():
         if step.replaces_net_during_fit:  # the stages would not be found mid-fit
             key, value = step.knob
             raise IncompatibleError(
