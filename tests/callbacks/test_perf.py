@@ -36,7 +36,7 @@ class SlowImages(Dataset):
         return len(self.samples)  # type: ignore[arg-type]
 
     def __getitem__(self, index: int):
-        time.sleep(0.01)
+        time.sleep(0.005)
         return self.samples[index]
 
 

@@ -49,7 +49,7 @@ def restart_mid_run(
     server: MlflowServer, root: Path, gate: Path, experiment: str, epochs: int = 3
 ) -> tuple[Any, str, str, str, int]:
     """A run of ``epochs`` epochs into ``server``, which is stopped once epoch 0 has landed and
-    started again 3 s after epoch 1 began logging into nothing. Returns the finished process,
+    started again 1 s after epoch 1 began logging into nothing. Returns the finished process,
     its stdout and stderr, the run's id, and when the server went down (ms since the epoch)."""
     from mlflow import MlflowClient
 
@@ -71,7 +71,7 @@ def restart_mid_run(
         server.stop()
         down_ms = int(time.time() * 1000)
         (gate / "go").touch()  # epochs 1.. now log into a server that is not there
-        time.sleep(3)
+        time.sleep(1)
         server.start()  # same port, same store; seconds until it answers again
     except BaseException:
         finish(proc, 0.1)

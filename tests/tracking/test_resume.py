@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 
 EPOCHS = 4
 STEPS_PER_EPOCH = QUICK_SAMPLES // QUICK_BATCH
-SLOW = ["+callbacks.slow._target_=tests.helpers.SlowBatches", "+callbacks.slow.seconds=0.5"]
+SLOW = ["+callbacks.slow._target_=tests.helpers.SlowBatches", "+callbacks.slow.seconds=0.25"]
 # Logged more than once per step by design: Lightning adds `epoch` to each logging call.
 # a run's noise figures are its figures so far: logged when fit ends and again when test ends
 MULTI_POINT = {"epoch", "noise/other_cpu_pct", "noise/steal_pct", "noise/step_time_cv_pct"}
