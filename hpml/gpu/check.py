@@ -44,6 +44,13 @@ def ncu() -> str | None:
     return shutil.which("ncu") or next((p for g in NCU_GLOBS for p in sorted(glob.glob(g))), None)
 
 
+def interruptible() -> None:
+    """SIGINT back to its default in a command about to start: a check started as a shell's
+    background job (``&``, ``nohup``) has SIGINT ignored, which its commands would inherit,
+    and each cut at its budget would then wait out the grace period and kill its run."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_command(argv: Sequence[str], env: dict[str, str], timeout_s: float, log) -> str:
     """Run one command in its own process group, its output into ``log`` and returned; past
     ``timeout_s`` the whole group is interrupted (runs end KILLED, not RUNNING), then killed."""
@@ -58,6 +65,7 @@ def run_command(argv: Sequence[str], env: dict[str, str], timeout_s: float, log)
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
+        preexec_fn=interruptible,  # the check runs its commands from its one thread
     ) as proc:
         try:
             out, _ = proc.communicate(timeout=max(timeout_s, 1))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import signal
 import sys
 import tarfile
 import time
@@ -42,8 +43,13 @@ def test_a_part_is_cut_at_its_budget_and_its_next_command_not_started(tmp_path):
     echo = (sys.executable, "-c", "print('second')")
     part = Part("slow", 1.5, (sleep, echo), lambda store: [])
     started = time.monotonic()
-    output = check.run_part(part, {}, {}, time.monotonic() + 60, tmp_path, min_s=1.0)
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as in a shell's background job
+    try:
+        output = check.run_part(part, {}, {}, time.monotonic() + 60, tmp_path, min_s=1.0)
+    finally:
+        signal.signal(signal.SIGINT, before)
     assert time.monotonic() - started < 15  # interrupted, not waited for
+    assert "KeyboardInterrupt" in output  # SIGINT reached it: not killed after the grace
     assert "started" in output and "cut at its budget" in output
     assert "second" not in output.replace("print('second')", "")
     assert "[not run: the part's budget was spent]" in output
