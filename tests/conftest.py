@@ -41,12 +41,28 @@ QUICK = [
 ]
 
 
+# glibc malloc settings for the workers and every process below them: freed memory stays in
+# the heap for the next tensor (no trim, a fixed 32 MiB mmap threshold, sbrk in 256 MiB
+# steps), where by default each training step's freed activations and gradients went back to
+# the kernel and were faulted in again, all of it system time (docs/testing.md)
+KEPT_HEAP = {
+    "MALLOC_TRIM_THRESHOLD_": str(4 << 30),
+    "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
+    "MALLOC_TOP_PAD_": str(256 << 20),
+}
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist (``make test`` runs one worker per core) each worker, and every run
     it starts, uses one torch thread: workers of one thread each share the cores, where several
-    threads each would fight over them. Set here, before any test module imports torch."""
+    threads each would fight over them. Set here, before any test module imports torch. The
+    controller sets ``KEPT_HEAP`` before it starts the workers (glibc reads it at a process's
+    start)."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ.setdefault("OMP_NUM_THREADS", "1")
+    else:  # the controller, before it starts the workers: they and their children inherit
+        for name, value in KEPT_HEAP.items():
+            os.environ.setdefault(name, value)
 
 
 @pytest.hookimpl(wrapper=True)
