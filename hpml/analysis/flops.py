@@ -8,6 +8,7 @@ attention: the rules below count them as their matmul decomposition would be.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -99,14 +100,57 @@ def _changed_buffers_restored(saved: list[tuple[torch.Tensor, torch.Tensor]]) ->
 def count_flops(model: nn.Module, example: Any, with_backward: bool = False) -> FlopCount:
     """FLOPs of ``model(example)`` (and of its backward with ``with_backward``), batch included.
 
-    The model is left as it was: eval mode, buffers restored, and ``torch.autograd.grad`` touches
-    no ``.grad`` and fires no gradient hook (DDP's all-reduce).
+    Counted on meta copies of the parameters, buffers and input: FLOPs follow from shapes
+    alone, and the pass does no arithmetic (a large net's one-sample pass takes seconds on a
+    CPU, and a run counts several times). A net the meta pass cannot run (int8 ops have no meta
+    kernel; a forward may read its input's values) is counted on its own tensors, as is a net
+    with an RNN, whose meta pass would unroll the cells into matmuls the device never runs
+    (``by_op`` names the device's kernels). Either way the model is left as it was: eval mode,
+    buffers restored, and ``torch.autograd.grad`` touches no ``.grad`` and fires no gradient
+    hook (DDP's all-reduce).
     """
     args = as_args(example)
-    batch = tensors_in(args)[0].shape[0]
+    batch = int(tensors_in(args)[0].shape[0])
+    counts = None
+    if not any(isinstance(m, nn.RNNBase) for m in model.modules()):
+        with contextlib.suppress(Exception):  # an op the meta pass cannot run: real tensors
+            counts = _counted_on_meta(model, args, with_backward)
+    if counts is None:
+        counts = _counted(model, args, with_backward)
+    root = type(model).__name__
+    forward = _tallied(counts[0], root, batch)
+    if not with_backward:
+        return forward
+    return replace(_tallied(counts[1], root, batch), forward=forward)
+
+
+Counts = tuple[dict[str, dict[Any, int]], dict[str, dict[Any, int]]]
+
+
+def _meta(tensor: torch.Tensor) -> torch.Tensor:
+    """A tensor of ``tensor``'s shape, dtype and layout on the meta device (no storage)."""
+    return torch.empty_like(tensor, device="meta")
+
+
+def _counted_on_meta(model: nn.Module, args: tuple, with_backward: bool) -> Counts:
+    """``_counted``'s counts from a pass over meta copies: the model's own tensors untouched."""
     was_training = model.training
     model.eval()
-    counter = FlopCounterMode(display=False, custom_mapping=MISSING_RULES)
+    with torch.inference_mode(False):
+        meta_args = tuple(_meta(a) if isinstance(a, torch.Tensor) else a for a in args)
+        params = {n: _meta(p).requires_grad_(p.requires_grad) for n, p in model.named_parameters()}
+        buffers = {n: _meta(b) for n, b in model.named_buffers()}
+        try:
+            return _pass(model, params, buffers, meta_args, with_backward)
+        finally:
+            model.train(was_training)
+
+
+def _counted(model: nn.Module, args: tuple, with_backward: bool) -> Counts:
+    """The forward counts and, with ``with_backward``, forward and backward counts, from a
+    pass over the model's own tensors."""
+    was_training = model.training
+    model.eval()
     # cuDNN refuses an RNN's backward in eval mode: count RNN backwards through the native
     # kernels, whose gate matmuls are counted the same way.
     has_rnn = any(isinstance(m, nn.RNNBase) for m in model.modules())
@@ -120,29 +164,45 @@ def count_flops(model: nn.Module, example: Any, with_backward: bool = False) -> 
             (a.clone() if a.is_inference() else a).detach() if isinstance(a, torch.Tensor) else a
             for a in args
         )
-        params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+        params = {n: p for n, p in model.named_parameters()}
         try:
-            with native, counter, torch.set_grad_enabled(with_backward):
-                if with_backward and params:
-                    result = torch.func.functional_call(model, _leaf_free(params), args)
-                else:
-                    result = model(*args)
-                forward_counts = counter.get_flop_counts()
-                outputs = [out for out in tensors_in(result) if out.requires_grad]
-                if with_backward and outputs and params:
-                    total = sum(out.float().sum() for out in outputs)
-                    with warnings.catch_warnings():  # int8 ops (dynamic quant) have no
-                        # backward: the count passes over them, and torch says so per op
-                        warnings.filterwarnings("ignore", NO_AUTOGRAD_KERNEL, UserWarning)
-                        torch.autograd.grad(total, list(params.values()), allow_unused=True)
+            with native:
+                return _pass(model, params, None, args, with_backward)
         finally:
             model.train(was_training)
             _changed_buffers_restored(saved)
-    forward = _tallied(forward_counts, type(model).__name__, int(batch))
-    if not with_backward:
-        return forward
-    both = _tallied(counter.get_flop_counts(), type(model).__name__, int(batch))
-    return replace(both, forward=forward)
+
+
+def _pass(
+    model: nn.Module,
+    params: dict[str, torch.Tensor],
+    buffers: dict[str, torch.Tensor] | None,
+    args: tuple,
+    with_backward: bool,
+) -> Counts:
+    """Count ``model(*args)`` with ``params`` (and ``buffers`` where given) in place of its
+    own, and with ``with_backward`` the gradients of its outputs' sum to those that need one.
+
+    Args:
+        buffers: the model's buffers to run with; ``None`` runs with its own.
+    """
+    counter = FlopCounterMode(display=False, custom_mapping=MISSING_RULES)
+    trained = {n: p for n, p in params.items() if p.requires_grad}
+    with counter, torch.set_grad_enabled(with_backward):
+        if buffers is not None or (with_backward and trained):
+            state = {**params, **_leaf_free(trained), **(buffers or {})}  # views last: they win
+            result = torch.func.functional_call(model, state, args)
+        else:
+            result = model(*args)
+        forward_counts = counter.get_flop_counts()
+        outputs = [out for out in tensors_in(result) if out.requires_grad]
+        if with_backward and outputs and trained:
+            total = sum(out.float().sum() for out in outputs)
+            with warnings.catch_warnings():  # int8 ops (dynamic quant) have no
+                # backward: the count passes over them, and torch says so per op
+                warnings.filterwarnings("ignore", NO_AUTOGRAD_KERNEL, UserWarning)
+                torch.autograd.grad(total, list(trained.values()), allow_unused=True)
+    return forward_counts, counter.get_flop_counts()
 
 
 def _tallied(counts: dict[str, dict[Any, int]], root: str, batch: int) -> FlopCount:

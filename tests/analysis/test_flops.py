@@ -193,3 +193,28 @@ def test_forward_half_of_a_backward_count_is_the_forward_count(build):
     both = count_flops(model, example, with_backward=True)
     assert alone.forward is None and both.forward == alone
     assert alone.total > 0 and both.total > alone.total
+
+
+class Seen(nn.Module):
+    """A Linear that notes the device of each input it is given, and reads its input's values
+    where ``reads`` (as a forward that branches on them does)."""
+
+    def __init__(self, reads: bool = False) -> None:
+        super().__init__()
+        self.fc, self.reads, self.devices = nn.Linear(8, 4), reads, []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.devices.append(x.device.type)
+        return self.fc(x * 2) if self.reads and x.sum().item() > 0 else self.fc(x)
+
+
+def test_a_net_is_counted_on_meta_tensors_and_one_that_reads_values_on_its_own():
+    x = torch.ones(3, 8)
+    shapes_only, reads = Seen(), Seen(reads=True)
+    weight = shapes_only.fc.weight.detach().clone()
+    # forward 2 x 3 x 8 x 4, and the weight's gradient as much (the input needs none)
+    assert count_flops(shapes_only, x, with_backward=True).total == 2 * (2 * 3 * 8 * 4)
+    assert shapes_only.devices == ["meta"] and shapes_only.fc.weight.grad is None
+    assert torch.equal(shapes_only.fc.weight, weight)  # the net's own tensors untouched
+    assert count_flops(reads, x).total == 2 * 3 * 8 * 4
+    assert reads.devices == ["meta", "cpu"]  # .item() of a meta tensor fails: counted on its own
