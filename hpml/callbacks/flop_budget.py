@@ -58,7 +58,7 @@ class FlopBudget:
             return
         first = self.counted_shapes is None
         self.counted_shapes = shapes
-        example = pl_module.example_input(1)
+        example = trainer.precision_plugin.convert_input(pl_module.example_input(1))
         both = count_flops(pl_module, example, with_backward=True)
         forward: FlopCount = both.forward  # the same pass's forward half
         self.per_sample = {

@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
+from hpml.analysis.flops import count_flops
 from hpml.analysis.stats import cv_pct, iqr
 from hpml.callbacks.model_stats import ModelStats
 from hpml.callbacks.perf import PerformanceMonitor
@@ -192,6 +193,19 @@ def test_a_runs_noise_figures_are_recorded(composed, client):
     assert m["noise/step_time_cv_pct"] == pytest.approx(m["train/step_time_cv_pct"])
     assert tags["hpml.noisy"] in ("true", "false")
     assert ("hpml.noisy.reason" in tags) == (tags["hpml.noisy"] == "true")
+
+
+def test_a_run_whose_net_is_in_another_dtype_counts_its_flops(composed, client):
+    """The counted sample is cast as the trainer casts batches: VGG11 in bfloat16 (as in
+    float64 or float16: ``*-true`` precisions) given a float32 sample failed at its first
+    convolution, and the run with it."""
+    quiet = ["callbacks.perf.measured_peak=false", "trainer.precision=bf16-true"]
+    small = ["data.train_samples=16", "data.val_samples=16", "data.test_samples=16", "test=false"]
+    train(composed([*QUICK, *small, *quiet]))
+    m = only_run(client).data.metrics
+    fp32 = count_flops(vgg(11, 10, layout="cifar"), torch.randn(1, 3, 32, 32), with_backward=True)
+    assert m["model/fwd_flops_per_sample"] == fp32.forward.per_sample
+    assert m["model/fwd_bwd_flops_per_sample"] == fp32.per_sample
 
 
 @pytest.mark.usefixtures("alone")
