@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import mmap
+
 import pytest
 import torch
 from torch import nn
@@ -59,9 +61,11 @@ def test_views_share_storage_and_count_once():
 
 @pytest.mark.skipif(not CLEAR_REFS.exists(), reason="needs Linux's /proc/self/clear_refs")
 def test_cpu_peak_rss_starts_afresh_so_a_later_job_does_not_inherit_an_earlier_peak():
-    big = torch.ones(64 * 2**20)  # 256 MiB, freed below (an mmap'd block goes back at once)
-    big.add_(1)  # touched: resident
+    # 256 MiB of its own mapping, touched (resident) and unmapped below: a tensor that size
+    # may instead reuse freed, already resident heap (the workers keep theirs: tests/conftest.py)
+    big = mmap.mmap(-1, 256 * 2**20)
+    big.write(b"\1" * len(big))
     peak = peak_rss_bytes()
-    del big
+    big.close()
     reset_peak_memory(torch.device("cpu"))
     assert peak_rss_bytes() < peak - 200 * 2**20
