@@ -64,7 +64,8 @@ def test_cpu_peak_rss_starts_afresh_so_a_later_job_does_not_inherit_an_earlier_p
     # 256 MiB of its own mapping, touched (resident) and unmapped below: a tensor that size
     # may instead reuse freed, already resident heap (the workers keep theirs: tests/conftest.py)
     big = mmap.mmap(-1, 256 * 2**20)
-    big.write(b"\1" * len(big))
+    for offset in range(0, len(big), mmap.PAGESIZE):
+        big[offset] = 1
     peak = peak_rss_bytes()
     big.close()
     reset_peak_memory(torch.device("cpu"))
