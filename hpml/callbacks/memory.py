@@ -29,7 +29,11 @@ class MemoryBreakdown(HpmlCallback):
     """Measures the first training step of the run and logs ``memory/<part>_bytes`` for
     weights, gradients, optimiser state and activations (what autograd saved, each storage once),
     their sum ``memory/training_total_bytes`` (a lower bound) and ``memory/peak_bytes``, a bar
-    chart ``memory/breakdown.png`` and, on CUDA with ``cuda_snapshot``, the allocator's snapshot."""
+    chart ``memory/breakdown.png`` and, on CUDA with ``cuda_snapshot``, the allocator's snapshot.
+
+    The figures are taken at the step's end and logged when training ends: logged there, they
+    and the chart would sit in the host's time between two timed steps, which the run reports
+    as waiting for data (``<stage>/data_wait_pct``)."""
 
     # in a fused array: left out, as it measures one net's step (the memory guard sizes arrays)
     in_array: ClassVar[InArray] = InArray.NOT_IN_ARRAYS
@@ -39,6 +43,9 @@ class MemoryBreakdown(HpmlCallback):
         self.saved: SavedActivations | None = None
         self.activations = 0
         self.done = False
+        self.measured: dict[str, float] = {}
+        self.parts: dict[str, int] = {}
+        self.label = ""
 
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, *_: Any
@@ -82,16 +89,21 @@ class MemoryBreakdown(HpmlCallback):
         metrics = {metric("memory", part, BYTES): float(value) for part, value in parts.items()}
         metrics[metric("memory", "training_total", BYTES)] = float(sum(parts.values()))
         metrics[metric("memory", "peak", BYTES)] = float(peak_memory_bytes(pl_module.device)[0])
-        log_metrics(trainer, across_ranks(trainer, metrics, "max"))  # DDP: the largest rank's
-        if trainer.is_global_zero:
-            net = pl_module.net if isinstance(pl_module, HpmlModule) else pl_module
-            self._plot(trainer, parts, type(net).__name__)
+        net = pl_module.net if isinstance(pl_module, HpmlModule) else pl_module
+        self.measured, self.parts, self.label = metrics, parts, type(net).__name__
         if self.cuda_snapshot and pl_module.device.type == "cuda":
             with tempfile.TemporaryDirectory() as tmp:
                 path = str(Path(tmp) / "cuda_snapshot.pickle")
                 torch.cuda.memory._dump_snapshot(path)
                 torch.cuda.memory._record_memory_history(enabled=None)
                 log_file(trainer, path, "memory")
+
+    def on_train_end(self, trainer: L.Trainer, *_: Any) -> None:
+        if not self.measured:
+            return
+        log_metrics(trainer, across_ranks(trainer, self.measured, "max"))  # DDP: the largest's
+        if trainer.is_global_zero:
+            self._plot(trainer, self.parts, self.label)
 
     @staticmethod
     def _plot(trainer: L.Trainer, parts: dict[str, int], label: str) -> None:

@@ -141,11 +141,11 @@ def test_the_default_run_is_not_input_bound(root: Path, composed, client) -> Non
         composed(
             [
                 "trainer.max_epochs=1",
-                # four steps of 128: a step of VGG11 at 32 px is then ~40 times the loop's
-                # own time between steps on 2 cores (a share of it is counted as data wait)
-                "data.train_samples=512",
-                "data.val_samples=128",
-                "data.batch_size=128",
+                # four steps of 64: a step of VGG11 at 32 px is then about a hundred times the
+                # loop's own time between steps on 2 cores (counted as data wait)
+                "data.train_samples=256",
+                "data.val_samples=64",
+                "data.batch_size=64",
                 "callbacks.perf.measured_peak=false",
                 "test=false",
                 "trainer.enable_progress_bar=false",
