@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from hydra.core.hydra_config import HydraConfig
 
+from tests import hydra_cache
+
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
 
@@ -57,8 +59,11 @@ def pytest_configure(config: pytest.Config) -> None:
     it starts, uses one torch thread: workers of one thread each share the cores, where several
     threads each would fight over them. Set here, before any test module imports torch. The
     controller sets ``KEPT_HEAP`` before it starts the workers (glibc reads it at a process's
-    start)."""
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    start). A worker keeps Hydra's loaded configs across composes (``tests/hydra_cache.py``)."""
+    worker = bool(os.environ.get("PYTEST_XDIST_WORKER"))
+    if worker or not getattr(config.option, "numprocesses", None):  # a process that composes
+        hydra_cache.install()
+    if worker:
         os.environ.setdefault("OMP_NUM_THREADS", "1")
     else:  # the controller, before it starts the workers: they and their children inherit
         for name, value in KEPT_HEAP.items():

@@ -63,6 +63,9 @@ def serve() -> None:
         with contextlib.suppress(ModuleNotFoundError):
             importlib.import_module(name)
     logging.root.removeHandler(stand_in)
+    from tests import hydra_cache
+
+    hydra_cache.install()  # each child's composes after its first are then served from it
     out, pending, children, reading = sys.stdout, b"", set(), True
 
     def answer(message: dict) -> None:

@@ -1,0 +1,70 @@
+"""Hydra's loaded config files kept across composes, for the suite's thousands of composes.
+
+Each ``compose`` reads and parses every YAML file of its defaults tree again, and builds each
+one's defaults list: Hydra's ``CachingConfigRepository`` keeps them for one compose only. The
+suite composes thousands of times in-process (the ``composed`` fixture, the bad-input cases,
+``hpml.cli.composition_error`` before each CLI job), so :func:`install` wraps
+``ConfigRepository.load_config`` with a cache of its results, per process (a CLI call's fork
+gets its own from the second compose on; see ``tests/warm.py``).
+
+What makes it the same as loading afresh:
+- a file's entry is used only while the file's text is what was parsed: a test that rewrites
+  a config between two composes (same size, same second) gets the new one;
+- every hit returns a deep copy, as a fresh load would be: Hydra edits what it loaded (it pops
+  ``defaults``, merges schemas into it);
+- only files (``file://``) and installed packages' configs (``pkg://``, which no test edits)
+  are kept; structured configs (``ConfigStore``, which code may change at any time) are not.
+
+``tests/test_hydra_cache.py`` checks composes against uncached ones. Written here because no
+Hydra release caches across composes; the cut is measured in ``docs/testing.md``.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any
+
+from hydra._internal.config_repository import ConfigRepository
+from hydra.core.object_type import ObjectType
+from hydra.plugins.config_source import ConfigResult
+
+KEPT_SCHEMES = ("file", "pkg")
+# (source path, config path) -> (the file's text, or None for a package's, and its result)
+_results: dict[tuple[str, str], tuple[str | None, ConfigResult]] = {}
+_uncached = ConfigRepository.load_config
+
+
+def _text(source: Any, config_path: str) -> str | None:
+    """A file source's text of the config; None for a package's."""
+    if source.scheme() != "file":
+        return None
+    name = os.path.join(source.path, source._normalize_file_name(config_path))
+    with open(name, encoding="utf-8") as handle:
+        return handle.read()
+
+
+def load_config(self: ConfigRepository, config_path: str) -> ConfigResult | None:
+    """``ConfigRepository.load_config``, from the cache where the file is unchanged."""
+    source = self._find_object_source(config_path=config_path, object_type=ObjectType.CONFIG)
+    if source is None or source.scheme() not in KEPT_SCHEMES:
+        return _uncached(self, config_path)
+    key, text = (source.path, config_path), _text(source, config_path)
+    kept = _results.get(key)
+    if kept is not None and kept[0] == text:
+        return copy.deepcopy(kept[1])
+    result = _uncached(self, config_path)
+    if result is not None:
+        _results[key] = (text, copy.deepcopy(result))
+    return result
+
+
+def install() -> None:
+    """Keep loaded configs across composes in this process (and the forks it makes)."""
+    ConfigRepository.load_config = load_config  # type: ignore[method-assign]
+
+
+def uninstall() -> None:
+    """Load afresh again (for comparisons), the cache emptied."""
+    ConfigRepository.load_config = _uncached  # type: ignore[method-assign]
+    _results.clear()
