@@ -4,8 +4,9 @@ Each ``compose`` reads and parses every YAML file of its defaults tree again, an
 one's defaults list: Hydra's ``CachingConfigRepository`` keeps them for one compose only. The
 suite composes thousands of times in-process (the ``composed`` fixture, the bad-input cases,
 ``hpml.cli.composition_error`` before each CLI job), so :func:`install` wraps
-``ConfigRepository.load_config`` with a cache of its results, per process (a CLI call's fork
-gets its own from the second compose on; see ``tests/warm.py``).
+``ConfigRepository.load_config`` with a cache of its results, per process; the warm
+interpreter (``tests/warm.py``) fills it with every config before it forks a CLI call, which
+then composes three times (``hpml.cli``'s check, Hydra's mode, the job) from the cache.
 
 What makes it the same as loading afresh:
 - a file's entry is used only while the file's text is what was parsed: a test that rewrites
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import os
+from pathlib import Path
 from typing import Any
 
 from hydra._internal.config_repository import ConfigRepository
@@ -62,6 +64,27 @@ def load_config(self: ConfigRepository, config_path: str) -> ConfigResult | None
 def install() -> None:
     """Keep loaded configs across composes in this process (and the forks it makes)."""
     ConfigRepository.load_config = load_config  # type: ignore[method-assign]
+
+
+def warm(config_dir: Path) -> None:
+    """Load every config of ``config_dir`` and of Hydra's own package into the cache, as a
+    compose of ``config_dir`` would load them (a process that forks, and never composes)."""
+    import hydra
+    from hydra._internal.core_plugins.file_config_source import FileConfigSource
+    from hydra._internal.core_plugins.importlib_resources_config_source import (
+        ImportlibResourcesConfigSource,
+    )
+
+    # the sources a compose of config_dir searches, made without Hydra's plugin discovery
+    # (which imports every plugin, hpml's among them)
+    repository = ConfigRepository.__new__(ConfigRepository)
+    repository.sources = [
+        ImportlibResourcesConfigSource("hydra", "pkg://hydra.conf"),
+        FileConfigSource("main", f"file://{config_dir}"),
+    ]
+    for folder in (Path(hydra.__file__).parent / "conf", config_dir):
+        for file in sorted(folder.rglob("*.yaml")):
+            load_config(repository, file.relative_to(folder).with_suffix("").as_posix())
 
 
 def uninstall() -> None:

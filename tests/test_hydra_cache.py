@@ -63,3 +63,14 @@ def test_a_file_rewritten_between_composes_is_read_again(tmp_path: Path) -> None
     (tmp_path / "main.yaml").write_text("defaults:\n  - group: a\n  - _self_\nlr: 0.2\n")
     (tmp_path / "group" / "a.yaml").write_text("depth: 2\n")
     assert job(tmp_path) == {"group": {"depth": 2}, "lr": 0.2}
+
+
+@pytest.mark.usefixtures("cached")
+def test_a_warmed_cache_holds_every_config_a_compose_loads() -> None:
+    """What the warm interpreter loads before it forks: each compose is then served whole."""
+    hydra_cache.warm(CONF)
+    warmed = set(hydra_cache._results)
+    composed = [tree(overrides) for overrides in OVERRIDES]
+    assert set(hydra_cache._results) == warmed
+    hydra_cache.uninstall()
+    assert composed == [tree(overrides) for overrides in OVERRIDES]

@@ -65,7 +65,8 @@ def serve() -> None:
     logging.root.removeHandler(stand_in)
     from tests import hydra_cache
 
-    hydra_cache.install()  # each child's composes after its first are then served from it
+    hydra_cache.install()
+    hydra_cache.warm(Path(__file__).resolve().parent.parent / "conf")  # what every child loads
     out, pending, children, reading = sys.stdout, b"", set(), True
 
     def answer(message: dict) -> None:
