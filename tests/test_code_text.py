@@ -78,9 +78,11 @@ def offences(found: list[tuple[str, int, str]]) -> list[str]:
 
 def test_the_checks_catch_what_they_are_for() -> None:
     # subprocess: git names this checkout's commit, the one the check must catch
-    head = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "--short=9", "HEAD"], capture_output=True, text=True
+    full = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
+    # its shortest prefix of 9 or more with a letter: one of digits alone reads as a number
+    head = next((full[:n] for n in range(9, len(full) + 1) if HEX.fullmatch(full[:n])), "")
     sample = [
         ("a.py", 1, "measured at commit 1a2b3c4d"),
         ("a.py", 2, "# on 2025-11-03, a quiet night"),
