@@ -156,3 +156,8 @@ def test_the_default_run_is_not_input_bound(root: Path, composed, client) -> Non
     [run] = client.search_runs([client.get_experiment_by_name("hpml").experiment_id])
     assert run.data.tags[bound_tag("train")] == DEVICE
     assert run.data.metrics["train/data_wait_pct"] < Thresholds().input_pct
+    # the memory breakdown, measured on the first step, is logged once the epoch's figures are:
+    # outside the window the data wait is read from (ms timestamps)
+    [memory] = client.get_metric_history(run.info.run_id, "memory/peak_bytes")
+    [wait] = client.get_metric_history(run.info.run_id, "train/data_wait_pct")
+    assert memory.timestamp >= wait.timestamp
