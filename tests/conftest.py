@@ -29,7 +29,7 @@ def options(group: str) -> list[str]:
 
 # Small, quick runs: four training batches and two of each other split, each of 16 samples (the
 # default VGG11 costs per sample: half the batch is half the run), no progress bar in captured
-# output.
+# output, the canary timed once at each end (its own tests time its repeats).
 QUICK_SAMPLES, QUICK_BATCH = 64, 16  # training samples, batch size
 QUICK = [
     "trainer.max_epochs=1",
@@ -40,6 +40,8 @@ QUICK = [
     "trainer.enable_progress_bar=false",
     "callbacks.perf.warmup_steps=1",
     "logger.system_metrics_interval_s=0.5",
+    "callbacks.canary.repeats=1",
+    "callbacks.canary.warmup=0",
 ]
 
 

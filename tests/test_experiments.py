@@ -102,6 +102,8 @@ WHERE_PRESENT: dict[str, Any] = {
     "data.batch_size": lambda size: min(size, 4),
     "data.seq_len": lambda length: min(length, 32),
     "callbacks.perf.warmup_steps": 0,
+    "callbacks.canary.repeats": 1,
+    "callbacks.canary.warmup": 0,
     "callbacks.roofline.timing_passes": 1,
     "callbacks.roofline.batch_size": 1,
     "callbacks.roofline.peak_seconds": 0.2,
