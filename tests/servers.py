@@ -66,6 +66,11 @@ class MlflowServer:
         ]
 
     def start(self, timeout_s: float = 180) -> None:
+        self.launch()
+        self.wait_until_answering(timeout_s)
+
+    def launch(self) -> None:
+        """Start the server's process; it answers seconds later (:meth:`wait_until_answering`)."""
         with self.log.open("ab") as log:
             # subprocess: a tracking server, as a team runs one
             self.proc = subprocess.Popen(
@@ -77,6 +82,10 @@ class MlflowServer:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+
+    def wait_until_answering(self, timeout_s: float = 180) -> None:
+        """Return once the launched server answers a search; fail the test with its log's tail
+        if it exits or has not answered within ``timeout_s``."""
         search = urllib.request.Request(
             f"{self.uri}/api/2.0/mlflow/experiments/search?max_results=1"
         )

@@ -49,8 +49,11 @@ def restart_mid_run(
     server: MlflowServer, root: Path, gate: Path, experiment: str, epochs: int = 3
 ) -> tuple[Any, str, str, str, int]:
     """A run of ``epochs`` epochs into ``server``, which is stopped once epoch 0 has landed and
-    started again 1 s after epoch 1 began logging into nothing. Returns the finished process,
-    its stdout and stderr, the run's id, and when the server went down (ms since the epoch)."""
+    launched again as epoch 1 begins logging into nothing: the new process answers only once it
+    has imported MLflow, seconds after the run's first refused request, and so can answer the
+    run's retry 6 s after it (hpml.tracking.retries), where a server launched only once the run
+    was refused met the next one, 8 s later. Returns the finished process, its stdout and
+    stderr, the run's id, and when the server went down (ms since the epoch)."""
     from mlflow import MlflowClient
 
     proc = start_gated_run(
@@ -70,9 +73,9 @@ def restart_mid_run(
         assert len(client.get_metric_history(run_id, "train/loss")) == 1  # epoch 0 has landed
         server.stop()
         down_ms = int(time.time() * 1000)
-        (gate / "go").touch()  # epochs 1.. now log into a server that is not there
-        time.sleep(1)
-        server.start()  # same port, same store; seconds until it answers again
+        server.launch()  # same port, same store; seconds until it answers again
+        (gate / "go").touch()  # epochs 1.. now log into a server that is not there yet
+        server.wait_until_answering()
     except BaseException:
         finish(proc, 0.1)
         raise
