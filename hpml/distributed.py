@@ -34,7 +34,7 @@ LAUNCH_VARIABLES = (
 FOLLOWER_EXIT_S = 60.0  # after rank zero's job: for the others to finish theirs
 # after rank zero failed: for the others to stop before they are killed. One waiting in a
 # collective call (where rank zero's failure leaves them) runs no Python, so no signal handler,
-# until it returns: the grace only delays its kill; one at a Python point stops within it.
+# until it returns: the grace only delays its kill; one at a Python point still has it to stop.
 STOP_S = 1.0
 # the global rank of a process a cluster started, by launcher: torchrun, then srun
 RANK_VARIABLES = ("RANK", "SLURM_PROCID")

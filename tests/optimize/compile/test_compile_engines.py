@@ -3,8 +3,6 @@ fail in a line."""
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 import torch
 import torch._inductor.config as inductor_config
@@ -46,8 +44,8 @@ def test_compiled_outputs_equal_eager(method, tmp_path, request):
     if method in (TorchCompile, AotInductor):
         request.getfixturevalue("inductor_cache")
     net = small_cnn()
-    headers = inductor_config.patch({"aot_inductor.precompile_headers": False})
-    with headers if method is AotInductor else contextlib.nullcontext():
+    headers = {"aot_inductor.precompile_headers": False} if method is AotInductor else {}
+    with inductor_config.patch(headers):
         compiled = apply_compile(net, method(), examples(), tmp_path)
     assert compiled.report.method == method.name
     assert compiled.report.seconds > 0
