@@ -16,6 +16,12 @@ What makes it the same as loading afresh:
 - only files (``file://``) and installed packages' configs (``pkg://``, which no test edits)
   are kept; structured configs (``ConfigStore``, which code may change at any time) are not.
 
+Hydra also builds, for every node of every defaults tree, the map its interpolated defaults
+(``- db: ${oc.env:DB}``) are resolved against: a config of all the choices made so far, though
+no node of hpml's has such a default, so the work grows with the square of the tree. The map
+is used for nothing else, so :func:`install` builds it only for a node that has one: the same
+tree in less time (measured in ``docs/testing.md``).
+
 ``tests/test_hydra_cache.py`` checks composes against uncached ones. Written here because no
 Hydra release caches across composes; the cut is measured in ``docs/testing.md``.
 """
@@ -27,7 +33,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from hydra._internal import defaults_list
 from hydra._internal.config_repository import ConfigRepository
+from hydra.core.default_element import InputDefault
 from hydra.core.object_type import ObjectType
 from hydra.plugins.config_source import ConfigResult
 
@@ -35,6 +43,7 @@ KEPT_SCHEMES = ("file", "pkg")
 # (source path, config path) -> (the file's text, or None for a package's, and its result)
 _results: dict[tuple[str, str], tuple[str | None, ConfigResult]] = {}
 _uncached = ConfigRepository.load_config
+_every_map = defaults_list._create_interpolation_map
 
 
 def _text(source: Any, config_path: str) -> str | None:
@@ -61,9 +70,19 @@ def load_config(self: ConfigRepository, config_path: str) -> ConfigResult | None
     return result
 
 
+def interpolation_map(overrides: Any, defaults: list[InputDefault], self_added: bool) -> Any:
+    """Hydra's map of known choices for resolving a node's interpolated defaults, built only
+    where ``defaults`` has one (Hydra reads it for those alone; None is never read)."""
+    if not any(isinstance(d, InputDefault) and d.is_interpolation() for d in defaults):
+        return None
+    return _every_map(overrides, defaults, self_added)
+
+
 def install() -> None:
-    """Keep loaded configs across composes in this process (and the forks it makes)."""
+    """Keep loaded configs across composes in this process (and the forks it makes), and
+    build interpolation maps only where a node interpolates a default."""
     ConfigRepository.load_config = load_config  # type: ignore[method-assign]
+    defaults_list._create_interpolation_map = interpolation_map
 
 
 def warm(config_dir: Path) -> None:
@@ -88,6 +107,7 @@ def warm(config_dir: Path) -> None:
 
 
 def uninstall() -> None:
-    """Load afresh again (for comparisons), the cache emptied."""
+    """Load afresh again, every map built (for comparisons), the cache emptied."""
     ConfigRepository.load_config = _uncached  # type: ignore[method-assign]
+    defaults_list._create_interpolation_map = _every_map
     _results.clear()

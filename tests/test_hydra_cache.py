@@ -74,3 +74,22 @@ def test_a_warmed_cache_holds_every_config_a_compose_loads() -> None:
     assert set(hydra_cache._results) == warmed
     hydra_cache.uninstall()
     assert composed == [tree(overrides) for overrides in OVERRIDES]
+
+
+@pytest.mark.usefixtures("cached")
+def test_an_interpolated_default_is_resolved_as_hydra_resolves_it(tmp_path: Path) -> None:
+    """The one node that interpolates a default gets its map (Hydra's own example), from the
+    choices the command line made too; the tree is the one every map built gives."""
+    options_of = {"data": ("imagenet", "cifar"), "pair": ("imagenet_vgg", "cifar_vgg")}
+    for group, options in options_of.items():
+        (tmp_path / group).mkdir()
+        for option in options:
+            (tmp_path / group / f"{option}.yaml").write_text(f"name: {option}\n")
+    (tmp_path / "main.yaml").write_text(
+        "defaults:\n  - data: imagenet\n  - pair: ${data}_vgg\n  - _self_\n"
+    )
+    cases = [[], ["data=cifar"]]
+    cached = [tree(overrides, tmp_path, "main") for overrides in cases]
+    assert [c["pair"]["name"] for c in cached] == ["imagenet_vgg", "cifar_vgg"]
+    hydra_cache.uninstall()
+    assert cached == [tree(overrides, tmp_path, "main") for overrides in cases]
