@@ -7,7 +7,10 @@ epoch window before the file is written.
 
 from __future__ import annotations
 
+import os
+import shutil
 from typing import Any, ClassVar
+from weakref import proxy
 
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -24,6 +27,12 @@ class EpochCheckpoint(ModelCheckpoint, HpmlCallback):
     score. An epoch that ends before any validation ran (``trainer.max_steps`` reached
     mid-epoch, validation off or every few epochs) saves ``last.ckpt`` only, without Lightning's
     warning that the monitored metric was never logged.
+
+    At an epoch whose ``best.ckpt`` was just written, ``last.ckpt`` is a hard link to it: the
+    same state, written once (a network's checkpoint with its optimiser's state is hundreds of
+    megabytes). A later epoch that is not the best writes ``last.ckpt`` afresh: Lightning's
+    save goes to a temporary file renamed into place, so the link breaks and ``best.ckpt``
+    keeps its epoch.
     """
 
     # in a fused array: an array keeps no checkpoints (a sweep started again restarts its members)
@@ -41,6 +50,30 @@ class EpochCheckpoint(ModelCheckpoint, HpmlCallback):
             and not self._should_skip_saving_checkpoint(trainer)
         ):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    def _save_last_checkpoint(self, trainer: L.Trainer, candidates: dict[str, Any]) -> None:
+        """``last.ckpt`` as a hard link to the checkpoint saved at this very step, else saved."""
+        best = self._last_checkpoint_saved
+        saved_now = best and self._last_global_step_saved == trainer.global_step
+        if not (self.save_last and saved_now and not self._enable_version_counter):
+            super()._save_last_checkpoint(trainer, candidates)
+            return
+        last = self.format_checkpoint_name(candidates, self.CHECKPOINT_NAME_LAST)
+        if os.path.abspath(last) == os.path.abspath(best):
+            return
+        previous, self.last_model_path = self.last_model_path, last
+        if trainer.is_global_zero:
+            if os.path.lexists(last):
+                os.remove(last)
+            try:
+                os.link(best, last)
+            except OSError:  # a filesystem without hard links: a copy
+                shutil.copyfile(best, last)
+            for logger in trainer.loggers:
+                logger.after_save_checkpoint(proxy(self))
+        trainer.strategy.barrier()
+        if previous and self._should_remove_checkpoint(trainer, previous, last):
+            self._remove_checkpoint(trainer, previous)
 
     def _save_topk_checkpoint(self, trainer: L.Trainer, candidates: dict[str, Any]) -> None:
         validated = trainer.fit_loop.epoch_loop.val_loop._has_run  # a mistyped monitor: fails

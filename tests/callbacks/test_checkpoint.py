@@ -52,8 +52,18 @@ def loader() -> DataLoader:
     return DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4)
 
 
+class ImprovingModel(WorseningModel):
+    """``val/loss`` = minus the epoch number: every epoch is the best so far."""
+
+    def validation_step(self, batch: list[torch.Tensor], batch_idx: int) -> None:
+        self.log("val/loss", -float(self.current_epoch))
+
+
 def fit(
-    dirpath: Path, epochs: int, ckpt_path: str | None = None
+    dirpath: Path,
+    epochs: int,
+    ckpt_path: str | None = None,
+    model: type[L.LightningModule] = WorseningModel,
 ) -> tuple[EpochCheckpoint, Recorder]:
     checkpoint = EpochCheckpoint(
         dirpath=str(dirpath),
@@ -70,7 +80,7 @@ def fit(
         enable_model_summary=False,
         callbacks=[checkpoint, recorder],
     )
-    trainer.fit(WorseningModel(), loader(), loader(), ckpt_path=ckpt_path, weights_only=False)
+    trainer.fit(model(), loader(), loader(), ckpt_path=ckpt_path, weights_only=False)
     return checkpoint, recorder
 
 
@@ -86,6 +96,17 @@ def test_last_is_the_latest_epoch_and_best_the_best_saved_after_each_epoch_end(t
     for epoch in range(3):  # every save of an epoch comes after that epoch's end hooks
         saves = [i for i, event in enumerate(recorder.events) if event == ("save", epoch)]
         assert saves and min(saves) > recorder.events.index(("epoch_end", epoch)), recorder.events
+
+
+def test_a_best_epochs_last_is_its_best_file_and_a_later_epoch_breaks_the_link(tmp_path):
+    fit(tmp_path / "up", epochs=2, model=ImprovingModel)
+    last, best = tmp_path / "up" / "last.ckpt", tmp_path / "up" / "best.ckpt"
+    assert last.samefile(best) and last.stat().st_nlink == 2  # written once, named twice
+    assert epoch_of(last) == 1
+    fit(tmp_path / "down", epochs=2)  # epoch 0 linked both names; epoch 1 wrote last alone
+    last, best = tmp_path / "down" / "last.ckpt", tmp_path / "down" / "best.ckpt"
+    assert not last.samefile(best) and best.stat().st_nlink == 1
+    assert (epoch_of(last), epoch_of(best)) == (1, 0)
 
 
 def test_resume_in_another_folder_keeps_the_best_score(tmp_path):
