@@ -22,6 +22,12 @@ no node of hpml's has such a default, so the work grows with the square of the t
 is used for nothing else, so :func:`install` builds it only for a node that has one: the same
 tree in less time (measured in ``docs/testing.md``).
 
+OmegaConf parses each interpolation string (``${paths.output_dir}/checkpoints``) with its ANTLR
+grammar every time the value is read, in a compose's merges and in every resolve: a fifth of a
+compose's time. :func:`install` keeps each string's parse tree (:func:`parse`). The tree is
+only read by OmegaConf's resolver, and its tokens hold their own input, so one tree serves
+every read of the same string; a string that fails to parse is parsed, and fails, every time.
+
 ``tests/test_hydra_cache.py`` checks composes against uncached ones. Written here because no
 Hydra release caches across composes; the cut is measured in ``docs/testing.md``.
 """
@@ -29,10 +35,15 @@ Hydra release caches across composes; the cut is measured in ``docs/testing.md``
 from __future__ import annotations
 
 import copy
+import functools
 import os
 from pathlib import Path
 from typing import Any
 
+import omegaconf._utils
+import omegaconf.base
+import omegaconf.grammar_parser
+import omegaconf.resolvers.oc
 from hydra._internal import defaults_list
 from hydra._internal.config_repository import ConfigRepository
 from hydra.core.default_element import InputDefault
@@ -44,6 +55,15 @@ KEPT_SCHEMES = ("file", "pkg")
 _results: dict[tuple[str, str], tuple[str | None, ConfigResult]] = {}
 _uncached = ConfigRepository.load_config
 _every_map = defaults_list._create_interpolation_map
+_unkept_parse = omegaconf.grammar_parser.parse
+# the modules that bound OmegaConf's ``parse`` by name at import
+PARSE_USERS = (omegaconf.grammar_parser, omegaconf.base, omegaconf._utils, omegaconf.resolvers.oc)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def parse(value: str, parser_rule: str = "configValue", lexer_mode: str = "DEFAULT_MODE") -> Any:
+    """OmegaConf's ``grammar_parser.parse``, one parse tree kept per string, rule and mode."""
+    return _unkept_parse(value, parser_rule, lexer_mode)
 
 
 def _text(source: Any, config_path: str) -> str | None:
@@ -79,10 +99,13 @@ def interpolation_map(overrides: Any, defaults: list[InputDefault], self_added: 
 
 
 def install() -> None:
-    """Keep loaded configs across composes in this process (and the forks it makes), and
-    build interpolation maps only where a node interpolates a default."""
+    """Keep loaded configs and interpolations' parse trees across composes in this process
+    (and the forks it makes), and build interpolation maps only where a node interpolates a
+    default."""
     ConfigRepository.load_config = load_config  # type: ignore[method-assign]
     defaults_list._create_interpolation_map = interpolation_map
+    for module in PARSE_USERS:
+        module.parse = parse  # type: ignore[attr-defined]
 
 
 def warm(config_dir: Path) -> None:
@@ -107,7 +130,10 @@ def warm(config_dir: Path) -> None:
 
 
 def uninstall() -> None:
-    """Load afresh again, every map built (for comparisons), the cache emptied."""
+    """Load and parse afresh again, every map built (for comparisons), the caches emptied."""
     ConfigRepository.load_config = _uncached  # type: ignore[method-assign]
     defaults_list._create_interpolation_map = _every_map
+    for module in PARSE_USERS:
+        module.parse = _unkept_parse  # type: ignore[attr-defined]
     _results.clear()
+    parse.cache_clear()

@@ -93,3 +93,25 @@ def test_an_interpolated_default_is_resolved_as_hydra_resolves_it(tmp_path: Path
     assert [c["pair"]["name"] for c in cached] == ["imagenet_vgg", "cifar_vgg"]
     hydra_cache.uninstall()
     assert cached == [tree(overrides, tmp_path, "main") for overrides in cases]
+
+
+@pytest.mark.usefixtures("cached")
+def test_kept_parse_trees_resolve_as_fresh_ones_and_a_bad_string_fails_each_time(
+    composed: Any,
+) -> None:
+    """Jobs' configs resolved with kept trees (each interpolation read many times, from one
+    tree) equal the same resolved afresh; a malformed interpolation fails at every read."""
+    from omegaconf.errors import GrammarParseError
+
+    def resolved(overrides: list[str]) -> Any:
+        return OmegaConf.to_container(composed(overrides), resolve=True)
+
+    kept = [resolved(overrides) for overrides in OVERRIDES[:3] + OVERRIDES[:3]]
+    assert hydra_cache.parse.cache_info().hits > 100  # trees were read again, not reparsed
+    for _ in range(2):
+        with pytest.raises(GrammarParseError):
+            OmegaConf.create({"a": "${oc.env:"})
+    hydra_cache.uninstall()
+    assert hydra_cache.parse.cache_info().currsize == 0
+    fresh = [resolved(overrides) for overrides in OVERRIDES[:3]]
+    assert kept == fresh + fresh
